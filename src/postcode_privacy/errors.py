@@ -1,0 +1,53 @@
+"""Every exception the library raises on purpose.
+
+Messages name rows, columns and reasons, never the postcode or identifier values themselves,
+so that an error log is never a disclosure.  The CLI maps each class to one exit code
+(see ``cli.EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+
+class PostcodePrivacyError(Exception):
+    """Base class for all errors raised by postcode-privacy."""
+
+
+class InvalidParameterError(PostcodePrivacyError, ValueError):
+    """A parameter (epsilon, radius, prior, option) is outside what the mechanism supports."""
+
+
+class GraphError(PostcodePrivacyError):
+    """A graph is malformed, inconsistent, or unsupported."""
+
+
+class ArtefactError(GraphError):
+    """A graph artefact on disk is not one of ours, is corrupted, or has been edited."""
+
+
+class KeyFileError(PostcodePrivacyError):
+    """A key file is missing, malformed, truncated, or would be overwritten."""
+
+
+class InputDataError(PostcodePrivacyError):
+    """The records being released are unusable (missing column, bad encoding, bad rows...)."""
+
+    def __init__(self, message: str, row_errors: list[tuple[int, str]] | None = None,
+                 total_errors: int | None = None):
+        super().__init__(message)
+        self.row_errors = list(row_errors or [])
+        self.total_errors = total_errors if total_errors is not None else len(self.row_errors)
+
+
+class SourceDataError(PostcodePrivacyError):
+    """A published source file (ONSPD, Code-Point Open, census) cannot be read."""
+
+
+class OutputExistsError(PostcodePrivacyError):
+    """Refusing to overwrite an existing file (or the input itself)."""
+
+
+class UnknownPostcodeError(PostcodePrivacyError, KeyError):
+    """A well-formed postcode that is not a node of the graph."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the repr
+        return str(self.args[0]) if self.args else "postcode not in graph"

@@ -1,0 +1,327 @@
+"""The graph of postcode units held in memory.
+
+Representation
+--------------
+Postcodes that share a centroid are one *location*.  The graph is stored as:
+
+* ``postcodes``: node labels (normalised postcodes), in node order;
+* ``node_location``: the location of each node;
+* ``loc_indptr``/``loc_indices``: a symmetric CSR adjacency over locations, each row sorted,
+  with no self loops and no duplicates;
+* ``prior``: a strictly positive integer weight per node (int64);
+* ``location_coordinates``: optional easting/northing per location (OSGB36 metres).
+
+Hop distance between two nodes (docs/methods.md, section "The graph"): 0 to itself, 1 to any
+other postcode at the same location, and otherwise the hop distance between their locations.
+That is exactly the shortest-path metric of the graph in which every location's postcodes form a
+clique joined to every postcode of each neighbouring location, so the theorem applies to it
+unchanged; the compact form just avoids materialising the cliques (1,168 postcodes share one
+point in NW1).
+
+Locations are numbered in order of their first member, which makes the representation
+canonical: two graphs with the same nodes, co-location and adjacency have identical arrays and
+therefore the same ``sha256``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import GraphError, InvalidParameterError, UnknownPostcodeError
+from ..postcodes import try_normalise
+
+GRAPH_HASH_DOMAIN = b"postcode-privacy/graph/v1"
+MAX_TOTAL_PRIOR = 2**62
+
+
+def _label(text: object) -> str:
+    """Store valid postcodes in normal form; any other label (test graphs) as given."""
+    if not isinstance(text, str) or not text.strip():
+        raise GraphError("node labels must be non-empty strings")
+    return try_normalise(text) or text
+
+
+def validate_prior(prior: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Check a prior and return it as int64.
+
+    Preconditions the guarantee needs (docs/methods.md, "Supported priors"): every value an
+    integer >= 1 (a zero-prior node can never be output, so the likelihood ratio against it is
+    unbounded), and the total at most 2**62 so that int64 cumulative sums cannot wrap.  The
+    total is checked in floating point *before* any integer sum, since an int64 sum of an
+    oversized prior would already have wrapped.
+    """
+    arr = np.asarray(prior)
+    if arr.shape != (n,):
+        raise InvalidParameterError(f"prior has {arr.size} values for {n} nodes")
+    if arr.dtype == object:
+        values = list(arr)
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+            raise InvalidParameterError("every prior value must be an integer")
+        if any(int(v) < 1 for v in values):
+            raise InvalidParameterError("every prior value must be at least 1")
+        if any(int(v) > MAX_TOTAL_PRIOR for v in values) or sum(int(v) for v in values) > MAX_TOTAL_PRIOR:
+            raise InvalidParameterError("total prior exceeds 2**62")
+        return np.array([int(v) for v in values], dtype=np.int64)
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise InvalidParameterError("every prior value must be an integer")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
+            raise InvalidParameterError("every prior value must be an integer")
+    if n and arr.min() < 1:
+        raise InvalidParameterError("every prior value must be at least 1")
+    # Float check first: an int64 sum of an oversized prior wraps before it can be inspected.
+    if float(np.sum(arr.astype(np.float64))) > float(MAX_TOTAL_PRIOR) * (1 + 1e-9):
+        raise InvalidParameterError("total prior exceeds 2**62")
+    if arr.dtype.kind == "u" and n and int(arr.max()) > MAX_TOTAL_PRIOR:
+        raise InvalidParameterError("total prior exceeds 2**62")
+    out = arr.astype(np.int64)
+    if sum(int(v) for v in out.tolist()) > MAX_TOTAL_PRIOR:  # exact, now that it cannot wrap
+        raise InvalidParameterError("total prior exceeds 2**62")
+    return out
+
+
+def _csr_from_pairs(n: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric, sorted, de-duplicated CSR from undirected pairs, self loops dropped."""
+    keep = a != b
+    a, b = a[keep], b[keep]
+    src = np.concatenate([a, b]).astype(np.int64)
+    dst = np.concatenate([b, a]).astype(np.int64)
+    if src.size:
+        key = np.unique(src * n + dst)
+        src, dst = key // n, key % n
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return indptr, dst.astype(np.int32)
+
+
+class Graph:
+    """A finite undirected graph of postcode units with a strictly positive integer prior."""
+
+    def __init__(
+        self,
+        postcodes: Sequence[str],
+        node_location: np.ndarray,
+        loc_indptr: np.ndarray,
+        loc_indices: np.ndarray,
+        prior: np.ndarray | Sequence[int] | None = None,
+        coordinates: np.ndarray | None = None,
+        params: dict | None = None,
+        provenance: dict | None = None,
+        *,
+        _trusted_sha256: str | None = None,
+    ):
+        labels = list(postcodes)
+        n = len(labels)
+        if n == 0:
+            raise GraphError("a graph needs at least one node")
+        index = {label: i for i, label in enumerate(labels)}
+        if len(index) != n:
+            raise GraphError("postcodes must be unique")
+        self._postcodes = labels
+        self._index = index
+        self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
+        self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
+        self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
+        self.prior = validate_prior(np.ones(n, dtype=np.int64) if prior is None else prior, n)
+        self.location_coordinates = (
+            None if coordinates is None else np.ascontiguousarray(coordinates, dtype=np.float64)
+        )
+        self.params = dict(params or {})
+        self.provenance = dict(provenance or {})
+        self._check_structure()
+        self._members_indptr, self._members = self._location_members()
+        self.total_prior = int(self.prior.sum(dtype=np.int64))
+        self.prior_cumsum = np.cumsum(self.prior, dtype=np.int64)
+        self.sha256 = _trusted_sha256 or self._content_hash()
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_edges(cls, postcodes: Iterable[str], edges: Iterable[tuple], prior=None) -> Graph:
+        """A graph whose nodes are ``postcodes`` in the given order, each its own location.
+
+        ``edges`` are pairs of labels (or of node indices).  Self loops and repeated edges are
+        ignored.  Disconnected graphs are admissible: the cap makes every distance finite.
+        """
+        labels = [_label(p) for p in postcodes]
+        index = {label: i for i, label in enumerate(labels)}
+        if len(index) != len(labels):
+            raise GraphError("postcodes must be unique")
+        n = len(labels)
+        pairs = []
+        for edge in edges:
+            u, v = edge
+            pairs.append((cls._edge_end(u, index, n), cls._edge_end(v, index, n)))
+        arr = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        indptr, indices = _csr_from_pairs(n, arr[:, 0], arr[:, 1])
+        return cls(labels, np.arange(n, dtype=np.int32), indptr, indices, prior)
+
+    @staticmethod
+    def _edge_end(end, index: dict, n: int) -> int:
+        if isinstance(end, (int, np.integer)) and not isinstance(end, bool):
+            if not 0 <= int(end) < n:
+                raise GraphError("edge refers to a node index out of range")
+            return int(end)
+        label = end if end in index else (try_normalise(end) if isinstance(end, str) else None)
+        if label not in index:
+            raise GraphError("edge refers to a postcode that is not a node")
+        return index[label]
+
+    def _check_structure(self) -> None:
+        n = len(self._postcodes)
+        loc = self.node_location
+        if loc.shape != (n,):
+            raise GraphError("node_location must have one entry per node")
+        n_loc = self.loc_indptr.size - 1
+        if n_loc < 1 or loc.min() < 0 or loc.max() >= n_loc:
+            raise GraphError("node_location refers to a location that does not exist")
+        # Canonical location order: numbered by first member, every location non-empty.
+        first = np.full(n_loc, n, dtype=np.int64)
+        np.minimum.at(first, loc, np.arange(n))
+        if np.any(first == n) or np.any(np.diff(first) <= 0):
+            raise GraphError("locations must be numbered in order of their first member")
+        ip, ix = self.loc_indptr, self.loc_indices
+        if ip[0] != 0 or np.any(np.diff(ip) < 0) or ip[-1] != ix.size:
+            raise GraphError("location adjacency is not a valid CSR structure")
+        if ix.size and (ix.min() < 0 or ix.max() >= n_loc):
+            raise GraphError("location adjacency refers to a location that does not exist")
+        rows = np.repeat(np.arange(n_loc), np.diff(ip))
+        if np.any(rows == ix):
+            raise GraphError("location adjacency has a self loop")
+        same_row = rows[1:] == rows[:-1]
+        if np.any(same_row & (ix[1:] <= ix[:-1])):
+            raise GraphError("location adjacency rows must be sorted and free of duplicates")
+        fwd = rows.astype(np.int64) * n_loc + ix
+        bwd = ix.astype(np.int64) * n_loc + rows
+        if not np.array_equal(np.sort(fwd), np.sort(bwd)):
+            raise GraphError("location adjacency must be symmetric")
+        if self.location_coordinates is not None and self.location_coordinates.shape != (n_loc, 2):
+            raise GraphError("coordinates must give (easting, northing) per location")
+
+    def _location_members(self) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(self.node_location, kind="stable").astype(np.int32)
+        counts = np.bincount(self.node_location, minlength=self.n_locations)
+        indptr = np.zeros(self.n_locations + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return indptr, order
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def canonical_sections(self) -> list[tuple[str, bytes]]:
+        """The byte sections the content hash covers, in order (docs/spec.md, "Graph hash")."""
+        labels = "\n".join(self._postcodes).encode("utf-8")
+        sections = [
+            ("postcodes", labels),
+            ("node_location", self.node_location.astype("<i4").tobytes()),
+            ("loc_indptr", self.loc_indptr.astype("<i8").tobytes()),
+            ("loc_indices", self.loc_indices.astype("<i4").tobytes()),
+            ("prior", self.prior.astype("<i8").tobytes()),
+        ]
+        if self.location_coordinates is not None:
+            sections.append(("coordinates", self.location_coordinates.astype("<f8").tobytes()))
+        sections.append(("params", json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode()))
+        return sections
+
+    def _content_hash(self) -> str:
+        h = hashlib.sha256()
+        h.update(GRAPH_HASH_DOMAIN)
+        for name, data in self.canonical_sections():
+            for part in (name.encode("ascii"), data):
+                h.update(len(part).to_bytes(8, "big"))
+                h.update(part)
+        return h.hexdigest()
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._postcodes)
+
+    def __contains__(self, postcode: object) -> bool:
+        return self.find(postcode) is not None
+
+    def __repr__(self) -> str:
+        return f"<Graph {len(self)} postcodes, {self.n_locations} locations, sha256={self.sha256[:12]}…>"
+
+    @property
+    def postcodes(self) -> list[str]:
+        return list(self._postcodes)
+
+    @property
+    def n_locations(self) -> int:
+        return self.loc_indptr.size - 1
+
+    @property
+    def n_location_edges(self) -> int:
+        return self.loc_indices.size // 2
+
+    def label(self, node: int) -> str:
+        return self._postcodes[node]
+
+    def find(self, postcode: object) -> int | None:
+        """Node index of a label or postcode (any case and spacing), or None."""
+        if isinstance(postcode, str):
+            i = self._index.get(postcode)
+            if i is None:
+                norm = try_normalise(postcode)
+                i = self._index.get(norm) if norm else None
+            return i
+        return None
+
+    def index_of(self, postcode: object) -> int:
+        i = self.find(postcode)
+        if i is None:
+            raise UnknownPostcodeError("postcode is not a node of this graph")
+        return i
+
+    def members(self, location: int) -> np.ndarray:
+        """Node indices at a location, ascending."""
+        return self._members[self._members_indptr[location]:self._members_indptr[location + 1]]
+
+    @property
+    def members_indptr(self) -> np.ndarray:
+        return self._members_indptr
+
+    @property
+    def members_flat(self) -> np.ndarray:
+        return self._members
+
+    def location_neighbours(self, location: int) -> np.ndarray:
+        return self.loc_indices[self.loc_indptr[location]:self.loc_indptr[location + 1]]
+
+    def neighbour_indices(self, node: int) -> list[int]:
+        loc = int(self.node_location[node])
+        out = [int(m) for m in self.members(loc) if m != node]
+        for nb in self.location_neighbours(loc):
+            out.extend(int(m) for m in self.members(int(nb)))
+        return sorted(out)
+
+    def neighbours(self, postcode: str) -> list[str]:
+        """Postcodes one hop away (co-located postcodes included), in node order."""
+        return [self._postcodes[i] for i in self.neighbour_indices(self.index_of(postcode))]
+
+    def coordinates(self, postcode: str) -> tuple[float, float]:
+        """(easting, northing) of a postcode's centroid, OSGB36 metres."""
+        if self.location_coordinates is None:
+            raise GraphError("this graph carries no coordinates")
+        e, n = self.location_coordinates[self.node_location[self.index_of(postcode)]]
+        return float(e), float(n)
+
+    def prior_of(self, postcode: str) -> int:
+        return int(self.prior[self.index_of(postcode)])
+
+    # -- persistence (implemented in graph/artefact.py) -----------------------------------------
+
+    def save(self, path) -> None:
+        from .artefact import save_graph
+
+        save_graph(self, path)
+
+    @classmethod
+    def load(cls, path) -> Graph:
+        from .artefact import load_graph
+
+        return load_graph(path)
