@@ -51,3 +51,7 @@ class UnknownPostcodeError(PostcodePrivacyError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the repr
         return str(self.args[0]) if self.args else "postcode not in graph"
+
+
+class TeleportWarning(UserWarning):
+    """An explicit radius leaves the teleport probability bound above its 1e-6 target."""

@@ -38,17 +38,8 @@ def node_shells(graph: Graph, source: int, max_hops: int) -> list[np.ndarray]:
     members of neighbouring locations; shell h >= 2 is the members of locations h hops away.
     Each shell is sorted by node index, the order the sampler uses within a shell.
     """
-    loc = int(graph.node_location[source])
-    locs = location_shells(graph, loc, max(max_hops, 1))
-    shells = [np.array([source], dtype=np.int64)]
-    if max_hops >= 1:
-        same = graph.members(loc)
-        first = [same[same != source]] + [graph.members(int(v)) for v in locs[1]]
-        shells.append(np.sort(np.concatenate(first).astype(np.int64)))
-    for h in range(2, max_hops + 1):
-        parts = [graph.members(int(v)) for v in locs[h]]
-        shells.append(np.sort(np.concatenate(parts).astype(np.int64)) if parts else np.zeros(0, np.int64))
-    return shells
+    shells = iter_node_shells(graph, source)
+    return [next(shells) for _ in range(max_hops + 1)]
 
 
 def hop_distances(graph: Graph, source: int, cap: int) -> np.ndarray:
@@ -59,3 +50,28 @@ def hop_distances(graph: Graph, source: int, cap: int) -> np.ndarray:
     if cap == 0:
         dist[:] = 0
     return dist
+
+
+def iter_node_shells(graph: Graph, source: int):
+    """Yield the node shells 0, 1, 2, ... from ``source`` lazily, then empty shells for ever.
+
+    The same shells as :func:`node_shells`, one breadth-first step at a time, so a caller can
+    stop exploring as soon as it has seen enough.
+    """
+    loc = int(graph.node_location[source])
+    yield np.array([source], dtype=np.int64)
+    seen = np.zeros(graph.n_locations, dtype=bool)
+    seen[loc] = True
+    frontier = np.array([loc], dtype=np.int64)
+    ip, ix = graph.loc_indptr, graph.loc_indices
+    same = graph.members(loc)
+    carry = same[same != source].astype(np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    while True:
+        if frontier.size:
+            nbrs = np.unique(np.concatenate([ix[ip[v]:ip[v + 1]] for v in frontier]).astype(np.int64))
+            frontier = nbrs[~seen[nbrs]]
+            seen[frontier] = True
+        parts = [carry] + [graph.members(int(v)) for v in frontier]
+        carry = empty
+        yield np.sort(np.concatenate(parts).astype(np.int64))

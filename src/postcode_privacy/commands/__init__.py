@@ -1,0 +1,3 @@
+"""One module per CLI sub-command, each registering itself on ``postcode_privacy.cli.cli``."""
+
+from . import example  # noqa: F401

@@ -1,0 +1,48 @@
+"""Reading and writing key files (the I/O half of ``mechanism.keys``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import KeyFileError
+from .mechanism.keys import Key
+
+ENV_VAR = "POSTCODE_PRIVACY_KEY"
+
+
+def write_key_file(key: Key, path: str | os.PathLike) -> None:
+    """Create ``path`` exclusively with owner-only permissions; never overwrite."""
+    data = key.to_file_bytes()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise KeyFileError("refusing to overwrite an existing key file") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot create key file: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        Path(path).unlink(missing_ok=True)
+        raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
+
+
+def read_key_file(path: str | os.PathLike) -> Key:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise KeyFileError("key file not found") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
+    return Key.from_file_bytes(data)
+
+
+def key_from_environment() -> Key | None:
+    """The key-file text held in $POSTCODE_PRIVACY_KEY, for pipelines; None if unset."""
+    text = os.environ.get(ENV_VAR)
+    if text is None:
+        return None
+    return Key.from_file_bytes(text.encode("ascii", errors="replace"))

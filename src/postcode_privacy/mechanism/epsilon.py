@@ -1,0 +1,84 @@
+"""Epsilon as an exact decimal.
+
+The value the mechanism guarantees is the shortest decimal the user's input denotes: the float
+``0.1`` means exactly 1/10 (its shortest round-trip repr), not the binary fraction nearest to it.
+That exact value drives the powers, is bound into every keyed draw, and is what reports print.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+from ..errors import InvalidParameterError
+
+MAX_EPSILON = Decimal(100)
+MAX_DIGITS = 30
+
+
+class Epsilon(Decimal):
+    """An exact positive decimal.  Compares equal to a float whose shortest repr is the same."""
+
+    def __eq__(self, other):
+        if isinstance(other, float):
+            try:
+                other = Decimal(repr(other))
+            except InvalidOperation:
+                return False
+        return Decimal.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = Decimal.__hash__
+
+    @property
+    def text(self) -> str:
+        """Canonical text: plain notation, no exponent, no trailing zeros (``"0.5"``, ``"2"``)."""
+        return canonical_text(self)
+
+    @property
+    def fraction(self) -> Fraction:
+        return Fraction(self)
+
+    def __repr__(self) -> str:
+        return f"Epsilon('{self.text}')"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def canonical_text(value: Decimal) -> str:
+    text = format(Decimal(value).normalize(), "f")
+    return text
+
+
+def parse_epsilon(value: object) -> Epsilon:
+    """Exact epsilon from a float, int, str or Decimal.
+
+    Postcondition: 0 < result <= 100, finite, at most 30 significant digits.
+    Rejects booleans, NaN, infinities, zero, negatives and text that is not a plain number.
+    """
+    if isinstance(value, bool):
+        raise InvalidParameterError("epsilon must be a number")
+    try:
+        if isinstance(value, float):
+            dec = Decimal(repr(value))
+        elif isinstance(value, (int, Decimal)):
+            dec = Decimal(value)
+        elif isinstance(value, str):
+            dec = Decimal(value.strip())
+        else:
+            raise InvalidParameterError("epsilon must be a number")
+    except (InvalidOperation, ValueError):
+        raise InvalidParameterError("epsilon must be a number") from None
+    if not dec.is_finite():
+        raise InvalidParameterError("epsilon must be finite")
+    if dec <= 0:
+        raise InvalidParameterError("epsilon must be greater than zero")
+    if dec > MAX_EPSILON:
+        raise InvalidParameterError("epsilon above 100 is not supported")
+    dec = dec.normalize()
+    if len(dec.as_tuple().digits) > MAX_DIGITS:
+        raise InvalidParameterError("epsilon may have at most 30 significant digits")
+    return Epsilon(dec)

@@ -1,0 +1,119 @@
+"""The mechanism: a graph, an exact epsilon and a radius, turning true postcodes into released ones."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import InvalidParameterError, TeleportWarning
+from ..graph.graph import Graph
+from ..graph.shells import hop_distances, iter_node_shells
+from ..version import OUTPUT_STABILITY_VERSION
+from .epsilon import Epsilon, parse_epsilon
+from .keys import Key
+from .powers import MAX_RADIUS, powers
+from .radius import TELEPORT_TARGET, default_radius, teleport_bound
+from .sampler import sample
+from .stream import StreamContext
+from .subject import canonical_subject_id
+
+
+class Mechanism:
+    """K(x)(y) proportional to prior(y) * P[min(d(x, y), R)], sampled exactly and keyed.
+
+    Satisfies epsilon * min(d, R)-privacy (docs/methods.md, "The guarantee") for the exact
+    decimal epsilon given, with no correction: the powers are rounded on the safe side.
+    """
+
+    def __init__(self, graph: Graph, epsilon, radius: int | None = None):
+        if not isinstance(graph, Graph):
+            raise TypeError("graph must be a postcode_privacy.Graph")
+        self.graph = graph
+        self.epsilon: Epsilon = parse_epsilon(epsilon)
+        min_prior = int(graph.prior.min())
+        if radius is None:
+            self.radius = default_radius(self.epsilon, min_prior, graph.total_prior)
+        else:
+            if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)):
+                raise InvalidParameterError("radius must be a whole number")
+            if not 1 <= int(radius) <= MAX_RADIUS:
+                raise InvalidParameterError("radius must be from 1 to 100000")
+            self.radius = int(radius)
+        self.powers: tuple[int, ...] = powers(self.epsilon, self.radius)
+        self.teleport_bound: Fraction = teleport_bound(
+            self.epsilon, self.radius, min_prior, graph.total_prior)
+        if radius is not None and self.teleport_bound > TELEPORT_TARGET:
+            warnings.warn(
+                f"radius {self.radius} gives a teleport probability bound of "
+                f"{float(self.teleport_bound):.3g}, above the 1e-06 target; "
+                f"the default radius at this epsilon is "
+                f"{default_radius(self.epsilon, min_prior, graph.total_prior)}",
+                TeleportWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        return f"<Mechanism epsilon={self.epsilon.text} radius={self.radius} graph={self.graph.sha256[:12]}…>"
+
+    # -- exact quantities, for verification and reports ------------------------------------------
+
+    def weights(self, postcode: str) -> list[int]:
+        """The exact integer weight pi(y) * P[min(d(x, y), R)] of every node y, in graph order."""
+        x = self.graph.index_of(postcode)
+        distance = hop_distances(self.graph, x, self.radius)
+        return [int(pi) * self.powers[int(d)] for pi, d in zip(self.graph.prior.tolist(), distance.tolist())]
+
+    def probabilities(self, postcode: str) -> list[Fraction]:
+        """K(x)(y) for every node y, as exact fractions (small graphs only)."""
+        w = self.weights(postcode)
+        total = sum(w)
+        return [Fraction(v, total) for v in w]
+
+    def teleport_probability(self, postcode: str) -> Fraction:
+        """Exact probability that the output is drawn from the tail (R hops or more away)."""
+        x = self.graph.index_of(postcode)
+        shells = iter_node_shells(self.graph, x)
+        inside, z = 0, 0
+        for h in range(self.radius):
+            mass = int(self.graph.prior[next(shells)].sum(dtype=np.int64))
+            inside += mass
+            z += self.powers[h] * mass
+        tail = self.powers[self.radius] * (self.graph.total_prior - inside)
+        return Fraction(tail, z + tail)
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def stream_context(self, key: Key) -> StreamContext:
+        if not isinstance(key, Key):
+            raise TypeError("key must be a postcode_privacy.Key")
+        return StreamContext(key, stability_version=OUTPUT_STABILITY_VERSION,
+                             graph_sha256=self.graph.sha256, epsilon_text=self.epsilon.text,
+                             radius=self.radius)
+
+    def _draw(self, context: StreamContext, subject_id, node: int, *, lazy: bool = True) -> int:
+        sid = canonical_subject_id(subject_id)
+        stream = context.for_subject(sid, self.graph.label(node))
+        g = self.graph
+        return sample(stream, iter_node_shells(g, node), g.prior, g.prior_cumsum, g.total_prior,
+                      self.powers, self.radius, lazy=lazy)
+
+    def perturb(self, key: Key, subject_id, postcode: str) -> str:
+        """The released postcode for this subject: deterministic given key and inputs."""
+        node = self.graph.index_of(postcode)
+        return self.graph.label(self._draw(self.stream_context(key), subject_id, node))
+
+    def perturb_many(self, key: Key, subject_ids: Iterable, postcodes: Iterable[str]) -> list[str]:
+        """``perturb`` for many records at once; same outputs, one stream context."""
+        ids, codes = list(subject_ids), list(postcodes)
+        if len(ids) != len(codes):
+            raise InvalidParameterError("subject_ids and postcodes differ in length")
+        context = self.stream_context(key)
+        nodes = [self.graph.index_of(p) for p in codes]
+        return [self.graph.label(self._draw(context, s, n)) for s, n in zip(ids, nodes)]
+
+    def perturb_reference(self, key: Key, subject_ids: Sequence, postcodes: Sequence[str]) -> list[str]:
+        """The straightforward full-ball sampler, kept as the reference for faster paths."""
+        context = self.stream_context(key)
+        return [self.graph.label(self._draw(context, s, self.graph.index_of(p), lazy=False))
+                for s, p in zip(subject_ids, postcodes)]

@@ -1,0 +1,106 @@
+"""The keyed stream: the only source of randomness in any output.
+
+Every draw is derived from HMAC-SHA256 under the secret key over an unambiguous encoding of
+everything that must be unchanged for a repeated release to be identical (docs/threat-model.md,
+"When repeated releases count as one"): a domain tag, the output-stability version, the graph's
+content hash, epsilon, the radius, the subject identifier and the normalised postcode.  Each
+use (the shell uniform, the within-shell draw, each tail attempt) reads its own sub-stream, so
+the bits one draw consumes never shift another.  Encoding: docs/spec.md, "Keyed stream".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from .keys import Key
+
+DOMAIN = b"postcode-privacy/draw/v1"
+BLOCK_BITS = 256
+
+
+def _field(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def _u64(value: int) -> bytes:
+    return _field(value.to_bytes(8, "big"))
+
+
+class StreamContext:
+    """The per-release part of the encoding, hashed once and copied per subject."""
+
+    def __init__(self, key: Key, *, stability_version: str, graph_sha256: str,
+                 epsilon_text: str, radius: int):
+        mac = hmac.new(key._material, digestmod=hashlib.sha256)
+        for part in (DOMAIN, stability_version.encode(), graph_sha256.encode(),
+                     epsilon_text.encode(), str(radius).encode()):
+            mac.update(_field(part))
+        self._mac = mac
+
+    def for_subject(self, subject_id: str, postcode: str) -> SubjectStream:
+        mac = self._mac.copy()
+        mac.update(_field(subject_id.encode("utf-8")))
+        mac.update(_field(postcode.encode("utf-8")))
+        return SubjectStream(mac)
+
+
+class SubjectStream:
+    """Sub-streams for one (subject, postcode): ``block(label, index, counter)``."""
+
+    __slots__ = ("_mac",)
+
+    def __init__(self, mac):
+        self._mac = mac
+
+    def block(self, label: bytes, index: int, counter: int) -> bytes:
+        mac = self._mac.copy()
+        mac.update(_field(label) + _u64(index) + _u64(counter))
+        return mac.digest()
+
+    def uniform_int(self, n: int, label: bytes, index: int = 0) -> int:
+        """Uniform integer in [0, n) without modulo bias (docs/spec.md, "Uniform integers").
+
+        Attempt c reads block c of the sub-stream and keeps its top k = bit_length(n - 1) bits;
+        the first value below n is returned.  Each attempt succeeds with probability > 1/2.
+        """
+        if n < 1:
+            raise ValueError("n must be positive")
+        if n == 1:
+            return 0
+        k = (n - 1).bit_length()
+        if k > BLOCK_BITS:
+            raise ValueError("n is too large for one block")
+        counter = 0
+        while True:
+            value = int.from_bytes(self.block(label, index, counter), "big") >> (BLOCK_BITS - k)
+            if value < n:
+                return value
+            counter += 1
+
+    def uniform_bits(self, label: bytes, blocks: int) -> int:
+        """The first ``blocks * 256`` bits of the uniform real U in [0, 1), as an integer."""
+        value = 0
+        for counter in range(blocks):
+            value = (value << BLOCK_BITS) | int.from_bytes(self.block(label, 0, counter), "big")
+        return value
+
+
+class LazyUniform:
+    """U in [0, 1) read lazily: known to lie in [u / 2**k, (u + 1) / 2**k)."""
+
+    __slots__ = ("_stream", "_label", "blocks", "u")
+
+    def __init__(self, stream: SubjectStream, label: bytes):
+        self._stream, self._label = stream, label
+        self.blocks = 1
+        self.u = stream.uniform_bits(label, 1)
+
+    @property
+    def bits(self) -> int:
+        return self.blocks * BLOCK_BITS
+
+    def refine(self) -> None:
+        block = self._stream.block(self._label, 0, self.blocks)
+        self.u = (self.u << BLOCK_BITS) | int.from_bytes(block, "big")
+        self.blocks += 1

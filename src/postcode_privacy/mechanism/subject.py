@@ -1,0 +1,39 @@
+"""The canonical string form of a subject identifier.
+
+The identifier is hashed into the keyed stream, so one person must map to one string whatever
+file carried them: the integer 42 from Parquet and the text " 42" from CSV both become ``"42"``.
+Rules (docs/spec.md, "Subject identifiers"):
+
+* integers (including numpy integers, and floats that hold an exact integer, as pandas makes of
+  an integer column with gaps) become their decimal text;
+* text is Unicode NFC-normalised and stripped of surrounding whitespace;
+* anything else (booleans, bytes, non-integral floats, missing values) is refused, and so is
+  text that is empty once stripped.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import unicodedata
+
+
+def canonical_subject_id(value: object) -> str:
+    """Canonical identifier text; raises ``ValueError`` (without echoing the value)."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError("missing or boolean identifier")
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        as_float = float(value)
+        if math.isnan(as_float):
+            raise ValueError("missing identifier")
+        if not math.isfinite(as_float) or as_float != math.floor(as_float):
+            raise ValueError("identifier is a non-integral number")
+        return str(int(as_float))
+    if isinstance(value, str):
+        text = unicodedata.normalize("NFC", value).strip()
+        if not text:
+            raise ValueError("blank identifier")
+        return text
+    raise ValueError("identifier has an unsupported type")

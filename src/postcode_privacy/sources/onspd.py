@@ -1,0 +1,221 @@
+"""Reader for the ONS Postcode Directory (ONSPD) and National Statistics Postcode Lookup (NSPL).
+
+Accepts the data CSV itself or the published zip, in both generations of column names (before
+and after the 2025 renaming: ``oseast1m``/``east1m``, ``osgrdind``/``gridind``, ``ctry``/
+``ctry25cd``, ``laua``/``oslaua``/``lad25cd``...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import zipfile
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SourceDataError
+from .table import PostcodeTable, build_table, file_sha256, normalise_postcodes
+
+__all__ = ["read_onspd", "irish_to_british_grid"]
+
+_CHUNK_ROWS = 250_000
+_NORTHERN_IRELAND = "N92000002"
+_CHANNEL_ISLANDS_ISLE_OF_MAN = {"L93000001", "M83000003"}
+_CI_IOM_AREAS = {"GY", "JE", "IM"}
+
+# Preference order within each role: the first name present in the header is used.
+_POSTCODE = [re.compile(p) for p in (r"pcds", r"pcd8", r"pcd7", r"pcd2?")]
+_EASTING = [re.compile(p) for p in (r"oseast1m", r"east1m")]
+_NORTHING = [re.compile(p) for p in (r"osnrth1m", r"north1m")]
+_GRID_QUALITY = [re.compile(p) for p in (r"osgrdind", r"gridind")]
+_TERMINATED = [re.compile(r"doterm")]
+_COUNTRY = [re.compile(r"ctry\d*(cd)?")]
+_DISTRICT = [re.compile(p) for p in (r"lad\d*cd", r"laua", r"oslaua")]
+
+_transformer = None
+
+
+def irish_to_british_grid(easting, northing) -> tuple[np.ndarray, np.ndarray]:
+    """Transform Irish Grid (TM75, EPSG:29903) metres to British National Grid (EPSG:27700)."""
+    global _transformer
+    if _transformer is None:
+        from pyproj import Transformer
+
+        _transformer = Transformer.from_crs(29903, 27700, always_xy=True)
+    x, y = _transformer.transform(np.asarray(easting, dtype="float64"),
+                                  np.asarray(northing, dtype="float64"))
+    x, y = np.atleast_1d(np.asarray(x, dtype="float64")), np.atleast_1d(np.asarray(y, dtype="float64"))
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise SourceDataError("Irish Grid to British National Grid transform failed")
+    return x, y
+
+
+def _pick(header: dict[str, str], patterns) -> str | None:
+    """Return the original header name matching the first pattern that matches any column."""
+    for pattern in patterns:
+        for lower, original in header.items():
+            if pattern.fullmatch(lower):
+                return original
+    return None
+
+
+def _data_member(archive: zipfile.ZipFile, label: str) -> str:
+    """The main data CSV in a published zip: the largest ``*_UK.csv``, else the largest CSV."""
+    csvs = [i for i in archive.infolist() if i.filename.lower().endswith(".csv") and not i.is_dir()]
+    if not csvs:
+        raise SourceDataError(f"{label}: no CSV file inside the zip")
+    uk = [i for i in csvs if i.filename.lower().endswith("_uk.csv")]
+    data = [i for i in uk if "data/" in i.filename.lower()] or uk or csvs
+    return max(data, key=lambda i: i.file_size).filename
+
+
+@contextlib.contextmanager
+def _open(path: str, member: str | None) -> Iterator:
+    if member is None:
+        with open(path, "rb") as handle:
+            yield handle
+    else:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as handle:
+            yield handle
+
+
+def _read_header(path: str, member: str | None, label: str) -> list[str]:
+    try:
+        with _open(path, member) as handle:
+            return list(pd.read_csv(handle, nrows=0, encoding="utf-8-sig").columns)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SourceDataError(f"{label}: cannot read the header row ({type(exc).__name__})") from None
+
+
+def _coordinates(chunk: pd.DataFrame, column: str, label: str) -> np.ndarray:
+    """Parse a coordinate column; blank means missing, anything else non-numeric is an error."""
+    text = chunk[column].str.strip()
+    values = pd.to_numeric(text.where(text != ""), errors="coerce").to_numpy(dtype="float64")
+    bad = np.isnan(values) & (text != "").to_numpy()
+    if bad.any():
+        line = int(chunk.index[np.argmax(bad)]) + 2  # +1 for the header, +1 for 1-based lines
+        raise SourceDataError(f"{label}: line {line}: column {column!r} is not a number")
+    return values
+
+
+def read_onspd(path: str | os.PathLike, gb_only: bool = False,
+               progress: bool = False) -> PostcodeTable:
+    """Read an ONSPD or NSPL CSV (or published zip) into a :class:`PostcodeTable`.
+
+    Keeps live postcodes with a grid reference.  Northern Ireland rows are moved from the
+    Irish Grid to the British National Grid, or dropped when ``gb_only``.  Channel Islands and
+    Isle of Man rows, grid quality 9 and blank coordinates are dropped and counted.
+    """
+    path = os.fspath(path)
+    label = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise SourceDataError(f"{label}: no such file")
+    member = None
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                member = _data_member(archive, label)
+        except zipfile.BadZipFile:
+            raise SourceDataError(f"{label}: not a readable zip file") from None
+        label = f"{label}:{member}"
+
+    columns = _read_header(path, member, label)
+    header = {c.strip().lower(): c for c in columns}
+    roles = {
+        "postcode": _pick(header, _POSTCODE), "easting": _pick(header, _EASTING),
+        "northing": _pick(header, _NORTHING), "grid_quality": _pick(header, _GRID_QUALITY),
+        "doterm": _pick(header, _TERMINATED), "country": _pick(header, _COUNTRY),
+        "laua": _pick(header, _DISTRICT),
+    }
+    missing = [r for r in ("postcode", "easting", "northing") if roles[r] is None]
+    if missing:
+        raise SourceDataError(f"{label}: not an ONSPD/NSPL file, no column for {', '.join(missing)}")
+    wanted = {role: col for role, col in roles.items() if col is not None}
+
+    reasons = ["malformed_postcode", "channel_islands_isle_of_man", "terminated",
+               "northern_ireland", "grid_quality_9", "no_grid_reference"]
+    dropped = dict.fromkeys(reasons, 0)
+    live, dead = [], []
+    with _open(path, member) as handle:
+        reader = pd.read_csv(handle, usecols=list(wanted.values()), dtype=str,
+                             keep_default_na=False, chunksize=_CHUNK_ROWS, encoding="utf-8-sig")
+        if progress:
+            from tqdm import tqdm
+
+            reader = tqdm(reader, desc=f"reading {os.path.basename(path)}", unit=" chunks")
+        try:
+            for chunk in reader:
+                kept, terminated = _filter_chunk(chunk.fillna(""), wanted, dropped, gb_only, label)
+                live.append(kept)
+                dead.append(terminated)
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            # pandas' own messages name line numbers, not field values.
+            raise SourceDataError(f"{label}: {exc}") from None
+
+    frame = pd.concat(live, ignore_index=True) if live else None
+    if frame is None or frame.empty:
+        frame = pd.DataFrame({"postcode": [], "easting": [], "northing": [], "laua": []})
+    terminated = pd.concat(dead, ignore_index=True) if dead else None
+    sources = [{"path": os.path.abspath(path), "sha256": file_sha256(path)}]
+    if member is not None:
+        sources[0]["member"] = member
+    kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
+    return build_table(frame, dropped=dropped, kind=kind, sources=sources,
+                       terminated=terminated, with_laua="laua" in wanted)
+
+
+def _filter_chunk(chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, int],
+                  gb_only: bool, label: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Classify one chunk; each dropped row is counted under exactly one reason."""
+    postcode = normalise_postcodes(chunk[cols["postcode"]].to_numpy())
+    easting = _coordinates(chunk, cols["easting"], label)
+    northing = _coordinates(chunk, cols["northing"], label)
+    area = pd.Series(postcode, dtype=object).str[:2].to_numpy()  # "BT", "GY"... never "B1"
+    country = chunk[cols["country"]].str.strip().str.upper().to_numpy() if "country" in cols else None
+
+    malformed = pd.isna(postcode)
+    offshore = np.isin(area, list(_CI_IOM_AREAS))
+    northern_ireland = area == "BT"
+    if country is not None:
+        offshore |= np.isin(country, list(_CHANNEL_ISLANDS_ISLE_OF_MAN))
+        northern_ireland |= country == _NORTHERN_IRELAND
+    terminated = (chunk[cols["doterm"]].str.strip() != "").to_numpy() if "doterm" in cols else False
+    quality_9 = ((chunk[cols["grid_quality"]].str.strip() == "9").to_numpy()
+                 if "grid_quality" in cols else np.zeros(len(chunk), dtype=bool))
+    # (0, 0) is the grid origin at sea: the published files use it for "no location".
+    no_grid = np.isnan(easting) | np.isnan(northing) | ((easting == 0) & (northing == 0))
+
+    remaining = np.ones(len(chunk), dtype=bool)
+    keep_terminated = np.zeros(len(chunk), dtype=bool)
+    for reason, mask in (("malformed_postcode", malformed),
+                         ("channel_islands_isle_of_man", offshore),
+                         ("terminated", terminated),
+                         ("northern_ireland", northern_ireland if gb_only else False),
+                         ("grid_quality_9", quality_9),
+                         ("no_grid_reference", no_grid)):
+        hit = remaining & mask
+        dropped[reason] += int(hit.sum())
+        if reason == "terminated":
+            keep_terminated = hit
+        remaining &= ~hit
+    # Terminated rows are kept aside only when located, and never outside the graph's area.
+    keep_terminated &= ~quality_9 & ~no_grid & ~(northern_ireland & gb_only)
+
+    easting, northing = easting.copy(), northing.copy()
+    convert = northern_ireland & ~no_grid & (remaining | keep_terminated)
+    if convert.any():
+        easting[convert], northing[convert] = irish_to_british_grid(easting[convert],
+                                                                    northing[convert])
+
+    kept = pd.DataFrame({"postcode": postcode[remaining], "easting": easting[remaining],
+                         "northing": northing[remaining]})
+    if "laua" in cols:
+        laua = chunk[cols["laua"]].str.strip().to_numpy(dtype=object)[remaining]
+        kept["laua"] = np.where(laua == "", None, laua)
+    dead = pd.DataFrame({"postcode": postcode[keep_terminated],
+                         "easting": easting[keep_terminated],
+                         "northing": northing[keep_terminated]})
+    return kept, dead

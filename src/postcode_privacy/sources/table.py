@@ -1,0 +1,138 @@
+"""The common result of every postcode source reader: a :class:`PostcodeTable`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .. import postcodes
+from ..postcodes import try_normalise
+
+__all__ = ["PostcodeTable", "file_sha256", "normalise_postcodes", "build_table",
+           "empty_terminated"]
+
+_CHUNK = 1 << 20
+
+
+def empty_terminated() -> pd.DataFrame:
+    """An empty ``terminated`` frame with the right columns and dtypes."""
+    return pd.DataFrame({"postcode": pd.Series(dtype=object),
+                         "easting": pd.Series(dtype="float64"),
+                         "northing": pd.Series(dtype="float64")})
+
+
+@dataclass(frozen=True)
+class PostcodeTable:
+    """Live postcodes with British National Grid coordinates, sorted and unique.
+
+    ``dropped`` counts rows left out by reason; ``terminated`` keeps terminated postcodes that
+    still have coordinates; ``sources`` records the path and SHA-256 of every file read.
+    """
+
+    postcodes: np.ndarray
+    easting: np.ndarray
+    northing: np.ndarray
+    laua: np.ndarray | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+    terminated: pd.DataFrame = field(default_factory=empty_terminated)
+    sources: list[dict[str, str]] = field(default_factory=list)
+    kind: str = ""
+
+    def __len__(self) -> int:
+        return len(self.postcodes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Columns postcode, easting, northing (and laua when known)."""
+        frame = pd.DataFrame({"postcode": self.postcodes, "easting": self.easting,
+                              "northing": self.northing})
+        if self.laua is not None:
+            frame["laua"] = self.laua
+        return frame
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, read in chunks so large files stay out of memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def normalise_postcodes(values) -> np.ndarray:
+    """Normalise each value as :func:`try_normalise` does; malformed ones become None.
+
+    Millions of rows are read at a time, so plain ASCII strings take a vectorised path using
+    the same pattern as ``try_normalise``; anything else (non-ASCII, tabs, non-strings) goes
+    through ``try_normalise`` itself, so the results are identical.
+    """
+    series = pd.Series(np.asarray(values, dtype=object), dtype=object)
+    out = np.full(len(series), None, dtype=object)
+    pattern = getattr(postcodes, "_POSTCODE", None)
+    simple = np.zeros(len(series), dtype=bool)
+    if pattern is not None and len(series):
+        text = series.astype("string[pyarrow]")
+        # Only letters, digits and spaces: here regex, upper-casing and whitespace agree
+        # between Python and Arrow, so the fast path cannot differ from try_normalise.
+        simple = text.str.fullmatch(r"[A-Za-z0-9 ]*").fillna(False).to_numpy(dtype=bool)
+        compact = text[simple].str.replace(" ", "", regex=False).str.upper()
+        valid = compact.str.fullmatch(pattern.pattern).to_numpy(dtype=bool)
+        joined = (compact.str[:-3] + " " + compact.str[-3:]).to_numpy(dtype=object)
+        out[np.flatnonzero(simple)[valid]] = joined[valid]
+    rest = np.flatnonzero(~simple)
+    out[rest] = [try_normalise(v) for v in series.to_numpy()[rest]]
+    return out
+
+
+def _as_object(values) -> np.ndarray:
+    # Source readers hand over pandas string columns; the table holds plain Python str/None.
+    out = np.asarray(values, dtype=object).copy()
+    out[pd.isna(out)] = None
+    return out
+
+
+def build_table(frame: pd.DataFrame, *, dropped: dict[str, int], kind: str,
+                sources: list[dict[str, str]], terminated: pd.DataFrame | None = None,
+                with_laua: bool = False) -> PostcodeTable:
+    """Sort and de-duplicate kept rows (first occurrence wins) and wrap them in a table.
+
+    ``frame`` has columns postcode (already normalised), easting, northing and optionally
+    laua, in file order.  Duplicates are counted under ``"duplicate"``.
+    """
+    dropped = dict(dropped)
+    codes = _as_object(frame["postcode"])
+    # A stable sort keeps file order among equal postcodes, so "first in the file" survives.
+    order = np.argsort(codes, kind="stable")
+    codes = codes[order]
+    repeat = np.zeros(len(codes), dtype=bool)
+    repeat[1:] = codes[1:] == codes[:-1]
+    dropped["duplicate"] = dropped.get("duplicate", 0) + int(repeat.sum())
+    order, codes = order[~repeat], codes[~repeat]
+    frame = frame.iloc[order]
+    laua = _as_object(frame["laua"]) if with_laua and "laua" in frame else None
+
+    if terminated is None or terminated.empty:
+        terminated = empty_terminated()
+    else:
+        # A postcode is either live or terminated: a live row wins over a terminated one.
+        terminated = terminated.loc[~terminated["postcode"].isin(frame["postcode"])]
+        terminated = terminated.drop_duplicates("postcode", keep="first")
+        terminated = terminated.sort_values("postcode", kind="stable").reset_index(drop=True)
+        terminated = pd.DataFrame({"postcode": _as_object(terminated["postcode"]),
+                                   "easting": terminated["easting"].astype("float64"),
+                                   "northing": terminated["northing"].astype("float64")})
+
+    return PostcodeTable(
+        postcodes=codes,
+        easting=frame["easting"].to_numpy(dtype="float64", copy=True),
+        northing=frame["northing"].to_numpy(dtype="float64", copy=True),
+        laua=laua,
+        dropped=dropped,
+        terminated=terminated,
+        sources=list(sources),
+        kind=kind,
+    )
