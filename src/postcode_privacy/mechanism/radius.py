@@ -12,8 +12,9 @@ The default R is the smallest radius whose bound is at most 1e-6.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal
 from fractions import Fraction
+from functools import lru_cache
 
 from ..errors import InvalidParameterError
 from .powers import MAX_RADIUS, Q_HAT_BITS, powers, q_hat_numerator
@@ -39,25 +40,33 @@ def _lower_bound_exceeds_target(a: int, radius: int, min_prior: int, outside: in
     return num * TELEPORT_TARGET.denominator > den * TELEPORT_TARGET.numerator
 
 
+@lru_cache(maxsize=256)
 def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
-    """Smallest R >= 1 whose teleport bound is at most 1e-6 (docs/spec.md, "Radius")."""
+    """Smallest R >= 1 whose teleport bound is at most 1e-6 (docs/spec.md, "Radius").
+
+    The search only needs a starting point below the answer.  A decimal estimate of
+    ln(M / (m * 1e-6)) / (epsilon / 2) gives one; the exact lower bound then proves that every
+    radius up to the start misses the target (or the start is lowered by bisection), and the
+    exact bound is evaluated upwards from there.  The estimate affects speed, never the result.
+    """
     outside = total_prior - min_prior
     if outside == 0:
         return 1  # a one-node graph (or all mass in one node): nothing to teleport to
     a = q_hat_numerator(Decimal(epsilon))
-    # Binary search for the last radius that the cheap exact lower bound already rules out.
-    lo, hi = 0, 1
-    while _lower_bound_exceeds_target(a, hi, min_prior, outside):
-        lo, hi = hi, hi * 2
-        if hi > MAX_RADIUS:
-            raise InvalidParameterError("epsilon is too small: the default radius exceeds 100000")
-    while hi - lo > 1:  # invariant: lo ruled out (or 0), hi not ruled out by the lower bound
-        mid = (lo + hi) // 2
-        if _lower_bound_exceeds_target(a, mid, min_prior, outside):
-            lo = mid
-        else:
-            hi = mid
-    radius = max(lo + 1, 1)
+    ctx = Context(prec=40)
+    estimate = ctx.divide(ctx.ln(Decimal(outside) * 10**6 / min_prior), Decimal(epsilon) / 2)
+    start = min(max(int(estimate) - 3, 0), MAX_RADIUS)
+    lo = start
+    if lo and not _lower_bound_exceeds_target(a, lo, min_prior, outside):
+        lo = 0  # the estimate overshot; find the last radius the lower bound rules out
+        hi = start
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _lower_bound_exceeds_target(a, mid, min_prior, outside):
+                lo = mid
+            else:
+                hi = mid
+    radius = lo + 1
     while teleport_bound(epsilon, radius, min_prior, total_prior) > TELEPORT_TARGET:
         radius += 1
         if radius > MAX_RADIUS:

@@ -1,0 +1,71 @@
+"""Keys: secret never shown, constant-time equality, a key-file format that cannot be confused."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import stat
+
+import pytest
+
+from postcode_privacy import Key, KeyFileError
+from postcode_privacy.keyfile import read_key_file, write_key_file
+
+
+def test_generate_gives_32_fresh_bytes():
+    a, b = Key.generate(), Key.generate()
+    assert a != b
+    assert len(a._material) == 32
+
+
+def test_short_keys_refused():
+    with pytest.raises(KeyFileError):
+        Key.from_bytes(b"x" * 31)
+    assert Key.from_bytes(b"x" * 32) == Key.from_bytes(b"x" * 32)
+
+
+def test_repr_shows_fingerprint_only():
+    key = Key.from_bytes(bytes(range(32)))
+    text = repr(key) + str(key)
+    assert key.fingerprint in text
+    assert bytes(range(32)).hex() not in text
+    assert len(key.fingerprint) == 16
+    assert "AAECAwQF" not in text  # base64 of the material
+
+
+def test_not_picklable():
+    with pytest.raises(TypeError):
+        pickle.dumps(Key.generate())
+
+
+def test_file_round_trip_exclusive_owner_only(tmp_path):
+    key = Key.generate()
+    path = tmp_path / "k.key"
+    write_key_file(key, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert read_key_file(path) == key
+    with pytest.raises(KeyFileError, match="overwrite"):
+        write_key_file(Key.generate(), path)
+    assert read_key_file(path) == key  # untouched
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda d: b"",
+    lambda d: d[: len(d) // 2],
+    lambda d: d.replace(b"v1", b"v2"),
+    lambda d: d.replace(d.split(b"\n")[1][6:10], b"AAAA"),
+    lambda d: d.split(b"\n")[1],
+    lambda d: bytes(range(32)).hex().encode(),
+    lambda d: b"\xff\xfe" + d,
+])
+def test_malformed_key_files_refused(tmp_path, mangle):
+    data = Key.from_bytes(bytes(range(32))).to_file_bytes()
+    path = tmp_path / "bad.key"
+    path.write_bytes(mangle(data))
+    with pytest.raises(KeyFileError):
+        read_key_file(path)
+
+
+def test_missing_key_file(tmp_path):
+    with pytest.raises(KeyFileError, match="not found"):
+        read_key_file(tmp_path / "nope")

@@ -1,0 +1,84 @@
+"""Exact powers and exact epsilon (docs/methods.md, "Rounding that cannot weaken the bound")."""
+
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from postcode_privacy import InvalidParameterError
+from postcode_privacy.mechanism.epsilon import parse_epsilon
+from postcode_privacy.mechanism.powers import (
+    TAIL_BITS,
+    exp_lower_bound,
+    powers,
+    q_hat,
+)
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from power_deviation import worst_deviation  # noqa: E402
+
+
+@pytest.mark.parametrize("eps", ["0.01", "0.3", "1", "2.5", "5", "37.5", "100"])
+def test_q_hat_is_an_upper_bound_and_tight(eps):
+    q = q_hat(Decimal(eps))
+    assert 2**256 % q.denominator == 0  # dyadic, on the 2^-256 grid
+    lower_exp = exp_lower_bound(Fraction(eps) / 2)  # <= e^(eps/2), so 1/lower >= q
+    assert q * lower_exp >= 1  # q_hat >= exp(-eps/2)
+    assert q * lower_exp < 1 + Fraction(1, 10**55)  # and within a few units in the 60th digit
+
+
+@pytest.mark.parametrize("eps", ["0.01", "0.5", "1", "5"])
+@pytest.mark.parametrize("radius", [1, 3, 57, 200])
+def test_scale_is_the_smallest_keeping_80_bits(eps, radius):
+    p = powers(Decimal(eps), radius)
+    assert p[0] & (p[0] - 1) == 0  # a power of two
+    assert p[-1] >= 2**TAIL_BITS
+    scale = p[0].bit_length() - 1
+    if scale > TAIL_BITS:
+        # One bit less and P_R would fall below 2^80.
+        a = q_hat(Decimal(eps)).numerator
+        smaller = [1 << (scale - 1)]
+        for _ in range(radius):
+            smaller.append(-((-a * smaller[-1]) >> 256))
+        assert smaller[-1] < 2**TAIL_BITS
+    assert all(p[j + 1] < p[j] for j in range(radius))
+
+
+def test_worst_relative_deviation_is_below_1e_18():
+    """Measured over eps in [0.01, 5] and R up to 200 (full grid: benchmarks/power_deviation.py)."""
+    eps = [Decimal(x) for x in ("0.01", "0.1", "1", "2.5", "5")]
+    deviation, *_ = worst_deviation(eps, (1, 60, 200))
+    assert 0 <= deviation < Decimal("1e-18")
+
+
+@pytest.mark.parametrize("given,text", [
+    (0.1, "0.1"), ("0.10", "0.1"), (1, "1"), (2.0, "2"), ("1e-2", "0.01"), (Decimal("0.25"), "0.25"),
+    (0.3, "0.3"), ("  1.5 ", "1.5"), (100, "100"),
+])
+def test_epsilon_is_the_shortest_decimal(given, text):
+    eps = parse_epsilon(given)
+    assert eps.text == text
+    assert eps.fraction == Fraction(text)
+
+
+def test_epsilon_float_comparison_is_exact_decimal():
+    assert parse_epsilon(0.1) == 0.1
+    assert parse_epsilon("0.1") == 0.1
+    assert parse_epsilon(0.1) != 0.2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, -0.5, float("nan"), float("inf"), "nan", "inf",
+                                 "-inf", "abc", "", "0x10", True, None, [1], "1e3", 100.5])
+def test_bad_epsilon_rejected(bad):
+    with pytest.raises(InvalidParameterError):
+        parse_epsilon(bad)
+
+
+@pytest.mark.parametrize("radius", [0, -1, 100_001, 1.5, "3", True])
+def test_bad_radius_rejected(radius):
+    with pytest.raises(InvalidParameterError):
+        powers(Decimal(1), radius)

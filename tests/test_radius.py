@@ -1,0 +1,65 @@
+"""Radius choice and teleport probability (docs/methods.md, "Choosing the radius")."""
+
+from __future__ import annotations
+
+import warnings
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from graphs import colocated, disconnected, path, spanning_prior
+
+from postcode_privacy import Mechanism
+from postcode_privacy.errors import TeleportWarning
+from postcode_privacy.graph.shells import hop_distances
+from postcode_privacy.mechanism.radius import TELEPORT_TARGET, default_radius, teleport_bound
+
+
+@pytest.mark.parametrize("eps", ["0.3", "0.5", "1", "2", "5"])
+@pytest.mark.parametrize("min_prior,total", [(1, 10), (1, 1_739_034), (3, 500), (1, 2**62 - 1)])
+def test_default_radius_is_the_smallest_meeting_the_target(eps, min_prior, total):
+    radius = default_radius(Decimal(eps), min_prior, total)
+    assert teleport_bound(Decimal(eps), radius, min_prior, total) <= TELEPORT_TARGET
+    for smaller in range(1, radius):  # brute force: every smaller radius misses
+        assert teleport_bound(Decimal(eps), smaller, min_prior, total) > TELEPORT_TARGET
+
+
+def test_national_default_radii():
+    """Uniform prior over the 1,739,034 live GB postcodes."""
+    got = {e: default_radius(Decimal(e), 1, 1_739_034) for e in ("0.5", "1", "2")}
+    # Independent estimate: R ~ ln(M / 1e-6) / (eps / 2), rounded up, within one of the rule.
+    import math
+    for e, r in got.items():
+        estimate = math.log((1_739_034 - 1) / 1e-6) / (float(e) / 2)
+        assert abs(r - math.ceil(estimate)) <= 1
+
+
+@pytest.mark.parametrize("factory", [lambda: path(9), lambda: disconnected(), lambda: colocated(spanning_prior(9, 2))])
+@pytest.mark.parametrize("eps,radius", [("0.5", 2), ("1", 3), ("2", 1)])
+def test_teleport_probability_is_exact_and_bounded(factory, eps, radius):
+    graph = factory()
+    m = Mechanism(graph, eps, radius=radius)
+    for x in graph.postcodes:
+        probs = m.probabilities(x)
+        dist = hop_distances(graph, graph.index_of(x), radius)
+        outside = sum((p for p, d in zip(probs, dist) if d >= radius), Fraction(0))
+        assert m.teleport_probability(x) == outside
+        assert m.teleport_probability(x) <= m.teleport_bound
+
+
+def test_explicit_radius_missing_the_target_warns_with_the_bound():
+    with pytest.warns(TeleportWarning, match="teleport probability bound"):
+        Mechanism(path(30), "1", radius=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = Mechanism(path(30), "1")  # the default never warns
+        Mechanism(path(30), "1", radius=m.radius)
+    assert m.teleport_bound <= TELEPORT_TARGET
+
+
+def test_default_radius_bound_uses_public_information_only():
+    """The bound depends on the prior's minimum and total, not on any record or postcode."""
+    a = Mechanism(path(10, [1] * 10), "1")
+    b = Mechanism(path(10, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]), "1")
+    assert a.radius == b.radius
+    assert a.radius == default_radius(Decimal(1), 1, 10)
