@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 from postcode_privacy.graph.shells import hop_distances
 from postcode_privacy.mechanism.powers import exp_lower_bound
 
 
-@lru_cache(maxsize=None)
+@cache
 def exp_bound(epsilon_text: str, h: int, scale: int = 1) -> Fraction:
     """A rational lower bound on exp(epsilon * h / scale), accurate to about 1e-120 relative."""
     return exp_lower_bound(Fraction(Decimal(epsilon_text)) * h / scale) if h else Fraction(1)

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import independent_impl
 import pytest
 
-import independent_impl
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.mechanism import mechanism as mechanism_module
 from postcode_privacy.version import OUTPUT_STABILITY_VERSION

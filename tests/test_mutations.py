@@ -24,7 +24,7 @@ real_powers = powers_module.powers
 def battery() -> list[Mechanism]:
     """Mechanisms the guarantee check is run on: the Methods counterexample and a few shapes."""
     out = [Mechanism(Graph.from_edges(["A", "B"], [("A", "B")], prior=[1, 2**62 - 1]), "0.3", radius=1)]
-    for name, factory, n in shapes(seed=11)[:4]:
+    for _name, factory, n in shapes(seed=11)[:4]:
         for epsilon in ("0.3", "1", "2.5"):
             out.append(Mechanism(factory(spanning_prior(n, 7)), epsilon, radius=3))
     out.append(Mechanism(path(6, [1, 2**61, 1, 1, 5, 1]), "0.7", radius=2))
