@@ -14,7 +14,6 @@ import io
 import os
 import re
 import zipfile
-from collections import defaultdict
 from collections.abc import Iterator
 
 import numpy as np
@@ -90,7 +89,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     # Without a district column only the first four are needed.  (A callable ``usecols``
     # would tolerate files lacking the column, but pandas misreads headerless files with it.)
     usecols = [0, 1, 2, 3] if district is None else None
-    numeric = defaultdict(lambda: str, {1: "float64", 2: "float64", 3: "float64"})
+    numeric = {0: object, 1: "float64", 2: "float64", 3: "float64"}
     try:
         frame = _parse(files, name, usecols, numeric)
     except ValueError:
@@ -101,13 +100,15 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         return pd.DataFrame(columns=["postcode", "quality", "easting", "northing"])
     if frame.shape[1] < 4:
         raise SourceDataError(f"{name}: expected at least 4 columns, found {frame.shape[1]}")
-    out = pd.DataFrame({"postcode": frame[0].to_numpy(dtype=object), "quality": frame[1],
+    # Plain object strings: pandas' default Arrow strings cost a conversion per file.
+    out = pd.DataFrame({"postcode": frame[0].astype(object), "quality": frame[1],
                         "easting": frame[2], "northing": frame[3]})
     if out[["quality", "easting", "northing"]].isna().to_numpy().any():
         _locate_bad_number(_parse(files, name, usecols, str), name)
     if district is not None and district in frame:
-        laua = frame[district].str.strip().to_numpy(dtype=object)
-        out["laua"] = np.where(laua == "", None, laua)
+        # An all-blank column comes back as float NaN, so no ``.str`` here.
+        out["laua"] = [v.strip() or None if isinstance(v, str) else None
+                       for v in frame[district].to_numpy(dtype=object)]
     return out
 
 
@@ -165,7 +166,8 @@ def read_codepoint(path: str | os.PathLike | None = None,
         files.close()
 
     frame = pd.concat(frames, ignore_index=True)
-    frame["postcode"] = normalise_postcodes(frame["postcode"].to_numpy())
+    frame["postcode"] = pd.Series(normalise_postcodes(frame["postcode"].to_numpy()),
+                                  index=frame.index, dtype=object)
     malformed = frame["postcode"].isna().to_numpy()
     no_location = ((frame["quality"] == _NO_LOCATION)
                    | ((frame["easting"] == 0) & (frame["northing"] == 0))).to_numpy()

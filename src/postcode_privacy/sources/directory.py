@@ -12,6 +12,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,17 @@ __all__ = ["read_bundled_directory", "bundled_laua", "bundled_terminated",
            "bundled_directory_sources"]
 
 _lock = threading.Lock()
-_frame: pd.DataFrame | None = None  # the loaded directory, indexed by postcode
+_cache: _Directory | None = None  # loaded once per process
+
+
+@dataclass(frozen=True)
+class _Directory:
+    postcode: np.ndarray  # normalised, sorted, unique (object array of str)
+    laua: np.ndarray  # object array, None where unknown
+    easting: np.ndarray
+    northing: np.ndarray
+    index: pd.Index  # postcode -> row, for joins
+    dropped: dict
 
 
 def _data_dir() -> str:
@@ -46,7 +57,7 @@ def bundled_directory_sources() -> list[dict[str, str]]:
     return [{"path": f, "sha256": file_sha256(f)} for f in _files()]
 
 
-def _read_letter(path: str) -> pd.DataFrame:
+def _read_letter(path: str) -> dict[str, np.ndarray]:
     import brotli
     import msgpack
 
@@ -55,70 +66,79 @@ def _read_letter(path: str) -> pd.DataFrame:
         with open(path, "rb") as handle:
             payload = msgpack.unpackb(brotli.decompress(handle.read()), raw=False)
         data = payload["data"]
-        return pd.DataFrame({
-            "postcode": np.asarray(data["pcd"], dtype=object),
-            "laua": np.asarray(data["laua"], dtype=object),
-            "easting": np.asarray(data["oseast1m"], dtype="float64"),
-            "northing": np.asarray(data["osnrth1m"], dtype="float64"),
-        })
+        return {"postcode": np.asarray(data["pcd"], dtype=object),
+                "laua": np.asarray(data["laua"], dtype=object),
+                "easting": np.asarray(data["oseast1m"], dtype="float64"),
+                "northing": np.asarray(data["osnrth1m"], dtype="float64")}
     except (brotli.error, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
         raise SourceDataError(f"{name}: not a readable postcode file ({type(exc).__name__})") from None
 
 
-def _load() -> pd.DataFrame:
-    global _frame
+def _northern_ireland(sorted_codes: np.ndarray) -> np.ndarray:
+    """Mask of BT postcodes; in sorted order they are one run, from "BT" up to "BU"."""
+    start, stop = np.searchsorted(sorted_codes, ["BT", "BU"])
+    mask = np.zeros(len(sorted_codes), dtype=bool)
+    mask[start:stop] = True
+    return mask
+
+
+def _load() -> _Directory:
+    global _cache
     with _lock:
-        if _frame is None:
-            frame = pd.concat([_read_letter(f) for f in _files()], ignore_index=True)
-            frame["postcode"] = normalise_postcodes(frame["postcode"].to_numpy())
-            malformed = frame["postcode"].isna().to_numpy()
+        if _cache is None:
+            parts = [_read_letter(f) for f in _files()]
+            cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+            codes = normalise_postcodes(cols["postcode"])
             # Old-style codes such as "NPT 0AD" are not postcodes in today's form.
-            frame = frame.loc[~malformed]
-            frame = frame.drop_duplicates("postcode", keep="first")
-            laua = frame["laua"].to_numpy(dtype=object)
-            frame["laua"] = np.where(pd.isna(laua) | (laua == ""), None, laua)
-            frame = frame.sort_values("postcode", kind="stable").reset_index(drop=True)
-            ni = (frame["postcode"].str.startswith("BT").to_numpy(dtype=bool)
-                  & frame["easting"].notna().to_numpy() & frame["northing"].notna().to_numpy())
+            ok = np.flatnonzero(~pd.isna(codes))
+            order = ok[np.argsort(codes[ok], kind="stable")]
+            codes = codes[order]
+            first = np.ones(len(codes), dtype=bool)
+            first[1:] = codes[1:] != codes[:-1]
+            order, codes = order[first], codes[first]
+            laua = cols["laua"][order]
+            laua[pd.isna(laua) | (laua == "")] = None
+            easting, northing = cols["easting"][order], cols["northing"][order]
+            ni = _northern_ireland(codes) & ~np.isnan(easting) & ~np.isnan(northing)
             if ni.any():
-                east, north = irish_to_british_grid(frame.loc[ni, "easting"],
-                                                    frame.loc[ni, "northing"])
-                frame.loc[ni, "easting"], frame.loc[ni, "northing"] = east, north
-            frame.attrs["dropped"] = {"malformed_postcode": int(malformed.sum())}
-            frame.index = pd.Index(frame["postcode"].to_numpy(dtype=object), name=None)
-            _frame = frame
-    return _frame
+                easting[ni], northing[ni] = irish_to_british_grid(easting[ni], northing[ni])
+            _cache = _Directory(codes, laua, easting, northing, pd.Index(codes, dtype=object),
+                                {"malformed_postcode": int(len(cols["postcode"]) - len(ok)),
+                                 "duplicate": int((~first).sum())})
+    return _cache
 
 
 def read_bundled_directory() -> pd.DataFrame:
     """The bundled directory: columns postcode, laua, easting, northing (BNG metres).
 
     Sorted by postcode; rows without coordinates have NaN.  Malformed postcodes are dropped
-    and counted in ``frame.attrs["dropped"]``.  Loaded once per process; this returns a copy.
+    and counted in ``frame.attrs["dropped"]``.  Loaded once per process; returns a new frame.
     """
-    return _load().reset_index(drop=True).copy()
+    data = _load()
+    frame = pd.DataFrame({"postcode": data.postcode, "laua": data.laua,
+                          "easting": data.easting.copy(), "northing": data.northing.copy()})
+    frame.attrs["dropped"] = dict(data.dropped)
+    return frame
 
 
 def _positions(postcodes: Iterable[str]) -> np.ndarray:
     """Row of each postcode in the directory, or -1; unnormalised inputs are normalised."""
-    frame = _load()
-    values = np.asarray(list(postcodes) if not isinstance(postcodes, np.ndarray) else postcodes,
+    index = _load().index
+    values = np.asarray(postcodes if isinstance(postcodes, np.ndarray) else list(postcodes),
                         dtype=object)
-    where = frame.index.get_indexer(values)
+    where = index.get_indexer(values)
     missing = np.flatnonzero(where < 0)
     if missing.size:
         retried = normalise_postcodes(values[missing])
-        found = frame.index.get_indexer(np.where(pd.isna(retried), "", retried).astype(object))
-        where[missing] = found
+        where[missing] = index.get_indexer(np.where(pd.isna(retried), "", retried))
     return where
 
 
 def bundled_laua(postcodes: Iterable[str]) -> np.ndarray:
     """Local authority code of each postcode from the bundled directory (None if unknown)."""
     where = _positions(postcodes)
-    codes = _load()["laua"].to_numpy(dtype=object)
     out = np.full(len(where), None, dtype=object)
-    out[where >= 0] = codes[where[where >= 0]]
+    out[where >= 0] = _load().laua[where[where >= 0]]
     return out
 
 
@@ -126,14 +146,12 @@ def bundled_terminated(live_postcodes: Iterable[str]) -> pd.DataFrame:
     """Located directory postcodes absent from ``live_postcodes``, Northern Ireland excluded.
 
     Every Code-Point Open postcode is in the directory, so against a Code-Point table these are
-    the terminated (or non-geographic) Great Britain postcodes.
+    the terminated (or non-geographic) Great Britain postcodes.  Sorted by postcode.
     """
-    frame = _load()
-    live = pd.Index(np.asarray(list(live_postcodes) if not isinstance(live_postcodes, np.ndarray)
-                               else live_postcodes, dtype=object))
-    located = frame["easting"].notna().to_numpy() & frame["northing"].notna().to_numpy()
-    keep = (located & ~frame.index.isin(live)
-            & ~frame["postcode"].str.startswith("BT").to_numpy(dtype=bool))
-    rows = frame.loc[keep, ["postcode", "easting", "northing"]].reset_index(drop=True)
-    rows["postcode"] = rows["postcode"].to_numpy(dtype=object)
-    return rows
+    data = _load()
+    where = _positions(live_postcodes)
+    keep = ~np.isnan(data.easting) & ~np.isnan(data.northing)
+    keep[where[where >= 0]] = False
+    keep &= ~_northern_ireland(data.postcode)
+    return pd.DataFrame({"postcode": data.postcode[keep], "easting": data.easting[keep],
+                         "northing": data.northing[keep]})

@@ -25,12 +25,13 @@ def empty_terminated() -> pd.DataFrame:
                          "northing": pd.Series(dtype="float64")})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq on arrays is ambiguous; identity is enough
 class PostcodeTable:
     """Live postcodes with British National Grid coordinates, sorted and unique.
 
     ``dropped`` counts rows left out by reason; ``terminated`` keeps terminated postcodes that
     still have coordinates; ``sources`` records the path and SHA-256 of every file read.
+    The arrays are read-only: copy them to modify.
     """
 
     postcodes: np.ndarray
@@ -126,10 +127,15 @@ def build_table(frame: pd.DataFrame, *, dropped: dict[str, int], kind: str,
                                    "easting": terminated["easting"].astype("float64"),
                                    "northing": terminated["northing"].astype("float64")})
 
+    easting = frame["easting"].to_numpy(dtype="float64", copy=True)
+    northing = frame["northing"].to_numpy(dtype="float64", copy=True)
+    for array in (codes, easting, northing, laua):
+        if array is not None:
+            array.flags.writeable = False
     return PostcodeTable(
         postcodes=codes,
-        easting=frame["easting"].to_numpy(dtype="float64", copy=True),
-        northing=frame["northing"].to_numpy(dtype="float64", copy=True),
+        easting=easting,
+        northing=northing,
         laua=laua,
         dropped=dropped,
         terminated=terminated,

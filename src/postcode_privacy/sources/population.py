@@ -1,0 +1,157 @@
+"""Census postcode population counts, used as the prior weight of each postcode.
+
+Three layouts are recognised from the header (case-insensitive):
+
+* Census 2021 (Nomis ``pcd_p001.csv``): one row per postcode and sex, with a count column;
+* Census 2011 (``Postcode,Total,Males,Females,Occupied_Households``): the ``Total`` column;
+* plain ``postcode,population``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SourceDataError
+from .table import normalise_postcodes
+
+__all__ = ["read_population", "apply_population"]
+
+_COUNT = re.compile(r"\d+")
+
+
+def _postcode_column(names: list[str]) -> int | None:
+    """Index of the postcode column; a column named like a postcode beats a geography one."""
+    rules = (lambda n: "postcode" in n,
+             lambda n: n == "geography code",
+             lambda n: re.fullmatch(r"pcd\w*", n) is not None,
+             lambda n: n == "geography")
+    for rule in rules:
+        for i, name in enumerate(names):
+            if rule(name):
+                return i
+    return None
+
+
+def _count_column(names: list[str], candidates: list[int]) -> int | None:
+    """An exact count/observation/value name first, then one containing those words."""
+    words = ("count", "observation", "value")
+    for test in (lambda n: n in words,
+                 lambda n: any(w in n for w in words) and "status" not in n):
+        found = next((i for i in candidates if test(names[i])), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _layout(names: list[str], label: str) -> tuple[int, int, int | None]:
+    """Return (postcode column, count column, sex column or None)."""
+    postcode = _postcode_column(names)
+    if postcode is None:
+        raise SourceDataError(f"{label}: no postcode column among {names}")
+    others = [i for i in range(len(names)) if i != postcode]
+    sex = next((i for i in others if "sex" in names[i]), None)
+    count = _count_column(names, others)
+    if sex is not None and count is not None:
+        return postcode, count, sex
+    total = next((i for i in others if names[i] == "total"), None)
+    if total is not None:
+        return postcode, total, None
+    single = next((i for i in others if names[i] == "population"), None)
+    if single is None and len(names) == 2:
+        single = others[0]
+    if single is None:
+        raise SourceDataError(f"{label}: unrecognised population layout, columns {names}")
+    return postcode, single, None
+
+
+def _first_bad_line(bad: np.ndarray) -> int:
+    return int(np.argmax(bad)) + 2  # +1 for the header row, +1 for 1-based line numbers
+
+
+def read_population(path: str | os.PathLike) -> dict[str, int]:
+    """Read a postcode population file into {normalised postcode: count}.
+
+    In the long (per-sex) layout, the sexes are summed; a total row ("All persons", code 0)
+    is used only for a postcode that has no per-sex rows, so nothing is counted twice.
+    """
+    path = os.fspath(path)
+    label = os.path.basename(path)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise SourceDataError(f"{label}: no such file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SourceDataError(f"{label}: {exc}") from None
+    names = [str(c).strip().lower() for c in frame.columns]
+    pc_col, count_col, sex_col = _layout(names, label)
+    frame = frame.fillna("")  # short rows leave NaN even with keep_default_na=False
+
+    postcodes = normalise_postcodes(frame.iloc[:, pc_col].to_numpy())
+    bad = pd.isna(postcodes)
+    if bad.any():
+        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: not a postcode in form")
+    text = frame.iloc[:, count_col].str.strip()
+    bad = ~text.str.fullmatch(_COUNT.pattern).to_numpy(dtype=bool)
+    if bad.any():
+        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: "
+                              f"{names[count_col]!r} is not a non-negative integer")
+    try:
+        counts = text.astype("int64").to_numpy()
+    except (OverflowError, ValueError):
+        raise SourceDataError(f"{label}: {names[count_col]!r} has a count too large") from None
+
+    if sex_col is None:
+        duplicated = pd.Series(postcodes).duplicated().to_numpy()
+        if duplicated.any():
+            raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: "
+                                  "postcode repeated")
+        return dict(zip(postcodes.tolist(), counts.tolist(), strict=True))
+
+    sex = frame.iloc[:, sex_col].str.strip()
+    if (sex == "").any():
+        raise SourceDataError(f"{label}: line {_first_bad_line((sex == '').to_numpy())}: "
+                              f"{names[sex_col]!r} is empty")
+    pairs = pd.DataFrame({"postcode": postcodes, "sex": sex.to_numpy(dtype=object)})
+    duplicated = pairs.duplicated().to_numpy()
+    if duplicated.any():
+        raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: "
+                              "postcode and sex repeated")
+    lowered = sex.str.lower()
+    is_total = ((sex == "0") | lowered.str.startswith("all") | (lowered == "total")).to_numpy()
+    table = pd.DataFrame({"postcode": postcodes, "count": counts, "total": is_total})
+    parts = table.loc[~table["total"]].groupby("postcode", sort=False)["count"].sum()
+    totals = table.loc[table["total"]].groupby("postcode", sort=False)["count"].sum()
+    result = totals.to_dict()
+    result.update(parts.to_dict())  # per-sex sums win over a total row
+    return {str(k): int(v) for k, v in result.items()}
+
+
+def apply_population(postcodes: Iterable[str],
+                     population: dict[str, int]) -> tuple[np.ndarray, dict[str, int]]:
+    """Prior weight per postcode: its population when at least 1, otherwise 1.
+
+    The floor of 1 keeps every postcode releasable (the guarantee needs a positive prior).
+    ``population_total`` sums the counts of the given postcodes as found in the file.
+    """
+    postcodes = list(postcodes)
+    raw = np.fromiter((population.get(p, 0) for p in postcodes), dtype=np.int64,
+                      count=len(postcodes))
+    if (raw < 0).any():
+        raise SourceDataError("population counts must be non-negative")
+    present = raw >= 1
+    prior = np.where(present, raw, 1).astype(np.int64)
+    known = set(postcodes)
+    missing = [p for p in population if p not in known]
+    coverage = {
+        "postcodes_with_population": int(present.sum()),
+        "postcodes_floored_to_1": int((~present).sum()),
+        "population_total": int(raw.sum()),
+        "file_postcodes_not_in_graph": len(missing),
+        "population_not_in_graph": int(sum(population[p] for p in missing)),
+    }
+    return prior, coverage
