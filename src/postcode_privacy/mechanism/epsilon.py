@@ -13,6 +13,7 @@ from fractions import Fraction
 from ..errors import InvalidParameterError
 
 MAX_EPSILON = Decimal(100)
+MIN_EPSILON = Decimal("0.0001")  # keeps q_hat < 1 with a wide margin, and radii finite
 MAX_DIGITS = 30
 
 
@@ -56,7 +57,7 @@ def canonical_text(value: Decimal) -> str:
 def parse_epsilon(value: object) -> Epsilon:
     """Exact epsilon from a float, int, str or Decimal.
 
-    Postcondition: 0 < result <= 100, finite, at most 30 significant digits.
+    Postcondition: 0.0001 <= result <= 100, finite, at most 30 significant digits.
     Rejects booleans, NaN, infinities, zero, negatives and text that is not a plain number.
     """
     if isinstance(value, bool):
@@ -76,6 +77,8 @@ def parse_epsilon(value: object) -> Epsilon:
         raise InvalidParameterError("epsilon must be finite")
     if dec <= 0:
         raise InvalidParameterError("epsilon must be greater than zero")
+    if dec < MIN_EPSILON:
+        raise InvalidParameterError("epsilon below 0.0001 is not supported")
     if dec > MAX_EPSILON:
         raise InvalidParameterError("epsilon above 100 is not supported")
     dec = dec.normalize()

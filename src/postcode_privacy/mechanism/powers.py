@@ -65,6 +65,8 @@ def q_hat_numerator(epsilon: Decimal) -> int:
     lower_exp = exp_lower_bound(Fraction(half))
     if Fraction(numerator, 2**Q_HAT_BITS) * lower_exp < 1:
         raise ArithmeticError("q_hat is not an upper bound on exp(-epsilon/2)")
+    if numerator >= 2**Q_HAT_BITS:  # P must strictly decrease; epsilon >= 0.0001 guarantees it
+        raise InvalidParameterError("epsilon is too small for the integer powers")
     return numerator
 
 

@@ -1,0 +1,30 @@
+"""MkDocs hook: let the mirrored changelog keep links written from the repository root.
+
+``docs/changelog.md`` is a symbolic link to ``CHANGELOG.md``, which sits at the top of the
+repository and so naturally links to pages as ``docs/methods.md``.  Inside the site that page
+lives in ``docs/`` itself, so those targets are rewritten to ``methods.md`` before MkDocs
+resolves and validates links.  No other page is touched.
+"""
+
+from __future__ import annotations
+
+import re
+
+CHANGELOG = "changelog.md"
+
+# An inline Markdown link or image target that starts with "docs/" (optionally "./docs/").
+_REPO_ROOT_LINK = re.compile(r"(\]\()(?:\./)?docs/")
+# A reference-style definition: "[label]: docs/page.md".
+_REPO_ROOT_REFERENCE = re.compile(r"^(\s{0,3}\[[^\]]+\]:\s*)(?:\./)?docs/", re.MULTILINE)
+
+
+def rewrite_changelog_links(markdown: str) -> str:
+    """``docs/x.md`` link targets become ``x.md``; everything else is unchanged."""
+    markdown = _REPO_ROOT_LINK.sub(r"\1", markdown)
+    return _REPO_ROOT_REFERENCE.sub(r"\1", markdown)
+
+
+def on_page_markdown(markdown, page, config, files):
+    if page.file.src_uri == CHANGELOG:
+        return rewrite_changelog_links(markdown)
+    return markdown

@@ -1,0 +1,222 @@
+"""The documentation site: it builds strictly, its CLI reference is current, its links resolve.
+
+Also checks the contract between code and docs: every section of methods.md or threat-model.md
+that the library or its tests cite by name, as (docs/methods.md, "Section"), is a heading there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from markdown.extensions.toc import slugify
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SRC = ROOT / "src" / "postcode_privacy"
+
+FENCE = re.compile(r"^(```|~~~)")
+INLINE_CODE = re.compile(r"(`+).+?\1")
+INLINE_LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, ...
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _prose_lines(text: str, *, blank_code_spans: bool = True):
+    """(line number, line) outside fenced code blocks, inline code spans blanked by default."""
+    in_fence = None
+    for number, line in enumerate(text.splitlines(), 1):
+        marker = FENCE.match(line.lstrip())
+        if marker:
+            if in_fence is None:
+                in_fence = marker.group(1)
+            elif marker.group(1) == in_fence:
+                in_fence = None
+            continue
+        if in_fence is None:
+            yield number, INLINE_CODE.sub("", line) if blank_code_spans else line
+
+
+def _anchors(path: Path) -> set[str]:
+    """The ids the toc extension gives the headings of a page (duplicates get _1, _2, ...)."""
+    seen: dict[str, int] = {}
+    ids = set()
+    for _, line in _prose_lines(path.read_text(encoding="utf-8"), blank_code_spans=False):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        text = re.sub(r"[`*_]", "", match.group(2))
+        base = slugify(text, "-")
+        if base in seen:
+            seen[base] += 1
+            ids.add(f"{base}_{seen[base]}")
+        else:
+            seen[base] = 0
+            ids.add(base)
+    return ids
+
+
+def _headings(path: Path) -> set[str]:
+    text = path.read_text(encoding="utf-8")
+    found = set()
+    for _, line in _prose_lines(text, blank_code_spans=False):
+        match = HEADING.match(line)
+        if match:
+            found.add(match.group(2).strip())
+    return found
+
+
+def _links(path: Path):
+    for number, line in _prose_lines(path.read_text(encoding="utf-8")):
+        for match in INLINE_LINK.finditer(line):
+            yield number, match.group(1)
+        ref = REFERENCE_DEF.match(line)
+        if ref:
+            yield number, ref.group(1)
+
+
+def _pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def test_mkdocs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+         str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    for page in ("index", "methods", "threat-model", "how-it-works", "getting-started", "cli",
+                 "changelog"):
+        assert (site / f"{page}.html").is_file(), page
+    # The changelog page is the repository's CHANGELOG.md, not a copy that can fall behind.
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    first_heading = next(line for line in changelog.splitlines() if line.startswith("## "))
+    title = first_heading.lstrip("# ").strip()
+    html = (site / "changelog.html").read_text(encoding="utf-8")
+    assert title.split()[0] in html
+
+
+def test_changelog_page_mirrors_changelog():
+    assert (DOCS / "changelog.md").resolve() == (ROOT / "CHANGELOG.md").resolve()
+
+
+def test_changelog_link_rewrite():
+    hooks = _load(DOCS / "hooks.py", "docs_hooks")
+    text = ("See [the model](docs/threat-model.md#keys) and [spec](./docs/spec.md), "
+            "[site](https://example.org/docs/x.md).\n[ref]: docs/methods.md\n")
+    assert hooks.rewrite_changelog_links(text) == (
+        "See [the model](threat-model.md#keys) and [spec](spec.md), "
+        "[site](https://example.org/docs/x.md).\n[ref]: methods.md\n")
+
+
+def test_cli_reference_is_current():
+    generator = _load(DOCS / "gen_cli_reference.py", "gen_cli_reference")
+    assert (DOCS / "cli.md").read_text(encoding="utf-8") == generator.generate(), (
+        "docs/cli.md is stale: run python docs/gen_cli_reference.py")
+
+
+def _all_commands(command: click.Command, path: str):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            if not sub.hidden:
+                yield from _all_commands(sub, f"{path} {name}")
+
+
+def test_cli_reference_lists_every_command_and_option():
+    from postcode_privacy.cli import cli
+
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    sections = re.split(r"^#{2,6} ", text, flags=re.MULTILINE)
+    by_title = {s.split("\n", 1)[0].strip().strip("`"): s for s in sections}
+    commands = list(_all_commands(cli, "postcode-privacy"))
+    assert len(commands) >= 2
+    for path, command in commands:
+        assert path in by_title, f"no section for {path}"
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                for opt in param.opts:
+                    assert opt in by_title[path], f"{path}: {opt} missing"
+            elif isinstance(param, click.Argument):
+                shown = param.metavar or param.name.upper()
+                assert f"`{shown}" in by_title[path], f"{path}: argument {param.name}"
+
+
+def test_every_relative_link_resolves():
+    problems = []
+    for page in _pages():
+        base = Path(os.path.realpath(page)).parent  # the changelog resolves from the repo root
+        for number, target in _links(page):
+            if EXTERNAL.match(target):
+                continue
+            where = f"{page.relative_to(DOCS)}:{number}: {target}"
+            if target.startswith("/"):
+                problems.append(f"{where} (absolute path)")
+                continue
+            file_part, _, anchor = target.partition("#")
+            resolved = (base / file_part).resolve() if file_part else Path(os.path.realpath(page))
+            if not resolved.exists():
+                problems.append(f"{where} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                problems.append(f"{where} (no such heading)")
+    assert not problems, "\n".join(problems)
+
+
+def test_link_checker_sees_broken_links(tmp_path):
+    """The checker's parsing finds inline, image and reference links, and ignores code."""
+    page = tmp_path / "p.md"
+    page.write_text("# Title\n\n[a](x.md) ![b](img.png \"t\") `[c](code.md)`\n\n```\n[d](e.md)\n```\n"
+                    "[ref]: y.md#z\n", encoding="utf-8")
+    assert [t for _, t in _links(page)] == ["x.md", "img.png", "y.md#z"]
+    assert _anchors(page) == {"title"}
+    page.write_text("# `code` title\n\n## Same\n\n## Same\n", encoding="utf-8")
+    assert _anchors(page) == {"code-title", "same", "same_1"}
+
+
+# Section names the code cites, e.g. (docs/methods.md, "Choosing the radius").
+CITATION = re.compile(r"docs/(methods|threat-model|spec|graph|limitations|release)\.md,?\s*(?:section\s+)?\"([^\"]+)\"")
+
+
+def _citations():
+    sources = sorted(SRC.rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+    for path in sources:
+        if path.name == "test_docs.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        joined = re.sub(r"\n\s*#?\s*", " ", text)  # join wrapped docstrings and comments
+        for match in CITATION.finditer(joined):
+            yield path.relative_to(ROOT), f"{match.group(1)}.md", " ".join(match.group(2).split())
+
+
+def test_sections_cited_by_the_code_exist():
+    citations = list(_citations())
+    cited_pages = {page for _, page, _ in citations}
+    assert {"methods.md", "threat-model.md", "spec.md"} <= cited_pages
+    missing = [f"{src} cites {page} \"{section}\""
+               for src, page, section in citations
+               if section not in _headings(DOCS / page)]
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("page", ["index.md", "how-it-works.md"])
+def test_data_sources_are_credited(page):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    for phrase in ("Crown copyright and database right", "Ordnance Survey",
+                   "Open Government Licence", "ONS Postcode Directory", "Royal Mail"):
+        assert phrase in text, f"{page} does not credit {phrase}"
