@@ -239,7 +239,9 @@ def _cut_and_restore(n_loc, lo, hi, lengths, max_edge_m):
         cut_idx, ca, cb = cut_idx[first], ca[first], cb[first]
         restored = _kruskal(n_comp, cut_idx, ca, cb)
         keep[restored] = True
-    n_after, _ = _components(n_loc, lo[keep], hi[keep])
+    # Each restored edge joins two different components of what is left after the cut, so
+    # the result is connected exactly when n_comp - 1 of them were found.
+    n_after = n_comp - restored.size
     if n_after != 1:
         raise GraphError(
             f"the graph has {n_after} connected components after restoring cut edges; "

@@ -36,6 +36,7 @@ from ..postcodes import try_normalise
 
 GRAPH_HASH_DOMAIN = b"postcode-privacy/graph/v1"
 MAX_TOTAL_PRIOR = 2**62
+_SEARCHES_BEFORE_INDEX = 10_000  # label lookups by binary search on a loaded graph
 
 
 def _label(text: object) -> str:
@@ -54,6 +55,8 @@ def validate_prior(prior: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     total is checked in floating point *before* any integer sum, since an int64 sum of an
     oversized prior would already have wrapped.
     """
+    if isinstance(prior, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in prior):
+        raise InvalidParameterError("every prior value must be an integer")
     arr = np.asarray(prior)
     if arr.shape != (n,):
         raise InvalidParameterError(f"prior has {arr.size} values for {n} nodes")
@@ -82,6 +85,11 @@ def validate_prior(prior: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     if sum(int(v) for v in out.tolist()) > MAX_TOTAL_PRIOR:  # exact, now that it cannot wrap
         raise InvalidParameterError("total prior exceeds 2**62")
     return out
+
+
+def _le_bytes(arr: np.ndarray, dtype: str) -> bytes:
+    """The array's bytes in the given little-endian dtype (one copy, none if already so)."""
+    return np.ascontiguousarray(arr, dtype=dtype).tobytes()
 
 
 def _csr_from_pairs(n: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,8 +129,12 @@ class Graph:
         index = {label: i for i, label in enumerate(labels)}
         if len(index) != n:
             raise GraphError("postcodes must be unique")
-        self._postcodes = labels
-        self._index = index
+        self._n = n
+        self._labels: list[str] | None = labels
+        self._label_index: dict[str, int] | None = index
+        self._label_bytes: np.ndarray | None = None
+        self._sorted_label_bytes = False
+        self._label_searches = 0
         self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
         self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
         self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
@@ -171,8 +183,82 @@ class Graph:
             raise GraphError("edge refers to a postcode that is not a node")
         return index[label]
 
-    def _check_structure(self) -> None:
-        n = len(self._postcodes)
+    @classmethod
+    def _from_verified_arrays(
+        cls,
+        label_bytes: np.ndarray,
+        node_location: np.ndarray,
+        loc_indptr: np.ndarray,
+        loc_indices: np.ndarray,
+        prior: np.ndarray,
+        coordinates: np.ndarray | None,
+        params: dict,
+        provenance: dict,
+    ) -> Graph:
+        """Fast construction for a graph read back from an artefact (graph/artefact.py).
+
+        ``label_bytes`` holds the labels UTF-8 encoded in a fixed-width ``S`` array (no label
+        contains a NUL).  The labels stay in that array until first asked for: the list and the
+        label index are built lazily, so loading the national graph costs no per-label Python
+        objects.  Every structural check runs except the O(E log E) symmetry comparison, which
+        is replaced by an in-degree/out-degree count; label uniqueness is checked by strict
+        order when the labels are sorted (as built graphs are), else through the index.
+
+        Precondition: the caller compares ``_content_hash()`` with the hash recorded when the
+        graph was built (and fully validated), and sets ``sha256`` only if they agree.
+        """
+        self = cls.__new__(cls)
+        if label_bytes.ndim != 1 or label_bytes.dtype.kind != "S" or label_bytes.size == 0:
+            raise GraphError("node labels must be a non-empty fixed-width byte array")
+        self._n = int(label_bytes.size)
+        self._labels = None
+        self._label_index = None
+        self._label_bytes = label_bytes
+        self._label_searches = 0
+        self._sorted_label_bytes = bool(self._n == 1 or np.all(label_bytes[1:] > label_bytes[:-1]))
+        if not self._sorted_label_bytes and len(self._index) != self._n:
+            raise GraphError("postcodes must be unique")
+        self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
+        self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
+        self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
+        prior = np.asarray(prior)
+        # validate_prior's exact total is a Python loop over every value.  For int64 values
+        # >= 1 the float64 total is within a relative (n + 1) * 2**-53 of the exact one, so a
+        # float total of at most 2**61 proves the exact total is below 2**62.
+        if (prior.dtype == np.int64 and prior.shape == (self._n,) and prior.min() >= 1
+                and float(prior.sum(dtype=np.float64)) <= 2.0**61):
+            self.prior = prior
+        else:
+            self.prior = validate_prior(prior, self._n)
+        self.location_coordinates = (
+            None if coordinates is None else np.ascontiguousarray(coordinates, dtype=np.float64)
+        )
+        self.params = dict(params)
+        self.provenance = dict(provenance)
+        self._check_structure(full=False)
+        self._members_indptr, self._members = self._location_members()
+        self.total_prior = int(self.prior.sum(dtype=np.int64))
+        self.prior_cumsum = np.cumsum(self.prior, dtype=np.int64)
+        self.sha256 = None
+        return self
+
+    @property
+    def _postcodes(self) -> list[str]:
+        if self._labels is None:
+            self._labels = [b.decode("utf-8") for b in self._label_bytes.tolist()]
+        return self._labels
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._label_index is None:
+            index = {label: i for i, label in enumerate(self._postcodes)}
+            if len(index) != self._n:
+                raise GraphError("postcodes must be unique")
+            self._label_index = index
+        return self._label_index
+
+    def _check_structure(self, full: bool = True) -> None:
+        n = self._n
         loc = self.node_location
         if loc.shape != (n,):
             raise GraphError("node_location must have one entry per node")
@@ -189,15 +275,19 @@ class Graph:
             raise GraphError("location adjacency is not a valid CSR structure")
         if ix.size and (ix.min() < 0 or ix.max() >= n_loc):
             raise GraphError("location adjacency refers to a location that does not exist")
-        rows = np.repeat(np.arange(n_loc), np.diff(ip))
+        rows = np.repeat(np.arange(n_loc, dtype=np.int32), np.diff(ip))
         if np.any(rows == ix):
             raise GraphError("location adjacency has a self loop")
         same_row = rows[1:] == rows[:-1]
         if np.any(same_row & (ix[1:] <= ix[:-1])):
             raise GraphError("location adjacency rows must be sorted and free of duplicates")
-        fwd = rows.astype(np.int64) * n_loc + ix
-        bwd = ix.astype(np.int64) * n_loc + rows
-        if not np.array_equal(np.sort(fwd), np.sort(bwd)):
+        if full:
+            fwd = rows.astype(np.int64) * n_loc + ix
+            bwd = ix.astype(np.int64) * n_loc + rows
+            symmetric = np.array_equal(np.sort(fwd), np.sort(bwd))
+        else:
+            symmetric = np.array_equal(np.bincount(ix, minlength=n_loc), np.diff(ip))
+        if not symmetric:
             raise GraphError("location adjacency must be symmetric")
         if self.location_coordinates is not None and self.location_coordinates.shape != (n_loc, 2):
             raise GraphError("coordinates must give (easting, northing) per location")
@@ -213,16 +303,23 @@ class Graph:
 
     def canonical_sections(self) -> list[tuple[str, bytes]]:
         """The byte sections the content hash covers, in order (docs/spec.md, "Graph hash")."""
-        labels = "\n".join(self._postcodes).encode("utf-8")
+        if self._labels is None:  # loaded from an artefact: same bytes, without the list
+            width = self._label_bytes.dtype.itemsize
+            table = np.full((self._n, width + 1), ord("\n"), dtype=np.uint8)
+            table[:, :width] = self._label_bytes.view(np.uint8).reshape(self._n, width)
+            flat = table.reshape(-1)
+            labels = flat[flat != 0][:-1].tobytes()
+        else:
+            labels = "\n".join(self._labels).encode("utf-8")
         sections = [
             ("postcodes", labels),
-            ("node_location", self.node_location.astype("<i4").tobytes()),
-            ("loc_indptr", self.loc_indptr.astype("<i8").tobytes()),
-            ("loc_indices", self.loc_indices.astype("<i4").tobytes()),
-            ("prior", self.prior.astype("<i8").tobytes()),
+            ("node_location", _le_bytes(self.node_location, "<i4")),
+            ("loc_indptr", _le_bytes(self.loc_indptr, "<i8")),
+            ("loc_indices", _le_bytes(self.loc_indices, "<i4")),
+            ("prior", _le_bytes(self.prior, "<i8")),
         ]
         if self.location_coordinates is not None:
-            sections.append(("coordinates", self.location_coordinates.astype("<f8").tobytes()))
+            sections.append(("coordinates", _le_bytes(self.location_coordinates, "<f8")))
         sections.append(("params", json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode()))
         return sections
 
@@ -238,7 +335,7 @@ class Graph:
     # -- queries ------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._postcodes)
+        return self._n
 
     def __contains__(self, postcode: object) -> bool:
         return self.find(postcode) is not None
@@ -259,17 +356,34 @@ class Graph:
         return self.loc_indices.size // 2
 
     def label(self, node: int) -> str:
-        return self._postcodes[node]
+        if self._labels is None:
+            return self._label_bytes[node].decode("utf-8")
+        return self._labels[node]
 
     def find(self, postcode: object) -> int | None:
         """Node index of a label or postcode (any case and spacing), or None."""
         if isinstance(postcode, str):
-            i = self._index.get(postcode)
+            i = self._lookup(postcode)
             if i is None:
                 norm = try_normalise(postcode)
-                i = self._index.get(norm) if norm else None
+                i = self._lookup(norm) if norm else None
             return i
         return None
+
+    def _lookup(self, label: str) -> int | None:
+        """Exact label lookup.  A graph loaded from an artefact answers its first lookups by
+        binary search in the sorted label bytes, and builds the label dict (about a second for
+        the national graph) only once it is clearly in bulk use."""
+        if self._label_index is None and self._sorted_label_bytes:
+            if self._label_searches < _SEARCHES_BEFORE_INDEX:
+                self._label_searches += 1
+                key = label.encode("utf-8")
+                arr = self._label_bytes
+                if len(key) > arr.dtype.itemsize or b"\0" in key:
+                    return None
+                j = int(np.searchsorted(arr, key))
+                return j if j < self._n and arr[j] == key else None
+        return self._index.get(label)
 
     def index_of(self, postcode: object) -> int:
         i = self.find(postcode)

