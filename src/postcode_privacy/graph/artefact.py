@@ -1,6 +1,6 @@
 """A graph on disk: one self-describing, hash-checked file that loads by memory mapping.
 
-Layout (format 1, docs/graph.md "Artefact format"), all integers little-endian:
+Layout (format 1, docs/graph.md, "The artefact file"), all integers little-endian:
 
 ====================  ==========================================================================
 bytes                 content

@@ -44,7 +44,8 @@ def build_from_sources(
     gb_only: bool = False,
     max_edge_km: float = DEFAULT_MAX_EDGE_KM,
     progress: bool = False,
-) -> Graph:
+    with_table: bool = False,
+):
     """Read a postcode source (and optionally a population file) and build its graph.
 
     Give at most one of ``codepoint`` (a Code-Point Open zip or directory) and ``onspd`` (an
@@ -57,6 +58,9 @@ def build_from_sources(
     The hashed ``params`` record the builder, ``max_edge_km``, the source kind, ``gb_only`` for
     ONSPD/NSPL and the prior kind; ``provenance`` records each file read with its sha256, the
     rows dropped by reason and, with a population file, its coverage.
+
+    Returns the graph, or ``(graph, table)`` with ``with_table=True`` so a caller can keep the
+    source's terminated postcodes (``table.terminated``) beside the artefact.
     """
     from .codepoint import read_codepoint
     from .table import file_sha256
@@ -92,10 +96,11 @@ def build_from_sources(
         }
     else:
         params_extra["prior"] = "uniform"
-    return build_graph(
+    graph = build_graph(
         table.postcodes, table.easting, table.northing, prior=prior, max_edge_km=max_edge_km,
         params_extra=params_extra, provenance=provenance, progress=progress,
     )
+    return (graph, table) if with_table else graph
 
 
 def cache_dir() -> Path:

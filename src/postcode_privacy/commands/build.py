@@ -1,0 +1,63 @@
+"""``postcode-privacy build``: a graph artefact from published postcode data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..cli import cli
+from ..errors import OutputExistsError
+
+TERMINATED_SUFFIX = ".terminated.parquet"
+
+
+def terminated_sidecar(artefact: str | os.PathLike) -> Path:
+    """Where ``build`` keeps the source's terminated postcodes beside an artefact."""
+    return Path(os.fspath(artefact) + TERMINATED_SUFFIX)
+
+
+@cli.command("build")
+@click.option("--onspd", type=click.Path(exists=True, dir_okay=False), help="ONSPD or NSPL CSV, or the published zip.")
+@click.option("--codepoint", type=click.Path(exists=True), help="Code-Point Open directory or zip.")
+@click.option("--population", type=click.Path(exists=True, dir_okay=False),
+              help="Postcode population file (Census 2021 pcd_p001.csv, the 2011 layout, or postcode,population).")
+@click.option("--gb-only", is_flag=True, help="Drop Northern Ireland (use for any artefact meant to be shared).")
+@click.option("--max-edge-km", type=float, default=50.0, show_default=True,
+              help="Cut longer edges; connectivity is restored with the shortest cut edges.")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="Artefact to write.")
+@click.option("--force", is_flag=True, help="Replace an existing artefact.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
+    """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
+    from ..errors import InvalidParameterError
+    from ..graph.artefact import save_graph
+    from ..sources.bundled import build_from_sources
+
+    if (onspd is None) == (codepoint is None):
+        raise InvalidParameterError("give exactly one of --onspd and --codepoint")
+    if max_edge_km <= 0:
+        raise InvalidParameterError("--max-edge-km must be positive")
+    if os.path.exists(output) and not force:
+        raise OutputExistsError("the output artefact exists; use --force to replace it")
+    graph, table = build_from_sources(codepoint=codepoint, onspd=onspd, population=population,
+                                      gb_only=gb_only, max_edge_km=max_edge_km,
+                                      progress=not quiet, with_table=True)
+    save_graph(graph, output)
+    sidecar = terminated_sidecar(output)
+    if len(table.terminated):
+        tmp = sidecar.with_name(sidecar.name + ".tmp")
+        table.terminated.to_parquet(tmp, index=False)
+        os.replace(tmp, sidecar)
+    build = graph.provenance.get("build", {})
+    click.echo(f"wrote {output}")
+    click.echo(f"  graph_sha256 {graph.sha256}")
+    click.echo(f"  {len(graph):,} postcodes at {graph.n_locations:,} locations, "
+               f"{graph.n_location_edges:,} location edges")
+    if build:
+        click.echo(f"  edges cut {build.get('cut_edges', 0):,}, restored {build.get('restored_edges', 0):,}")
+    for reason, count in sorted(table.dropped.items()):
+        click.echo(f"  dropped ({reason}): {count:,}")
+    if len(table.terminated):
+        click.echo(f"  terminated postcodes with coordinates kept in {sidecar.name}: {len(table.terminated):,}")

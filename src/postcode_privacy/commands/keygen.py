@@ -1,0 +1,27 @@
+"""``postcode-privacy keygen``: a new secret key in a new owner-only file."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import cli
+
+
+@cli.command("keygen")
+@click.option("-o", "--output", "output", required=True, metavar="KEYFILE",
+              type=click.Path(dir_okay=False, writable=False),
+              help="Key file to create.  It must not exist: a key file is never overwritten.")
+def keygen_command(output: str) -> None:
+    """Create a new key from the operating system's CSPRNG.
+
+    The file is created exclusively with owner-only permissions (0600).  Store it as you store
+    the source data: anyone holding it can undo the protection.  Prints the key's fingerprint,
+    which manifests record in place of the key.
+    """
+    from ..keyfile import write_key_file
+    from ..mechanism import Key
+
+    key = Key.generate()
+    write_key_file(key, output)
+    click.echo(f"wrote a new key to {click.format_filename(output)}")
+    click.echo(f"fingerprint: {key.fingerprint}")

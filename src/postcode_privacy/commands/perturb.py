@@ -1,0 +1,179 @@
+"""``postcode-privacy perturb``: release a CSV or Parquet file of records (docs/release.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import warnings
+
+import click
+
+from ..cli import cli
+
+
+def resolve_key(key_path: str | None):
+    """The release key: from ``--key KEYFILE``, else from $POSTCODE_PRIVACY_KEY.
+
+    When both are given they must hold the same key: silently preferring one would re-perturb
+    everyone under the other one's releases.
+    """
+    from ..errors import KeyFileError
+    from ..keyfile import ENV_VAR, key_from_environment, read_key_file
+
+    try:
+        from_env = key_from_environment()
+    except KeyFileError as exc:
+        raise KeyFileError(f"${ENV_VAR}: {exc}") from None
+    if key_path is None:
+        if from_env is None:
+            raise KeyFileError(f"no key: give --key KEYFILE or set ${ENV_VAR} to the key file's text")
+        return from_env
+    key = read_key_file(key_path)
+    if from_env is not None and from_env != key:
+        raise KeyFileError(f"--key and ${ENV_VAR} hold different keys; give only one")
+    return key
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Turn SIGTERM into KeyboardInterrupt while the block runs, so clean-up code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def echo_library_warnings():
+    """Print the library's warnings as ``warning: ...`` lines on stderr (after the block)."""
+    from ..errors import TeleportWarning
+    from ..release import DuplicateSubjectWarning
+
+    ours = (TeleportWarning, DuplicateSubjectWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TeleportWarning)
+        warnings.simplefilter("always", DuplicateSubjectWarning)
+        try:
+            yield
+        finally:
+            others = []
+            for item in caught:
+                if issubclass(item.category, ours):
+                    click.echo(f"warning: {item.message}", err=True)
+                else:
+                    others.append(item)
+    for item in others:
+        warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+
+
+def show_progress(quiet: bool) -> bool:
+    return not quiet and sys.stderr.isatty()
+
+
+def graph_loader(graph_path: str | None, progress: bool):
+    """A function loading the ``--graph`` artefact, or the embedded national graph."""
+    if graph_path is not None:
+        from ..graph import Graph
+
+        return lambda: Graph.load(graph_path)
+
+    def national():
+        from ..sources.bundled import default_graph
+
+        return default_graph(progress=progress)
+
+    return national
+
+
+@cli.command("perturb")
+@click.argument("input_path", metavar="INPUT")
+@click.option("-o", "--output", "output_path", required=True, metavar="OUTPUT",
+              help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A manifest is "
+                   "written beside it as OUTPUT.manifest.json.")
+@click.option("--key", "key_path", metavar="KEYFILE",
+              help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
+                   "read from $POSTCODE_PRIVACY_KEY.")
+@click.option("--epsilon", required=True, metavar="E",
+              help="Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).")
+@click.option("--id-column", required=True, metavar="C", help="Column of subject identifiers.")
+@click.option("--postcode-column", required=True, metavar="P", help="Column of true postcodes.")
+@click.option("--radius", type=int, default=None, metavar="R",
+              help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.")
+@click.option("--graph", "graph_path", metavar="ARTEFACT",
+              help="Graph artefact to use instead of the embedded national graph.")
+@click.option("--on-error", type=click.Choice(["error", "null", "drop"]), default="error",
+              show_default=True,
+              help="Records that cannot be released: fail listing them (nothing written), "
+                   "leave the released cell empty, or drop the row.")
+@click.option("--out-column", default="postcode_dp", show_default=True, metavar="NAME",
+              help="Name of the released postcode column.")
+@click.option("--keep-source-postcode", is_flag=True,
+              help="Keep the true postcode column in the output (it is dropped by default).")
+@click.option("--terminated", type=click.Choice(["error", "nearest"]), default="error",
+              show_default=True,
+              help="Postcodes not in the graph: an error, or (nearest) map a terminated postcode "
+                   "with known coordinates to the nearest live postcode first.")
+@click.option("--force", is_flag=True, help="Replace an existing output and manifest.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
+              metavar="N", help="Records held in memory at once (does not change the output).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+def perturb_command(input_path, output_path, key_path, epsilon, id_column, postcode_column,
+                    radius, graph_path, on_error, out_column, keep_source_postcode, terminated,
+                    force, chunk_size, quiet) -> None:
+    """Release INPUT with each true postcode replaced by a perturbed real postcode.
+
+    Every column except the true postcode is kept, in order, and the released postcode is added
+    as --out-column.  Output and manifest appear only if the whole run succeeds.
+    """
+    from ..release import release_file
+
+    key = resolve_key(key_path)
+    progress = show_progress(quiet)
+    terminated_locations = None
+    if terminated == "nearest" and graph_path is not None:
+        # An artefact built from ONSPD carries its source's terminated postcodes beside it.
+        from .build import terminated_sidecar
+
+        sidecar = terminated_sidecar(graph_path)
+        if sidecar.exists():
+            import pandas as pd
+
+            terminated_locations = pd.read_parquet(sidecar)
+    with sigterm_as_interrupt(), echo_library_warnings():
+        manifest = release_file(
+            input_path, output_path, key=key, epsilon=epsilon, id_column=id_column,
+            postcode_column=postcode_column, graph=graph_loader(graph_path, progress),
+            radius=radius, on_error=on_error, out_column=out_column,
+            keep_source_postcode=keep_source_postcode, terminated=terminated, force=force,
+            chunk_size=chunk_size, progress=progress, terminated_locations=terminated_locations)
+    if not quiet:
+        echo_summary(manifest, output_path)
+
+
+def echo_summary(manifest: dict, output_path: str) -> None:
+    from ..release.files import manifest_path_for
+
+    counts = manifest["counts"]
+    click.echo(f"released {counts['released']} of {counts['records']} records to "
+               f"{click.format_filename(output_path)}")
+    if counts["failed"]:
+        click.echo(f"  {counts['failed']} records could not be released: "
+                   f"{counts['nulled']} left empty, {counts['dropped']} dropped")
+    if counts["terminated_mapped"]:
+        click.echo(f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
+                   "nearest live postcode first")
+    click.echo(f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
+               f"{manifest['teleport_bound']['approx']:.3g}")
+    click.echo(f"  graph sha256 {manifest['graph']['sha256']}")
+    click.echo(f"  key fingerprint {manifest['key_fingerprint']}")
+    click.echo(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))}")

@@ -1,0 +1,572 @@
+"""The release plan: validated options plus a mechanism, and the one function that releases rows.
+
+Every way of releasing records (``perturb_frame``, the ``perturb`` command, the Spark path) goes
+through :meth:`ReleasePlan.process_chunk`, so the rules of docs/release.md are enforced in one
+place:
+
+* each row needs a subject identifier, turned into its canonical text by
+  :func:`~postcode_privacy.mechanism.subject.canonical_subject_id`;
+* each row needs a postcode that is a UK postcode in form after case and whitespace
+  normalisation and is a node of the graph; with ``terminated="nearest"`` a located terminated
+  postcode is first mapped to the nearest live node (``terminated.py``);
+* a row that fails is handled by the error policy: ``"error"`` refuses the whole chunk (listing
+  the failing rows), ``"null"`` leaves its released cell empty, ``"drop"`` leaves it out.
+
+Error messages name 1-based record numbers (the header is not a record) and reasons, never the
+identifier or postcode values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputDataError, InvalidParameterError
+from ..graph.graph import Graph
+from ..mechanism import Key, Mechanism
+from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.subject import canonical_subject_id
+from ..postcodes import try_normalise
+from ..version import OUTPUT_STABILITY_VERSION, __version__
+
+__all__ = ["ReleasePlan", "ChunkCheck", "DuplicateSubjectWarning", "perturb_frame",
+           "COUNT_KEYS", "FAILURE_KINDS", "MAX_LISTED_ERRORS", "ON_ERROR_POLICIES",
+           "TERMINATED_POLICIES", "check_columns", "merge_counts", "failure_error"]
+
+ON_ERROR_POLICIES = ("error", "null", "drop")
+TERMINATED_POLICIES = ("error", "nearest")
+MAX_LISTED_ERRORS = 20
+_WARN_ROWS = 5
+
+# Why a row cannot be released, in the order they are tested (the first that applies counts).
+FAILURE_KINDS = ("missing_identifier", "invalid_identifier", "missing_postcode",
+                 "malformed_postcode", "unknown_postcode")
+_FAILURE_LABELS = {
+    "missing_identifier": "missing or blank identifier",
+    "invalid_identifier": "unusable identifier",
+    "missing_postcode": "missing or blank postcode",
+    "malformed_postcode": "malformed postcode",
+    "unknown_postcode": "postcode not in the graph",
+}
+COUNT_KEYS = ("records", "released", "terminated_mapped", *FAILURE_KINDS, "failed", "nulled",
+              "dropped", "rows_out")
+
+
+class DuplicateSubjectWarning(UserWarning):
+    """One subject identifier appears with two or more different postcodes."""
+
+
+def _empty_counts() -> dict[str, int]:
+    return dict.fromkeys(COUNT_KEYS, 0)
+
+
+def merge_counts(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
+    """Add ``part`` into ``total`` (in place) and return it."""
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + int(value)
+    return total
+
+
+def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int]) -> InputDataError:
+    """The error for records that cannot be released under ``on_error="error"``."""
+    failed = counts.get("failed", 0)
+    reasons = ", ".join(f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k))
+    return InputDataError(
+        f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
+        "with on_error='error' nothing is released",
+        row_errors=list(row_errors[:MAX_LISTED_ERRORS]), total_errors=failed)
+
+
+def _is_missing(value: object) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return math.isnan(float(value))
+    return False
+
+
+def _identifier(value: object) -> tuple[str | None, str | None, str | None]:
+    """(canonical id, failure kind, reason); the reason never contains the value."""
+    if _is_missing(value):
+        return None, "missing_identifier", "missing identifier"
+    try:
+        return canonical_subject_id(value), None, None
+    except ValueError as exc:
+        if isinstance(value, str):
+            return None, "missing_identifier", "blank identifier"
+        return None, "invalid_identifier", str(exc)
+
+
+def _id_hash(canonical: str) -> int:
+    return int.from_bytes(hashlib.blake2b(canonical.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+@dataclass
+class ChunkCheck:
+    """What checking a chunk found: counts by outcome and the failing rows (first few listed).
+
+    ``row_errors`` lists at most :data:`MAX_LISTED_ERRORS` ``(record number, reason)`` pairs;
+    ``counts["failed"]`` is the full number.
+    """
+
+    counts: dict[str, int] = field(default_factory=_empty_counts)
+    row_errors: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+    def merge(self, other: ChunkCheck) -> ChunkCheck:
+        merge_counts(self.counts, other.counts)
+        room = MAX_LISTED_ERRORS - len(self.row_errors)
+        if room > 0:
+            self.row_errors.extend(other.row_errors[:room])
+        return self
+
+
+@dataclass
+class _Checked:
+    check: ChunkCheck
+    ids: list[str | None]
+    nodes: np.ndarray  # node to perturb from, -1 for a failed row
+    codes: np.ndarray  # the true postcode as a number (node, or len(graph) + terminated row)
+
+
+class _SubjectTracker:
+    """Which postcode each subject identifier has been seen with, in bounded, compact memory.
+
+    Holds one 64-bit hash of each distinct canonical identifier and one number for its first
+    postcode (16 bytes per identifier), in sorted arrays merged chunk by chunk.  It never misses
+    an identifier seen with two postcodes within a run; a spurious report needs two different
+    identifiers with the same 64-bit hash (probability about n**2 / 2**65 for n identifiers).
+    """
+
+    def __init__(self) -> None:
+        self._ids = np.zeros(0, dtype=np.uint64)
+        self._codes = np.zeros(0, dtype=np.int64)
+        self._flagged: set[int] = set()
+
+    @property
+    def conflicts(self) -> int:
+        return len(self._flagged)
+
+    def add(self, id_hashes: np.ndarray, codes: np.ndarray, rows: np.ndarray) -> list[int]:
+        """Record a chunk; return the record numbers at which a new conflict shows, ascending."""
+        if id_hashes.size == 0:
+            return []
+        order = np.lexsort((rows, id_hashes))
+        ids, cds, rws = id_hashes[order], codes[order], rows[order]
+        first = np.ones(ids.size, dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        starts = np.flatnonzero(first)
+        group = np.cumsum(first) - 1
+        # Within the chunk: a row whose code differs from its identifier's first row here.
+        first_code = cds[starts][group]
+        inner = cds != first_code
+        # Against earlier chunks: the identifier's first code then.
+        uniq, uniq_code = ids[starts], cds[starts]
+        pos = np.searchsorted(self._ids, uniq)
+        known = pos < self._ids.size
+        known[known] = self._ids[pos[known]] == uniq[known]
+        earlier = np.full(uniq.size, -1, dtype=np.int64)
+        earlier[known] = self._codes[pos[known]]
+        outer = known[group] & (cds != earlier[group])
+        new_rows: list[int] = []
+        for i in np.flatnonzero(inner | outer):
+            key = int(ids[i])
+            if key not in self._flagged:
+                self._flagged.add(key)
+                new_rows.append(int(rws[i]))
+        fresh = ~known
+        if fresh.any():
+            at = np.searchsorted(self._ids, uniq[fresh])
+            self._ids = np.insert(self._ids, at, uniq[fresh])
+            self._codes = np.insert(self._codes, at, uniq_code[fresh])
+        return sorted(new_rows)
+
+
+class ReleasePlan:
+    """A mechanism, a key and validated release options, ready to process chunks of records.
+
+    Parameters are those of :func:`perturb_frame`, except that ``graph`` may also be a function
+    of no arguments returning the graph, called once after the options have been checked (so
+    that a slow load comes after the quick failures).  ``terminated_locations`` replaces the bundled
+    postcode directory as the source of terminated postcodes' coordinates (a DataFrame with
+    columns postcode, easting, northing), for graphs from other sources and for tests.
+
+    Options are checked before the graph is loaded, so a bad option fails fast.  The plan keeps
+    run-wide state (the subject tracker), so use one plan per release.
+    """
+
+    def __init__(self, *, key: Key, epsilon, id_column: str, postcode_column: str,
+                 graph: Graph | None = None, radius: int | None = None,
+                 on_error: str = "error", out_column: str = "postcode_dp",
+                 keep_source_postcode: bool = False, terminated: str = "error",
+                 terminated_locations: pd.DataFrame | None = None):
+        if not isinstance(key, Key):
+            raise TypeError("key must be a postcode_privacy.Key")
+        if graph is not None and not isinstance(graph, Graph) and not callable(graph):
+            raise TypeError("graph must be a postcode_privacy.Graph, a function returning one, "
+                            "or None")
+        for name, value in (("id_column", id_column), ("postcode_column", postcode_column),
+                            ("out_column", out_column)):
+            if not isinstance(value, str) or not value:
+                raise InvalidParameterError(f"{name} must be a non-empty column name")
+        if id_column == postcode_column:
+            raise InvalidParameterError("the identifier and postcode columns must differ")
+        if out_column in (id_column, postcode_column):
+            raise InvalidParameterError(
+                "the output column must have its own name, different from the identifier and "
+                "true postcode columns, so the released postcode cannot be mistaken for the truth")
+        if on_error not in ON_ERROR_POLICIES:
+            raise InvalidParameterError("on_error must be one of: " + ", ".join(ON_ERROR_POLICIES))
+        if terminated not in TERMINATED_POLICIES:
+            raise InvalidParameterError(
+                "terminated must be one of: " + ", ".join(TERMINATED_POLICIES))
+        if not isinstance(keep_source_postcode, bool):
+            raise InvalidParameterError("keep_source_postcode must be True or False")
+        parse_epsilon(epsilon)  # fail before an expensive graph load
+        if graph is None:
+            from ..sources.bundled import default_graph
+
+            graph = default_graph()
+        elif not isinstance(graph, Graph):
+            graph = graph()
+            if not isinstance(graph, Graph):
+                raise TypeError("the graph loader did not return a postcode_privacy.Graph")
+        self.key = key
+        self.id_column = id_column
+        self.postcode_column = postcode_column
+        self.out_column = out_column
+        self.on_error = on_error
+        self.keep_source_postcode = keep_source_postcode
+        self.terminated = terminated
+        self.mechanism = Mechanism(graph, epsilon, radius)
+        self.graph = graph
+        self._nearest = None
+        if terminated == "nearest":
+            from .terminated import NearestLive
+
+            self._nearest = NearestLive(graph, terminated_locations)
+        self._subjects = _SubjectTracker()
+        self._warned = 0  # conflicts already reported in a warning
+        self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
+
+    def __repr__(self) -> str:
+        return (f"<ReleasePlan epsilon={self.mechanism.epsilon.text} radius={self.mechanism.radius}"
+                f" on_error={self.on_error} terminated={self.terminated} key={self.key.fingerprint}>")
+
+    # -- columns --------------------------------------------------------------------------------
+
+    def check_columns(self, columns: Iterable) -> None:
+        """Refuse an input whose columns cannot be released (see :func:`check_columns`)."""
+        check_columns(columns, id_column=self.id_column, postcode_column=self.postcode_column,
+                      out_column=self.out_column)
+
+    def output_columns(self, columns: Iterable) -> list:
+        """The output's columns, in order, for an input with ``columns``."""
+        kept = [c for c in columns if self.keep_source_postcode or c != self.postcode_column]
+        return kept + [self.out_column]
+
+    # -- checking -----------------------------------------------------------------------------
+
+    def _check(self, df: pd.DataFrame, row_offset: int) -> _Checked:
+        """Classify every record of ``df``: the release rules, in one place.
+
+        Precondition: ``df`` has the identifier and postcode columns (``check_columns``).
+        Postcondition: for each record either ``nodes[i] >= 0`` (releasable, from that node,
+        with canonical identifier ``ids[i]``) or exactly one failure is counted, the first that
+        applies in ``FAILURE_KINDS`` order; reasons never contain a value.
+        """
+        n = len(df)
+        graph = self.graph
+        n_nodes = len(graph)
+        check = ChunkCheck()
+        counts = check.counts
+        counts["records"] = n
+        ids: list[str | None] = [None] * n
+        nodes = np.full(n, -1, dtype=np.int64)
+        codes = np.full(n, -1, dtype=np.int64)
+        lookup: dict[str, tuple[int, int, bool]] = {}  # normalised postcode -> (node, code, mapped)
+        raw_ids = df[self.id_column].tolist()
+        raw_pcs = df[self.postcode_column].tolist()
+        for i in range(n):
+            canonical, kind, reason = _identifier(raw_ids[i])
+            if kind is None:
+                pc = raw_pcs[i]
+                if _is_missing(pc) or (isinstance(pc, str) and not pc.strip()):
+                    kind, reason = "missing_postcode", "missing or blank postcode"
+                else:
+                    norm = try_normalise(pc)
+                    if norm is None:
+                        kind, reason = "malformed_postcode", "not a UK postcode in form"
+                    else:
+                        hit = lookup.get(norm)
+                        if hit is None:
+                            hit = self._locate(norm, n_nodes)
+                            lookup[norm] = hit
+                        if hit[0] < 0:
+                            kind = "unknown_postcode"
+                            reason = ("postcode is well-formed but not in the graph, and the "
+                                      "postcode directory gives no location for it"
+                                      if self._nearest is not None else
+                                      "postcode is well-formed but not in the graph "
+                                      "(terminated, non-geographic, or outside its area)")
+                        else:
+                            nodes[i], codes[i] = hit[0], hit[1]
+                            counts["terminated_mapped"] += hit[2]
+            if kind is not None:
+                counts[kind] += 1
+                if len(check.row_errors) < MAX_LISTED_ERRORS:
+                    check.row_errors.append((row_offset + i + 1, reason))
+            else:
+                ids[i] = canonical
+        failed = sum(counts[k] for k in FAILURE_KINDS)
+        counts["failed"] = failed
+        counts["released"] = n - failed
+        if self.on_error == "null":
+            counts["nulled"] = failed
+        elif self.on_error == "drop":
+            counts["dropped"] = failed
+        counts["rows_out"] = n - counts["dropped"]
+        return _Checked(check, ids, nodes, codes)
+
+    def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
+        """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""
+        node = self.graph.find(norm)
+        if node is not None:
+            return node, node, False
+        if self._nearest is not None:
+            row = self._nearest.row_of(norm)
+            if row is not None:
+                return self._nearest.nearest_node(row), n_nodes + row, True
+        return -1, -1, False
+
+    def check_chunk(self, df: pd.DataFrame, row_offset: int = 0) -> ChunkCheck:
+        """Check a chunk without perturbing anything (the validation pass of a release).
+
+        Uses exactly the rules of :meth:`process_chunk`; nothing is recorded in the plan.
+        """
+        self.check_columns(df.columns)
+        return self._check(df, int(row_offset)).check
+
+    # -- releasing ----------------------------------------------------------------------------
+
+    def _perturb(self, subject_ids: list[str], nodes: np.ndarray) -> list[str]:
+        """The single call into the mechanism for every release path."""
+        labels = [self.graph.label(int(v)) for v in nodes]
+        return self.mechanism.perturb_many(self.key, subject_ids, labels)
+
+    def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *,
+                      warn: bool = True) -> tuple[pd.DataFrame, dict[str, int]]:
+        """Check and release one chunk of records; return ``(output frame, counts)``.
+
+        ``row_offset`` is the number of records before this chunk, so that reported record
+        numbers are those of the whole input.  The output has every input column except the
+        true postcode (kept if ``keep_source_postcode``), in order, then the released postcode in
+        ``out_column``; row order and index are kept (minus dropped rows under ``"drop"``).
+
+        Under ``on_error="error"`` a chunk with any failing row raises :class:`InputDataError`
+        listing them, before anything is perturbed.  With ``warn``, a
+        :class:`DuplicateSubjectWarning` reports identifiers seen with a second postcode in this
+        chunk (compared with every earlier chunk of this plan); otherwise they are kept for
+        :meth:`warn_subjects`.
+        """
+        self.check_columns(df.columns)
+        checked = self._check(df, int(row_offset))
+        counts = checked.check.counts
+        if counts["failed"] and self.on_error == "error":
+            raise failure_error(checked.check.row_errors, counts)
+        ok = np.flatnonzero(checked.nodes >= 0)
+        ok_ids = [checked.ids[i] for i in ok.tolist()]
+        released = self._perturb(ok_ids, checked.nodes[ok]) if ok.size else []
+        hashes = np.fromiter((_id_hash(s) for s in ok_ids), dtype=np.uint64, count=len(ok_ids))
+        new = self._subjects.add(hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1)
+        if warn and new:
+            self._warned += len(new)
+            _warn_subjects(len(new), new, stacklevel=2)
+        elif new:
+            self._pending_rows = sorted(self._pending_rows + new)[:_WARN_ROWS]
+        values = np.full(len(df), None, dtype=object)
+        values[ok] = released
+        out = df if self.keep_source_postcode else df.drop(columns=[self.postcode_column])
+        if self.on_error == "drop":
+            out, values = out.iloc[ok], values[ok]
+        out = out.copy()
+        out.insert(len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object))
+        return out, counts
+
+    @property
+    def subjects_with_several_postcodes(self) -> int:
+        """Distinct identifiers seen with more than one postcode by this plan so far."""
+        return self._subjects.conflicts
+
+    def warn_subjects(self, *, stacklevel: int = 1) -> None:
+        """Emit one :class:`DuplicateSubjectWarning` for conflicts not yet reported."""
+        pending = self._subjects.conflicts - self._warned
+        if pending > 0:
+            _warn_subjects(pending, self._pending_rows, stacklevel=stacklevel + 1)
+        self._warned = self._subjects.conflicts
+        self._pending_rows = []
+
+    # -- description, for manifests -------------------------------------------------------------
+
+    def describe(self) -> dict:
+        """Everything about this release that a manifest records (never the key itself)."""
+        m = self.mechanism
+        bound: Fraction = m.teleport_bound
+        return {
+            "library_version": __version__,
+            "output_stability_version": OUTPUT_STABILITY_VERSION,
+            "graph": {"sha256": self.graph.sha256, "nodes": len(self.graph),
+                      "params": dict(self.graph.params),
+                      "provenance": provenance_summary(self.graph.provenance)},
+            "epsilon": m.epsilon.text,
+            "radius": m.radius,
+            "teleport_bound": {"exact": f"{bound.numerator}/{bound.denominator}",
+                               "approx": float(bound)},
+            "prior": prior_kind(self.graph),
+            "key_fingerprint": self.key.fingerprint,
+            "on_error": self.on_error,
+            "terminated": self.terminated,
+            "columns": {"id": self.id_column, "postcode": self.postcode_column,
+                        "out": self.out_column,
+                        "source_postcode_kept": self.keep_source_postcode},
+        }
+
+
+def check_columns(columns: Iterable, *, id_column: str, postcode_column: str,
+                  out_column: str) -> None:
+    """Refuse duplicate column names, a missing identifier or postcode column, and an output
+    column name the input already uses.  Messages name columns, never cell values."""
+    names = list(columns)
+    seen: set = set()
+    duplicates = []
+    for name in names:
+        if name in seen and name not in duplicates:
+            duplicates.append(name)
+        seen.add(name)
+    if duplicates:
+        raise InputDataError("the input has duplicate column names: "
+                             + ", ".join(repr(str(d)) for d in duplicates))
+    missing = [c for c in (id_column, postcode_column) if c not in seen]
+    if missing:
+        raise InputDataError(
+            "the input has no column " + " or ".join(repr(c) for c in missing)
+            + "; its columns are " + ", ".join(repr(str(c)) for c in names))
+    if out_column in seen:
+        raise InputDataError(f"the input already has a column named {out_column!r}; "
+                             "choose another output column name")
+
+
+def _warn_subjects(count: int, rows: list[int], *, stacklevel: int) -> None:
+    where = ", ".join(str(r) for r in rows[:_WARN_ROWS])
+    warnings.warn(
+        f"{count} subject identifier(s) appear with more than one postcode (again at record(s) "
+        f"{where}{', ...' if count > len(rows[:_WARN_ROWS]) else ''}); each (identifier, "
+        "postcode) pair is a separate draw, so such a subject is released more than once",
+        DuplicateSubjectWarning, stacklevel=stacklevel + 1)
+
+
+def prior_kind(graph: Graph) -> str:
+    """The prior's kind as the graph records it, else ``"uniform"`` or ``"custom"``."""
+    kind = graph.params.get("prior")
+    if isinstance(kind, str) and kind:
+        return kind
+    return "uniform" if bool(np.all(graph.prior == 1)) else "custom"
+
+
+def provenance_summary(provenance: dict) -> dict:
+    """A manifest-sized summary of a graph's provenance (file names, not paths; no long lists)."""
+    out: dict = {}
+    for key, value in provenance.items():
+        if key == "build" and isinstance(value, dict):
+            out[key] = {k: value[k] for k in ("nodes", "locations", "location_edges") if k in value}
+        elif key == "sources" and isinstance(value, list):
+            files = [_file_entry(v) for v in value]
+            if len(files) <= 5:
+                out[key] = files
+            else:
+                digest = hashlib.sha256()
+                for entry in sorted(files, key=lambda e: (str(e.get("file")), str(e.get("sha256")))):
+                    digest.update(f"{entry.get('file')}\0{entry.get('sha256')}\n".encode())
+                out[key] = {"files": len(files), "sha256_of_list": digest.hexdigest()}
+        elif isinstance(value, dict) and "path" in value:
+            out[key] = _file_entry(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _file_entry(value) -> dict:
+    if not isinstance(value, dict):
+        return {"file": str(value)}
+    entry = {k: v for k, v in value.items() if k != "path"}
+    if "path" in value:
+        entry = {"file": str(value["path"]).replace("\\", "/").rsplit("/", 1)[-1], **entry}
+    return entry
+
+
+def perturb_frame(df: pd.DataFrame, *, key: Key, epsilon, id_column: str, postcode_column: str,
+                  graph: Graph | None = None, radius: int | None = None, on_error: str = "error",
+                  out_column: str = "postcode_dp", keep_source_postcode: bool = False,
+                  terminated: str = "error", row_offset: int = 0,
+                  progress: bool = False) -> pd.DataFrame:
+    """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
+
+    Returns a new frame with every column of ``df`` except ``postcode_column`` (kept when
+    ``keep_source_postcode``) followed by the released postcode in ``out_column``; ``df`` is not
+    modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
+    radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
+    every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
+    ``"drop"`` (leave the row out).  ``terminated="nearest"`` maps located terminated postcodes
+    to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
+
+    Counts per outcome are in ``result.attrs["postcode_privacy"]["counts"]``, with the plan's
+    description (epsilon, radius, graph hash, key fingerprint).  An identifier seen with two
+    different postcodes gives one :class:`DuplicateSubjectWarning`.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError("df must be a pandas DataFrame")
+    plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
+                       postcode_column=postcode_column, graph=graph, radius=radius,
+                       on_error=on_error, out_column=out_column,
+                       keep_source_postcode=keep_source_postcode, terminated=terminated)
+    plan.check_columns(df.columns)
+    step = 10_000 if progress else max(len(df), 1)
+    if plan.on_error == "error" and len(df) > step:
+        check = ChunkCheck()
+        for start in range(0, len(df), step):
+            check.merge(plan.check_chunk(df.iloc[start:start + step], row_offset + start))
+        if check.failed:
+            raise failure_error(check.row_errors, check.counts)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(df), unit=" records", desc="releasing")
+    parts, counts = [], _empty_counts()
+    try:
+        for start in range(0, max(len(df), 1), step):
+            out, part = plan.process_chunk(df.iloc[start:start + step], row_offset + start,
+                                           warn=False)
+            parts.append(out)
+            merge_counts(counts, part)
+            if bar is not None:
+                bar.update(part["records"])
+    finally:
+        if bar is not None:
+            bar.close()
+    result = parts[0] if len(parts) == 1 else pd.concat(parts)
+    counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
+    plan.warn_subjects(stacklevel=2)
+    result.attrs["postcode_privacy"] = {**plan.describe(), "counts": counts}
+    return result

@@ -1,0 +1,437 @@
+"""``postcode-privacy perturb`` and ``demo`` end to end, through ``cli.main``.
+
+Every input problem the user guide lists gives a clear message and a non-zero exit code, and a
+failed run leaves no file behind.  Most tests use a small graph artefact; one uses the national
+graph (the demo) and one the bundled postcode directory (``--terminated nearest``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from postcode_privacy.cli import main
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.keyfile import ENV_VAR, write_key_file
+from postcode_privacy.mechanism import Key
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"
+SECRET_ID = "ID-SENTINEL-4471"
+SECRET_PC = "QQ9 9QQ"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli")
+    codes, east, north = [], [], []
+    for r in range(5):
+        for c in range(8):
+            codes.append(f"BD{r + 1} {c + 1}{UNITS[r]}{UNITS[c]}")
+            east.append(410000.0 + 120 * c)
+            north.append(432000.0 + 90 * r + (c % 2) * 20)
+    graph = build_graph(codes, east, north)
+    graph.save(base / "small.ppgraph")
+    key_a, key_b = base / "a.key", base / "b.key"
+    write_key_file(Key.generate(), key_a)
+    write_key_file(Key.generate(), key_b)
+    return {"graph": str(base / "small.ppgraph"), "codes": codes, "key": str(key_a),
+            "other_key": str(key_b), "graph_obj": graph}
+
+
+@pytest.fixture(autouse=True)
+def no_env_key(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def write_records(path: Path, codes, n=30, overrides=None):
+    df = pd.DataFrame({"subject": [f"{i:04d}" for i in range(n)],
+                       "postcode": [codes[(3 * i) % len(codes)] for i in range(n)],
+                       "visit": [f"2025-01-{1 + i % 28:02d}" for i in range(n)]})
+    for (row, column), value in (overrides or {}).items():
+        df.loc[row, column] = value
+    df.to_csv(path, index=False)
+    return path
+
+
+def perturb(setup, src, out, *extra, key=True):
+    args = ["perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "subject",
+            "--postcode-column", "postcode", "--graph", setup["graph"], "--quiet"]
+    if key:
+        args += ["--key", setup["key"]]
+    return main(args + list(extra))
+
+
+def only(directory: Path, *names):
+    return sorted(p.name for p in directory.iterdir()) == sorted(names)
+
+
+# -- end to end ----------------------------------------------------------------------------------
+
+
+def test_same_key_gives_byte_identical_releases_and_another_key_does_not(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=60)
+    assert perturb(setup, src, tmp_path / "one.csv") == 0
+    assert perturb(setup, src, tmp_path / "two.csv", "--chunk-size", "7") == 0
+    one, two = (tmp_path / "one.csv").read_bytes(), (tmp_path / "two.csv").read_bytes()
+    assert one == two
+    assert main(["perturb", str(src), "-o", str(tmp_path / "three.csv"), "--epsilon", "1",
+                 "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", setup["graph"], "--key", setup["other_key"], "-q"]) == 0
+    three = (tmp_path / "three.csv").read_bytes()
+    assert three != one
+    released_one = pd.read_csv(tmp_path / "one.csv", dtype=str)["postcode_dp"]
+    released_three = pd.read_csv(tmp_path / "three.csv", dtype=str)["postcode_dp"]
+    assert (released_one != released_three).any()
+    assert set(released_one) <= set(setup["codes"])
+    m1 = json.loads((tmp_path / "one.csv.manifest.json").read_text())
+    m3 = json.loads((tmp_path / "three.csv.manifest.json").read_text())
+    assert m1["key_fingerprint"] != m3["key_fingerprint"]
+    assert m1["graph"]["sha256"] == setup["graph_obj"].sha256
+
+
+def test_parquet_release_is_byte_identical_too(setup, tmp_path):
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    assert perturb(setup, src, tmp_path / "a.parquet") == 0
+    assert perturb(setup, src, tmp_path / "b.parquet") == 0
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_summary_and_keep_source_postcode(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=5)
+    out = tmp_path / "out.csv"
+    code = main(["perturb", str(src), "-o", str(out), "--key", setup["key"], "--epsilon", "0.5",
+                 "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", setup["graph"], "--keep-source-postcode", "--out-column", "released"])
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert "released 5 of 5 records" in stdout and "epsilon 0.5" in stdout
+    assert list(pd.read_csv(out).columns) == ["subject", "postcode", "visit", "released"]
+
+
+def test_key_from_the_environment(setup, tmp_path, monkeypatch):
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    assert perturb(setup, src, tmp_path / "file.csv") == 0
+    monkeypatch.setenv(ENV_VAR, Path(setup["key"]).read_text())
+    assert perturb(setup, src, tmp_path / "env.csv", key=False) == 0
+    assert (tmp_path / "file.csv").read_bytes() == (tmp_path / "env.csv").read_bytes()
+    assert perturb(setup, src, tmp_path / "both.csv") == 0  # the same key twice is fine
+
+
+def test_environment_and_file_keys_that_differ_are_refused(setup, tmp_path, monkeypatch, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    monkeypatch.setenv(ENV_VAR, Path(setup["other_key"]).read_text())
+    assert perturb(setup, src, tmp_path / "out.csv") == 4
+    assert "different keys" in capsys.readouterr().err
+    assert only(tmp_path, "in.csv")
+
+
+def test_no_key_at_all(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    assert perturb(setup, src, tmp_path / "out.csv", key=False) == 4
+    assert "no key" in capsys.readouterr().err
+
+
+def test_on_error_null_and_drop_through_the_cli(setup, tmp_path):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=10,
+                        overrides={(2, "postcode"): "garbage", (5, "subject"): "  "})
+    assert perturb(setup, src, tmp_path / "null.csv", "--on-error", "null") == 0
+    nulled = pd.read_csv(tmp_path / "null.csv", dtype=str, keep_default_na=False)
+    assert len(nulled) == 10 and nulled["postcode_dp"][2] == "" and nulled["postcode_dp"][5] == ""
+    assert perturb(setup, src, tmp_path / "drop.csv", "--on-error", "drop") == 0
+    dropped = pd.read_csv(tmp_path / "drop.csv", dtype=str, keep_default_na=False)
+    assert len(dropped) == 8
+    manifest = json.loads((tmp_path / "drop.csv.manifest.json").read_text())
+    assert manifest["counts"]["dropped"] == 2 and manifest["counts"]["malformed_postcode"] == 1
+    assert manifest["counts"]["missing_identifier"] == 1 and manifest["on_error"] == "drop"
+
+
+def test_duplicate_subject_warning_is_printed(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=6,
+                        overrides={(4, "subject"): "0001"})  # 0001 again, at another postcode
+    assert perturb(setup, src, tmp_path / "out.csv") == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 subject identifier(s) appear with more than one postcode" in err
+    assert "0001" not in err
+
+
+# -- every input problem: a message and an exit code, and no files ------------------------------
+
+
+def check_failure(setup, tmp_path, capsys, src, expected_code, *phrases, extra=()):
+    out = tmp_path / "out.csv"
+    code = perturb(setup, src, out, *extra)
+    err = capsys.readouterr().err
+    assert code == expected_code, err
+    for phrase in phrases:
+        assert phrase in err, err
+    assert not out.exists() and not (tmp_path / "out.csv.manifest.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    return err
+
+
+def test_empty_file(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"")
+    check_failure(setup, tmp_path, capsys, src, 3, "the input file is empty")
+
+
+def test_header_only(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("subject,postcode,visit\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "header but no records")
+    check_failure(setup, tmp_path, capsys, src, 3, "header but no records",
+                  extra=("--on-error", "drop"))
+
+
+def test_missing_column(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("subject,post_code\n1,BD1 1AA\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "no column 'postcode'", "'post_code'")
+
+
+def test_duplicate_column_names(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("subject,postcode,subject\n1,BD1 1AA,2\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "duplicate column names: 'subject'")
+
+
+def test_bytes_that_are_not_utf8(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"subject,postcode\n1,BD1 1AA\n2,BD1 1AB\n3,caf\xe9\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "not UTF-8", "line 4 of the file")
+
+
+def test_ragged_rows(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("subject,postcode\n1,BD1 1AA\n2,BD1 1AB,extra\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "line 3 of the file has 3 fields")
+    src.write_text("subject,postcode\n1,BD1 1AA,extra\n2,BD1 1AB\n")
+    check_failure(setup, tmp_path, capsys, src, 3, "first record has more fields")
+
+
+def test_blank_and_whitespace_only_identifiers(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=8,
+                        overrides={(1, "subject"): "", (6, "subject"): " \t "})
+    err = check_failure(setup, tmp_path, capsys, src, 3, "2 of 8 records cannot be released",
+                        "row 2: blank identifier", "row 7: blank identifier")
+    assert "nothing is released" in err
+
+
+def test_invalid_and_unknown_postcodes(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=8,
+                        overrides={(0, "postcode"): "B D 1", (3, "postcode"): SECRET_PC,
+                                   (5, "postcode"): "", (5, "subject"): SECRET_ID})
+    err = check_failure(setup, tmp_path, capsys, src, 3,
+                        "row 1: not a UK postcode in form",
+                        "row 4: postcode is well-formed but not in the graph",
+                        "row 6: missing or blank postcode")
+    assert SECRET_PC not in err and SECRET_ID not in err and "B D 1" not in err
+
+
+def test_many_failing_rows_are_capped(setup, tmp_path, capsys):
+    rows = {(i, "postcode"): "nonsense" for i in range(30)}
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=40, overrides=rows)
+    err = check_failure(setup, tmp_path, capsys, src, 3, "row 20:", "... and 10 more rows")
+    assert "row 21:" not in err
+
+
+@pytest.mark.parametrize("epsilon", ["0", "-1", "nan", "NaN", "abc", "", "inf", "1e400"])
+def test_bad_epsilon(setup, tmp_path, capsys, epsilon):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    out = tmp_path / "out.csv"
+    code = main(["perturb", str(src), "-o", str(out), "--key", setup["key"],
+                 "--epsilon", epsilon, "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", setup["graph"], "-q"])
+    assert code == 8
+    assert "epsilon" in capsys.readouterr().err
+    assert only(tmp_path, "in.csv")
+
+
+def test_existing_output_needs_force(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    out = tmp_path / "out.csv"
+    out.write_text("precious")
+    assert perturb(setup, src, out) == 5
+    assert "already exists" in capsys.readouterr().err
+    assert out.read_text() == "precious"
+    assert perturb(setup, src, out, "--force") == 0
+    assert out.read_text().startswith("subject,visit,postcode_dp")
+
+
+def test_refuses_to_overwrite_the_input(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    before = src.read_bytes()
+    assert perturb(setup, src, src, "--force") == 5
+    assert "input" in capsys.readouterr().err
+    assert src.read_bytes() == before
+
+
+def test_output_directory_that_cannot_be_written(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    if os.geteuid() == 0:
+        target = Path("/sys") / "postcode-privacy-test-out.csv"  # refused even to root
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        target = locked / "out.csv"
+    assert perturb(setup, src, target) == 8
+    assert "cannot write in the output directory" in capsys.readouterr().err
+    assert not target.exists()
+    assert perturb(setup, src, tmp_path / "nowhere" / "out.csv") == 8
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,phrase", [
+    (b"", "empty"),
+    (None, "truncated"),
+    ("hex", "not a postcode-privacy key file"),
+])
+def test_bad_key_files(setup, tmp_path, capsys, content, phrase):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    good = Path(setup["key"]).read_bytes()
+    if content is None:
+        content = b"\n".join(good.split(b"\n")[:2]) + b"\n"  # the checksum line is missing
+    elif content == "hex":
+        content = os.urandom(32).hex().encode() + b"\n"
+    bad = tmp_path / "bad.key"
+    bad.write_bytes(content)
+    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(bad),
+                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", setup["graph"], "-q"])
+    assert code == 4
+    assert phrase in capsys.readouterr().err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_missing_key_file_and_corrupt_graph(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key",
+                 str(tmp_path / "nope.key"), "--epsilon", "1", "--id-column", "subject",
+                 "--postcode-column", "postcode", "--graph", setup["graph"]])
+    assert code == 4
+    junk = tmp_path / "junk.ppgraph"
+    junk.write_bytes(b"not a graph")
+    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"],
+                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", str(junk)])
+    assert code == 6
+    assert only(tmp_path, "in.csv", "junk.ppgraph")
+
+
+def test_sigterm_leaves_no_partial_output(setup, tmp_path):
+    codes = setup["codes"]
+    n = 40_000
+    pd.DataFrame({"subject": [str(i) for i in range(n)],
+                  "postcode": [codes[i % len(codes)] for i in range(n)]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    script = ("import sys; from postcode_privacy.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, "perturb", str(tmp_path / "in.csv"), "-o",
+         str(out_dir / "out.csv"), "--key", setup["key"], "--epsilon", "1", "--id-column",
+         "subject", "--postcode-column", "postcode", "--graph", setup["graph"],
+         "--chunk-size", "500", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            temps = [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
+            if temps and temps[0].stat().st_size > 0:  # releasing, part of the output written
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err.decode()
+    assert list(out_dir.iterdir()) == []
+
+
+# -- national graph and bundled directory ---------------------------------------------------------
+
+
+def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys):
+    """A real terminated postcode is mapped to its nearest live neighbour in a small real graph."""
+    import numpy as np
+    from scipy.spatial import cKDTree
+
+    from postcode_privacy import default_graph
+    from postcode_privacy.release.terminated import bundled_terminated_locations
+
+    terminated = bundled_terminated_locations()
+    national = default_graph(progress=False)
+    row = terminated.iloc[len(terminated) // 2]
+    point = np.array([row["easting"], row["northing"]])
+    tree = cKDTree(national.location_coordinates)
+    _, locs = tree.query(point, k=25)
+    nodes = [int(m) for loc in locs for m in national.members(int(loc))]
+    xy = national.location_coordinates[national.node_location[nodes]]
+    graph = build_graph([national.label(m) for m in nodes], xy[:, 0], xy[:, 1])
+    graph.save(tmp_path / "local.ppgraph")
+    # Independent answer: brute force over the nodes, smallest distance then smallest index.
+    def squared(i):
+        e, n = graph.coordinates(graph.label(i))
+        return (e - point[0]) ** 2 + (n - point[1]) ** 2
+
+    best = min(range(len(graph)), key=lambda i: (squared(i), i))
+    key = tmp_path / "k.key"
+    write_key_file(Key.generate(), key)
+    pd.DataFrame({"subject": ["a", "b"], "postcode": [row["postcode"], graph.label(best)]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    args = ["perturb", str(tmp_path / "in.csv"), "-o", str(tmp_path / "out.csv"), "--key",
+            str(key), "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
+            "--graph", str(tmp_path / "local.ppgraph"), "-q"]
+    assert main(args) == 3
+    assert "not in the graph" in capsys.readouterr().err
+    assert main(args + ["--terminated", "nearest"]) == 0
+    manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text())
+    assert manifest["counts"]["terminated_mapped"] == 1 and manifest["terminated"] == "nearest"
+    from postcode_privacy import Mechanism
+    from postcode_privacy.keyfile import read_key_file
+
+    released = pd.read_csv(tmp_path / "out.csv", dtype=str)["postcode_dp"].tolist()
+    mechanism = Mechanism(graph, 1)
+    assert released[0] == mechanism.perturb(read_key_file(key), "a", graph.label(best))
+
+
+def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys):
+    from postcode_privacy import default_graph
+
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "-o", str(out_dir), "-q"]) == 0
+    stdout = capsys.readouterr().out
+    release = pd.read_csv(out_dir / "records_dp.csv", dtype=str, keep_default_na=False)
+    manifest = json.loads((out_dir / "records_dp.csv.manifest.json").read_text())
+    example = Path(__file__).resolve().parent.parent / "src/postcode_privacy/examples/records.csv"
+    records = pd.read_csv(example, dtype=str, keep_default_na=False)
+    assert len(release) == len(records) == manifest["counts"]["released"]
+    assert "postcode" not in release.columns
+    assert release["person_id"].tolist() == records["person_id"].tolist()
+    graph = default_graph(progress=False)
+    assert manifest["graph"]["sha256"] == graph.sha256 and manifest["epsilon"] == "1"
+    assert all(graph.find(pc) is not None for pc in release["postcode_dp"])
+    assert f"released {len(records)} invented example records" in stdout
+    assert "median displacement" in stdout and graph.sha256 in stdout
+    # Rows of one person at one postcode get one released postcode.
+    joined = records.assign(released=release["postcode_dp"])
+    assert joined.groupby("person_id")["released"].nunique().max() == 1
+    assert records["person_id"].duplicated().sum() >= 3
+    # Keys are throwaway: the output directory holds only the release and its manifest.
+    assert only(out_dir, "records_dp.csv", "records_dp.csv.manifest.json")
+    before = (out_dir / "records_dp.csv").read_bytes()
+    assert main(["demo", "-o", str(out_dir), "-q"]) == 5  # an earlier demo is not replaced
+    assert (out_dir / "records_dp.csv").read_bytes() == before

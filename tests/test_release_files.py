@@ -1,0 +1,312 @@
+"""release_file: formats, chunking, the manifest, atomic output and terminated postcodes."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.release import ReleasePlan, release_file
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"
+
+
+@pytest.fixture(scope="module")
+def grid():
+    codes, east, north = [], [], []
+    for r in range(6):
+        for c in range(6):
+            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
+            east.append(400000.0 + c * 100)
+            north.append(430000.0 + r * 100)
+    # Two postcodes sharing the centroid of 'LS1 1AA' (one location, three members).
+    codes += ["LS2 1ZZ", "LS2 1ZY"]
+    east += [400000.0, 400000.0]
+    north += [430000.0, 430000.0]
+    return build_graph(codes, east, north), codes
+
+
+@pytest.fixture(scope="module")
+def key():
+    return Key.from_bytes(b"k" * 32)
+
+
+def records(codes, n=25):
+    return pd.DataFrame({
+        "person": [f"{i:05d}" for i in range(n)],
+        "pc": [codes[(7 * i) % 36] for i in range(n)],
+        "note": [f"row {i}, with a comma" if i % 3 == 0 else "" for i in range(n)],
+    })
+
+
+def write_csv(df, path):
+    df.to_csv(path, index=False)
+    return path
+
+
+def run(input_path, output_path, graph, key, **options):
+    return release_file(input_path, output_path, key=key, epsilon=options.pop("epsilon", "1"),
+                        id_column=options.pop("id_column", "person"),
+                        postcode_column=options.pop("postcode_column", "pc"),
+                        graph=graph, **options)
+
+
+def leftovers(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_csv_release_keeps_text_and_order_and_matches_perturb_frame(grid, key, tmp_path):
+    graph, codes = grid
+    df = records(codes)
+    src = write_csv(df, tmp_path / "in.csv")
+    manifest = run(src, tmp_path / "out.csv", graph, key, chunk_size=4)
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(out.columns) == ["person", "note", "postcode_dp"]
+    assert out["person"].tolist() == df["person"].tolist()  # leading zeros kept
+    assert out["note"].tolist() == df["note"].tolist()
+    from postcode_privacy import perturb_frame
+
+    expected = perturb_frame(df, key=key, epsilon=1, id_column="person", postcode_column="pc",
+                             graph=graph)["postcode_dp"].tolist()
+    assert out["postcode_dp"].tolist() == expected
+    assert manifest["counts"]["records"] == 25 and manifest["counts"]["released"] == 25
+
+
+def test_chunk_size_does_not_change_the_output(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    run(src, tmp_path / "a.csv", graph, key, chunk_size=1)
+    run(src, tmp_path / "b.csv", graph, key, chunk_size=100_000)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+@pytest.mark.parametrize("suffix_in,suffix_out", [
+    (".csv", ".parquet"), (".parquet", ".csv"), (".pq", ".pq"), (".csv.gz", ".csv.gz")])
+def test_formats_by_extension(grid, key, tmp_path, suffix_in, suffix_out):
+    graph, codes = grid
+    df = records(codes, 10)
+    reference = tmp_path / "reference.csv"
+    run(write_csv(df, tmp_path / "plain.csv"), reference, graph, key)
+    expected = pd.read_csv(reference, dtype=str, keep_default_na=False)["postcode_dp"].tolist()
+
+    src = tmp_path / f"in{suffix_in}"
+    if suffix_in in (".parquet", ".pq"):
+        df.to_parquet(src, index=False)
+    else:
+        df.to_csv(src, index=False)
+    out = tmp_path / f"out{suffix_out}"
+    manifest = run(src, out, graph, key, chunk_size=3)
+    if suffix_out in (".parquet", ".pq"):
+        result = pq.read_table(out)
+        assert result.schema.field("postcode_dp").type == pa.string()
+        result = result.to_pandas()
+    else:
+        result = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert result["postcode_dp"].tolist() == expected
+    assert result["person"].tolist() == df["person"].tolist()
+    assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    if suffix_out == ".csv.gz":
+        assert gzip.decompress(out.read_bytes()).decode().startswith("person,note,postcode_dp\n")
+
+
+def test_parquet_types_and_nulls_survive(grid, key, tmp_path):
+    graph, codes = grid
+    table = pa.table({"person": pa.array([1, 2, 3], pa.int64()),
+                      "pc": pa.array([codes[0], "nonsense", codes[2]]),
+                      "weight": pa.array([1.5, None, 2.5])})
+    pq.write_table(table, tmp_path / "in.parquet")
+    run(tmp_path / "in.parquet", tmp_path / "out.parquet", graph, key, on_error="null")
+    out = pq.read_table(tmp_path / "out.parquet")
+    assert out.schema.field("person").type == pa.int64()
+    assert out.column("weight").to_pylist() == [1.5, None, 2.5]
+    released = out.column("postcode_dp").to_pylist()
+    assert released[1] is None and released[0] is not None
+    # Integer identifiers from Parquet equal their text in CSV.
+    csv_in = write_csv(pd.DataFrame({"person": ["1", "3"], "pc": [codes[0], codes[2]]}),
+                       tmp_path / "ids.csv")
+    run(csv_in, tmp_path / "ids_out.csv", graph, key)
+    from_csv = pd.read_csv(tmp_path / "ids_out.csv", dtype=str)["postcode_dp"].tolist()
+    assert from_csv == [released[0], released[2]]
+
+
+def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    out = tmp_path / "out.csv"
+    returned = run(src, out, graph, key, epsilon="0.10", radius=6, on_error="drop")
+    text = (tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8")
+    manifest = json.loads(text)
+    assert manifest == returned
+    assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 1
+    assert manifest["epsilon"] == "0.1" and manifest["radius"] == 6
+    plan = ReleasePlan(key=key, epsilon="0.1", radius=6, id_column="person",
+                       postcode_column="pc", graph=graph)
+    bound = plan.mechanism.teleport_bound
+    assert manifest["teleport_bound"]["exact"] == f"{bound.numerator}/{bound.denominator}"
+    assert manifest["graph"]["sha256"] == graph.sha256
+    assert manifest["key_fingerprint"] == key.fingerprint
+    assert manifest["input"] == {"path": "in.csv", "format": "csv", "records": 25,
+                                 "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert manifest["output"]["rows"] == 25
+    assert manifest["on_error"] == "drop" and manifest["terminated"] == "error"
+    assert manifest["columns"] == {"id": "person", "postcode": "pc", "out": "postcode_dp",
+                                   "source_postcode_kept": False}
+    assert manifest["prior"] == "uniform"
+    assert manifest["created"].endswith("+00:00")
+    secret = key.to_file_bytes().decode().split("\n")[1][5:]
+    assert secret not in text and (b"k" * 32).decode() not in text
+
+
+def test_nothing_is_written_when_a_row_fails(grid, key, tmp_path):
+    graph, codes = grid
+    df = records(codes)
+    df.loc[[2, 17, 24], "pc"] = ["", "NOPE", "ZZ9 9ZZ"]
+    src = write_csv(df, tmp_path / "in.csv")
+    before = src.read_bytes()
+    with pytest.raises(InputDataError) as info:
+        run(src, tmp_path / "out.csv", graph, key, chunk_size=7)
+    assert [row for row, _ in info.value.row_errors] == [3, 18, 25]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    assert src.read_bytes() == before
+
+
+def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monkeypatch):
+    graph, codes = grid
+    df = records(codes)
+    df.loc[24, "pc"] = "NOPE"
+    src = write_csv(df, tmp_path / "in.csv")
+    calls = []
+    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes: calls.append(1))
+    with pytest.raises(InputDataError):
+        run(src, tmp_path / "out.csv", graph, key, chunk_size=5)
+    assert calls == []
+
+
+def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    original = ReleasePlan._perturb
+    calls = []
+
+    def interrupt_second_chunk(self, ids, nodes):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, ids, nodes)
+
+    monkeypatch.setattr(ReleasePlan, "_perturb", interrupt_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        run(src, tmp_path / "out.parquet", graph, key, chunk_size=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_existing_output_and_manifest_need_force(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    out = tmp_path / "out.csv"
+    out.write_text("keep me")
+    with pytest.raises(OutputExistsError):
+        run(src, out, graph, key)
+    assert out.read_text() == "keep me"
+    run(src, out, graph, key, force=True)
+    assert out.read_text().startswith("person,note,postcode_dp")
+    out2 = tmp_path / "out2.csv"
+    (tmp_path / "out2.csv.manifest.json").write_text("{}")
+    with pytest.raises(OutputExistsError, match="manifest"):
+        run(src, out2, graph, key)
+    assert not out2.exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_refuses_to_write_over_the_input(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    before = src.read_bytes()
+    with pytest.raises(OutputExistsError, match="input"):
+        run(src, src, graph, key, force=True)
+    os.link(src, tmp_path / "hardlink.csv")
+    with pytest.raises(OutputExistsError, match="input"):
+        run(src, tmp_path / "hardlink.csv", graph, key, force=True)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(OutputExistsError, match="input"):
+        run(src, tmp_path / "sub" / ".." / "in.csv", graph, key, force=True)
+    assert src.read_bytes() == before
+
+
+def test_output_directory_problems(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    with pytest.raises(InvalidParameterError, match="does not exist"):
+        run(src, tmp_path / "missing" / "out.csv", graph, key)
+    with pytest.raises(InvalidParameterError, match="not a directory"):
+        run(src, tmp_path / "in.csv" / "out.csv", graph, key)
+    with pytest.raises(InvalidParameterError, match="table format"):
+        run(src, tmp_path / "out.xlsx", graph, key)
+
+
+def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    original = ReleasePlan._perturb
+
+    def tamper(self, ids, nodes):
+        with open(src, "ab") as handle:
+            handle.write(b"99999,LS1 1AA,\n")
+        return original(self, ids, nodes)
+
+    monkeypatch.setattr(ReleasePlan, "_perturb", tamper)
+    with pytest.raises(InputDataError, match="changed"):
+        run(src, tmp_path / "out.csv", graph, key, chunk_size=100)
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_terminated_nearest_with_a_supplied_directory(grid, key, tmp_path):
+    graph, codes = grid
+    table = pd.DataFrame({
+        "postcode": ["ls9 9aa", "LS9 9AB", "LS9 9AD"],
+        # 30 m from 'LS1 2BD' (row 1, column 2); equidistant from three locations; no location.
+        "easting": [400230.0, 400050.0, np.nan],
+        "northing": [430100.0, 430000.0, np.nan],
+    })
+    df = pd.DataFrame({"person": ["1", "2", "3", "4"],
+                       "pc": ["LS9 9AA", "LS9 9AB", codes[5], "LS9 9AD"]})
+    src = write_csv(df, tmp_path / "in.csv")
+    with pytest.raises(InputDataError) as info:
+        run(src, tmp_path / "out.csv", graph, key, terminated="nearest",
+            terminated_locations=table)
+    assert [row for row, _ in info.value.row_errors] == [4]
+    assert "directory gives no location" in info.value.row_errors[0][1]
+
+    manifest = run(src, tmp_path / "out.csv", graph, key, terminated="nearest",
+                   terminated_locations=table, on_error="null")
+    assert manifest["counts"]["terminated_mapped"] == 2
+    assert manifest["counts"]["unknown_postcode"] == 1
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)["postcode_dp"]
+    # The release of a mapped row is the release of the live postcode it maps to.
+    plan = ReleasePlan(key=key, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
+    near = plan.mechanism.perturb(key, "1", "LS1 2BD")
+    # Ties (400050, 430000): 'LS1 1AA' (with two co-located postcodes) and 'LS1 1AB' are both
+    # 50 m away; the smallest node index wins, and it is a member of the first location.
+    tie_winner = min((graph.find(c), c) for c in ("LS1 1AA", "LS1 1AB", "LS2 1ZZ", "LS2 1ZY"))[1]
+    tie = plan.mechanism.perturb(key, "2", tie_winner)
+    assert out.tolist()[:2] == [near, tie]
+    assert out.tolist()[3] == ""
+
+
+def test_terminated_nearest_needs_coordinates(key):
+    from postcode_privacy import Graph
+
+    graph = Graph.from_edges(["LS1 1AA", "LS1 1AB"], [("LS1 1AA", "LS1 1AB")])
+    with pytest.raises(InvalidParameterError, match="coordinates"):
+        ReleasePlan(key=key, epsilon=1, id_column="a", postcode_column="b", graph=graph,
+                    terminated="nearest")
