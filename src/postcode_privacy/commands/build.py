@@ -47,9 +47,9 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
     save_graph(graph, output)
     sidecar = terminated_sidecar(output)
     if len(table.terminated):
-        tmp = sidecar.with_name(sidecar.name + ".tmp")
-        table.terminated.to_parquet(tmp, index=False)
-        os.replace(tmp, sidecar)
+        from ..atomic import write_atomic
+
+        write_atomic(sidecar, table.terminated.to_parquet(index=False))
     build = graph.provenance.get("build", {})
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")

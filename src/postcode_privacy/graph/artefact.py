@@ -30,12 +30,11 @@ import hmac
 import json
 import math
 import os
-import secrets
 import struct
-from pathlib import Path
 
 import numpy as np
 
+from ..atomic import TempFile, fsync_directory
 from ..errors import ArtefactError, GraphError
 from .graph import Graph
 
@@ -125,41 +124,21 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
                 + _sha256(header_bytes) + header_bytes)
     data_start = _align(len(preamble))
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    temp = TempFile(path)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(preamble)
-            out.write(bytes(data_start - len(preamble)))
-            for name, arr in arrays.items():
-                pad = data_start + specs[name]["offset"] - out.tell()
-                out.write(bytes(pad))
-                out.write(memoryview(arr.reshape(-1).view(np.uint8)))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        out = temp.handle
+        out.write(preamble)
+        out.write(bytes(data_start - len(preamble)))
+        for name, arr in arrays.items():
+            pad = data_start + specs[name]["offset"] - out.tell()
+            out.write(bytes(pad))
+            out.write(memoryview(arr.reshape(-1).view(np.uint8)))
+        temp.finish()
+        temp.commit()
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        temp.discard()
         raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename durable where the platform allows opening a directory."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_directory(temp.target.parent)
 
 
 def _sha256(data) -> bytes:

@@ -23,12 +23,12 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import secrets
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from ..atomic import TempFile, fsync_directory
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism import Key
@@ -98,54 +98,6 @@ def _check_paths(input_path: Path, output_path: Path, manifest: Path, force: boo
         raise InvalidParameterError("the output's parent path is not a directory")
 
 
-class _TempFile:
-    """A new file beside ``target``, created exclusively; moved into place or removed."""
-
-    def __init__(self, target: Path):
-        self.target = target
-        self.path = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_BINARY", 0), 0o666)
-        except OSError as exc:
-            raise InvalidParameterError(
-                f"cannot write in the output directory: {exc.strerror or type(exc).__name__}") from None
-        self.handle = os.fdopen(fd, "wb")
-
-    def finish(self) -> None:
-        """Flush and fsync; the file stays at its temporary name."""
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-
-    def commit(self) -> None:
-        os.replace(self.path, self.target)
-
-    def discard(self) -> None:
-        try:
-            if not self.handle.closed:
-                self.handle.close()
-        except OSError:
-            pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _bar(progress: bool, total: int | None, desc: str):
     from tqdm import tqdm
 
@@ -184,10 +136,10 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
                   out_column=out_column)
 
-    temps: list[_TempFile] = []
+    temps: list[TempFile] = []
     writer = None
     try:
-        out_tmp = _TempFile(output_path)
+        out_tmp = TempFile(output_path)
         temps.append(out_tmp)
         plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
                            postcode_column=postcode_column, graph=graph, radius=radius,
@@ -253,14 +205,14 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                                      "in Code-Point Open"),
             "counts": counts,
         }
-        man_tmp = _TempFile(manifest_path)
+        man_tmp = TempFile(manifest_path)
         temps.append(man_tmp)
         man_tmp.handle.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         man_tmp.finish()
         out_tmp.commit()
         man_tmp.commit()
         temps.clear()
-        _fsync_directory(output_path.parent)
+        fsync_directory(output_path.parent)
         return manifest
     except OSError as exc:
         raise PostcodePrivacyError(
