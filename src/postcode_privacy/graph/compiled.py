@@ -16,8 +16,10 @@ list of a shell, needed only for the within-shell draw, is rebuilt on demand fro
 and sorted by node index, the order the reference sampler uses.
 
 Nothing here decides an output.  :meth:`ShellSearch.explore_guided` uses floating point only to
-choose *how far* to explore before the exact decision (``mechanism.sampler.choose_shell``) runs;
-exploring further than needed changes nothing but the time taken.
+choose *how far* to explore before the exact decision (``engine/fast.py``, with the core's
+``decide_below`` and ``choose_shell``) runs; exploring further than needed changes nothing but
+the time taken.  The landmark kernels at the end (``location_distances``, ``pair_table``,
+``ball_bounds``) serve ``engine/landmarks.py``.
 
 Buffers are sized once per search object: two int32 arrays of one entry per location (6.7 MB each
 on the national graph) plus arrays of radius + 2 entries.
@@ -28,12 +30,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..errors import InvalidParameterError
 from .graph import Graph
 
 __all__ = ["ShellSearch", "location_masses", "location_distances", "pair_table", "ball_bounds"]
 
 # Relative margin the float guide demands before it stops exploring.  Float rounding in the guide
-# is below 1e-13 relative; a wrong guess only costs another exploration step, never an output.
+# is far smaller; a wrong guess only costs further exploration steps, never an output.
 _GUIDE_MARGIN = 1e-9
 _MAX_EPOCH = 2**31 - 2
 
@@ -103,8 +106,8 @@ def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, m
 
     Mirrors ``choose_shell`` in floating point: ``u`` holds each record's U and ``pf[h]`` is
     P_h / P_0.  The upper bound on Z is the smaller of the core's (every unexplored node at
-    h + 1 hops) and, for each row q of ``ball_bounds`` (see :func:`upper_bound_terms`), the
-    bound that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
+    h + 1 hops) and, for each row q of ``ball_bounds`` (see :func:`ball_bounds`), the bound
+    that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
     shells explored and writes to ``best[0]`` the row giving the smallest bound at that depth
     (-1 if none beats the core's).  The caller makes the exact decision afterwards.
 
@@ -226,31 +229,53 @@ def pair_table(d1, d2, loc_mass, rows, cols):
 
 
 @njit(cache=True)
-def ball_bounds(a, pairs, offsets, shapes, flat, radius, out):
-    """Upper bounds on the prior mass within j hops of a source, one row per usable pair.
+def _square_mass(flat, base, rows, cols, ai, ak, j):
+    """Table mass of the locations within j of ai (landmark i) and of ak (landmark k)."""
+    r0 = max(ai - j, 0)
+    r1 = min(ai + j + 1, rows - 1)
+    c0 = max(ak - j, 0)
+    c1 = min(ak + j + 1, cols - 1)
+    return (flat[base + r1 * cols + c1] - flat[base + r0 * cols + c1]
+            - flat[base + r1 * cols + c0] + flat[base + r0 * cols + c0])
+
+
+@njit(cache=True)
+def ball_bounds(a, pairs, offsets, shapes, flat, radius, keep, out):
+    """Upper bounds on the prior mass within j hops of a source, one row per chosen pair.
 
     ``a[i]`` is the source location's hop distance from landmark i (-1: unreachable).  For a
     pair (i, k) of landmarks reaching the source, every node within j hops of it lies within j
     of a[i] in distance from landmark i and within j of a[k] from landmark k (triangle
-    inequality), so row[j] = the table mass of that square is >= pi(B_j).  Writes rows to
-    ``out`` (shape (len(pairs), radius)) and returns how many.
+    inequality), so row[j] = the table mass of that square is >= pi(B_j), for j < radius.
+
+    Only the ``keep`` pairs with the smallest square at j = radius // 3 (about the depth the
+    search stops at) get a row: the rows are costly in cache misses, and any row is a valid
+    bound.  Writes rows to ``out`` (shape (keep, radius)) and returns how many.
     """
-    n = 0
-    for p in range(pairs.shape[0]):
+    n_pairs = pairs.shape[0]
+    probe = min(max(radius // 3, 1), radius - 1)
+    score = np.full(n_pairs, np.iinfo(np.int64).max, dtype=np.int64)
+    for p in range(n_pairs):
         ai = a[pairs[p, 0]]
         ak = a[pairs[p, 1]]
-        if ai < 0 or ak < 0:
-            continue
-        rows = shapes[p, 0]
-        cols = shapes[p, 1]
-        base = offsets[p]
+        if ai >= 0 and ak >= 0:
+            score[p] = _square_mass(flat, offsets[p], shapes[p, 0], shapes[p, 1], ai, ak, probe)
+    chosen = np.argsort(score, kind="mergesort")
+    n = 0
+    for t in range(min(keep, n_pairs)):
+        p = chosen[t]
+        if score[p] == np.iinfo(np.int64).max:
+            break
+        ai = a[pairs[p, 0]]
+        ak = a[pairs[p, 1]]
+        rows, cols = shapes[p, 0], shapes[p, 1]
+        # Beyond this half-width the square covers the whole table: the row is constant.
+        full = max(ai, rows - 2 - ai, ak, cols - 2 - ak)
         for j in range(radius):
-            r0 = max(ai - j, 0)
-            r1 = min(ai + j + 1, rows - 1)
-            c0 = max(ak - j, 0)
-            c1 = min(ak + j + 1, cols - 1)
-            out[n, j] = (flat[base + r1 * cols + c1] - flat[base + r0 * cols + c1]
-                         - flat[base + r1 * cols + c0] + flat[base + r0 * cols + c0])
+            if j > full:
+                out[n, j] = out[n, j - 1]
+            else:
+                out[n, j] = _square_mass(flat, offsets[p], rows, cols, ai, ak, j)
         n += 1
     return n
 
@@ -287,13 +312,17 @@ def _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location, 
 
 @njit(cache=True)
 def _pick(order, shell_ptr, members_indptr, members_flat, node_location, prior, source,
-          shells, draws, out):
+          masses, n_shells, shells, draws, out):
     """out[r] = the node of shell shells[r] whose cumulative prior first exceeds draws[r].
 
     Same rule as ``mechanism.sampler.pick_in_shell``: cumulative prior in node order within the
     shell, then the first position whose cumulative value is strictly greater than the draw.
-    Requests are grouped by shell so each shell's node list is built once.
+    Requests are grouped by shell so each shell's node list is built once.  Returns -1, or the
+    index of a request whose shell is unexplored or whose draw is outside [0, mass).
     """
+    for r in range(shells.size):
+        if shells[r] < 0 or shells[r] >= n_shells or draws[r] < 0 or draws[r] >= masses[shells[r]]:
+            return r
     idx = np.argsort(shells, kind="mergesort")
     current = -1
     nodes = np.empty(0, dtype=np.int64)
@@ -311,6 +340,7 @@ def _pick(order, shell_ptr, members_indptr, members_flat, node_location, prior, 
                 cumulative[j] = acc
             current = h
         out[r] = nodes[np.searchsorted(cumulative, draws[r], side="right")]
+    return -1
 
 
 @njit(cache=True)
@@ -344,7 +374,7 @@ class ShellSearch:
 
     def __init__(self, graph: Graph, max_shells: int, loc_mass: np.ndarray | None = None):
         if max_shells < 1:
-            raise ValueError("max_shells must be at least 1")
+            raise InvalidParameterError("max_shells must be at least 1")
         self.graph = graph
         self.max_shells = int(max_shells)
         self._indptr = graph.loc_indptr
@@ -400,7 +430,7 @@ class ShellSearch:
         docstring.  Returns the row whose bound was smallest at the final depth, or -1.
         """
         if radius > self.max_shells:
-            raise ValueError("radius exceeds the shells this search was sized for")
+            raise InvalidParameterError("radius exceeds the shells this search was sized for")
         if ball_bounds is None:
             ball_bounds = np.zeros((0, radius), dtype=np.int64)
         best = np.full(1, -1, dtype=np.int64)
@@ -413,7 +443,7 @@ class ShellSearch:
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
         if not 0 <= h < self.n_shells:
-            raise ValueError("shell not explored")
+            raise InvalidParameterError("shell not explored")
         return _shell_nodes(self._order, self._shell_ptr, self._members_indptr,
                             self._members_flat, self._node_location, self.source, int(h))
 
@@ -424,13 +454,12 @@ class ShellSearch:
         """
         shells = np.ascontiguousarray(shells, dtype=np.int64)
         draws = np.ascontiguousarray(draws, dtype=np.int64)
-        if shells.size and (shells.min() < 0 or shells.max() >= self.n_shells):
-            raise ValueError("shell not explored")
-        if np.any(draws < 0) or np.any(draws >= self.masses[shells]):
-            raise ValueError("draw outside the shell's prior mass")
         out = np.empty(shells.size, dtype=np.int64)
-        _pick(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
-              self._node_location, self._prior, self.source, shells, draws, out)
+        bad = _pick(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
+                    self._node_location, self._prior, self.source, self.masses, self.n_shells,
+                    shells, draws, out)
+        if bad >= 0:
+            raise InvalidParameterError("request for an unexplored shell or a draw outside its mass")
         return out
 
     def ball(self) -> np.ndarray:

@@ -1,0 +1,247 @@
+"""Many records at once: grouped by true postcode, bounded memory, all cores.
+
+Records are sorted by true node (stable), so the records sharing a postcode form one group whose
+shell exploration is done once (:meth:`FastSampler.sample_group`).  Groups are cut into pieces
+of at most ``MAX_GROUP`` records, and pieces are gathered into tasks of about ``TASK_RECORDS``
+records, so memory per task is bounded whatever the input looks like.
+
+The number of workers defaults to every usable CPU for batches of at least ``PARALLEL_MIN``
+records; the environment variable ``POSTCODE_PRIVACY_WORKERS`` overrides that default (set it to
+1 where the caller already runs one process per core, as Spark executors do).  With more than
+one worker, the tasks run in worker processes started with ``fork``: the children
+inherit the graph arrays (in memory, or memory-mapped from an artefact) and the prepared records
+copy-on-write, so nothing large is pickled; each task returns only its output node numbers.
+Every output is a function of its own record alone (key, subject, postcode, graph, epsilon,
+radius), so results do not depend on the number of workers, the task size or the order in which
+tasks finish.  Where ``fork`` is unavailable or unsafe (Windows, macOS), everything runs in the
+calling process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import InputDataError, InvalidParameterError, UnknownPostcodeError
+from ..mechanism.keys import Key
+from ..mechanism.mechanism import Mechanism
+from ..mechanism.subject import canonical_subject_id
+from .fast import FastSampler
+from .landmarks import graph_tables
+
+__all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "WORKERS_ENV"]
+
+MAX_GROUP = 4096  # records of one postcode handled together (their streams are held at once)
+TASK_RECORDS = 2048  # records per task handed to a worker
+PARALLEL_MIN = 2000  # fewer records than this run in the calling process
+WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
+LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
+_ROW_ERRORS_SHOWN = 20
+
+# The job being run, set by the parent just before it forks its workers; never pickled.
+_JOB: dict | None = None
+_WORKER_SAMPLER: FastSampler | None = None
+_PARALLEL_LOCK = threading.Lock()
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _fork_available() -> bool:
+    """Worker processes can be forked here: not on Windows, not on macOS (where forking a
+    process that has loaded system frameworks is unsafe), not inside a daemon process."""
+    return (sys.platform != "darwin" and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon)
+
+
+def default_workers(records: int) -> int:
+    """Workers used when none are given: $POSTCODE_PRIVACY_WORKERS, else all usable CPUs."""
+    if records < PARALLEL_MIN:
+        return 1
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise InvalidParameterError(f"{WORKERS_ENV} must be a positive whole number")
+        return int(text)
+    return usable_cpus()
+
+
+def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
+    """Ranges [start, stop) of the sorted records, each a whole number of group pieces.
+
+    The first range is the first group piece alone: the calling process runs it before any
+    worker starts, which loads the compiled kernels once for every worker to inherit.
+    """
+    n = sorted_nodes.size
+    starts = np.flatnonzero(np.diff(sorted_nodes)) + 1
+    bounds = np.concatenate([[0], starts, [n]]).tolist()
+    first = min(bounds[1], MAX_GROUP)
+    tasks, task_start = [(0, first)], first
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        a = max(a, first)
+        while a < b:  # pieces of at most MAX_GROUP records of one group
+            a = min(b, a + MAX_GROUP)
+            if a - task_start >= TASK_RECORDS:
+                tasks.append((task_start, a))
+                task_start = a
+    if task_start < n:
+        tasks.append((task_start, n))
+    return tasks
+
+
+def _run_task(sampler: FastSampler, job: dict, start: int, stop: int) -> np.ndarray:
+    """Output nodes of sorted records start .. stop - 1, in that order."""
+    nodes, order, ids, context = job["sorted_nodes"], job["order"], job["ids"], job["context"]
+    out = np.empty(stop - start, dtype=np.int64)
+    i = start
+    while i < stop:
+        node = int(nodes[i])
+        j = min(int(np.searchsorted(nodes, node, side="right")), stop, i + MAX_GROUP)
+        sids = [ids[k] for k in order[i:j].tolist()]
+        out[i - start:j - start] = sampler.sample_group(context, node, sids)
+        i = j
+    return out
+
+
+def _worker_init() -> None:
+    """In each worker: leave interrupts to the parent, and build this worker's buffers."""
+    global _WORKER_SAMPLER
+    # The parent turns Ctrl-C (and, in the CLI, SIGTERM) into KeyboardInterrupt and then
+    # terminates the pool; workers must neither raise it themselves nor keep the parent's
+    # handlers, which were inherited through fork.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    job = _JOB
+    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"])
+
+
+def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+    start, stop = bounds
+    return start, _run_task(_WORKER_SAMPLER, _JOB, start, stop)
+
+
+def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
+                  *, workers: int | None = None,
+                  progress: Callable[[int], None] | None = None,
+                  landmarks: bool | None = None) -> np.ndarray:
+    """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
+
+    Preconditions: identifiers are canonical (``canonical_subject_id``) and nodes are valid
+    indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
+    :func:`default_workers`.  Without ``fork`` everything runs in this process.
+    ``progress``, if given, is called in the calling process with the number of records
+    finished each time a task completes.  ``landmarks``: whether to use the landmark bound
+    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  Neither
+    option changes any output.
+
+    Postcondition: element i equals the reference sampler's output for record i.
+    """
+    global _JOB
+    nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
+    n = nodes.size
+    if len(subject_ids) != n:
+        raise InvalidParameterError("subject_ids and postcodes differ in length")
+    if n and (nodes.min() < 0 or nodes.max() >= len(mechanism.graph)):
+        raise InvalidParameterError("node index out of range for this graph")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise InvalidParameterError("workers must be a positive whole number")
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    order = np.argsort(nodes, kind="stable")
+    sorted_nodes = nodes[order]
+    tasks = _tasks(sorted_nodes)
+    graph = mechanism.graph
+    if landmarks is None:
+        distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
+        landmarks = distinct * LANDMARK_SHARE >= graph.n_locations
+    job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
+           "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
+           "tables": graph_tables(graph), "landmarks": bool(landmarks)}
+    if workers is None:
+        workers = default_workers(n)
+    workers = min(workers, len(tasks))
+    if workers > 1 and not _fork_available():
+        workers = 1
+    sampler = FastSampler(mechanism, job["tables"], job["landmarks"])
+    # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
+    first, rest = tasks[0], tasks[1:]
+    out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
+    if progress is not None:
+        progress(first[1] - first[0])
+    if workers == 1 or not rest:
+        for start, stop in rest:
+            out[order[start:stop]] = _run_task(sampler, job, start, stop)
+            if progress is not None:
+                progress(stop - start)
+        return out
+    with _PARALLEL_LOCK:
+        _JOB = job
+        try:
+            context = multiprocessing.get_context("fork")
+            with context.Pool(workers, initializer=_worker_init) as pool:
+                for start, result in pool.imap_unordered(_worker_task, rest):
+                    out[order[start:start + result.size]] = result
+                    if progress is not None:
+                        progress(result.size)
+        finally:
+            _JOB = None
+    return out
+
+
+def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcodes: Iterable,
+                 *, workers: int | None = None,
+                 progress: Callable[[int], None] | None = None,
+                 landmarks: bool | None = None) -> list[str]:
+    """Released postcode for each (subject identifier, true postcode), as ``Mechanism.perturb``.
+
+    Every identifier and postcode is checked before any draw.  Invalid identifiers raise
+    :class:`InputDataError` listing record positions (0-based) and reasons; postcodes that are
+    not nodes of the graph raise :class:`UnknownPostcodeError` giving the count and the first
+    position.  No value is ever echoed.
+    """
+    ids, codes = list(subject_ids), list(postcodes)
+    if len(ids) != len(codes):
+        raise InvalidParameterError("subject_ids and postcodes differ in length")
+    graph = mechanism.graph
+    canonical: list[str] = []
+    problems: list[tuple[int, str]] = []
+    bad_ids = 0
+    for i, value in enumerate(ids):
+        try:
+            canonical.append(canonical_subject_id(value))
+        except ValueError as exc:
+            bad_ids += 1
+            if len(problems) < _ROW_ERRORS_SHOWN:
+                problems.append((i, f"subject identifier: {exc}"))
+    if bad_ids:
+        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
+                             "(positions counted from 0)", problems, bad_ids)
+    nodes = np.empty(len(codes), dtype=np.int64)
+    unknown, first_unknown = 0, -1
+    for i, code in enumerate(codes):
+        node = graph.find(code)
+        if node is None:
+            unknown += 1
+            if first_unknown < 0:
+                first_unknown = i
+            node = 0
+        nodes[i] = node
+    if unknown:
+        raise UnknownPostcodeError(f"{unknown} records have a postcode that is not a node of this "
+                                   f"graph (first at position {first_unknown}, counted from 0)")
+    result = perturb_nodes(mechanism, key, canonical, nodes, workers=workers, progress=progress,
+                           landmarks=landmarks)
+    return [graph.label(y) for y in result.tolist()]

@@ -1,0 +1,218 @@
+"""Exact draws for all the records that share one true postcode, on the compiled shell search.
+
+For a group of records with the same true node x, :meth:`FastSampler.sample_group` computes the
+same outputs as ``mechanism.sampler.sample`` does for each record alone:
+
+1. Each record's shell uniform U is read from its keyed stream (``LazyUniform``, first block).
+2. The compiled search explores shells from x until a floating-point estimate of every record's
+   shell decision looks settled (``ShellSearch.explore_guided``).  This only sets how far to
+   explore; no output depends on it.
+3. The shell of each record is decided exactly, with integers, by the core's ``decide_below``
+   against bounds z_low <= Z <= z_high valid at the depth reached (``_decide``).  z_high is the
+   core's, or the landmark bound (engine/landmarks.py) when that is smaller.  If
+   that does not settle a record, the core's own ``choose_shell`` takes over on the same walk
+   and explores further (one shell at a time) until its exact comparisons decide.  A wrong
+   estimate in step 2 therefore costs time, never a different output.
+4. Within the chosen shell the member draw J is the core's ``uniform_int`` on the "member"
+   sub-stream, and the node is picked by cumulative prior in node order, as ``pick_in_shell``.
+5. A tail draw (rare at the default radius) explores the whole ball and uses the core's
+   ``pick_in_tail``.
+
+Shell explorations are shared by the records of a group; nothing is kept between groups except
+the fixed-size buffers of the search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..graph.compiled import ShellSearch
+from ..mechanism.mechanism import Mechanism
+from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
+from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext
+from .landmarks import GraphTables, graph_tables
+
+__all__ = ["FastSampler"]
+
+_TOP_BITS = 64  # bits of U handed to the float estimate
+
+
+class _CompiledWalk:
+    """The part of ``sampler.ShellWalk`` that ``choose_shell`` reads, over a ``ShellSearch``.
+
+    ``cumulative[h]`` is C_h = sum_{g <= h} P_g * pi(S_g) as an exact integer, and
+    ``explored_mass`` is pi(S_0) + ... + pi(S_{depth-1}), both for the shells the search has
+    explored so far.
+    """
+
+    __slots__ = ("_search", "_powers", "cumulative", "explored_mass")
+
+    def __init__(self, search: ShellSearch, powers: tuple[int, ...]):
+        self._search, self._powers = search, powers
+        self.cumulative: list[int] = []
+        self.explored_mass = 0
+        self.sync()
+
+    @property
+    def depth(self) -> int:
+        return len(self.cumulative)
+
+    def sync(self) -> None:
+        """Extend the exact sums to every shell the search has explored."""
+        masses = self._search.masses
+        total = self.cumulative[-1] if self.cumulative else 0
+        for h in range(len(self.cumulative), self._search.n_shells):
+            mass = int(masses[h])
+            total += self._powers[h] * mass
+            self.cumulative.append(total)
+            self.explored_mass += mass
+
+    def explore(self) -> None:
+        self._search.explore_to(self._search.n_shells + 1)
+        self.sync()
+
+
+def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], radius: int,
+            total_prior: int) -> int | None:
+    """Upper bound on Z from a landmark row ``bound`` (Q[j] >= pi(B_j)), or None if unusable.
+
+    With h = depth - 1 < R - 1 and E = pi(B_h): a node outside B_h is at least h + 1 hops from
+    x, and at least j hops if it lies outside the region counted by Q[j - 1]; weights do not
+    increase with distance, so the unexplored part of Z is at most
+    P_{h+1} (Q[h+1] - E) + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
+    Every coefficient is checked non-negative; a row failing that is not used.  Only the j
+    where Q changes contribute (Q is constant once the landmark squares cover everything).
+    """
+    h = walk.depth - 1
+    explored = walk.explored_mass
+    first, last = int(bound[h + 1]), int(bound[radius - 1])
+    if first < explored or last > total_prior:
+        return None
+    steps = np.diff(bound[h + 1:])  # exact int64: Q[j] - Q[j-1] for j = h+2 .. R-1
+    if steps.size and steps.min() < 0:
+        return None
+    z = walk.cumulative[h] + powers[h + 1] * (first - explored)
+    for offset in np.flatnonzero(steps).tolist():
+        z += powers[h + 2 + offset] * int(steps[offset])
+    return z + powers[radius] * (total_prior - last)
+
+
+def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
+            radius: int) -> int | None:
+    """The shell choose_shell would return, if bounds z_low <= Z <= z_high settle it; else None.
+
+    The output is the smallest i < R with U * Z < C_i, or the tail (docs/spec.md, "Sampling").
+    ``decide_below`` is True only if U < C_i / Z for every admissible Z, and False only if
+    U >= C_i / Z for every one; C is non-decreasing, so the first True after a run of False is
+    that smallest i.  Any None means the bounds are too loose to tell.
+    """
+    h = walk.depth - 1
+    for i in range(h + 1):
+        verdict = decide_below(uniform, walk.cumulative[i], z_low, z_high)
+        if verdict is None:
+            return None
+        if verdict:
+            return i
+    return radius if h == radius - 1 else None
+
+
+class FastSampler:
+    """Fast exact sampling for one mechanism; holds one shell search's buffers (not thread-safe).
+
+    ``tables`` (per-graph arrays, see ``engine/landmarks.py``) may be passed in so that worker
+    processes share one copy; ``landmarks`` chooses whether the landmark bound is used (it is
+    built on first use, once per graph).
+    """
+
+    def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
+                 landmarks: bool = False):
+        self.mechanism = mechanism
+        graph = mechanism.graph
+        self.graph = graph
+        self.radius = mechanism.radius
+        self.powers = mechanism.powers
+        self.total_prior = graph.total_prior
+        p0 = self.powers[0]
+        # P_h / P_0 as the nearest float (Python's int true division rounds correctly); used
+        # only by the exploration estimate.
+        self.power_ratios = np.array([p / p0 for p in self.powers], dtype=np.float64)
+        if tables is None:
+            tables = graph_tables(graph)
+        self.landmarks = tables.ensure_landmarks() if landmarks else None
+        self.search = ShellSearch(graph, self.radius, tables.loc_mass)
+        self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
+                      "fallbacks": 0, "tail": 0}
+
+    def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None) -> tuple[int, int]:
+        """z_low <= Z <= z_high at the walk's depth: the core's z_low, and the smaller of the
+        core's z_high and the landmark one (both are upper bounds)."""
+        radius, powers, total = self.radius, self.powers, self.total_prior
+        h = walk.depth - 1
+        z_low = walk.cumulative[h] + powers[radius] * (total - walk.explored_mass)
+        if h == radius - 1:
+            return z_low, z_low
+        z_high = walk.cumulative[h] + powers[h + 1] * (total - walk.explored_mass)
+        if bound is not None:
+            landmark = _z_high(walk, bound, powers, radius, total)
+            if landmark is not None and landmark < z_high:
+                z_high = landmark
+        return z_low, z_high
+
+    def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
+        """Output node for each (canonical) subject identifier whose true node is ``node``.
+
+        Precondition: ``context`` was made by ``mechanism.stream_context`` and the identifiers
+        are already canonical (``canonical_subject_id``), as ``Mechanism._draw`` makes them.
+        """
+        label = self.graph.label(node)
+        streams = [context.for_subject(sid, label) for sid in subject_ids]
+        uniforms = [LazyUniform(stream, SHELL) for stream in streams]
+        shift = BLOCK_BITS - _TOP_BITS
+        estimate = np.array([(uni.u >> shift) * 2.0**-_TOP_BITS for uni in uniforms])
+
+        search = self.search
+        search.start(node)
+        radius, powers, total = self.radius, self.powers, self.total_prior
+        rows = None
+        if self.landmarks is not None:
+            rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
+        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
+        walk = _CompiledWalk(search, powers)
+        bound = rows[best] if best >= 0 else None
+        bounds_depth, z_low, z_high = -1, 0, 0
+        shells = []
+        for uni in uniforms:
+            if walk.depth != bounds_depth:  # bounds for the depth reached (it only grows)
+                bounds_depth = walk.depth
+                z_low, z_high = self._bounds(walk, bound)
+            shell = _decide(walk, uni, z_low, z_high, radius)
+            if shell is None:
+                self.stats["fallbacks"] += 1
+                shell = choose_shell(walk, uni, radius, powers, total)
+            shells.append(shell)
+
+        out = [0] * len(shells)
+        inner = [r for r, h in enumerate(shells) if h < radius]
+        if inner:
+            picked_shells = np.array([shells[r] for r in inner], dtype=np.int64)
+            draws = np.array([streams[r].uniform_int(int(search.masses[shells[r]]), MEMBER)
+                              for r in inner], dtype=np.int64)
+            for r, y in zip(inner, search.pick(picked_shells, draws).tolist()):
+                out[r] = y
+        if len(inner) < len(shells):
+            search.explore_to(radius)
+            ball = search.ball()
+            prior_cumsum = self.graph.prior_cumsum
+            for r, h in enumerate(shells):
+                if h == radius:
+                    out[r] = pick_in_tail(streams[r], ball, prior_cumsum, total)
+                    self.stats["tail"] += 1
+
+        stats = self.stats
+        stats["groups"] += 1
+        stats["records"] += len(shells)
+        stats["shells_explored"] += search.n_shells
+        stats["locations_explored"] += search.locations_explored
+        return out

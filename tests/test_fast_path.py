@@ -1,0 +1,321 @@
+"""The batch engine gives exactly the reference sampler's outputs (docs/performance.md).
+
+Identity, not similarity: every engine output is compared with ``Mechanism.perturb_reference``
+(the full-ball sampler) on generated graphs of many shapes (planar-ish Delaunay graphs,
+co-located groups, disconnected pieces, tiny radii, priors from 1 to 2**40, teleport above 0.1),
+and on a sample of the national graph when it is available.  The compiled shell search and the
+landmark bounds it relies on are checked against the reference hop shells directly.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+from graphs import colocated, disconnected, path
+from scipy.spatial import Delaunay
+
+from postcode_privacy import Graph, Key, Mechanism
+from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
+from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import landmarks as engine_landmarks
+from postcode_privacy.errors import InputDataError, InvalidParameterError, UnknownPostcodeError
+from postcode_privacy.graph import compiled
+from postcode_privacy.graph.compiled import ShellSearch
+from postcode_privacy.graph.graph import _csr_from_pairs
+from postcode_privacy.graph.shells import hop_distances, node_shells
+from postcode_privacy.mechanism.subject import canonical_subject_id
+
+EPSILONS = ["0.05", "0.3", "0.7", "1", "2", "4.5"]
+
+
+def planar_graph(rng: random.Random, n_locations: int, n_nodes: int, keep: float,
+                 max_prior_bits: int) -> Graph:
+    """Delaunay graph of random points, edges kept with probability ``keep`` (so it may fall
+    apart), ``n_nodes - n_locations`` extra postcodes sharing points, priors up to 2**bits."""
+    points = np.array([[rng.random(), rng.random()] for _ in range(n_locations)])
+    pairs = set()
+    if n_locations >= 3:
+        for simplex in Delaunay(points).simplices.tolist():
+            for a, b in ((0, 1), (1, 2), (0, 2)):
+                u, v = sorted((simplex[a], simplex[b]))
+                pairs.add((u, v))
+    elif n_locations == 2:
+        pairs.add((0, 1))
+    pairs = sorted(p for p in pairs if rng.random() < keep)
+    # Every location gets a member; the rest of the postcodes join random locations.  Then
+    # renumber locations by first member, as Graph requires.
+    assign = list(range(n_locations)) + [rng.randrange(n_locations) for _ in range(n_nodes - n_locations)]
+    rng.shuffle(assign)
+    renumber: dict[int, int] = {}
+    for loc in assign:
+        renumber.setdefault(loc, len(renumber))
+    node_location = np.array([renumber[loc] for loc in assign], dtype=np.int32)
+    a = np.array([renumber[u] for u, _ in pairs], dtype=np.int64)
+    b = np.array([renumber[v] for _, v in pairs], dtype=np.int64)
+    indptr, indices = _csr_from_pairs(n_locations, a, b)
+    prior = [rng.randrange(1, 2 ** rng.randrange(1, max_prior_bits + 1) + 1) for _ in range(n_nodes)]
+    names = [f"P{i:03d}" for i in range(n_nodes)]
+    return Graph(names, node_location, indptr, indices, prior)
+
+
+def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
+    n_loc = rng.randrange(1, 45)
+    graph = planar_graph(rng, n_loc, n_loc + rng.choice([0, 0, 3, 12]),
+                         keep=rng.choice([1.0, 1.0, 0.8, 0.45]),
+                         max_prior_bits=rng.choice([1, 8, 40]))
+    radius = rng.choice([1, 2, 3, 5, 8, None])
+    eps = rng.choice(EPSILONS if radius is not None else ["1", "2", "4.5"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small explicit radii warn about the teleport bound
+        mechanism = Mechanism(graph, eps, radius=radius)
+    key = Key.from_bytes(rng.randbytes(32))
+    sources = [rng.choice(graph.postcodes) for _ in range(rng.randrange(1, 12))]
+    codes = [rng.choice(sources) for _ in range(rng.randrange(20, 60))]  # repeats form groups
+    ids = [rng.choice([rng.randrange(10**9), f"s-{rng.randrange(10**6)}"]) for _ in codes]
+    return mechanism, key, ids, codes
+
+
+# -- identity with the reference ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_engine_equals_reference_on_generated_graphs(seed):
+    rng = random.Random(1000 + seed)
+    records = 0
+    for case in range(30):
+        mechanism, key, ids, codes = random_case(rng)
+        expected = mechanism.perturb_reference(key, ids, codes)
+        for use_landmarks in (False, True):
+            got = perturb_many(mechanism, key, ids, codes, workers=1, landmarks=use_landmarks)
+            assert got == expected, (seed, case, use_landmarks)
+        records += len(ids)
+    assert records > 1000
+
+
+def test_cases_cover_tail_groups_and_teleport_above_a_tenth():
+    """The generated cases reach the rare paths: tail draws, shared groups, big teleport."""
+    rng = random.Random(7)
+    tails = groups = 0
+    high_teleport = False
+    for _ in range(40):
+        mechanism, key, ids, codes = random_case(rng)
+        sampler = FastSampler(mechanism, landmarks=True)
+        context = mechanism.stream_context(key)
+        by_node: dict[int, list[str]] = {}
+        for sid, code in zip(ids, codes):
+            by_node.setdefault(mechanism.graph.index_of(code), []).append(canonical_subject_id(sid))
+        for node, sids in by_node.items():
+            sampler.sample_group(context, node, sids)
+            groups += len(sids) > 1
+        tails += sampler.stats["tail"]
+        high_teleport |= max(mechanism.teleport_probability(c) for c in set(codes)) > 0.1
+    assert tails > 20 and groups > 100 and high_teleport
+
+
+def test_tail_heavy_graphs_match_reference():
+    """Teleport probability above 0.1 on a path, a disconnected graph and co-located groups."""
+    key = Key.from_bytes(bytes(range(32)))
+    cases = [(path(30, [1 + i % 4 for i in range(30)]), "0.2", 2, "N10"),
+             (disconnected([3, 1, 1, 2, 5, 1, 1, 4]), "0.5", 1, "N00"),
+             (colocated([2**40, 1, 7, 3, 2**20, 1, 9, 2, 5]), "0.1", 1, "N06"),
+             (colocated([1, 1, 1, 1, 1, 1, 1, 1, 1]), "0.3", 2, "N04")]
+    for graph, eps, radius, source in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mechanism = Mechanism(graph, eps, radius=radius)
+        assert mechanism.teleport_probability(source) > 0.1
+        ids = list(range(400))
+        codes = [source] * 200 + [graph.postcodes[i % len(graph)] for i in range(200)]
+        expected = mechanism.perturb_reference(key, ids, codes)
+        assert perturb_many(mechanism, key, ids, codes, workers=1) == expected
+        distance = hop_distances(graph, graph.index_of(source), radius)
+        tail_draws = sum(int(distance[graph.index_of(o)]) == radius for o in expected[:200])
+        assert tail_draws > 20
+
+
+def test_exact_fallback_when_the_estimate_stops_too_early(monkeypatch):
+    """A guide that stops far too soon must cost time only: choose_shell takes over."""
+    monkeypatch.setattr(compiled, "_GUIDE_MARGIN", -0.9)
+    rng = random.Random(11)
+    fallbacks = 0
+    for _ in range(12):
+        mechanism, key, ids, codes = random_case(rng)
+        sampler = FastSampler(mechanism, landmarks=True)
+        context = mechanism.stream_context(key)
+        expected = mechanism.perturb_reference(key, ids, codes)
+        got = [mechanism.graph.label(sampler.sample_group(
+            context, mechanism.graph.index_of(c), [canonical_subject_id(s)])[0])
+            for s, c in zip(ids, codes)]
+        assert got == expected
+        fallbacks += sampler.stats["fallbacks"]
+    assert fallbacks > 50
+
+
+def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
+    """Mutation check: bounds that understate the ball mass change outputs, and the identity
+    comparison above detects it (so passing it says something about the real bound)."""
+    def off_by_one(self, location, radius):  # squares of half-width j - 1 instead of j
+        rows = original(self, location, radius)
+        return np.concatenate([rows[:, :1], rows[:, :-1]], axis=1)
+
+    original = engine_landmarks.LandmarkBounds.bounds_for
+    monkeypatch.setattr(engine_landmarks.LandmarkBounds, "bounds_for", off_by_one)
+    rng = random.Random(5)
+    differing = 0
+    for _ in range(25):
+        mechanism, key, ids, codes = random_case(rng)
+        got = perturb_many(mechanism, key, ids, codes, workers=1, landmarks=True)
+        differing += got != mechanism.perturb_reference(key, ids, codes)
+    assert differing > 0
+
+
+# -- the compiled search and the bounds, against the reference shells ----------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shell_search_gives_the_reference_shells(seed):
+    rng = random.Random(seed)
+    graphs = [planar_graph(rng, rng.randrange(1, 40), 50, keep, 40) for keep in (1.0, 0.5)]
+    graphs += [colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), disconnected(None), path(9)]
+    for graph in graphs:
+        depth = 7
+        search = ShellSearch(graph, depth)
+        for source in range(len(graph)):
+            reference = node_shells(graph, source, depth - 1)
+            search.start(source)
+            search.explore_to(depth)
+            for h, shell in enumerate(reference):
+                assert search.shell_nodes(h).tolist() == shell.tolist()
+                assert int(search.masses[h]) == int(graph.prior[shell].sum())
+            ball = np.concatenate(reference)
+            assert sorted(search.ball().tolist()) == sorted(ball.tolist())
+            # resumable: a fresh start explored one shell at a time gives the same masses
+            search.start(source)
+            for k in range(2, depth + 1):
+                search.explore_to(k)
+            assert [int(m) for m in search.masses[:depth]] == [int(graph.prior[s].sum()) for s in reference]
+
+
+def test_pick_follows_cumulative_prior_in_node_order():
+    rng = random.Random(3)
+    graph = planar_graph(rng, 30, 60, 1.0, 12)
+    search = ShellSearch(graph, 6)
+    for source in range(0, len(graph), 7):
+        search.start(source)
+        search.explore_to(6)
+        for h in range(6):
+            mass = int(search.masses[h])
+            if mass == 0:
+                continue
+            nodes = node_shells(graph, source, h)[h]
+            cumulative = np.cumsum(graph.prior[nodes])
+            draws = sorted({0, mass - 1} | {rng.randrange(mass) for _ in range(5)})
+            got = search.pick(np.full(len(draws), h), np.array(draws))
+            want = [int(nodes[np.searchsorted(cumulative, j, side="right")]) for j in draws]
+            assert got.tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_landmark_rows_bound_every_ball(seed):
+    rng = random.Random(50 + seed)
+    for keep in (1.0, 0.6, 0.3):
+        graph = planar_graph(rng, 35, 45, keep, 40)
+        tables = engine_landmarks.GraphTables(graph)
+        bounds = tables.ensure_landmarks()
+        radius = 9
+        for source in range(len(graph)):
+            rows = bounds.bounds_for(int(graph.node_location[source]), radius)
+            balls = np.cumsum([int(graph.prior[s].sum()) for s in node_shells(graph, source, radius - 1)])
+            for row in rows.tolist():
+                assert all(q >= b for q, b in zip(row, balls.tolist()))
+                assert row == sorted(row) and row[-1] <= graph.total_prior
+
+
+# -- batches: determinism, workers, errors -------------------------------------------------------
+
+
+def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
+    rng = random.Random(21)
+    graph = planar_graph(rng, 200, 260, 1.0, 20)
+    mechanism = Mechanism(graph, "0.7")
+    key = Key.from_bytes(rng.randbytes(32))
+    n = 5000
+    ids = [str(rng.randrange(10**9)) for _ in range(n)]
+    nodes = np.array([rng.randrange(len(graph)) for _ in range(n)])
+    base = perturb_nodes(mechanism, key, ids, nodes, workers=1)
+    assert np.array_equal(base, perturb_nodes(mechanism, key, ids, nodes, workers=2))
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 37)
+    monkeypatch.setattr(engine_batch, "MAX_GROUP", 5)
+    done = []
+    again = perturb_nodes(mechanism, key, ids, nodes, workers=2, progress=done.append,
+                          landmarks=False)
+    assert np.array_equal(base, again) and sum(done) == n and len(done) > 10
+    sample = slice(0, 400)
+    expected = mechanism.perturb_reference(key, ids[sample], [graph.label(v) for v in nodes[sample]])
+    assert [graph.label(v) for v in base[sample]] == expected
+
+
+def test_mechanism_perturb_many_uses_the_engine(monkeypatch):
+    calls = []
+    original = engine_batch.perturb_nodes
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[2]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine_batch, "perturb_nodes", spy)
+    mechanism = Mechanism(colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "1")
+    key = Key.from_bytes(bytes(32))
+    codes = ["N00", "N03", "N08"] * 5
+    assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(key, list(range(15)), codes)
+    assert calls == [15]
+
+
+def test_batch_errors_name_positions_not_values():
+    mechanism = Mechanism(path(6), "1")
+    key = Key.from_bytes(bytes(32))
+    with pytest.raises(UnknownPostcodeError) as unknown:
+        perturb_many(mechanism, key, [1, 2, 3], ["N01", "SW1A 1AA", "N02"])
+    assert "position 1" in str(unknown.value) and "SW1A" not in str(unknown.value)
+    with pytest.raises(InputDataError) as bad_ids:
+        perturb_many(mechanism, key, ["a", "  ", None], ["N01", "N02", "N03"])
+    assert [row for row, _ in bad_ids.value.row_errors] == [1, 2]
+    with pytest.raises(InvalidParameterError):
+        perturb_many(mechanism, key, [1, 2], ["N01"])
+    with pytest.raises(InvalidParameterError):
+        perturb_many(mechanism, key, [1], ["N01"], workers=0)
+    assert perturb_many(mechanism, key, [], []) == []
+
+
+# -- the national graph ------------------------------------------------------------------------
+
+
+def _national_graph():
+    try:
+        from postcode_privacy.sources.bundled import default_graph
+    except ImportError:
+        pytest.skip("default_graph is not available")
+    try:
+        return default_graph(progress=False)
+    except Exception as exc:  # noqa: BLE001 - any failure to obtain it means "not available"
+        pytest.skip(f"national graph not available: {type(exc).__name__}")
+
+
+def test_national_sample_equals_reference():
+    graph = _national_graph()
+    rng = np.random.default_rng(2024)
+    key = Key.from_bytes(bytes(range(32, 64)))
+    for eps, count in (("2", 160), ("1", 45), ("0.5", 3)):
+        mechanism = Mechanism(graph, eps)
+        nodes = rng.choice(len(graph), count, replace=False).tolist()
+        codes = [graph.label(v) for v in nodes]
+        if eps == "2":
+            codes += [codes[0]] * 6  # a group sharing one exploration
+        ids = [f"subject-{i}" for i in range(len(codes))]
+        expected = mechanism.perturb_reference(key, ids, codes)
+        assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=True) == expected
+        if eps == "2":
+            assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=False) == expected
