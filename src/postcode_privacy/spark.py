@@ -1,0 +1,588 @@
+"""Releasing a Spark DataFrame: the release recipe run on every partition with ``mapInPandas``.
+
+The user guide is docs/spark.md.  Nothing here decides an output.  Each partition is handed, in
+chunks of its Arrow batches, to :meth:`ReleasePlan.process_chunk`, the function behind
+``perturb_frame`` and the ``perturb`` command, and every released postcode depends only on its
+own record (key, subject, postcode, graph, epsilon, radius).  So the released column equals
+``perturb_frame``'s for the same records, whatever the partitioning.
+
+How a release runs (:func:`perturb`):
+
+1. On the driver, the key's type, epsilon and the columns are checked, then the graph is
+   resolved (``None`` is the national graph's cached artefact, a path is an artefact file, and a
+   :class:`Graph` object is saved once to a temporary artefact) and a :class:`ReleasePlan` is
+   built, which checks the other options.  So bad options fail before any Spark job.
+2. The artefact is shipped to the executors once, as a file (``SparkContext.addFile``), under a
+   name derived from its sha256.  Each Python worker loads it at most once
+   (``SparkFiles.get``, memory-mapped), checks that its content hash is the driver's, and keeps
+   it in a module-level cache keyed by that hash.  The graph is never pickled into a task.
+3. A check pass (one Spark job, no draws and no key) applies the input rules to every record,
+   counts the records of each partition, and looks for identifiers seen with two postcodes.
+   Record numbers are global and 1-based: partition ``p``'s records are numbered after those of
+   partitions ``0 .. p - 1``, in the order Spark reads them.  With ``on_error="error"`` any
+   failing record raises :class:`InputDataError` here, on the driver, with the same message and
+   listed records as ``perturb_frame``.
+4. The release pass is returned as a lazy DataFrame; it runs when an action (write, collect)
+   needs it.  Rows keep their order within and across partitions.
+
+The key travels only inside the task closure, as its key-file bytes held by an object with a
+withheld repr: it is never a Column literal, a configuration value or a file, so it does not
+appear in ``explain()``, the SQL plan, the Spark UI or the event log.  The closure itself goes
+from driver to executors over Spark's RPC channel: see docs/spark.md, "The key", for the settings
+that encrypt it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+try:
+    from pyspark import SparkFiles, TaskContext
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'") from exc
+
+from .engine.batch import WORKERS_ENV
+from .errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
+from .graph.artefact import load_graph, save_graph
+from .graph.graph import Graph
+from .mechanism.epsilon import parse_epsilon
+from .mechanism.keys import Key
+from .release.plan import (
+    MAX_LISTED_ERRORS,
+    ChunkCheck,
+    ReleasePlan,
+    _id_hash,
+    _warn_subjects,
+    check_columns,
+    failure_error,
+)
+
+__all__ = ["perturb", "check", "SparkCheck", "ARTEFACT_PREFIX"]
+
+ARTEFACT_PREFIX = "postcode-privacy-graph-"
+_ARTEFACT_SUFFIX = ".ppgraph"
+_MAX_CONFLICT_ROWS = 5  # record numbers quoted in a duplicate-subject warning, as perturb_frame
+_WORKER_CACHE_SIZE = 2  # graphs kept per Python worker
+RELEASE_CHUNK = 50_000  # records handed to process_chunk at once (Arrow batches are 10,000)
+
+# Schema of the check pass: one row per partition (summary ``s`` set) and one row per distinct
+# (identifier hash, true postcode) pair of a partition (``h``, ``c`` and its first record ``r``).
+_CHECK_SCHEMA = "p int, r long, h long, c long, s string"
+
+
+# -- the key inside a closure ---------------------------------------------------------------------
+
+
+class _SealedKey:
+    """Key-file bytes carried to executors inside the task closure; never shown.
+
+    ``Key`` refuses pickling so that it is never copied by accident; this holder is the one
+    deliberate exception, and it only ever travels inside the closure Spark sends to its Python
+    workers (never into a plan, a literal or a configuration value).
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, key: Key):
+        self._data = key.to_file_bytes()
+
+    def open(self) -> Key:
+        return Key.from_file_bytes(self._data)
+
+    def __repr__(self) -> str:
+        return "<key withheld>"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (_unseal, (self._data,))
+
+
+def _unseal(data: bytes) -> _SealedKey:
+    sealed = _SealedKey.__new__(_SealedKey)
+    sealed._data = data
+    return sealed
+
+
+# -- shipping the graph ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _GraphRef:
+    """What a worker needs to find and verify the shipped artefact."""
+
+    file_name: str
+    sha256: str
+
+
+_ship_lock = threading.Lock()
+_shipped: set[tuple[str, str]] = set()  # (application id, file name) already added
+_staging: Path | None = None
+
+
+def _staging_dir() -> Path:
+    global _staging
+    if _staging is None:
+        _staging = Path(tempfile.mkdtemp(prefix="postcode-privacy-spark-"))
+        atexit.register(shutil.rmtree, _staging, ignore_errors=True)
+    return _staging
+
+
+def _artefact_name(sha256: str) -> str:
+    return f"{ARTEFACT_PREFIX}{sha256}{_ARTEFACT_SUFFIX}"
+
+
+_default_path: Path | None = None
+
+
+def _default_artefact_path() -> Path | None:
+    """The national graph's cached artefact, if it exists (located once per process: finding
+    it hashes the installed source files).  Workers verify its content hash in any case."""
+    global _default_path
+    if _default_path is None:
+        from .sources.bundled import default_graph_path
+
+        _default_path = default_graph_path()
+    return _default_path if _default_path.is_file() else None
+
+
+def _resolve_graph(graph) -> tuple[Graph, Path | None]:
+    """The driver's graph and an artefact file holding exactly it (None: one must be written)."""
+    if graph is None:
+        from .sources.bundled import default_graph
+
+        resolved = default_graph(progress=False)
+        return resolved, _default_artefact_path()
+    if isinstance(graph, Graph):
+        if graph.params.get("source") == "bundled-codepoint":
+            from .sources.bundled import default_graph
+
+            path = _default_artefact_path()
+            if path is not None and default_graph(progress=False).sha256 == graph.sha256:
+                return graph, path
+        return graph, None
+    if isinstance(graph, (str, os.PathLike)):
+        return load_graph(graph), Path(graph)
+    raise TypeError("graph must be a postcode_privacy.Graph, the path of a graph artefact, or None")
+
+
+def _ship_graph(spark_context, graph: Graph, path: Path | None) -> _GraphRef:
+    """Add the artefact to the Spark context once, under a name fixed by its content hash.
+
+    The name makes ``addFile`` safe to repeat: one name is always one content.  A graph held only
+    in memory is written once to a private temporary directory; an existing artefact is hard-linked
+    there (copied where that is not possible) so that it can carry that name.
+    """
+    name = _artefact_name(graph.sha256)
+    marker = (spark_context.applicationId, name)
+    with _ship_lock:
+        if marker in _shipped:
+            return _GraphRef(name, graph.sha256)
+        target = _staging_dir() / name
+        if not target.exists():
+            if path is None:
+                save_graph(graph, target)
+            else:
+                try:  # Spark resolves symbolic links to their target's name: hard link
+                    os.link(path, target)
+                except OSError:
+                    shutil.copyfile(path, target)
+        spark_context.addFile(str(target))
+        _shipped.add(marker)
+    return _GraphRef(name, graph.sha256)
+
+
+# Worker side: graphs loaded by this Python process, newest last, and how often each was loaded.
+_worker_lock = threading.Lock()
+_worker_graphs: OrderedDict[str, Graph] = OrderedDict()
+_worker_loads: dict[str, int] = {}
+
+
+def _worker_graph(ref: _GraphRef) -> Graph:
+    """The shipped graph, loaded from its file at most once per Python worker and verified.
+
+    Postcondition: the returned graph's content hash is ``ref.sha256``, the driver's graph.
+    Raises :class:`ArtefactError` if the file cannot be read or holds another graph.
+    """
+    with _worker_lock:
+        graph = _worker_graphs.get(ref.sha256)
+        if graph is None:
+            graph = load_graph(SparkFiles.get(ref.file_name))  # hash-checked against its header
+            if graph.sha256 != ref.sha256:
+                raise ArtefactError("the graph artefact on this executor is not the driver's "
+                                    "graph (its sha256 differs)")
+            _worker_loads[ref.sha256] = _worker_loads.get(ref.sha256, 0) + 1
+            _worker_graphs[ref.sha256] = graph
+            while len(_worker_graphs) > _WORKER_CACHE_SIZE:
+                _worker_graphs.popitem(last=False)
+        else:
+            _worker_graphs.move_to_end(ref.sha256)
+        return graph
+
+
+def worker_graph_loads() -> dict[str, int]:
+    """How many times this Python process has loaded each shipped graph (a diagnostic)."""
+    with _worker_lock:
+        return dict(_worker_loads)
+
+
+# -- options shared by both passes --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Options:
+    """Everything a worker needs to rebuild the driver's plan, except the key."""
+
+    graph: _GraphRef
+    epsilon: object
+    radius: int | None
+    expected_radius: int
+    id_column: str
+    postcode_column: str
+    on_error: str
+    out_column: str
+    keep_source_postcode: bool
+    terminated: str
+
+
+def _worker_plan(options: _Options, key: Key) -> ReleasePlan:
+    graph = _worker_graph(options.graph)
+    with warnings.catch_warnings():
+        # An explicit radius short of the teleport target was already reported on the driver.
+        warnings.simplefilter("ignore", TeleportWarning)
+        plan = ReleasePlan(key=key, epsilon=options.epsilon, id_column=options.id_column,
+                           postcode_column=options.postcode_column, graph=graph,
+                           radius=options.radius, on_error=options.on_error,
+                           out_column=options.out_column,
+                           keep_source_postcode=options.keep_source_postcode,
+                           terminated=options.terminated)
+    if plan.mechanism.radius != options.expected_radius:
+        raise InvalidParameterError("the radius on this executor differs from the driver's")
+    return plan
+
+
+@contextlib.contextmanager
+def _engine_workers(count: int):
+    """Run the sampling engine on ``count`` processes while the block runs (then restore).
+
+    Spark already runs one Python worker per task slot; left to its default, the engine would
+    fork a process per CPU inside every one of them.  ``count`` is the CPUs Spark gave the task
+    (``spark.task.cpus``, 1 unless configured).
+    """
+    previous = os.environ.get(WORKERS_ENV)
+    os.environ[WORKERS_ENV] = str(max(1, count))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(WORKERS_ENV, None)
+        else:
+            os.environ[WORKERS_ENV] = previous
+
+
+def _task_cpus() -> int:
+    context = TaskContext.get()
+    try:
+        return int(context.cpus()) if context is not None else 1
+    except (AttributeError, TypeError, ValueError):  # older PySpark: no resource information
+        return 1
+
+
+def _partition_id() -> int:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("not running inside a Spark task")
+    return context.partitionId()
+
+
+# -- the check pass -------------------------------------------------------------------------------
+
+
+def _check_partition(options: _Options, batches):
+    """Apply the input rules to one partition: yield its summary and its (subject, postcode) pairs.
+
+    Record numbers here are 1-based within the partition; the driver adds the partition's offset.
+    No key is involved: the plan is built with a throwaway key and never draws.
+    """
+    plan = _worker_plan(options, Key.generate())
+    partition = _partition_id()
+    check = ChunkCheck()
+    seen = 0
+    for batch in batches:
+        checked = plan._check(batch, seen)
+        check.merge(checked.check)
+        ok = np.flatnonzero(checked.nodes >= 0)
+        if ok.size:
+            hashes = np.fromiter((_id_hash(checked.ids[i]) for i in ok.tolist()),
+                                 dtype=np.uint64, count=ok.size).view(np.int64)
+            pairs = pd.DataFrame({"h": hashes, "c": checked.codes[ok],
+                                  "r": ok.astype(np.int64) + seen + 1})
+            pairs = pairs.drop_duplicates(["h", "c"], keep="first")
+            yield pd.DataFrame({"p": np.full(len(pairs), partition, dtype=np.int32),
+                                "r": pairs["r"].to_numpy(), "h": pairs["h"].to_numpy(),
+                                "c": pairs["c"].to_numpy(), "s": None})
+        seen += len(batch)
+    summary = json.dumps({"p": partition, "counts": check.counts, "errors": check.row_errors})
+    yield pd.DataFrame({"p": [partition], "r": [None], "h": [None], "c": [None], "s": [summary]})
+
+
+@dataclass
+class SparkCheck:
+    """What the check pass found in a Spark DataFrame.
+
+    ``counts`` has the keys of ``perturb_frame``'s counts (``COUNT_KEYS`` plus
+    ``identifiers_with_several_postcodes``); ``row_errors`` lists the first
+    :data:`MAX_LISTED_ERRORS` failing records as ``(record number, reason)`` with global 1-based
+    numbers; ``partition_records`` is the number of records in each partition, in partition order;
+    ``conflict_rows`` are the record numbers (at most five) at which an identifier is first seen
+    with a second postcode.
+    """
+
+    counts: dict[str, int]
+    row_errors: list[tuple[int, str]]
+    partition_records: list[int]
+    conflict_rows: list[int] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+    @property
+    def offsets(self) -> list[int]:
+        """Records before each partition, in partition order."""
+        return _offsets(self.partition_records)
+
+    def error(self) -> InputDataError:
+        """The error ``perturb_frame`` raises for these failures under ``on_error="error"``."""
+        return failure_error(self.row_errors, self.counts)
+
+
+def _offsets(records: list[int]) -> list[int]:
+    out, total = [], 0
+    for n in records:
+        out.append(total)
+        total += n
+    return out
+
+
+def _quoted(name: str):
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _run_check(df: DataFrame, options: _Options) -> SparkCheck:
+    """One Spark job: the check pass, merged on the driver in partition order."""
+    def postcode_privacy_check(batches):
+        return _check_partition(options, batches)
+
+    pre = df.select(_quoted(options.id_column), _quoted(options.postcode_column)) \
+        .mapInPandas(postcode_privacy_check, _CHECK_SCHEMA)
+    # One shuffle, by identifier hash.  Each identifier's (partition, record, postcode) triples
+    # sort into record order; the conflict shows at the first record whose postcode differs from
+    # the first one's, as in perturb_frame.  The partition summaries all fall in the null group.
+    per_subject = pre.groupBy("h").agg(
+        F.sort_array(F.collect_list(F.struct("p", "r", "c"))).alias("seen"),
+        F.collect_list("s").alias("s"))
+    others = F.filter("seen", lambda x: x["c"] != F.col("seen")[0]["c"])
+    conflict = F.col("h").isNotNull() & (F.size(others) > 0)
+    final = per_subject.agg(
+        F.flatten(F.collect_list(F.when(F.col("h").isNull(), F.col("s")))).alias("summaries"),
+        F.sum(F.when(conflict, 1).otherwise(0)).alias("conflicts"),
+        F.sort_array(F.collect_list(F.when(conflict, others[0]))).alias("conflict_at"))
+    row = final.collect()[0]
+
+    summaries = sorted((json.loads(s) for s in (row["summaries"] or [])), key=lambda s: s["p"])
+    n_partitions = summaries[-1]["p"] + 1 if summaries else 0
+    records = [0] * n_partitions
+    for s in summaries:
+        records[s["p"]] = s["counts"]["records"]
+    offsets = _offsets(records)
+    merged = ChunkCheck()
+    for s in summaries:
+        part = ChunkCheck(counts=dict(s["counts"]),
+                          row_errors=[(offsets[s["p"]] + int(r), reason)
+                                      for r, reason in s["errors"]])
+        merged.merge(part)
+    counts = merged.counts
+    counts["identifiers_with_several_postcodes"] = int(row["conflicts"] or 0)
+    conflict_rows = [offsets[c["p"]] + int(c["r"]) for c in (row["conflict_at"] or [])]
+    return SparkCheck(counts=counts, row_errors=merged.row_errors[:MAX_LISTED_ERRORS],
+                      partition_records=records,
+                      conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS])
+
+
+# -- the release pass -----------------------------------------------------------------------------
+
+
+def _rows_text(error: InputDataError) -> str:
+    listed = "; ".join(f"record {row}: {reason}" for row, reason in error.row_errors)
+    return f" [{listed}]" if listed else ""
+
+
+def _chunks(batches, size: int):
+    """Arrow batches regrouped into frames of at least ``size`` records (the last may be
+    smaller), in order.  Larger chunks change no output, only the engine's speed: it shares
+    work between records of one postcode and, above a few thousand distinct postcodes per
+    call, uses its landmark tables (docs/spark.md, "Performance")."""
+    pending, count = [], 0
+    for batch in batches:
+        pending.append(batch)
+        count += len(batch)
+        if count >= size:
+            yield _joined(pending)
+            pending, count = [], 0
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame from several, with every Arrow-backed column in a single chunk.
+
+    ``pd.concat`` keeps each batch's chunk in Arrow-backed columns (pandas 3 strings among them),
+    and PySpark cannot send a multi-chunk column back to the JVM; the values are unchanged.
+    """
+    if len(frames) == 1:
+        return frames[0]
+    frame = pd.concat(frames, ignore_index=True)
+    for position, dtype in enumerate(frame.dtypes):
+        array = frame.iloc[:, position].array
+        if isinstance(array, pd.arrays.ArrowExtensionArray):
+            combined = pa.chunked_array(array.__arrow_array__()).combine_chunks()
+            frame.isetitem(position, pd.array(combined, dtype=dtype))
+    return frame
+
+
+def _release_partition(options: _Options, sealed: _SealedKey, offsets: list[int], batches,
+                       chunk: int = RELEASE_CHUNK):
+    """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``."""
+    plan = _worker_plan(options, sealed.open())
+    partition = _partition_id()
+    offset = offsets[partition] if partition < len(offsets) else 0
+    cpus = _task_cpus()
+    seen = 0
+    for frame in _chunks(batches, chunk):
+        try:
+            with _engine_workers(cpus):
+                out, _ = plan.process_chunk(frame, offset + seen, warn=False)
+        except InputDataError as exc:
+            # Only reachable if the input changed after the check pass had accepted it; the
+            # message crosses to the driver as text, so it carries the listed records itself.
+            raise InputDataError(
+                f"{exc}{_rows_text(exc)} (found while releasing partition {partition}: the "
+                "input changed after the check pass; record numbers assume the check pass's "
+                "partitioning)", exc.row_errors, exc.total_errors) from None
+        seen += len(frame)
+        yield out
+
+
+def _output_schema(df: DataFrame, options: _Options) -> StructType:
+    fields = [f for f in df.schema.fields
+              if options.keep_source_postcode or f.name != options.postcode_column]
+    return StructType(fields + [StructField(options.out_column, StringType(), True)])
+
+
+# -- public recipes -------------------------------------------------------------------------------
+
+
+def _prepare(df, *, key, epsilon, id_column, postcode_column, graph, radius, on_error,
+             out_column, keep_source_postcode, terminated) -> _Options:
+    if not isinstance(df, DataFrame):
+        raise TypeError("df must be a pyspark.sql.DataFrame")
+    if not isinstance(key, Key):
+        raise TypeError("key must be a postcode_privacy.Key")
+    # Cheap checks first, so that a typo fails before the graph is loaded.
+    parse_epsilon(epsilon)
+    check_columns(df.columns, id_column=id_column, postcode_column=postcode_column,
+                  out_column=out_column)
+    resolved, path = _resolve_graph(graph)
+    plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
+                       postcode_column=postcode_column, graph=resolved, radius=radius,
+                       on_error=on_error, out_column=out_column,
+                       keep_source_postcode=keep_source_postcode, terminated=terminated)
+    ref = _ship_graph(df.sparkSession.sparkContext, resolved, path)
+    return _Options(graph=ref, epsilon=plan.mechanism.epsilon, radius=radius,
+                    expected_radius=plan.mechanism.radius, id_column=id_column,
+                    postcode_column=postcode_column, on_error=on_error, out_column=out_column,
+                    keep_source_postcode=keep_source_postcode, terminated=terminated)
+
+
+def check(df: DataFrame, *, id_column: str, postcode_column: str, graph=None,
+          on_error: str = "error", out_column: str = "postcode_dp",
+          terminated: str = "error") -> SparkCheck:
+    """Apply the release's input rules to a Spark DataFrame without releasing anything.
+
+    Runs one Spark job and returns the counts ``perturb_frame`` would report (``"nulled"`` and
+    ``"dropped"`` follow ``on_error``), the first failing records with global 1-based numbers,
+    and the records per partition.  Never raises for failing records; ``result.error()`` is the
+    exception ``perturb`` would raise under ``on_error="error"``.  No key is needed.
+    """
+    options = _prepare(df, key=Key.generate(), epsilon="1", id_column=id_column,
+                       postcode_column=postcode_column, graph=graph, radius=None,
+                       on_error=on_error, out_column=out_column, keep_source_postcode=False,
+                       terminated=terminated)
+    return _run_check(df, options)
+
+
+def perturb(df: DataFrame, *, key: Key, epsilon, id_column: str, postcode_column: str,
+            graph=None, radius: int | None = None, on_error: str = "error",
+            out_column: str = "postcode_dp", keep_source_postcode: bool = False,
+            terminated: str = "error") -> DataFrame:
+    """Release the postcodes of a Spark DataFrame: ``perturb_frame`` on every partition.
+
+    Options mean what they mean for :func:`postcode_privacy.perturb_frame`.  ``graph`` is a
+    :class:`Graph`, the path of a graph artefact file (a local or mounted path the driver can
+    read), or ``None`` for the national graph.  The result has every column of ``df`` except
+    ``postcode_column`` (kept when ``keep_source_postcode``), in order, then ``out_column``
+    (string, empty for failed records under ``on_error="null"``); rows keep their order.
+
+    Runs the check pass at once (one Spark job): under ``on_error="error"`` a failing record
+    raises :class:`InputDataError` here, naming global 1-based record numbers; an identifier
+    seen with two postcodes gives a :class:`DuplicateSubjectWarning`.  The release itself is
+    lazy: it runs when the returned DataFrame is written or collected.  Every released value
+    depends only on its own record, so it is the same whatever the partitioning.
+    """
+    options = _prepare(df, key=key, epsilon=epsilon, id_column=id_column,
+                       postcode_column=postcode_column, graph=graph, radius=radius,
+                       on_error=on_error, out_column=out_column,
+                       keep_source_postcode=keep_source_postcode, terminated=terminated)
+    checked = _run_check(df, options)
+    if checked.failed and on_error == "error":
+        raise checked.error()
+    conflicts = checked.counts["identifiers_with_several_postcodes"]
+    if conflicts:
+        _warn_subjects(conflicts, checked.conflict_rows, stacklevel=2)
+    return _release_frame(df, options, _SealedKey(key), checked.offsets)
+
+
+def _release_function(options: _Options, sealed: _SealedKey, offsets: list[int],
+                      chunk: int = RELEASE_CHUNK):
+    """The function ``mapInPandas`` runs; its closure holds only small values (no graph)."""
+    def postcode_privacy_release(batches):
+        return _release_partition(options, sealed, offsets, batches, chunk)
+
+    return postcode_privacy_release
+
+
+def _release_frame(df: DataFrame, options: _Options, sealed: _SealedKey, offsets: list[int],
+                   chunk: int = RELEASE_CHUNK) -> DataFrame:
+    return df.mapInPandas(_release_function(options, sealed, offsets, chunk),
+                          _output_schema(df, options))
+
+
