@@ -293,19 +293,8 @@ def test_batch_errors_name_positions_not_values():
 # -- the national graph ------------------------------------------------------------------------
 
 
-def _national_graph():
-    try:
-        from postcode_privacy.sources.bundled import default_graph
-    except ImportError:
-        pytest.skip("default_graph is not available")
-    try:
-        return default_graph(progress=False)
-    except Exception as exc:  # noqa: BLE001 - any failure to obtain it means "not available"
-        pytest.skip(f"national graph not available: {type(exc).__name__}")
-
-
-def test_national_sample_equals_reference():
-    graph = _national_graph()
+def test_national_sample_equals_reference(national_graph):
+    graph = national_graph
     rng = np.random.default_rng(2024)
     key = Key.from_bytes(bytes(range(32, 64)))
     for eps, count in (("2", 160), ("1", 45), ("0.5", 3)):

@@ -1,0 +1,51 @@
+"""``postcode-privacy calibrate``: the epsilon that meets a utility target on a sample."""
+
+from __future__ import annotations
+
+import click
+
+from ..cli import cli
+from .evaluate import emit_json, load_graph
+
+
+@cli.command("calibrate")
+@click.option("--target", "targets", multiple=True, required=True, metavar="NAME=VALUE",
+              help="median-displacement-km=KM (at most KM) or max-self-probability=P (at most "
+                   "P); repeat to combine.")
+@click.option("--graph", "graph_path", metavar="ARTEFACT",
+              help="Graph artefact to use instead of the embedded national graph.")
+@click.option("--sample", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
+              help="Postcodes to sample (by prior, without replacement).")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
+              help="Seed of the sample.")
+@click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar while the graph loads.")
+def calibrate_command(targets, graph_path, sample, seed, as_json, quiet) -> None:
+    """Find the epsilon (two significant figures, 0.01 to 10) meeting the targets on a sample.
+
+    A displacement target sets the smallest admissible epsilon, a self-probability target the
+    largest; the answer is the smallest epsilon meeting every target (the largest if only
+    self-probability targets are given).  Prints a warning when no epsilon in range meets them.
+    """
+    from ..evaluate import calibrate, parse_target, select_sample
+    from ..version import OUTPUT_STABILITY_VERSION, __version__
+
+    parsed = dict(parse_target(t) for t in targets)
+    graph = load_graph(graph_path, quiet)
+    nodes = select_sample(graph, sample, seed)
+    result = calibrate(graph, parsed, nodes)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        emit_json({"format": "postcode-privacy-calibration", "format_version": 1,
+                   "library_version": __version__,
+                   "output_stability_version": OUTPUT_STABILITY_VERSION,
+                   "graph_sha256": graph.sha256, "sample_size": len(nodes), "seed": seed,
+                   **result.to_json()}, None)
+        return
+    if result.epsilon is None:
+        click.echo("no epsilon in [0.01, 10] meets the targets")
+    else:
+        achieved = ", ".join(f"{k} {v:.4g}" for k, v in result.achieved.items())
+        click.echo(f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, "
+                   f"seed {seed})")

@@ -1,0 +1,163 @@
+"""Choose epsilon from a utility target, on a sample of postcodes.
+
+Targets (``--target NAME=VALUE``):
+
+``median-displacement-km``
+    the median displacement (``utility.measure_utility``) must be at most VALUE kilometres.  It
+    falls as epsilon grows, so the target sets a *smallest* admissible epsilon.
+``max-self-probability``
+    the largest self-probability K(x)(x) over the sample must be at most VALUE.  It rises with
+    epsilon, so the target sets a *largest* admissible epsilon.
+
+The search runs over the grid of two-significant-figure values 0.010, 0.011, ..., 9.9, 10, which
+is evenly spaced on a log scale within each decade, by bisection on the grid index (each
+measure is assumed monotone in epsilon, which holds on every graph we have measured; the
+endpoints are always evaluated).  The answer is the smallest grid epsilon meeting every target
+(the most privacy for the utility asked for), or, when only upper-bound targets are given, the
+largest.  When no epsilon in [0.01, 10] meets the targets the result says why, in ``warnings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ..errors import InvalidParameterError
+from ..graph.graph import Graph
+from ..mechanism.epsilon import canonical_text
+from ..mechanism.mechanism import Mechanism
+from .exact import ExactMechanism
+from .utility import measure_utility
+
+GRID: tuple[Decimal, ...] = tuple(
+    Decimal(m).scaleb(e) for e in (-3, -2, -1) for m in range(10, 100)) + (Decimal(10),)
+
+# name -> True if the measure decreases as epsilon grows
+TARGETS = {"median-displacement-km": True, "max-self-probability": False}
+
+
+@dataclass
+class CalibrationResult:
+    epsilon: Decimal | None
+    met: bool
+    targets: dict[str, float]
+    achieved: dict[str, float]
+    bounds: dict[str, Decimal | None]  # per target: the admissible limit it sets on epsilon
+    warnings: list[str] = field(default_factory=list)
+    evaluations: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "epsilon": None if self.epsilon is None else canonical_text(self.epsilon),
+            "met": self.met,
+            "targets": self.targets,
+            "achieved": self.achieved,
+            "bounds": {k: None if v is None else canonical_text(v) for k, v in self.bounds.items()},
+            "warnings": list(self.warnings),
+            "evaluations": self.evaluations,
+        }
+
+
+def parse_target(text: str) -> tuple[str, float]:
+    """``"median-displacement-km=2"`` -> ("median-displacement-km", 2.0)."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or name not in TARGETS:
+        raise InvalidParameterError(
+            f"a target must be NAME=VALUE with NAME one of {', '.join(sorted(TARGETS))}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidParameterError(f"target {name} needs a number") from None
+    if not number > 0 or number != number or number == float("inf"):
+        raise InvalidParameterError(f"target {name} must be a positive finite number")
+    if name == "max-self-probability" and number > 1:
+        raise InvalidParameterError("target max-self-probability must be at most 1")
+    return name, number
+
+
+class _Measures:
+    """Utility measures per grid epsilon, computed once each."""
+
+    def __init__(self, graph: Graph, nodes):
+        self.graph, self.nodes = graph, list(nodes)
+        self.cache: dict[Decimal, dict[str, float]] = {}
+
+    def __call__(self, epsilon: Decimal) -> dict[str, float]:
+        if epsilon not in self.cache:
+            summary = measure_utility(ExactMechanism(Mechanism(self.graph, epsilon)), self.nodes)
+            self.cache[epsilon] = {"median-displacement-km": summary.median_displacement_km,
+                                   "max-self-probability": summary.max_self_probability}
+        return self.cache[epsilon]
+
+
+def _search(ok, decreasing: bool) -> int | None:
+    """Grid index of the limit the target sets: the smallest admissible index for a decreasing
+    measure, the largest for an increasing one; None if no grid point is admissible."""
+    lo, hi = 0, len(GRID) - 1
+    if decreasing:
+        if not ok(hi):
+            return None
+        if ok(lo):
+            return lo
+        while hi - lo > 1:  # invariant: lo fails, hi meets
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        return hi
+    if not ok(lo):
+        return None
+    if ok(hi):
+        return hi
+    while hi - lo > 1:  # invariant: lo meets, hi fails
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def calibrate(graph: Graph, targets: dict[str, float], nodes) -> CalibrationResult:
+    """The epsilon on the two-significant-figure grid meeting ``targets`` on ``nodes``."""
+    if not targets:
+        raise InvalidParameterError("give at least one target")
+    for name in targets:
+        if name not in TARGETS:
+            raise InvalidParameterError(f"unknown target {name}")
+    measures = _Measures(graph, nodes)
+    bounds: dict[str, Decimal | None] = {}
+    warnings: list[str] = []
+    indices: dict[str, int | None] = {}
+    for name, value in targets.items():
+        decreasing = TARGETS[name]
+
+        def ok(i, name=name, value=value):
+            return measures(GRID[i])[name] <= value
+
+        index = _search(ok, decreasing)
+        indices[name] = index
+        bounds[name] = None if index is None else GRID[index]
+        if index is None:
+            edge = GRID[-1] if decreasing else GRID[0]
+            warnings.append(
+                f"{name} <= {value:g} cannot be met for epsilon in [0.01, 10]: at epsilon "
+                f"{canonical_text(edge)} it is {measures(edge)[name]:.4g}")
+        elif decreasing and index == 0:
+            warnings.append(f"{name} <= {value:g} is met already at epsilon 0.01, the smallest "
+                            "searched; a smaller epsilon may also meet it")
+        elif not decreasing and index == len(GRID) - 1:
+            warnings.append(f"{name} <= {value:g} is met even at epsilon 10, the largest searched")
+    lower = [indices[n] for n in targets if TARGETS[n]]
+    upper = [indices[n] for n in targets if not TARGETS[n]]
+    epsilon: Decimal | None = None
+    if all(i is not None for i in indices.values()):
+        lo = max(lower) if lower else None
+        hi = min(upper) if upper else None
+        if lo is not None and hi is not None and lo > hi:
+            warnings.append(
+                f"the targets conflict: they need epsilon >= {canonical_text(GRID[lo])} and "
+                f"<= {canonical_text(GRID[hi])}")
+        else:
+            epsilon = GRID[lo] if lo is not None else GRID[hi]
+    achieved = measures(epsilon) if epsilon is not None else {}
+    return CalibrationResult(
+        epsilon=epsilon, met=epsilon is not None, targets=dict(targets),
+        achieved={k: achieved[k] for k in achieved}, bounds=bounds, warnings=warnings,
+        evaluations={canonical_text(e): v for e, v in sorted(measures.cache.items())})

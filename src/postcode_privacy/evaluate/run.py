@@ -1,0 +1,189 @@
+"""``evaluate``: utility, a Bayesian adversary, key compromise and truncation, on one sample.
+
+Reproducibility.  The evaluation's own randomness (which postcodes are sampled, and the keys
+standing in for the custodian's) comes from a seeded numpy Generator, never from the mechanism's
+keyed stream and never from the operating system: the same seed, graph and parameters give the
+same report.  The keys are therefore *not* secret and must never be used for a release.
+
+Scenarios for the adversary, per sampled subject s with true postcode x:
+
+* one release: y = f_k0(s, x);
+* K independent draws: f_k1(s, x), ..., f_kK(s, x) under K different keys, as if a custodian
+  re-keyed (or re-ran an unkeyed mechanism) for every release;
+* K keyed releases: f_k0(s, x) computed K times.  They must be identical, and the adversary's
+  view must then equal the one-release view exactly; both are checked and a failure raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidParameterError, PostcodePrivacyError
+from ..graph.graph import Graph
+from ..mechanism.keys import Key
+from ..mechanism.mechanism import Mechanism
+from ..version import OUTPUT_STABILITY_VERSION, __version__
+from .adversary import distinct_draws, posterior_outcome, summarise
+from .calibrate import calibrate
+from .compromise import key_compromise, perturb_nodes
+from .exact import ExactMechanism
+from .truncation import group_codes, truncation_baseline
+from .utility import measure_utility
+
+FORMAT = "postcode-privacy-evaluation"
+FORMAT_VERSION = 1
+
+
+def select_sample(graph: Graph, size: int, seed: int) -> np.ndarray:
+    """``size`` distinct nodes drawn by prior (a person at random), sorted; seeded."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise InvalidParameterError("the sample size must be a whole number of at least 1")
+    rng = np.random.default_rng([int(seed), 0])
+    n = len(graph)
+    size = min(int(size), n)
+    p = graph.prior.astype(np.float64) / float(graph.total_prior)
+    return np.sort(rng.choice(n, size=size, replace=False, p=p)).astype(np.int64)
+
+
+def evaluation_keys(seed: int, count: int) -> list[Key]:
+    """``count`` keys derived from the seed (reproducible; NOT secret, never for releases)."""
+    rng = np.random.default_rng([int(seed), 1])
+    return [Key.from_bytes(rng.bytes(32)) for _ in range(count)]
+
+
+@dataclass
+class AreaCodes:
+    codes: np.ndarray | None  # int code per node, -1 unknown
+    mass: np.ndarray | None  # total prior per code
+    note: str | None
+
+
+def area_codes(graph: Graph, laua=None) -> AreaCodes:
+    """Local authority codes for every node: ``laua`` if given (one value per node, None where
+    unknown), else the bundled ONS directory; a note instead when neither is available."""
+    if laua is None:
+        try:
+            from ..sources.directory import bundled_laua
+
+            laua = bundled_laua(graph.postcodes)
+        except (ImportError, PostcodePrivacyError) as exc:
+            return AreaCodes(None, None, f"local authority codes unavailable ({type(exc).__name__}); "
+                                         "same-local-authority share skipped")
+    values = np.asarray(laua, dtype=object)
+    if values.shape != (len(graph),):
+        raise InvalidParameterError("laua must give one value per graph node")
+    known = np.array([v is not None and v == v and str(v) != "" for v in values], dtype=bool)
+    if not known.any():
+        return AreaCodes(None, None, "no node has a local authority code; "
+                                     "same-local-authority share skipped")
+    codes = np.full(len(graph), -1, dtype=np.int64)
+    _, inverse = np.unique(values[known].astype(str), return_inverse=True)
+    codes[known] = inverse
+    mass = np.zeros(int(inverse.max()) + 1, dtype=np.int64)
+    np.add.at(mass, codes[known], graph.prior[known])
+    note = None
+    if not known.all():
+        note = f"{int((~known).sum())} postcodes have no local authority code (counted as a change)"
+    return AreaCodes(codes, mass, note)
+
+
+def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample: int = 100,
+                     releases: int = 20, seed: int = 0, adversary_hops: int = 6,
+                     compromise_hops: int = 6, compromise_sample: int | None = None,
+                     laua=None, match_truncation: bool = True) -> dict:
+    """Measure a release at ``epsilon`` on a seeded sample; returns a JSON-ready report.
+
+    ``laua``: local authority per node (defaults to the bundled directory).  The report carries
+    a format marker and version, the graph's sha256 and every parameter.
+    """
+    if isinstance(releases, bool) or not isinstance(releases, (int, np.integer)) or releases < 1:
+        raise InvalidParameterError("releases must be a whole number of at least 1")
+    for name, hops in (("adversary_hops", adversary_hops), ("compromise_hops", compromise_hops)):
+        if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 1:
+            raise InvalidParameterError(f"{name} must be a whole number of at least 1")
+    mechanism = Mechanism(graph, epsilon, radius)
+    exact = ExactMechanism(mechanism)
+    nodes = select_sample(graph, sample, seed)
+    subjects = [f"evaluation-subject-{i}" for i in range(len(nodes))]
+    notes: list[str] = []
+
+    areas = area_codes(graph, laua)
+    if areas.note:
+        notes.append(areas.note)
+    utility = measure_utility(exact, nodes, areas.codes, areas.mass)
+
+    # Adversary: one release, K independent draws, K keyed releases.
+    keys = evaluation_keys(seed, releases + 1)
+    key0, fresh = keys[0], keys[1:]
+
+    def release(key: Key) -> list[int]:
+        return perturb_nodes(mechanism, key, subjects, nodes).tolist()
+
+    first = release(key0)
+    keyed_runs = [first] + [release(key0) for _ in range(releases - 1)]
+    independent_runs = [release(k) for k in fresh]
+    one, independent, keyed = [], [], []
+    for i, x in enumerate(nodes.tolist()):
+        outcome_one = posterior_outcome(exact, x, [first[i]], adversary_hops)
+        draws = distinct_draws((k.fingerprint, run[i]) for k, run in zip(fresh, independent_runs))
+        outcome_ind = posterior_outcome(exact, x, draws, adversary_hops)
+        keyed_draws = distinct_draws((key0.fingerprint, run[i]) for run in keyed_runs)
+        outcome_keyed = posterior_outcome(exact, x, keyed_draws, adversary_hops)
+        if outcome_keyed != outcome_one:
+            raise PostcodePrivacyError("keyed releases changed the adversary's view: "
+                                       "keyed determinism is broken")
+        one.append(outcome_one)
+        independent.append(outcome_ind)
+        keyed.append(outcome_keyed)
+
+    n_comp = len(nodes) if compromise_sample is None else max(1, min(int(compromise_sample), len(nodes)))
+    compromise = key_compromise(exact, key0, subjects[:n_comp], nodes[:n_comp], first[:n_comp],
+                                compromise_hops)
+
+    truncation = {}
+    for level in ("sector", "district"):
+        codes = group_codes(graph, level)
+        summary = truncation_baseline(graph, nodes, level, areas.codes, codes) if codes is not None else None
+        if summary is None:
+            notes.append(f"{level} truncation skipped: the graph's labels are not all postcodes "
+                         "or it has no coordinates")
+            continue
+        entry = summary.to_json()
+        if match_truncation:
+            matched = calibrate(graph, {"median-displacement-km": summary.median_displacement_km}, nodes)
+            entry["matching_epsilon"] = matched.to_json()["epsilon"]
+            entry["matching_note"] = ("smallest epsilon (two significant figures) whose median "
+                                      "displacement is at most the truncation's; "
+                                      + ("; ".join(matched.warnings) if matched.warnings else "met"))
+        truncation[level] = entry
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_version": __version__,
+        "output_stability_version": OUTPUT_STABILITY_VERSION,
+        "graph_sha256": graph.sha256,
+        "graph_postcodes": len(graph),
+        "epsilon": mechanism.epsilon.text,
+        "radius": mechanism.radius,
+        "teleport_bound": float(mechanism.teleport_bound),
+        "seed": int(seed),
+        "sample_size": len(nodes),
+        "releases": int(releases),
+        "utility": utility.to_json(),
+        "adversary": {
+            "candidate_set": (f"every postcode within {adversary_hops} hops of an observed output, "
+                              "plus the true postcode if further out; restricting to a set that "
+                              "contains the truth can only help the adversary"),
+            "hops": adversary_hops,
+            "one_release": summarise(one).to_json(),
+            "independent_draws": summarise(independent).to_json(),
+            "keyed_releases": summarise(keyed).to_json(),
+            "keyed_equals_one_release": True,
+        },
+        "key_compromise": compromise.to_json(),
+        "truncation": truncation,
+        "notes": notes,
+    }

@@ -1,0 +1,93 @@
+"""``calibrate``: the grid, target parsing, the bisection's answer, warnings, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from test_evaluate_graphs import postcode_graph
+
+from postcode_privacy import Mechanism
+from postcode_privacy.cli import main
+from postcode_privacy.errors import InvalidParameterError
+from postcode_privacy.evaluate import calibrate, measure_utility, parse_target, select_sample
+from postcode_privacy.evaluate.calibrate import GRID
+from postcode_privacy.evaluate.exact import ExactMechanism
+
+
+@pytest.fixture(scope="module")
+def setup():
+    graph, _ = postcode_graph(150, seed=8, colocated=3)
+    return graph, select_sample(graph, 10, seed=2)
+
+
+def _measure(graph, nodes, epsilon):
+    return measure_utility(ExactMechanism(Mechanism(graph, epsilon)), nodes)
+
+
+def test_grid_is_two_significant_figures_from_001_to_10():
+    assert GRID[0] == Decimal("0.01") and GRID[-1] == Decimal(10)
+    assert list(GRID) == sorted(set(GRID))
+    assert len(GRID) == 271
+    assert all(len(g.normalize().as_tuple().digits) <= 2 for g in GRID)
+    ratios = [float(b / a) for a, b in zip(GRID, GRID[1:])]
+    assert max(ratios) <= 1.1 + 1e-12 and min(ratios) > 1.01  # log-spaced within a decade
+
+
+@pytest.mark.parametrize("text", ["median-displacement-km", "median-displacement-km=x",
+                                  "nonsense=2", "median-displacement-km=-1",
+                                  "max-self-probability=1.5", "median-displacement-km=inf"])
+def test_bad_targets_are_refused(text):
+    with pytest.raises(InvalidParameterError):
+        parse_target(text)
+
+
+def test_displacement_target_gives_smallest_epsilon_meeting_it(setup):
+    graph, nodes = setup
+    target = _measure(graph, nodes, "0.8").median_displacement_km
+    result = calibrate(graph, {"median-displacement-km": target}, nodes)
+    assert result.met and result.epsilon is not None
+    i = GRID.index(result.epsilon)
+    assert _measure(graph, nodes, result.epsilon).median_displacement_km <= target
+    assert _measure(graph, nodes, GRID[i - 1]).median_displacement_km > target
+    assert result.epsilon <= Decimal("0.8")
+    assert result.achieved["median-displacement-km"] <= target
+    assert len(result.evaluations) <= 12  # bisection, not a scan
+
+
+def test_self_probability_target_gives_largest_epsilon_meeting_it(setup):
+    graph, nodes = setup
+    target = _measure(graph, nodes, "1.3").max_self_probability
+    result = calibrate(graph, {"max-self-probability": target}, nodes)
+    i = GRID.index(result.epsilon)
+    assert _measure(graph, nodes, result.epsilon).max_self_probability <= target
+    assert _measure(graph, nodes, GRID[i + 1]).max_self_probability > target
+
+
+def test_unreachable_and_conflicting_targets_warn(setup):
+    graph, nodes = setup
+    unreachable = calibrate(graph, {"max-self-probability": 1e-9}, nodes)
+    assert not unreachable.met and unreachable.epsilon is None
+    assert any("cannot be met" in w for w in unreachable.warnings)
+    loose = _measure(graph, nodes, "0.3")
+    conflict = calibrate(graph, {"median-displacement-km": _measure(graph, nodes, "3").median_displacement_km,
+                                 "max-self-probability": loose.max_self_probability}, nodes)
+    assert conflict.epsilon is None and any("conflict" in w for w in conflict.warnings)
+
+
+def test_cli_calibrate(setup, tmp_path, capsys):
+    graph, _ = setup
+    path = tmp_path / "g.ppg"
+    graph.save(path)
+    assert main(["calibrate", "--graph", str(path), "--sample", "6",
+                 "--target", "median-displacement-km=1", "--json", "-q"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["format"] == "postcode-privacy-calibration"
+    assert data["graph_sha256"] == graph.sha256
+    assert data["met"] and Decimal(data["epsilon"]) in GRID
+    assert main(["calibrate", "--graph", str(path), "--target", "max-self-probability=0.000000001",
+                 "--sample", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and "no epsilon" in captured.out
+    assert main(["calibrate", "--graph", str(path), "--target", "bogus=1"]) == 8

@@ -1,0 +1,194 @@
+"""``report``: exact content, a self-contained page whose every figure is a real PNG, atomic
+writing, the CLI, and (where Debian's chromium is installed) rendering in a headless browser."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import warnings
+from fractions import Fraction
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_evaluate_graphs import postcode_graph
+
+from postcode_privacy import Mechanism
+from postcode_privacy.cli import main
+from postcode_privacy.errors import PostcodePrivacyError
+from postcode_privacy.report import build_report, example_postcodes, render_html, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def geo():
+    graph, _ = postcode_graph(140, seed=31, colocated=5)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def report(geo):
+    return build_report(geo, "0.9", sample=6, seed=2)
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.scripts, self.links, self.text = [], 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs)
+        if tag == "script":
+            self.scripts += 1
+        for name in ("href", "src"):
+            if name in attrs and tag != "img":
+                self.links.append(attrs[name])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(page: str) -> _Page:
+    parser = _Page()
+    parser.feed(page)
+    return parser
+
+
+def test_every_image_is_a_decodable_png_data_uri(report):
+    page = _parse(render_html(report))
+    assert len(page.images) == 3  # map, histogram, sample histogram
+    from matplotlib.image import imread
+
+    for img in page.images:
+        src = img["src"]
+        assert src.startswith("data:image/png;base64,")
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 1000
+        pixels = imread(io.BytesIO(data), format="png")
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+        assert float(np.ptp(pixels[..., :3])) > 0  # not a blank image
+        assert img.get("alt")
+
+
+def test_page_is_self_contained_and_states_the_conditions(report):
+    page = _parse(render_html(report))
+    assert page.scripts == 0 and page.links == []
+    text = " ".join(page.text)
+    for phrase in ("the key", "the subject identifier", "the true postcode", "the graph artefact",
+                   "epsilon and the radius R", "output-stability version"):
+        assert phrase in text
+    assert report.data["graph_sha256"] in text
+    assert "teleport" in text.lower()
+
+
+def test_report_numbers_are_the_exact_ones(geo, report):
+    data = report.data
+    mechanism = Mechanism(geo, "0.9")
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 1
+    assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
+    tb = data["teleport_bound"]
+    assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound
+    coords = geo.location_coordinates[geo.node_location]
+    assert [p["kind"] for p in data["examples"]] == ["city", "town", "remote"]
+    for place in data["examples"]:
+        x = geo.index_of(place["postcode"])
+        probs = mechanism.probabilities(place["postcode"])
+        sp = place["self_probability"]
+        assert Fraction(int(sp["numerator"]), int(sp["denominator"])) == probs[x]
+        mm = np.rint(np.hypot(*(coords - coords[x]).T) * 1000).astype(np.int64)
+        expected = sum(p * int(v) for p, v in zip(probs, mm.tolist())) / 1000
+        ed = place["expected_displacement_m"]
+        assert Fraction(int(ed["numerator"]), int(ed["denominator"])) == expected
+        within = sum(p for p, d in zip(probs, np.hypot(*(coords - coords[x]).T)) if d < 1000)
+        assert place["probability_within_1km"] == pytest.approx(float(within), rel=1e-9)
+    assert data["sample"]["sample_size"] == 6
+
+
+def test_examples_by_density_order_city_town_remote(geo):
+    from postcode_privacy.report import local_spacing_m
+
+    spacing = local_spacing_m(geo)
+    picks = example_postcodes(geo)
+    values = [spacing[geo.node_location[p["node"]]] for p in picks]
+    assert values == sorted(values) and values[0] < values[2]
+    assert all(p["how"].startswith("density") for p in picks)
+
+
+def test_examples_use_well_known_districts_when_present():
+    graph, _ = postcode_graph(120, seed=4, districts=("LS1", "LA9", "IV27", "AB1"))
+    picks = example_postcodes(graph)
+    assert [graph.label(p["node"]).split(" ")[0] for p in picks] == ["LS1", "LA9", "IV27"]
+
+
+def test_focus_postcode_and_json(geo, tmp_path):
+    target = geo.label(77)
+    report = build_report(geo, "1.5", postcode=target.lower().replace(" ", ""))
+    assert report.data["focus"]["postcode"] == target and report.data["sample"] is None
+    out = tmp_path / "r.json"
+    write_report(report, out, as_json=True)
+    data = json.loads(out.read_text())
+    assert data["focus"]["postcode"] == target and data["epsilon"] == "1.5"
+    assert len(_parse(render_html(report)).images) == 2
+
+
+def test_write_is_atomic_and_replaces(report, tmp_path):
+    out = tmp_path / "report.html"
+    out.write_text("old")
+    write_report(report, out)
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+    with pytest.raises(PostcodePrivacyError):
+        write_report(report, tmp_path / "missing" / "report.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+def test_cli_report(geo, tmp_path):
+    path = tmp_path / "g.ppg"
+    geo.save(path)
+    out = tmp_path / "r.html"
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q"]) == 0
+    assert len(_parse(out.read_text(encoding="utf-8")).images) == 2
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
+                 "--postcode", geo.label(0), "--sample", "3"]) == 8
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
+                 "--postcode", "ZZ9 9ZZ"]) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["report", "--epsilon", "1", "--radius", "2", "--graph", str(path),
+                     "-o", str(tmp_path / "r.json"), "--json", "-q"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["radius"] == 2
+
+
+_PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0 && i.naturalHeight > 0; });
+  var p = document.createElement('pre'); p.id = 'probe';
+  p.textContent = 'IMAGES ' + imgs.length + ' LOADED ' + ok.length;
+  document.body.appendChild(p);
+});
+</script>"""
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+def test_chromium_loads_every_figure(report, tmp_path):
+    page = render_html(report).replace("</body>", _PROBE + "</body>")
+    path = Path(tmp_path) / "probe.html"
+    path.write_text(page, encoding="utf-8")
+    profile = tmp_path / "profile"
+    result = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
+         path.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert "IMAGES 3 LOADED 3" in result.stdout, result.stderr[-2000:]
+    shutil.rmtree(profile, ignore_errors=True)
