@@ -20,13 +20,13 @@ import io
 import json
 import math
 import os
-import secrets
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .errors import GraphError, OutputExistsError, PostcodePrivacyError
 from .evaluate.exact import ExactMechanism, OutputDistribution
 from .evaluate.run import select_sample
@@ -419,20 +419,11 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     target = Path(path)
     if target.is_dir():
         raise OutputExistsError("the output path is a directory")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        atomic.write_atomic(target, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise PostcodePrivacyError(
             f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_report(report: Report, path: str | os.PathLike, as_json: bool = False) -> None:
