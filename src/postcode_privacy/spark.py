@@ -69,10 +69,10 @@ from .release.plan import (
     MAX_LISTED_ERRORS,
     ChunkCheck,
     ReleasePlan,
-    _id_hash,
-    _warn_subjects,
     check_columns,
     failure_error,
+    subject_hash,
+    warn_duplicate_subjects,
 )
 
 __all__ = ["perturb", "check", "SparkCheck", "ARTEFACT_PREFIX"]
@@ -327,11 +327,11 @@ def _check_partition(options: _Options, batches):
     check = ChunkCheck()
     seen = 0
     for batch in batches:
-        checked = plan._check(batch, seen)
+        checked = plan.check_records(batch, seen)
         check.merge(checked.check)
         ok = np.flatnonzero(checked.nodes >= 0)
         if ok.size:
-            hashes = np.fromiter((_id_hash(checked.ids[i]) for i in ok.tolist()),
+            hashes = np.fromiter((subject_hash(checked.ids[i]) for i in ok.tolist()),
                                  dtype=np.uint64, count=ok.size).view(np.int64)
             pairs = pd.DataFrame({"h": hashes, "c": checked.codes[ok],
                                   "r": ok.astype(np.int64) + seen + 1})
@@ -567,7 +567,7 @@ def perturb(df: DataFrame, *, key: Key, epsilon, id_column: str, postcode_column
         raise checked.error()
     conflicts = checked.counts["identifiers_with_several_postcodes"]
     if conflicts:
-        _warn_subjects(conflicts, checked.conflict_rows, stacklevel=2)
+        warn_duplicate_subjects(conflicts, checked.conflict_rows, stacklevel=2)
     return _release_frame(df, options, _SealedKey(key), checked.offsets)
 
 

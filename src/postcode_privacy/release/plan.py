@@ -105,7 +105,7 @@ def _identifier(value: object) -> tuple[str | None, str | None, str | None]:
         return None, "invalid_identifier", str(exc)
 
 
-def _id_hash(canonical: str) -> int:
+def subject_hash(canonical: str) -> int:
     return int.from_bytes(hashlib.blake2b(canonical.encode("utf-8"), digest_size=8).digest(), "big")
 
 
@@ -133,7 +133,7 @@ class ChunkCheck:
 
 
 @dataclass
-class _Checked:
+class CheckedRecords:
     check: ChunkCheck
     ids: list[str | None]
     nodes: np.ndarray  # node to perturb from, -1 for a failed row
@@ -278,7 +278,7 @@ class ReleasePlan:
 
     # -- checking -----------------------------------------------------------------------------
 
-    def _check(self, df: pd.DataFrame, row_offset: int) -> _Checked:
+    def check_records(self, df: pd.DataFrame, row_offset: int) -> CheckedRecords:
         """Classify every record of ``df``: the release rules, in one place.
 
         Precondition: ``df`` has the identifier and postcode columns (``check_columns``).
@@ -337,7 +337,7 @@ class ReleasePlan:
         elif self.on_error == "drop":
             counts["dropped"] = failed
         counts["rows_out"] = n - counts["dropped"]
-        return _Checked(check, ids, nodes, codes)
+        return CheckedRecords(check, ids, nodes, codes)
 
     def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
         """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""
@@ -356,7 +356,7 @@ class ReleasePlan:
         Uses exactly the rules of :meth:`process_chunk`; nothing is recorded in the plan.
         """
         self.check_columns(df.columns)
-        return self._check(df, int(row_offset)).check
+        return self.check_records(df, int(row_offset)).check
 
     # -- releasing ----------------------------------------------------------------------------
 
@@ -381,18 +381,18 @@ class ReleasePlan:
         :meth:`warn_subjects`.
         """
         self.check_columns(df.columns)
-        checked = self._check(df, int(row_offset))
+        checked = self.check_records(df, int(row_offset))
         counts = checked.check.counts
         if counts["failed"] and self.on_error == "error":
             raise failure_error(checked.check.row_errors, counts)
         ok = np.flatnonzero(checked.nodes >= 0)
         ok_ids = [checked.ids[i] for i in ok.tolist()]
         released = self._perturb(ok_ids, checked.nodes[ok]) if ok.size else []
-        hashes = np.fromiter((_id_hash(s) for s in ok_ids), dtype=np.uint64, count=len(ok_ids))
+        hashes = np.fromiter((subject_hash(s) for s in ok_ids), dtype=np.uint64, count=len(ok_ids))
         new = self._subjects.add(hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1)
         if warn and new:
             self._warned += len(new)
-            _warn_subjects(len(new), new, stacklevel=2)
+            warn_duplicate_subjects(len(new), new, stacklevel=2)
         elif new:
             self._pending_rows = sorted(self._pending_rows + new)[:_WARN_ROWS]
         values = np.full(len(df), None, dtype=object)
@@ -413,7 +413,7 @@ class ReleasePlan:
         """Emit one :class:`DuplicateSubjectWarning` for conflicts not yet reported."""
         pending = self._subjects.conflicts - self._warned
         if pending > 0:
-            _warn_subjects(pending, self._pending_rows, stacklevel=stacklevel + 1)
+            warn_duplicate_subjects(pending, self._pending_rows, stacklevel=stacklevel + 1)
         self._warned = self._subjects.conflicts
         self._pending_rows = []
 
@@ -467,7 +467,7 @@ def check_columns(columns: Iterable, *, id_column: str, postcode_column: str,
                              "choose another output column name")
 
 
-def _warn_subjects(count: int, rows: list[int], *, stacklevel: int) -> None:
+def warn_duplicate_subjects(count: int, rows: list[int], *, stacklevel: int) -> None:
     where = ", ".join(str(r) for r in rows[:_WARN_ROWS])
     warnings.warn(
         f"{count} subject identifier(s) appear with more than one postcode (again at record(s) "
