@@ -137,3 +137,11 @@ def test_other_stability_version_is_an_independent_draw(monkeypatch):
 @pytest.mark.parametrize("a,b", [(42, "42"), (" 42 ", "42"), (42.0, "42"), ("Zoe\u0308", "Zoë")])
 def test_identifier_forms_give_the_same_draw(a, b):
     assert BASE.perturb(KEY, a, "LS1 1AE") == BASE.perturb(KEY, b, "LS1 1AE")
+
+
+@pytest.mark.parametrize("bad", [2.0**53, -(2.0**60), 1.5, float("nan"), True, None, "  ", b"1"])
+def test_unusable_identifiers_are_refused(bad):
+    """Floats beyond 2^53 no longer hold every integer, so two people could share one."""
+    with pytest.raises(Exception) as info:
+        BASE.perturb(KEY, bad, "LS1 1AE")
+    assert "42" not in str(info.value)

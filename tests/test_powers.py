@@ -72,7 +72,7 @@ def test_epsilon_float_comparison_is_exact_decimal():
 
 
 @pytest.mark.parametrize("bad", [0, -1, 0.0, -0.5, float("nan"), float("inf"), "nan", "inf",
-                                 "-inf", "abc", "", "0x10", True, None, [1], "1e3", 100.5, "0.00009", 1e-70])
+                                 "-inf", "abc", "", "0x10", True, None, [1], "1e3", 100.5, "0.00009", 1e-70, "1_0", "\u0661", "1.0.0"])
 def test_bad_epsilon_rejected(bad):
     with pytest.raises(InvalidParameterError):
         parse_epsilon(bad)

@@ -252,7 +252,7 @@ def test_missing_and_duplicate_columns(small, key):
         perturb_frame(pd.DataFrame({"id": ["1"], "pc": [codes[0]]}), key=key, epsilon=1,
                       id_column="id", postcode_column="postcode", graph=graph)
     dup = pd.DataFrame([["1", codes[0], "a"]], columns=["id", "postcode", "id"])
-    with pytest.raises(InputDataError, match="duplicate column names: 'id'"):
+    with pytest.raises(InputDataError, match=r"duplicate column names \(columns 1 and 3\)"):
         release(dup, graph, key)
 
 

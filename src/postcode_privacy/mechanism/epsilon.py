@@ -7,6 +7,7 @@ That exact value drives the powers, is bound into every keyed draw, and is what 
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -15,6 +16,7 @@ from ..errors import InvalidParameterError
 MAX_EPSILON = Decimal(100)
 MIN_EPSILON = Decimal("0.0001")  # keeps q_hat < 1 with a wide margin, and radii finite
 MAX_DIGITS = 30
+_DECIMAL_TEXT = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII)
 
 
 class Epsilon(Decimal):
@@ -68,6 +70,10 @@ def parse_epsilon(value: object) -> Epsilon:
         elif isinstance(value, (int, Decimal)):
             dec = Decimal(value)
         elif isinstance(value, str):
+            # Plain ASCII decimal notation only: Decimal() alone also takes "1_0" (= 10) and
+            # non-ASCII digits, and a typo must not silently multiply the privacy loss.
+            if not _DECIMAL_TEXT.match(value.strip()):
+                raise InvalidParameterError("epsilon must be a plain decimal number such as 0.5")
             dec = Decimal(value.strip())
         else:
             raise InvalidParameterError("epsilon must be a number")

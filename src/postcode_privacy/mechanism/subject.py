@@ -4,8 +4,8 @@ The identifier is hashed into the keyed stream, so one person must map to one st
 file carried them: the integer 42 from Parquet and the text " 42" from CSV both become ``"42"``.
 Rules (docs/spec.md, "Subject identifiers"):
 
-* integers (including numpy integers, and floats that hold an exact integer, as pandas makes of
-  an integer column with gaps) become their decimal text;
+* integers (including numpy integers, and floats that hold an exact integer below 2^53, as
+  pandas makes of an integer column with gaps) become their decimal text;
 * text is Unicode NFC-normalised and stripped of surrounding whitespace;
 * anything else (booleans, bytes, non-integral floats, missing values) is refused, and so is
   text that is empty once stripped.
@@ -30,6 +30,9 @@ def canonical_subject_id(value: object) -> str:
             raise ValueError("missing identifier")
         if not math.isfinite(as_float) or as_float != math.floor(as_float):
             raise ValueError("identifier is a non-integral number")
+        if abs(as_float) >= 2**53:
+            # Above 2^53 a float no longer holds every integer: two people could merge.
+            raise ValueError("identifier is a floating-point number too large to be exact")
         return str(int(as_float))
     if isinstance(value, str):
         text = unicodedata.normalize("NFC", value).strip()

@@ -209,6 +209,9 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         temps.append(man_tmp)
         man_tmp.handle.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         man_tmp.finish()
+        # With --force an old manifest may exist: remove it first, so that an interruption
+        # between the two renames leaves an output without a manifest, never a mismatched pair.
+        manifest_path.unlink(missing_ok=True)
         out_tmp.commit()
         man_tmp.commit()
         temps.clear()

@@ -448,20 +448,17 @@ def check_columns(columns: Iterable, *, id_column: str, postcode_column: str,
     """Refuse duplicate column names, a missing identifier or postcode column, and an output
     column name the input already uses.  Messages name columns, never cell values."""
     names = list(columns)
-    seen: set = set()
-    duplicates = []
-    for name in names:
-        if name in seen and name not in duplicates:
-            duplicates.append(name)
-        seen.add(name)
-    if duplicates:
-        raise InputDataError("the input has duplicate column names: "
-                             + ", ".join(repr(str(d)) for d in duplicates))
+    seen = set(names)
+    if len(seen) != len(names):
+        from .tables import duplicate_columns_message
+
+        raise InputDataError(duplicate_columns_message(names))
     missing = [c for c in (id_column, postcode_column) if c not in seen]
     if missing:
+        # The header's own cells are not echoed: without a header line they are a record.
         raise InputDataError(
             "the input has no column " + " or ".join(repr(c) for c in missing)
-            + "; its columns are " + ", ".join(repr(str(c)) for c in names))
+            + f" (it has {len(names)} columns; does the file start with a header line?)")
     if out_column in seen:
         raise InputDataError(f"the input already has a column named {out_column!r}; "
                              "choose another output column name")

@@ -84,13 +84,7 @@ class TableReader:
         else:
             self.columns = self._parquet_header()
         if len(set(self.columns)) != len(self.columns):
-            seen, dupes = set(), []
-            for name in self.columns:
-                if name in seen and name not in dupes:
-                    dupes.append(name)
-                seen.add(name)
-            raise InputDataError("the input has duplicate column names: "
-                                 + ", ".join(repr(d) for d in dupes))
+            raise InputDataError(duplicate_columns_message(self.columns))
 
     # -- CSV --------------------------------------------------------------------------------------
 
@@ -223,6 +217,20 @@ class TableReader:
         return pa.schema(fields)
 
 
+def duplicate_columns_message(columns: list) -> str:
+    """Name duplicated columns by position: a file without a header line would otherwise have
+    its first record (identifiers, postcodes) echoed as "column names"."""
+    first: dict = {}
+    pairs = []
+    for position, name in enumerate(columns, start=1):
+        if name in first:
+            pairs.append(f"{first[name]} and {position}")
+        else:
+            first[name] = position
+    return ("the input has duplicate column names (columns " + "; ".join(pairs) + "); "
+            "does the file start with a header line?")
+
+
 def open_reader(path: str | os.PathLike, chunk_size: int) -> TableReader:
     return TableReader(path, chunk_size)
 
@@ -272,19 +280,44 @@ class _CsvWriter:
 
 
 class _ParquetWriter:
+    """Writes row groups of exactly ``ROW_GROUP_ROWS`` records (the last may be shorter), so the
+    output file's bytes do not depend on the chunk size the input was read with."""
+
+    ROW_GROUP_ROWS = 65_536
+
     def __init__(self, handle, schema):
         import pyarrow.parquet as pq
 
         self._schema = schema
         self._writer = pq.ParquetWriter(handle, schema)
+        self._pending: list = []
+        self._pending_rows = 0
 
     def write(self, frame: pd.DataFrame) -> None:
         import pyarrow as pa
 
         table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
-        self._writer.write_table(table)
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= self.ROW_GROUP_ROWS:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        import pyarrow as pa
+
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        full = (table.num_rows // self.ROW_GROUP_ROWS) * self.ROW_GROUP_ROWS
+        cut = table.num_rows if final else full
+        if cut:
+            self._writer.write_table(table.slice(0, cut), row_group_size=self.ROW_GROUP_ROWS)
+        rest = table.slice(cut)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
 
     def close(self, columns: list) -> None:
+        self._flush(final=True)
         self._writer.close()
 
     def abort(self) -> None:
