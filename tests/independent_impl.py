@@ -15,7 +15,8 @@ from fractions import Fraction
 
 def q_hat(epsilon: str) -> Fraction:
     ctx = Context(prec=60, rounding=ROUND_HALF_EVEN, Emin=-10**6, Emax=10**6)
-    r = ctx.exp(-(Decimal(epsilon) / 2))
+    half = Context(prec=100).divide(Decimal(epsilon), 2)  # exact, whatever the ambient context
+    r = ctx.exp(half.copy_negate())
     upper = Fraction(r) + Fraction(10) ** (r.adjusted() - 59)
     scaled = upper * 2**256
     numerator = scaled.numerator // scaled.denominator + (scaled.numerator % scaled.denominator != 0)

@@ -264,3 +264,20 @@ def test_arrays_swapped_in_the_header_are_refused(saved, tmp_path):
     bad.write_bytes(rewrite_header(data, swap))
     with pytest.raises(ArtefactError):
         load_graph(bad)
+
+
+def test_an_asymmetric_artefact_is_refused_even_with_a_recomputed_hash(tmp_path):
+    """The hash is not a signature: anyone can recompute it.  Symmetry (needed for the hop
+    distance to be a metric) is therefore checked on every load, not trusted from the build."""
+    import numpy as np
+
+    from postcode_privacy import Graph
+    from postcode_privacy.errors import GraphError
+
+    g = Graph.from_edges(["A", "B", "C", "D"], [("A", "B"), ("B", "C"), ("C", "A"), ("C", "D")])
+    g.loc_indptr = np.array([0, 1, 2, 4, 5], dtype=np.int64)  # directed cycle 0->1->2->0,
+    g.loc_indices = np.array([1, 2, 0, 3, 2], dtype=np.int32)  # in- and out-degrees balanced
+    g.sha256 = g._content_hash()
+    g.save(tmp_path / "asym.ppgraph")
+    with pytest.raises(GraphError, match="symmetric"):
+        Graph.load(tmp_path / "asym.ppgraph")

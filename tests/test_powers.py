@@ -82,3 +82,40 @@ def test_bad_epsilon_rejected(bad):
 def test_bad_radius_rejected(radius):
     with pytest.raises(InvalidParameterError):
         powers(Decimal(1), radius)
+
+
+def test_ambient_decimal_context_never_rounds_epsilon():
+    """Found in review: the thread's decimal context (28 digits by default, and changeable by
+    any caller) must not reach the privacy arithmetic."""
+    import decimal
+
+    from postcode_privacy.mechanism.powers import _powers_cached, q_hat_numerator
+
+    thirty = "0.123456789012345678901234567891"
+    assert parse_epsilon(thirty).text == thirty
+    assert parse_epsilon("9.999999999999999999999999999").text == "9.999999999999999999999999999"
+    expected = {e: powers(Decimal(e), 12) for e in ("0.75", "9.999999999999999999999999999")}
+    q_hat_numerator.cache_clear()
+    _powers_cached.cache_clear()
+    with decimal.localcontext(decimal.Context(prec=2)):
+        assert parse_epsilon(thirty).text == thirty
+        got = {e: powers(Decimal(e), 12) for e in expected}
+    assert got == expected
+    p = expected["9.999999999999999999999999999"]
+    from exact import sharp_power_violations
+    assert sharp_power_violations("9.999999999999999999999999999", p) == []
+
+
+def test_small_epsilon_with_explicit_radius_works_and_default_is_refused_clearly():
+    import warnings as w
+
+    from postcode_privacy import Graph, Mechanism
+    graph = Graph.from_edges(["A", "B"], [("A", "B")])
+    with w.catch_warnings():
+        w.simplefilter("ignore")
+        m = Mechanism(graph, "0.0001", radius=5)
+    assert m.radius == 5
+    with pytest.raises(InvalidParameterError, match="too small for a default radius"):
+        Mechanism(Graph.from_edges(["A", "B", "C"], [("A", "B"), ("B", "C")]), "0.0001")
+    with pytest.raises(InvalidParameterError, match="epsilon times radius"):
+        powers(Decimal(100), 201)

@@ -200,8 +200,8 @@ class Graph:
         ``label_bytes`` holds the labels UTF-8 encoded in a fixed-width ``S`` array (no label
         contains a NUL).  The labels stay in that array until first asked for: the list and the
         label index are built lazily, so loading the national graph costs no per-label Python
-        objects.  Every structural check runs except the O(E log E) symmetry comparison, which
-        is replaced by an in-degree/out-degree count; label uniqueness is checked by strict
+        objects.  Every structural check runs; symmetry is checked by a compiled binary search
+        for each reversed edge instead of the O(E log E) sort; label uniqueness is checked by strict
         order when the labels are sorted (as built graphs are), else through the index.
 
         Precondition: the caller compares ``_content_hash()`` with the hash recorded when the
@@ -286,7 +286,9 @@ class Graph:
             bwd = ix.astype(np.int64) * n_loc + rows
             symmetric = np.array_equal(np.sort(fwd), np.sort(bwd))
         else:
-            symmetric = np.array_equal(np.bincount(ix, minlength=n_loc), np.diff(ip))
+            from .symmetry import csr_is_symmetric  # compiled: no O(E log E) sort on load
+
+            symmetric = csr_is_symmetric(ip, ix)
         if not symmetric:
             raise GraphError("location adjacency must be symmetric")
         if self.location_coordinates is not None and self.location_coordinates.shape != (n_loc, 2):

@@ -8,7 +8,7 @@ That exact value drives the powers, is bound into every keyed draw, and is what 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from fractions import Fraction
 
 from ..errors import InvalidParameterError
@@ -16,6 +16,9 @@ from ..errors import InvalidParameterError
 MAX_EPSILON = Decimal(100)
 MIN_EPSILON = Decimal("0.0001")  # keeps q_hat < 1 with a wide margin, and radii finite
 MAX_DIGITS = 30
+# Every operation below runs in this explicit context: the thread's ambient decimal context
+# (28 digits by default, and changeable by any caller) must never round epsilon.
+EXACT = Context(prec=100, Emin=-10**6, Emax=10**6)
 _DECIMAL_TEXT = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII)
 
 
@@ -52,7 +55,7 @@ class Epsilon(Decimal):
 
 
 def canonical_text(value: Decimal) -> str:
-    text = format(Decimal(value).normalize(), "f")
+    text = format(Decimal(value).normalize(EXACT), "f")
     return text
 
 
@@ -87,7 +90,7 @@ def parse_epsilon(value: object) -> Epsilon:
         raise InvalidParameterError("epsilon below 0.0001 is not supported")
     if dec > MAX_EPSILON:
         raise InvalidParameterError("epsilon above 100 is not supported")
-    dec = dec.normalize()
+    dec = dec.normalize(EXACT)
     if len(dec.as_tuple().digits) > MAX_DIGITS:
         raise InvalidParameterError("epsilon may have at most 30 significant digits")
     return Epsilon(dec)

@@ -40,17 +40,20 @@ class Mechanism:
             if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)):
                 raise InvalidParameterError("radius must be a whole number")
             if not 1 <= int(radius) <= MAX_RADIUS:
-                raise InvalidParameterError("radius must be from 1 to 100000")
+                raise InvalidParameterError(f"radius must be from 1 to {MAX_RADIUS}")
             self.radius = int(radius)
         self.powers: tuple[int, ...] = powers(self.epsilon, self.radius)
         self.teleport_bound: Fraction = teleport_bound(
             self.epsilon, self.radius, min_prior, graph.total_prior)
         if radius is not None and self.teleport_bound > TELEPORT_TARGET:
+            try:
+                hint = (f"the default radius at this epsilon is "
+                        f"{default_radius(self.epsilon, min_prior, graph.total_prior)}")
+            except InvalidParameterError:
+                hint = "no radius within the supported range meets it at this epsilon"
             warnings.warn(
                 f"radius {self.radius} gives a teleport probability bound of "
-                f"{float(self.teleport_bound):.3g}, above the 1e-06 target; "
-                f"the default radius at this epsilon is "
-                f"{default_radius(self.epsilon, min_prior, graph.total_prior)}",
+                f"{float(self.teleport_bound):.3g}, above the 1e-06 target; {hint}",
                 TeleportWarning, stacklevel=2)
 
     def __repr__(self) -> str:

@@ -14,11 +14,13 @@ from fractions import Fraction
 from functools import lru_cache
 
 from ..errors import InvalidParameterError
+from .epsilon import EXACT
 
 Q_HAT_BITS = 256  # q_hat = numerator / 2**Q_HAT_BITS
 DECIMAL_DIGITS = 60  # precision of the decimal exponential q_hat is rounded up from
 TAIL_BITS = 80  # P_R >= 2**TAIL_BITS: the smallest power keeps at least 80 significant bits
-MAX_RADIUS = 100_000
+MAX_RADIUS = 10_000
+MAX_EPSILON_TIMES_RADIUS = 20_000  # keeps P_0 below about 2^14,500 bits: bounded memory
 
 
 def _exp_lower_bound(x: Fraction, terms: int) -> Fraction:
@@ -57,8 +59,10 @@ def q_hat_numerator(epsilon: Decimal) -> int:
     for a Taylor partial sum L, so q_hat * L >= 1 implies q_hat >= exp(-epsilon/2).
     """
     ctx = Context(prec=DECIMAL_DIGITS, rounding=ROUND_HALF_EVEN, Emin=-10**6, Emax=10**6)
-    half = Decimal(epsilon) / 2  # exact: epsilon has at most 30 digits
-    nearest = ctx.exp(-half)
+    # Exact in an explicit 100-digit context (epsilon has at most 30 digits); the ambient
+    # context must never round it.
+    half = EXACT.divide(Decimal(epsilon), 2)
+    nearest = ctx.exp(half.copy_negate())
     ulp = Decimal((0, (1,), nearest.adjusted() - DECIMAL_DIGITS + 1))
     upper = Fraction(nearest) + Fraction(ulp)
     numerator = -((-upper.numerator << Q_HAT_BITS) // upper.denominator)  # ceiling
@@ -102,7 +106,10 @@ def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     P_{j+1} >= q_hat * P_j >= exp(-epsilon/2) * P_j for every j.
     """
     if not isinstance(radius, int) or isinstance(radius, bool) or not 1 <= radius <= MAX_RADIUS:
-        raise InvalidParameterError("radius must be an integer from 1 to 100000")
+        raise InvalidParameterError(f"radius must be an integer from 1 to {MAX_RADIUS}")
+    if Decimal(epsilon) * radius > MAX_EPSILON_TIMES_RADIUS:  # exact: an integer multiple
+        raise InvalidParameterError(
+            f"epsilon times radius above {MAX_EPSILON_TIMES_RADIUS} is not supported")
     return _powers_cached(Decimal(epsilon), radius)
 
 

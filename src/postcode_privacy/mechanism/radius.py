@@ -54,8 +54,12 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
         return 1  # a one-node graph (or all mass in one node): nothing to teleport to
     a = q_hat_numerator(Decimal(epsilon))
     ctx = Context(prec=40)
-    estimate = ctx.divide(ctx.ln(Decimal(outside) * 10**6 / min_prior), Decimal(epsilon) / 2)
+    ratio = ctx.divide(ctx.multiply(Decimal(outside), Decimal(10**6)), Decimal(min_prior))
+    estimate = ctx.divide(ctx.ln(ratio), ctx.divide(Decimal(epsilon), 2))
     start = min(max(int(estimate) - 3, 0), MAX_RADIUS)
+    if start == MAX_RADIUS:
+        raise InvalidParameterError(
+            f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius")
     lo = start
     if lo and not _lower_bound_exceeds_target(a, lo, min_prior, outside):
         lo = 0  # the estimate overshot; find the last radius the lower bound rules out
@@ -70,5 +74,6 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     while teleport_bound(epsilon, radius, min_prior, total_prior) > TELEPORT_TARGET:
         radius += 1
         if radius > MAX_RADIUS:
-            raise InvalidParameterError("epsilon is too small: the default radius exceeds 100000")
+            raise InvalidParameterError(
+                f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius")
     return radius
