@@ -7,6 +7,7 @@ a reader, or a run that is interrupted, sees the old file or the complete new on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -64,14 +65,21 @@ def fsync_directory(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def write_atomic(target: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file, replacing any existing file."""
+@contextlib.contextmanager
+def atomic_output(target: str | os.PathLike):
+    """A binary handle whose contents replace ``target`` only if the block completes."""
     temp = TempFile(target)
     try:
-        temp.handle.write(data)
+        yield temp.handle
         temp.finish()
         temp.commit()
     except BaseException:
         temp.discard()
         raise
     fsync_directory(temp.target.parent)
+
+
+def write_atomic(target: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a temporary file, replacing any existing file."""
+    with atomic_output(target) as handle:
+        handle.write(data)

@@ -29,11 +29,10 @@ import numpy as np
 from . import atomic
 from .errors import GraphError, OutputExistsError, PostcodePrivacyError
 from .evaluate.exact import ExactMechanism, OutputDistribution
-from .evaluate.run import select_sample
+from .evaluate.run import identify_mechanism, select_sample
 from .evaluate.utility import measure_utility, mixture_quantile_m
 from .graph.graph import Graph
 from .mechanism.mechanism import Mechanism
-from .version import OUTPUT_STABILITY_VERSION, __version__
 
 FORMAT = "postcode-privacy-report"
 FORMAT_VERSION = 1
@@ -172,12 +171,7 @@ def build_report(graph: Graph, epsilon, radius: int | None = None, postcode: str
     data = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "library_version": __version__,
-        "output_stability_version": OUTPUT_STABILITY_VERSION,
-        "graph_sha256": graph.sha256,
-        "graph_postcodes": len(graph),
-        "epsilon": mechanism.epsilon.text,
-        "radius": mechanism.radius,
+        **identify_mechanism(mechanism),
         "radius_is_default": radius is None,
         "teleport_bound": _fraction_json(mechanism.teleport_bound),
         "likelihood_ratio_bounds": ratios,

@@ -100,12 +100,21 @@ def _text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def mechanism_options(command):
+    """--epsilon, --graph and --radius, shared by the commands that study one mechanism."""
+    for option in reversed([
+        click.option("--epsilon", required=True, metavar="E", help="Privacy parameter per hop."),
+        click.option("--graph", "graph_path", metavar="ARTEFACT",
+                     help="Graph artefact to use instead of the embedded national graph."),
+        click.option("--radius", type=int, default=None, metavar="R",
+                     help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6."),
+    ]):
+        command = option(command)
+    return command
+
+
 @cli.command("evaluate")
-@click.option("--epsilon", required=True, metavar="E", help="Privacy parameter per hop.")
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact to use instead of the embedded national graph.")
-@click.option("--radius", type=int, default=None, metavar="R",
-              help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.")
+@mechanism_options
 @click.option("--sample", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
               help="Postcodes to sample (by prior, without replacement).")
 @click.option("--releases", type=click.IntRange(min=1), default=20, show_default=True,

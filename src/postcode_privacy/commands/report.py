@@ -5,15 +5,11 @@ from __future__ import annotations
 import click
 
 from ..cli import cli
-from .evaluate import echo_warnings, load_graph
+from .evaluate import echo_warnings, load_graph, mechanism_options
 
 
 @cli.command("report")
-@click.option("--epsilon", required=True, metavar="E", help="Privacy parameter per hop.")
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact to use instead of the embedded national graph.")
-@click.option("--radius", type=int, default=None, metavar="R",
-              help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.")
+@mechanism_options
 @click.option("--postcode", metavar="P",
               help="Centre the map and histogram on this postcode (default: the city example).")
 @click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",

@@ -162,12 +162,7 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "library_version": __version__,
-        "output_stability_version": OUTPUT_STABILITY_VERSION,
-        "graph_sha256": graph.sha256,
-        "graph_postcodes": len(graph),
-        "epsilon": mechanism.epsilon.text,
-        "radius": mechanism.radius,
+        **identify_mechanism(mechanism),
         "teleport_bound": float(mechanism.teleport_bound),
         "seed": int(seed),
         "sample_size": len(nodes),
@@ -186,4 +181,16 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
         "key_compromise": compromise.to_json(),
         "truncation": truncation,
         "notes": notes,
+    }
+
+
+def identify_mechanism(mechanism) -> dict:
+    """What a machine-readable report must carry to say which release it describes."""
+    return {
+        "library_version": __version__,
+        "output_stability_version": OUTPUT_STABILITY_VERSION,
+        "graph_sha256": mechanism.graph.sha256,
+        "graph_postcodes": len(mechanism.graph),
+        "epsilon": mechanism.epsilon.text,
+        "radius": mechanism.radius,
     }

@@ -34,7 +34,7 @@ import struct
 
 import numpy as np
 
-from ..atomic import TempFile, fsync_directory
+from ..atomic import atomic_output
 from ..errors import ArtefactError, GraphError
 from .graph import Graph
 
@@ -124,21 +124,13 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
                 + _sha256(header_bytes) + header_bytes)
     data_start = _align(len(preamble))
 
-    temp = TempFile(path)
-    try:
-        out = temp.handle
+    with atomic_output(path) as out:
         out.write(preamble)
         out.write(bytes(data_start - len(preamble)))
         for name, arr in arrays.items():
             pad = data_start + specs[name]["offset"] - out.tell()
             out.write(bytes(pad))
             out.write(memoryview(arr.reshape(-1).view(np.uint8)))
-        temp.finish()
-        temp.commit()
-    except BaseException:
-        temp.discard()
-        raise
-    fsync_directory(temp.target.parent)
 
 
 def _sha256(data) -> bytes:
