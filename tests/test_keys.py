@@ -69,3 +69,12 @@ def test_malformed_key_files_refused(tmp_path, mangle):
 def test_missing_key_file(tmp_path):
     with pytest.raises(KeyFileError, match="not found"):
         read_key_file(tmp_path / "nope")
+
+
+def test_key_save_and_load_methods(tmp_path):
+    key = Key.generate()
+    key.save(tmp_path / "k")
+    assert Key.load(tmp_path / "k") == key
+    assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o600
+    with pytest.raises(KeyFileError):
+        Key.generate().save(tmp_path / "k")

@@ -64,6 +64,19 @@ class Key:
         # Pickling would copy the secret silently (e.g. into a Spark plan); make it explicit.
         raise TypeError("Key objects are not picklable; pass the key file instead")
 
+    def save(self, path) -> None:
+        """Write a key file: created exclusively, owner-only (0600), never overwritten."""
+        from ..keyfile import write_key_file  # the file I/O lives outside the core
+
+        write_key_file(self, path)
+
+    @classmethod
+    def load(cls, path) -> Key:
+        """Read a key file written by :meth:`save` or ``postcode-privacy keygen``."""
+        from ..keyfile import read_key_file
+
+        return read_key_file(path)
+
     def to_file_bytes(self) -> bytes:
         """The key-file encoding: a format line, the key in base64, and a checksum line."""
         body = base64.b64encode(self._material).decode("ascii")
