@@ -28,6 +28,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import GraphError
+from ..graph.compiled import location_masses
 from ..mechanism.mechanism import Mechanism
 from ._search import LocationSearch
 
@@ -74,8 +75,7 @@ class ExactMechanism:
         self.powers: tuple[int, ...] = mechanism.powers
         self.radius: int = mechanism.radius
         self.total_prior: int = graph.total_prior
-        self.loc_mass = np.zeros(graph.n_locations, dtype=np.int64)
-        np.add.at(self.loc_mass, graph.node_location, graph.prior)
+        self.loc_mass = location_masses(graph)
         self.search = LocationSearch(graph)
         self._terms: dict[int, tuple[int, int, int]] = {}
         self._coords = graph.location_coordinates
