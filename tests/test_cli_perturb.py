@@ -305,6 +305,7 @@ def test_bad_key_files(setup, tmp_path, capsys, content, phrase):
         content = os.urandom(32).hex().encode() + b"\n"
     bad = tmp_path / "bad.key"
     bad.write_bytes(content)
+    bad.chmod(0o600)
     code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(bad),
                  "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
                  "--graph", setup["graph"], "-q"])
@@ -492,3 +493,17 @@ def test_forced_run_that_fails_between_renames_leaves_no_mismatched_manifest(set
     # a file it does not match.
     assert not (tmp_path / "out.csv.manifest.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_a_key_file_readable_by_others_is_refused(setup, tmp_path, capsys):
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    loose = tmp_path / "loose.key"
+    loose.write_bytes(Path(setup["key"]).read_bytes())
+    loose.chmod(0o644)
+    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(loose),
+                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
+                 "--graph", setup["graph"], "-q"])
+    assert code == 4
+    assert "chmod 600" in capsys.readouterr().err
+    assert not (tmp_path / "out.csv").exists()

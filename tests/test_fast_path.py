@@ -268,7 +268,7 @@ def test_mechanism_perturb_many_uses_the_engine(monkeypatch):
 
     monkeypatch.setattr(engine_batch, "perturb_nodes", spy)
     mechanism = Mechanism(colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "1")
-    key = Key.from_bytes(bytes(32))
+    key = Key.from_bytes(bytes(range(1, 33)))
     codes = ["N00", "N03", "N08"] * 5
     assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(key, list(range(15)), codes)
     assert calls == [15]
@@ -276,7 +276,7 @@ def test_mechanism_perturb_many_uses_the_engine(monkeypatch):
 
 def test_batch_errors_name_positions_not_values():
     mechanism = Mechanism(path(6), "1")
-    key = Key.from_bytes(bytes(32))
+    key = Key.from_bytes(bytes(range(1, 33)))
     with pytest.raises(UnknownPostcodeError) as unknown:
         perturb_many(mechanism, key, [1, 2, 3], ["N01", "SW1A 1AA", "N02"])
     assert "position 1" in str(unknown.value) and "SW1A" not in str(unknown.value)

@@ -62,6 +62,7 @@ def test_malformed_key_files_refused(tmp_path, mangle):
     data = Key.from_bytes(bytes(range(32))).to_file_bytes()
     path = tmp_path / "bad.key"
     path.write_bytes(mangle(data))
+    path.chmod(0o600)  # so that the content, not the permissions, is what is refused
     with pytest.raises(KeyFileError):
         read_key_file(path)
 
@@ -78,3 +79,49 @@ def test_key_save_and_load_methods(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o600
     with pytest.raises(KeyFileError):
         Key.generate().save(tmp_path / "k")
+
+
+def test_exactly_32_bytes_so_padding_cannot_make_a_second_key():
+    # HMAC pads short keys with zero bytes: k and k + b"\0" would release identically under
+    # two fingerprints.  Only one of them can be a key.
+    material = bytes(range(1, 33))
+    assert Key.from_bytes(material).fingerprint
+    for other in (material + b"\0", material + b"\0" * 32, material * 2, material[:31]):
+        with pytest.raises(KeyFileError, match="exactly 32 bytes"):
+            Key.from_bytes(other)
+
+
+def test_all_zero_key_refused():
+    with pytest.raises(KeyFileError, match="all zero"):
+        Key.from_bytes(bytes(32))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o606, 0o610])
+def test_key_file_open_to_group_or_others_refused(tmp_path, mode):
+    path = tmp_path / "k.key"
+    write_key_file(Key.generate(), path)
+    path.chmod(mode)
+    with pytest.raises(KeyFileError, match="chmod 600") as refused:
+        read_key_file(path)
+    assert f"{mode:04o}" in str(refused.value)
+    path.chmod(0o600)
+    assert read_key_file(path).fingerprint  # the same file, owner-only, is accepted
+    path.chmod(0o400)
+    assert read_key_file(path).fingerprint
+
+
+def test_long_key_files_from_older_versions_are_refused(tmp_path):
+    # A 33-byte key written by the old format (same v1 layout) no longer loads.
+    import base64
+    import hashlib
+
+    from postcode_privacy.mechanism.keys import FILE_MAGIC
+
+    material = bytes(range(1, 34))
+    check = hashlib.sha256(FILE_MAGIC.encode() + material).hexdigest()[:16]
+    path = tmp_path / "old.key"
+    path.write_text(f"{FILE_MAGIC}\nkey: {base64.b64encode(material).decode()}\ncheck: {check}\n")
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="exactly 32 bytes"):
+        read_key_file(path)

@@ -1,8 +1,14 @@
-"""Reading and writing key files (the I/O half of ``mechanism.keys``)."""
+"""Reading and writing key files (the I/O half of ``mechanism.keys``).
+
+Key files are owner-only (mode 0600): written so, and refused when read if group or others
+have any access, because whoever can read the key can undo the protection of every release
+made with it (docs/threat-model.md, "The key").
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .errors import KeyFileError
@@ -30,7 +36,26 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
         raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
 
 
+def check_owner_only(path: str | os.PathLike) -> None:
+    """Refuse a key file that group or others may read or write (POSIX permissions only)."""
+    if os.name != "posix":
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise KeyFileError("key file not found") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
+    if mode & 0o077:
+        raise KeyFileError(
+            f"the key file is open to group or others (mode {mode:04o}); anyone who can read it "
+            "can undo the protection of every release made with it: run `chmod 600` on it "
+            "(and check who may already have read it)")
+
+
 def read_key_file(path: str | os.PathLike) -> Key:
+    """Read a key file, refusing one that is not owner-only (see :func:`check_owner_only`)."""
+    check_owner_only(path)
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:

@@ -22,15 +22,24 @@ _FINGERPRINT_DOMAIN = b"postcode-privacy/key-fingerprint/v1"
 
 
 class Key:
-    """A secret key of at least 32 bytes for the keyed stream (HMAC-SHA256)."""
+    """A secret key of exactly 32 bytes for the keyed stream (HMAC-SHA256).
+
+    Exactly 32, not "at least": HMAC pads a key shorter than its 64-byte block with zero bytes,
+    so ``k`` and ``k + b"\\0"`` would give identical releases under different fingerprints.
+    With one fixed length, two keys that release identically are the same key.  The all-zero
+    key is refused: it is what an unset or wiped buffer looks like, never a generated secret.
+    """
 
     __slots__ = ("_material",)
 
     def __init__(self, material: bytes):
         if not isinstance(material, (bytes, bytearray)):
             raise TypeError("key material must be bytes")
-        if len(material) < KEY_BYTES:
-            raise KeyFileError(f"a key must be at least {KEY_BYTES} bytes")
+        if len(material) != KEY_BYTES:
+            raise KeyFileError(f"a key must be exactly {KEY_BYTES} bytes")
+        if not any(material):
+            raise KeyFileError("the key is all zero bytes: not a secret; generate one with "
+                               "`postcode-privacy keygen`")
         self._material = bytes(material)
 
     @classmethod
