@@ -282,6 +282,9 @@ def bundled(monkeypatch, tmp_path):
     monkeypatch.setattr(bundled, "_default", None)
     monkeypatch.setattr(bundled, "_inputs_hash", lambda: "0" * 64)
     monkeypatch.setattr(bundled, "build_from_sources", fake_build)
+    # The stand-in graph plays the pinned default graph.
+    monkeypatch.setattr(bundled, "DEFAULT_GRAPH_SHA256", fake_build().sha256)
+    calls.clear()
     bundled.calls = calls
     yield bundled
     del bundled.calls
@@ -318,6 +321,95 @@ def test_default_graph_rebuilds_a_damaged_cache(bundled):
     assert len(bundled.calls) == 2
 
 
+def test_a_default_build_with_a_perturbed_parameter_is_refused(bundled, monkeypatch, tmp_path):
+    def perturbed_build(progress=False):  # 49.999 km instead of 50: another graph, another hash
+        return build_graph(names(6), [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1], max_edge_km=49.999,
+                           params_extra={"source": "bundled-codepoint", "prior": "uniform"})
+
+    monkeypatch.setattr(bundled, "build_from_sources", perturbed_build)
+    with pytest.raises(GraphError, match="not the pinned default graph"):
+        bundled.default_graph(progress=False)
+    assert list(tmp_path.iterdir()) == []  # nothing cached
+    assert bundled._default is None
+
+
+def test_a_cached_default_that_is_not_the_pinned_graph_is_refused(bundled):
+    g = bundled.default_graph(progress=False)
+    path = bundled.default_graph_path()
+    # A valid artefact with the expected parameters but other content (one coordinate moved).
+    other = build_graph(names(6), [0, 1, 2, 0, 1, 3], [0, 0, 0, 1, 1, 1],
+                        params_extra={"source": "bundled-codepoint", "prior": "uniform"})
+    assert other.params == g.params and other.sha256 != g.sha256
+    path.unlink()
+    other.save(path)
+    bundled._default = None
+    with pytest.raises(GraphError, match="not the pinned default graph"):
+        bundled.default_graph(progress=False)
+    assert bundled.calls == [False]  # refused, not silently rebuilt or used
+
+
+def test_the_pinned_hash_is_the_published_one():
+    from postcode_privacy.sources import bundled
+
+    assert bundled.DEFAULT_GRAPH_SHA256 == (
+        "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c")
+
+
+def test_the_pinned_triangle_is_installed():
+    from importlib import metadata
+
+    assert metadata.version("triangle") == "20250106"
+
+
+# -- exact graph-shaping arithmetic ---------------------------------------------------------------
+
+
+def test_an_edge_of_exactly_the_limit_is_kept_and_one_just_longer_is_cut():
+    # 3-4-5: exactly 50 km.  The third point keeps the graph connected without the long edge.
+    exact = build_graph(names(3), [0, 30_000, 0], [0, 40_000, 1], max_edge_km=50)
+    assert exact.provenance["build"]["cut_edges"] == 0
+    longer = build_graph(names(3), [0, 30_000, 0], [0, 40_001, 1], max_edge_km=50)
+    assert longer.provenance["build"]["cut_edges"] >= 1
+    assert exact.sha256 != longer.sha256
+
+
+def test_the_cut_is_exact_where_floating_point_rounds():
+    # 100,000 km limit, an edge of sqrt(1e16 + 1) m: float hypot rounds it to exactly 1e8 m
+    # (kept); exactly it is longer than the limit, so it is cut (then restored: the only bridge).
+    assert np.hypot(1e8, 1.0) == 1e8
+    g = build_graph(names(2), [0, 1e8], [0, 1], max_edge_km=100_000)
+    b = g.provenance["build"]
+    assert (b["cut_edges"], b["restored_edges"]) == (1, 1)
+    at_limit = build_graph(names(2), [0, 1e8], [0, 0], max_edge_km=100_000)
+    assert at_limit.provenance["build"]["cut_edges"] == 0
+
+
+def test_the_limit_is_the_decimal_it_prints_as():
+    # 0.3 km is exactly 300 m (the binary float 0.3 is slightly less).
+    g = build_graph(names(3), [0, 300, 150], [0, 0, 1], max_edge_km=0.3)
+    assert g.provenance["build"]["cut_edges"] == 0
+    g = build_graph(names(3), [0, 301, 150], [0, 0, 1], max_edge_km=0.3)
+    assert g.provenance["build"]["cut_edges"] == 1
+
+
+def test_fractional_coordinates_are_measured_exactly_too():
+    g = build_graph(names(3), [0.25, 30_000.25, 0.25], [0.5, 40_000.5, 1.5], max_edge_km=50)
+    assert g.provenance["build"]["cut_edges"] == 0
+    g = build_graph(names(3), [0.25, 30_000.25, 0.25], [0.5, 40_000.75, 1.5], max_edge_km=50)
+    assert g.provenance["build"]["cut_edges"] == 1
+
+
+def test_restoring_prefers_the_exactly_shorter_bridge_where_floats_tie():
+    # N00 alone at the origin; N01 and N02 one metre apart, 100,000 km away.  The bridges
+    # N00-N02 (exactly 1e8 m) and N00-N01 (sqrt(1e16 + 1) m) have equal float lengths, so a
+    # float order falls back to location numbers and picks N00-N01; the exact order picks the
+    # shorter N00-N02.
+    assert np.hypot(1e8, 1.0) == np.hypot(1e8, 0.0)
+    g = build_graph(names(3), [0, 1e8, 1e8], [0, 1, 0], max_edge_km=1)
+    assert g.provenance["build"]["restored_edges"] == 1
+    assert location_edges(g) == {(0, 2), (1, 2)}
+
+
 def test_build_from_sources_refuses_two_sources():
     from postcode_privacy.sources.bundled import build_from_sources
 
@@ -345,3 +437,5 @@ def test_national_default_graph(monkeypatch, tmp_path):
     monkeypatch.setattr(bundled, "_default", None)
     loaded = bundled.default_graph()
     assert loaded.sha256 == g.sha256
+    # Built from an empty cache by this platform's exact arithmetic: the pinned graph.
+    assert g.sha256 == "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c"

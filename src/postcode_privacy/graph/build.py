@@ -14,6 +14,13 @@ The construction (docs/graph.md):
    reachable through their nearest neighbour across the water.
 5. The result must be connected, otherwise :class:`GraphError`.
 
+Every decision that shapes the graph is exact, so that the same inputs give the same graph on
+every platform (docs/graph.md, "The same graph everywhere"): lengths are compared as exact
+squared distances in integers (whole-metre coordinates, the case of every UK source, in int64;
+other coordinates through their exact binary fractions in Python integers), the cut compares
+them with the exact square of ``max_edge_km`` in metres, and ties are broken by location
+numbers.  Floating-point lengths appear only in the provenance summary, which is not hashed.
+
 Everything the result depends on is the *set* of (postcode, easting, northing, prior) rows and
 ``max_edge_km``: the input order does not matter, and the same inputs give identical arrays
 and the same ``sha256``.  Nothing here reads files or prints, except an optional tqdm bar.
@@ -26,6 +33,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from fractions import Fraction
 from importlib import metadata
 
 import numpy as np
@@ -81,8 +89,9 @@ def build_graph(
         delaunay_edges = int(lo.size)
         bar.update(1)
 
-        lengths = _lengths(loc_xy, lo, hi)
-        lo, hi, lengths, stats = _cut_and_restore(n_loc, lo, hi, lengths, max_edge_m)
+        squared, scale = _squared_lengths(loc_xy, lo, hi)
+        lo, hi, lengths, stats = _cut_and_restore(
+            n_loc, lo, hi, squared, scale, _squared_limit(params["max_edge_km"], scale), max_edge_m)
         bar.update(1)
 
         indptr, indices = _symmetric_csr(n_loc, lo, hi)
@@ -203,19 +212,63 @@ def _delaunay_edges(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _lengths(xy: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    d = xy[hi] - xy[lo]
-    return np.hypot(d[:, 0], d[:, 1])
+# Whole-metre coordinates below this bound in absolute value have squared distances that fit
+# in int64 (each difference is below 2**30, each square below 2**60, their sum below 2**61).
+_INT_COORD_BOUND = 2**29
 
 
-def _cut_and_restore(n_loc, lo, hi, lengths, max_edge_m):
-    """Drop edges longer than ``max_edge_m``; put back the shortest that reconnect the graph.
+def _squared_lengths(xy: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, int]:
+    """Exact squared edge lengths, in units of ``(2**-scale m)**2``, and ``scale``.
 
-    The edges put back form a minimum spanning forest of the component graph under the order
-    (length, lo, hi), found with Kruskal's algorithm, so ties are broken by location number and
-    the choice is deterministic.  Raises GraphError if the graph is still disconnected.
+    Postcondition: ``squared[i] * 4**-scale`` is exactly the squared Euclidean distance between
+    the two (float64) coordinate pairs of edge ``i``; ``squared`` is int64 for whole-metre
+    coordinates (scale 0, the fast path), otherwise an object array of Python integers.
     """
-    keep = lengths <= max_edge_m
+    if xy.size == 0 or (np.all(xy == np.floor(xy)) and np.abs(xy).max() < _INT_COORD_BOUND):
+        ints = xy.astype(np.int64)
+        d = ints[hi] - ints[lo]
+        return d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1], 0
+    # Fractional coordinates: each float64 is an exact binary fraction; put them all over the
+    # largest power-of-two denominator and work in Python integers (slower, still exact).
+    fractions = [Fraction(float(v)) for v in xy.ravel().tolist()]
+    scale = max(f.denominator for f in fractions).bit_length() - 1
+    ints = np.array([f.numerator * ((1 << scale) // f.denominator) for f in fractions],
+                    dtype=object).reshape(xy.shape)
+    d = ints[hi] - ints[lo]
+    return d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1], scale
+
+
+def _squared_limit(max_edge_km: float, scale: int) -> int:
+    """The largest integer squared length (units of :func:`_squared_lengths`) that is kept.
+
+    ``max_edge_km`` is taken as the decimal it prints as (``repr``, the same on every platform),
+    so ``0.3`` means exactly 300 m, not the binary float just below it.  An edge is kept when
+    its exact length is at most that many km, that is when its exact squared length is at most
+    ``(1000 * max_edge_km)**2``; squared lengths are integers, so this is the floor of that
+    square.
+    """
+    limit = (Fraction(repr(float(max_edge_km))) * 1000 * (1 << scale)) ** 2
+    return limit.numerator // limit.denominator
+
+
+def _cut_and_restore(n_loc, lo, hi, squared, scale, squared_limit, max_edge_m):
+    """Drop edges longer than the limit; put back the shortest that reconnect the graph.
+
+    ``squared`` are exact squared lengths in units of ``(2**-scale m)**2`` and
+    ``squared_limit`` the largest kept one (see :func:`_squared_lengths`).  The edges put back
+    form a minimum spanning forest of the component graph under the exact order (squared
+    length, lo, hi), found with Kruskal's algorithm, so ties are broken by location number and
+    the choice is deterministic and the same on every platform.  Raises GraphError if the graph is still disconnected.
+    ``max_edge_m`` and the float lengths only feed the (unhashed) statistics.
+    """
+    if squared.dtype != object:
+        # Exact int64 squares are below 2**61; a larger limit keeps everything.
+        keep = squared <= min(squared_limit, 2**62)
+        lengths = np.sqrt(squared.astype(np.float64))
+    else:
+        keep = np.array([v <= squared_limit for v in squared.tolist()], dtype=bool)
+        lengths = np.sqrt(np.array([float(Fraction(v, 4**scale)) for v in squared.tolist()],
+                                   dtype=np.float64))
     cut = ~keep
     n_cut = int(np.count_nonzero(cut))
     n_comp, comp = _components(n_loc, lo[keep], hi[keep])
@@ -225,7 +278,7 @@ def _cut_and_restore(n_loc, lo, hi, lengths, max_edge_m):
         ca, cb = comp[lo[cut_idx]], comp[hi[cut_idx]]
         between = ca != cb
         cut_idx, ca, cb = cut_idx[between], ca[between], cb[between]
-        order = np.lexsort((hi[cut_idx], lo[cut_idx], lengths[cut_idx]))
+        order = np.lexsort((hi[cut_idx], lo[cut_idx], _order_key(squared[cut_idx])))
         cut_idx, ca, cb = cut_idx[order], ca[order], cb[order]
         # Only the first (shortest) edge between each pair of components can be chosen.
         pair = np.minimum(ca, cb).astype(np.int64) * n_comp + np.maximum(ca, cb)
@@ -256,6 +309,15 @@ def _cut_and_restore(n_loc, lo, hi, lengths, max_edge_m):
         "restored_edge_length_m": _length_summary(restored_lengths, percentiles=()),
     }
     return lo[keep], hi[keep], lengths[keep], stats
+
+
+def _order_key(squared: np.ndarray) -> np.ndarray:
+    """An int64 key that sorts exactly as ``squared`` (itself, or dense ranks of big integers)."""
+    if squared.dtype != object:
+        return squared
+    distinct = sorted(set(squared.tolist()))
+    rank = {v: i for i, v in enumerate(distinct)}
+    return np.array([rank[v] for v in squared.tolist()], dtype=np.int64)
 
 
 def _kruskal(n_comp: int, edge_idx, ca, cb) -> np.ndarray:

