@@ -79,4 +79,70 @@ def test_terminated_postcodes_of_an_onspd_build_map_to_the_nearest_live_one(tmp_
     assert len(out) == 2 and out["postcode_dp"].notna().all()
     import json
     manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8"))
-    assert manifest["counts"]["terminated_mapped"] == 1
+    audit = json.loads((tmp_path / "out.csv.audit.json").read_text(encoding="utf-8"))
+    assert audit["counts"]["terminated_mapped"] == 1
+    sidecar = terminated_sidecar(graph_path)
+    import hashlib
+
+    assert manifest["terminated_locations"] == {
+        "source": "sidecar", "file": sidecar.name,
+        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest()}
+
+
+def _onspd_artefact_and_records(tmp_path):
+    from postcode_privacy import Key
+    from postcode_privacy.keyfile import write_key_file
+
+    graph_path = tmp_path / "g.ppgraph"
+    assert main(["build", "--onspd", str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "--gb-only",
+                 "-o", str(graph_path), "--quiet"]) == 0
+    key_path = tmp_path / "k.key"
+    write_key_file(Key.generate(), key_path)
+    records = tmp_path / "in.csv"
+    records.write_text("id,pc\n1,AB1 0AA\n2,EH1 1YZ\n", encoding="utf-8")
+    args = ["perturb", str(records), "--key", str(key_path), "--epsilon", "1", "--id-column",
+            "id", "--postcode-column", "pc", "--graph", str(graph_path), "-q",
+            "--terminated", "nearest", "-o", str(tmp_path / "out.csv")]
+    return graph_path, args
+
+
+def test_the_artefact_records_its_sidecar_hash(tmp_path):
+    import hashlib
+
+    graph_path, _ = _onspd_artefact_and_records(tmp_path)
+    sidecar = terminated_sidecar(graph_path)
+    recorded = Graph.load(graph_path).provenance["terminated_sidecar"]
+    assert recorded["sha256"] == hashlib.sha256(sidecar.read_bytes()).hexdigest()
+    assert recorded["file"] == sidecar.name and recorded["rows"] >= 1
+
+
+def test_an_edited_sidecar_is_refused_cleanly(tmp_path, capsys):
+    # Moving a terminated postcode's coordinates would change who is released where.
+    graph_path, args = _onspd_artefact_and_records(tmp_path)
+    sidecar = terminated_sidecar(graph_path)
+    table = pd.read_parquet(sidecar)
+    table.loc[0, "easting"] = table.loc[0, "easting"] + 5000
+    sidecar.write_bytes(table.to_parquet(index=False))
+    assert main(args) == 6
+    err = capsys.readouterr().err
+    assert "sidecar does not match" in err and "Traceback" not in err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_corrupt_sidecar_is_refused_cleanly(tmp_path, capsys):
+    graph_path, args = _onspd_artefact_and_records(tmp_path)
+    sidecar = terminated_sidecar(graph_path)
+    data = bytearray(sidecar.read_bytes())
+    sidecar.write_bytes(bytes(data[: len(data) // 2]))
+    assert main(args) == 6
+    err = capsys.readouterr().err
+    assert "sidecar" in err and "Traceback" not in err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_missing_sidecar_is_refused_not_replaced_by_the_bundled_directory(tmp_path, capsys):
+    graph_path, args = _onspd_artefact_and_records(tmp_path)
+    terminated_sidecar(graph_path).unlink()
+    assert main(args) == 6
+    assert "missing" in capsys.readouterr().err
+    assert not (tmp_path / "out.csv").exists()

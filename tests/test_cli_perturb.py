@@ -149,8 +149,10 @@ def test_on_error_null_and_drop_through_the_cli(setup, tmp_path):
     dropped = pd.read_csv(tmp_path / "drop.csv", dtype=str, keep_default_na=False)
     assert len(dropped) == 8
     manifest = json.loads((tmp_path / "drop.csv.manifest.json").read_text())
-    assert manifest["counts"]["dropped"] == 2 and manifest["counts"]["malformed_postcode"] == 1
-    assert manifest["counts"]["missing_identifier"] == 1 and manifest["on_error"] == "drop"
+    counts = json.loads((tmp_path / "drop.csv.audit.json").read_text())["counts"]
+    assert counts["dropped"] == 2 and counts["malformed_postcode"] == 1
+    assert counts["missing_identifier"] == 1 and manifest["on_error"] == "drop"
+    assert "counts" not in manifest
 
 
 def test_duplicate_subject_warning_is_printed(setup, tmp_path, capsys):
@@ -401,7 +403,8 @@ def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys):
     assert "not in the graph" in capsys.readouterr().err
     assert main(args + ["--terminated", "nearest"]) == 0
     manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text())
-    assert manifest["counts"]["terminated_mapped"] == 1 and manifest["terminated"] == "nearest"
+    audit = json.loads((tmp_path / "out.csv.audit.json").read_text())
+    assert audit["counts"]["terminated_mapped"] == 1 and manifest["terminated"] == "nearest"
     from postcode_privacy import Mechanism
     from postcode_privacy.keyfile import read_key_file
 
@@ -420,7 +423,9 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys):
     manifest = json.loads((out_dir / "records_dp.csv.manifest.json").read_text())
     example = Path(__file__).resolve().parent.parent / "src/postcode_privacy/examples/records.csv"
     records = pd.read_csv(example, dtype=str, keep_default_na=False)
-    assert len(release) == len(records) == manifest["counts"]["released"]
+    audit = json.loads((out_dir / "records_dp.csv.audit.json").read_text())
+    assert len(release) == len(records) == audit["counts"]["released"]
+    assert "counts" not in manifest and "input" not in manifest
     assert "postcode" not in release.columns
     assert release["person_id"].tolist() == records["person_id"].tolist()
     graph = default_graph(progress=False)
@@ -432,8 +437,9 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys):
     joined = records.assign(released=release["postcode_dp"])
     assert joined.groupby("person_id")["released"].nunique().max() == 1
     assert records["person_id"].duplicated().sum() >= 3
-    # Keys are throwaway: the output directory holds only the release and its manifest.
-    assert only(out_dir, "records_dp.csv", "records_dp.csv.manifest.json")
+    # Keys are throwaway: the output directory holds only the release, its manifest and audit.
+    assert only(out_dir, "records_dp.csv", "records_dp.csv.manifest.json",
+                "records_dp.csv.audit.json")
     before = (out_dir / "records_dp.csv").read_bytes()
     assert main(["demo", "-o", str(out_dir), "-q"]) == 5  # an earlier demo is not replaced
     assert (out_dir / "records_dp.csv").read_bytes() == before

@@ -16,6 +16,7 @@ import pytest
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
 from postcode_privacy.graph.build import build_graph
 from postcode_privacy.release import ReleasePlan, release_file
+from postcode_privacy.release.manifest import PUBLISHABLE_FIELDS, read_audit
 
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 
@@ -78,7 +79,9 @@ def test_csv_release_keeps_text_and_order_and_matches_perturb_frame(grid, key, t
     expected = perturb_frame(df, key=key, epsilon=1, id_column="person", postcode_column="pc",
                              graph=graph)["postcode_dp"].tolist()
     assert out["postcode_dp"].tolist() == expected
-    assert manifest["counts"]["records"] == 25 and manifest["counts"]["released"] == 25
+    counts = read_audit(tmp_path / "out.csv")["counts"]
+    assert counts["records"] == 25 and counts["released"] == 25
+    assert "counts" not in manifest
 
 
 def test_chunk_size_does_not_change_the_output(grid, key, tmp_path):
@@ -146,7 +149,7 @@ def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
     text = (tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8")
     manifest = json.loads(text)
     assert manifest == returned
-    assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 1
+    assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 2
     assert manifest["epsilon"] == "0.1" and manifest["radius"] == 6
     plan = ReleasePlan(key=key, epsilon="0.1", radius=6, id_column="person",
                        postcode_column="pc", graph=graph)
@@ -154,8 +157,8 @@ def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
     assert manifest["teleport_bound"]["exact"] == f"{bound.numerator}/{bound.denominator}"
     assert manifest["graph"]["sha256"] == graph.sha256
     assert manifest["key_fingerprint"] == key.fingerprint
-    assert manifest["input"] == {"path": "in.csv", "format": "csv", "records": 25,
-                                 "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    assert "input" not in manifest
+    assert manifest["audit_file"] == "out.csv.audit.json"
     assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert manifest["output"]["rows"] == 25
     assert manifest["on_error"] == "drop" and manifest["terminated"] == "error"
@@ -225,6 +228,11 @@ def test_existing_output_and_manifest_need_force(grid, key, tmp_path):
     with pytest.raises(OutputExistsError, match="manifest"):
         run(src, out2, graph, key)
     assert not out2.exists()
+    out3 = tmp_path / "out3.csv"
+    (tmp_path / "out3.csv.audit.json").write_text("{}")
+    with pytest.raises(OutputExistsError, match="audit"):
+        run(src, out3, graph, key)
+    assert not out3.exists() and (tmp_path / "out3.csv.audit.json").read_text() == "{}"
     assert leftovers(tmp_path) == []
 
 
@@ -289,8 +297,11 @@ def test_terminated_nearest_with_a_supplied_directory(grid, key, tmp_path):
 
     manifest = run(src, tmp_path / "out.csv", graph, key, terminated="nearest",
                    terminated_locations=table, on_error="null")
-    assert manifest["counts"]["terminated_mapped"] == 2
-    assert manifest["counts"]["unknown_postcode"] == 1
+    audit = read_audit(tmp_path / "out.csv")
+    assert audit["counts"]["terminated_mapped"] == 2
+    assert audit["counts"]["unknown_postcode"] == 1
+    assert manifest["terminated_locations"]["source"] == "supplied table"
+    assert len(manifest["terminated_locations"]["sha256"]) == 64
     out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)["postcode_dp"]
     # The release of a mapped row is the release of the live postcode it maps to.
     plan = ReleasePlan(key=key, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
@@ -310,3 +321,89 @@ def test_terminated_nearest_needs_coordinates(key):
     with pytest.raises(InvalidParameterError, match="coordinates"):
         ReleasePlan(key=key, epsilon=1, id_column="a", postcode_column="b", graph=graph,
                     terminated="nearest")
+
+
+# -- what may be published (issue 10, item 1) ---------------------------------------------------
+
+
+def test_the_manifest_holds_nothing_computed_from_the_true_input(grid, key, tmp_path):
+    # Old manifests held the input's sha256: with the other cells of a record known, hashing
+    # one candidate input per postcode recovered the true postcode.  Records failing, dropped
+    # and duplicated identifiers are exact statistics of the true data too.
+    graph, codes = grid
+    df = records(codes)
+    df.loc[3, "pc"] = "not a postcode"
+    df.loc[5, "person"] = df.loc[4, "person"]  # one identifier, two postcodes
+    src = write_csv(df, tmp_path / "in.csv")
+    out = tmp_path / "out.csv"
+    with pytest.warns(UserWarning):
+        manifest = run(src, out, graph, key, on_error="drop")
+    text = (tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8")
+    assert json.loads(text) == manifest
+    assert tuple(manifest) == PUBLISHABLE_FIELDS
+    input_sha256 = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert input_sha256 not in text and "in.csv" not in text
+    for word in ("counts", "records", "failed", "dropped", "nulled", "terminated_mapped",
+                 "several_postcodes", "input"):
+        assert word not in text
+    # Every number in it is a parameter or a fact of the released file.
+    assert manifest["output"]["rows"] == len(pd.read_csv(out)) == 24
+    assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def test_the_manifest_is_the_same_for_inputs_that_differ_only_in_a_true_postcode(grid, key,
+                                                                                  tmp_path):
+    graph, codes = grid
+    manifests = []
+    for i, true_postcode in enumerate((codes[0], codes[1])):
+        df = records(codes)
+        df.loc[0, "pc"] = true_postcode
+        src = write_csv(df, tmp_path / f"in{i}.csv")
+        manifest = run(src, tmp_path / f"out{i}.csv", graph, key)
+        manifests.append({k: v for k, v in manifest.items() if k not in ("created", "output",
+                                                                           "audit_file")})
+    # Only the released file's own facts (its name, sha256) may differ.
+    assert manifests[0] == manifests[1]
+
+
+def test_the_audit_file_is_private_and_holds_the_true_statistics(grid, key, tmp_path):
+    graph, codes = grid
+    df = records(codes)
+    df.loc[3, "pc"] = "not a postcode"
+    src = write_csv(df, tmp_path / "in.csv")
+    out = tmp_path / "out.csv"
+    manifest = run(src, out, graph, key, on_error="null")
+    path = tmp_path / "out.csv.audit.json"
+    if os.name == "posix":
+        assert (path.stat().st_mode & 0o777) == 0o600
+    raw = path.read_text(encoding="utf-8")
+    audit = json.loads(raw)
+    assert next(iter(audit)) == "WARNING" and "do not publish" in audit["WARNING"]
+    assert raw.index("WARNING") < raw.index("sha256")
+    assert audit["format"] == "postcode-privacy-audit" and audit["format_version"] == 1
+    assert audit["input"] == {"path": "in.csv", "format": "csv", "records": 25,
+                              "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    assert audit["counts"]["failed"] == audit["counts"]["nulled"] == 1
+    assert audit["counts"]["identifiers_with_several_postcodes"] == 0
+    assert audit["output"] == {"path": "out.csv", "sha256": manifest["output"]["sha256"]}
+    assert audit["manifest_file"] == "out.csv.manifest.json"
+
+
+def test_an_interruption_after_the_manifest_leaves_no_manifest_without_its_output(
+        grid, key, tmp_path, monkeypatch):
+    from postcode_privacy.atomic import TempFile
+
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    out = tmp_path / "out.csv"
+    original = TempFile.commit
+
+    def interrupt_the_output(self):
+        if self.target == out:
+            raise KeyboardInterrupt
+        original(self)
+
+    monkeypatch.setattr(TempFile, "commit", interrupt_the_output)
+    with pytest.raises(KeyboardInterrupt):
+        run(src, out, graph, key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]

@@ -2,7 +2,7 @@
 
 Key files are owner-only (mode 0600): written so, and refused when read if group or others
 have any access, because whoever can read the key can undo the protection of every release
-made with it (docs/threat-model.md, "The key").
+made with it (docs/threat-model.md, "Key handling").
 """
 
 from __future__ import annotations

@@ -44,12 +44,19 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
     graph, table = build_from_sources(codepoint=codepoint, onspd=onspd, population=population,
                                       gb_only=gb_only, max_edge_km=max_edge_km,
                                       progress=not quiet, with_table=True)
-    save_graph(graph, output)
     sidecar = terminated_sidecar(output)
     if len(table.terminated):
         from ..atomic import write_atomic
+        from ..release.terminated import PROVENANCE_KEY, sidecar_record
 
-        write_atomic(sidecar, table.terminated.to_parquet(index=False))
+        # The sidecar shapes releases under --terminated nearest: the artefact records its
+        # sha256, and perturb refuses a sidecar that does not match (docs/release.md).
+        data = table.terminated.to_parquet(index=False)
+        graph.provenance[PROVENANCE_KEY] = sidecar_record(data, sidecar.name, len(table.terminated))
+        write_atomic(sidecar, data)
+    else:
+        sidecar.unlink(missing_ok=True)  # a stale sidecar must not sit beside the new artefact
+    save_graph(graph, output)
     build = graph.provenance.get("build", {})
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")

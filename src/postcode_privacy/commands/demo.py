@@ -32,7 +32,8 @@ def median_displacement(graph, true_postcodes, released_postcodes) -> tuple[floa
 
 @cli.command("demo")
 @click.option("-o", "--output-dir", default="postcode-privacy-demo", show_default=True,
-              metavar="DIR", help="Directory for the release and its manifest (created if needed).")
+              metavar="DIR", help="Directory for the release, its manifest and its private audit file "
+                   "(created if needed).")
 @click.option("--force", is_flag=True, help="Replace the release of an earlier demo run.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
@@ -77,10 +78,13 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
             truth = pd.read_csv(example, dtype=str, keep_default_na=False)["postcode"]
     released = pd.read_csv(output, dtype=str, keep_default_na=False)["postcode_dp"]
     median, same = median_displacement(graph, truth.tolist(), released.tolist())
-    counts = manifest["counts"]
+    from ..release.manifest import read_audit
+
+    counts = read_audit(output)["counts"]
     click.echo(f"released {counts['released']} invented example records (real postcodes)")
     click.echo(f"  output     {click.format_filename(str(output))}")
-    click.echo(f"  manifest   {click.format_filename(str(output))}.manifest.json")
+    click.echo(f"  manifest   {click.format_filename(str(output))}.manifest.json (publishable)")
+    click.echo(f"  audit      {click.format_filename(str(output))}.audit.json (private)")
     click.echo(f"  epsilon    {manifest['epsilon']} per hop, radius {manifest['radius']} hops, "
                f"teleport bound {manifest['teleport_bound']['approx']:.3g}")
     click.echo(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")

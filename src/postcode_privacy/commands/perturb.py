@@ -98,8 +98,9 @@ def graph_loader(graph_path: str | None, progress: bool):
 @cli.command("perturb")
 @click.argument("input_path", metavar="INPUT")
 @click.option("-o", "--output", "output_path", required=True, metavar="OUTPUT",
-              help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A manifest is "
-                   "written beside it as OUTPUT.manifest.json.")
+              help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A publishable "
+                   "manifest is written beside it as OUTPUT.manifest.json, and a private audit "
+                   "file (owner-only; never publish it) as OUTPUT.audit.json.")
 @click.option("--key", "key_path", metavar="KEYFILE",
               help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
                    "read from $POSTCODE_PRIVACY_KEY.")
@@ -123,7 +124,7 @@ def graph_loader(graph_path: str | None, progress: bool):
               show_default=True,
               help="Postcodes not in the graph: an error, or (nearest) map a terminated postcode "
                    "with known coordinates to the nearest live postcode first.")
-@click.option("--force", is_flag=True, help="Replace an existing output and manifest.")
+@click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
               metavar="N", help="Records held in memory at once (does not change the output).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
@@ -133,7 +134,7 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
-    as --out-column.  Output and manifest appear only if the whole run succeeds.
+    as --out-column.  Output, manifest and audit file appear only if the whole run succeeds.
     """
     from ..release import release_file
 
@@ -145,10 +146,10 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
         from .build import terminated_sidecar
 
         sidecar = terminated_sidecar(graph_path)
-        if sidecar.exists():
-            import pandas as pd
+        if sidecar.exists():  # checked against the artefact's record once the graph is loaded
+            from ..release.terminated import read_sidecar
 
-            terminated_locations = pd.read_parquet(sidecar)
+            terminated_locations = read_sidecar(sidecar)
     with sigterm_as_interrupt(), echo_library_warnings():
         manifest = release_file(
             input_path, output_path, key=key, epsilon=epsilon, id_column=id_column,
@@ -161,9 +162,9 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
 
 
 def echo_summary(manifest: dict, output_path: str) -> None:
-    from ..release.files import manifest_path_for
+    from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
-    counts = manifest["counts"]
+    counts = read_audit(output_path)["counts"]  # private counts: shown to the operator only
     click.echo(f"released {counts['released']} of {counts['records']} records to "
                f"{click.format_filename(output_path)}")
     if counts["failed"]:
@@ -176,4 +177,7 @@ def echo_summary(manifest: dict, output_path: str) -> None:
                f"{manifest['teleport_bound']['approx']:.3g}")
     click.echo(f"  graph sha256 {manifest['graph']['sha256']}")
     click.echo(f"  key fingerprint {manifest['key_fingerprint']}")
-    click.echo(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))}")
+    click.echo(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} "
+               "(publishable)")
+    click.echo(f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
+               "(private: do not publish)")

@@ -4,12 +4,15 @@ Guarantees (docs/release.md, "Nothing is lost"):
 
 * the input is only ever opened for reading, and its SHA-256 is taken before and after the run,
   so an input that changes underneath the release fails it;
-* the output and its manifest are written to temporary files in the output's own directory and
-  moved into place with ``os.replace`` only when everything has succeeded, output first and
-  manifest last; on any error or interruption (``KeyboardInterrupt``) the temporary files are
-  removed, so a failed run leaves nothing behind and never a partial output;
-* the output may not be the input (same path or same file), and an existing output or manifest
-  is only replaced with ``force=True``;
+* the output, its publishable manifest and its private audit file (``manifest.py``) are written
+  to temporary files in the output's own directory and moved into place with ``os.replace``
+  only when everything has succeeded: audit file, then manifest, then the output last, so an
+  output never exists without the manifest and audit file that describe it (an old output is
+  removed first under ``force``); on any error or interruption (``KeyboardInterrupt``) the
+  temporary files, and a manifest or audit file already moved, are removed, so a failed run
+  leaves nothing behind and never a partial output;
+* the output may not be the input (same path or same file), and an existing output, manifest
+  or audit file is only replaced with ``force=True``;
 * with ``on_error="error"`` every chunk is checked before anything is perturbed, and one failing
   record anywhere means no output at all.
 
@@ -19,9 +22,7 @@ duplicate-subject check), whatever the length of the file.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -32,6 +33,15 @@ from ..atomic import TempFile, fsync_directory
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism import Key
+from .manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    audit_path_for,
+    build_audit,
+    build_manifest,
+    encode,
+    manifest_path_for,
+)
 from .plan import (
     COUNT_KEYS,
     ChunkCheck,
@@ -42,19 +52,10 @@ from .plan import (
 )
 from .tables import TableReader, open_writer, table_format
 
-__all__ = ["release_file", "manifest_path_for", "MANIFEST_FORMAT", "MANIFEST_VERSION",
-           "DEFAULT_CHUNK_SIZE"]
+__all__ = ["release_file", "manifest_path_for", "audit_path_for", "MANIFEST_FORMAT",
+           "MANIFEST_VERSION", "DEFAULT_CHUNK_SIZE"]
 
-MANIFEST_FORMAT = "postcode-privacy-manifest"
-MANIFEST_VERSION = 1
-MANIFEST_SUFFIX = ".manifest.json"
 DEFAULT_CHUNK_SIZE = 100_000
-
-
-def manifest_path_for(output_path: str | os.PathLike) -> Path:
-    """``OUTPUT.manifest.json`` beside the output."""
-    path = Path(output_path)
-    return path.with_name(path.name + MANIFEST_SUFFIX)
 
 
 def _sha256_file(path: str | os.PathLike) -> str:
@@ -74,21 +75,23 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_paths(input_path: Path, output_path: Path, manifest: Path, force: bool) -> None:
+def _check_paths(input_path: Path, output_path: Path, side_files: tuple[Path, ...],
+                 force: bool) -> None:
     if not input_path.exists():
         raise InputDataError("the input file does not exist")
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)
     table_format(output_path)
-    for target in (output_path, manifest):
+    for target in (output_path, *side_files):
         if _same_file(input_path, target):
             raise OutputExistsError("refusing to write over the input file; choose another output")
-    for target in (output_path, manifest):
+    for target in (output_path, *side_files):
         if target.is_dir():
             raise InvalidParameterError("the output path is a directory")
         if (target.exists() or target.is_symlink()) and not force:
-            which = "output" if target == output_path else "manifest"
+            which = ("output" if target == output_path else
+                     "manifest" if target.name.endswith(".manifest.json") else "audit")
             raise OutputExistsError(
                 f"the {which} file already exists; use --force (force=True) to replace it")
     parent = output_path.parent
@@ -118,8 +121,10 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                  terminated: str = "error", force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
                  terminated_locations: pd.DataFrame | None = None) -> dict:
-    """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
-    manifest.
+    """Release ``input_path`` to ``output_path``, with the publishable ``OUTPUT.manifest.json``
+    and the private ``OUTPUT.audit.json`` beside it (see ``manifest.py``); return the manifest.
+
+    The counts by outcome are private: they are in the audit file (``manifest.read_audit``).
 
     Options are those of :func:`~postcode_privacy.perturb_frame`, plus ``force`` (replace an
     existing output and manifest), ``chunk_size`` (records held in memory at once; the output
@@ -130,13 +135,15 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
     manifest_path = manifest_path_for(output_path)
-    _check_paths(input_path, output_path, manifest_path, force)
+    audit_path = audit_path_for(output_path)
+    _check_paths(input_path, output_path, (manifest_path, audit_path), force)
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
     check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
                   out_column=out_column)
 
     temps: list[TempFile] = []
+    moved: list[Path] = []  # side files already in place, removed again if the output is not
     writer = None
     try:
         out_tmp = TempFile(output_path)
@@ -187,33 +194,30 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
         plan.warn_subjects(stacklevel=2)
 
-        description = plan.describe()
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "format_version": MANIFEST_VERSION,
-            "library_version": description.pop("library_version"),
-            "output_stability_version": description.pop("output_stability_version"),
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "input": {"path": input_path.name, "format": reader.format,
-                      "sha256": input_sha256, "records": counts["records"]},
-            "output": {"path": output_path.name, "format": table_format(output_path),
-                       "sha256": _sha256_file(out_tmp.path), "rows": counts["rows_out"]},
-            **description,
-            "terminated_locations": (None if plan.terminated != "nearest" else
-                                     "supplied" if terminated_locations is not None else
-                                     "bundled ONS postcode directory, located postcodes not live "
-                                     "in Code-Point Open"),
-            "counts": counts,
-        }
+        manifest = build_manifest(plan.describe(), output_path=output_path,
+                                  output_format=table_format(output_path),
+                                  output_sha256=_sha256_file(out_tmp.path),
+                                  rows=counts["rows_out"])
+        audit = build_audit(manifest, input_path=input_path, input_format=reader.format,
+                            input_sha256=input_sha256, counts=counts)
         man_tmp = TempFile(manifest_path)
         temps.append(man_tmp)
-        man_tmp.handle.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        man_tmp.handle.write(encode(manifest))
         man_tmp.finish()
-        # With --force an old manifest may exist: remove it first, so that an interruption
-        # between the two renames leaves an output without a manifest, never a mismatched pair.
-        manifest_path.unlink(missing_ok=True)
+        audit_tmp = TempFile(audit_path)
+        temps.append(audit_tmp)
+        os.chmod(audit_tmp.path, 0o600)  # private before a byte is written
+        audit_tmp.handle.write(encode(audit))
+        audit_tmp.finish()
+        # Output last: an output on disk always has its manifest and audit file.  With --force
+        # the old three are removed first, so an old file never sits beside a new one.
+        for old in (output_path, manifest_path, audit_path):
+            old.unlink(missing_ok=True)
+        for temp in (audit_tmp, man_tmp):
+            temp.commit()
+            moved.append(temp.target)
         out_tmp.commit()
-        man_tmp.commit()
+        moved.clear()
         temps.clear()
         fsync_directory(output_path.parent)
         return manifest
@@ -225,3 +229,5 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
             writer.abort()
         for temp in temps:
             temp.discard()
+        for path in moved:  # the output never arrived: its description must not stay
+            path.unlink(missing_ok=True)

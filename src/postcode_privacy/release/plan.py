@@ -253,9 +253,11 @@ class ReleasePlan:
         self.graph = graph
         self._nearest = None
         if terminated == "nearest":
-            from .terminated import NearestLive
+            from .terminated import NearestLive, check_sidecar
 
+            check_sidecar(graph, terminated_locations)
             self._nearest = NearestLive(graph, terminated_locations)
+        self._terminated_locations = terminated_locations
         self._subjects = _SubjectTracker()
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
@@ -420,7 +422,10 @@ class ReleasePlan:
     # -- description, for manifests -------------------------------------------------------------
 
     def describe(self) -> dict:
-        """Everything about this release that a manifest records (never the key itself)."""
+        """The release's parameters, as the publishable manifest records them: nothing here is
+        computed from the records (never the key itself, never a count)."""
+        from .terminated import describe_source
+
         m = self.mechanism
         bound: Fraction = m.teleport_bound
         return {
@@ -437,6 +442,7 @@ class ReleasePlan:
             "key_fingerprint": self.key.fingerprint,
             "on_error": self.on_error,
             "terminated": self.terminated,
+            "terminated_locations": describe_source(self.terminated, self._terminated_locations),
             "columns": {"id": self.id_column, "postcode": self.postcode_column,
                         "out": self.out_column,
                         "source_postcode_kept": self.keep_source_postcode},
@@ -528,7 +534,9 @@ def perturb_frame(df: pd.DataFrame, *, key: Key, epsilon, id_column: str, postco
     to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
 
     Counts per outcome are in ``result.attrs["postcode_privacy"]["counts"]``, with the plan's
-    description (epsilon, radius, graph hash, key fingerprint).  An identifier seen with two
+    description (epsilon, radius, graph hash, key fingerprint).  The counts are PRIVATE: exact
+    statistics of the true records, for the custodian only; do not publish them with the
+    result (docs/release.md, "The manifest").  An identifier seen with two
     different postcodes gives one :class:`DuplicateSubjectWarning`.
     """
     if not isinstance(df, pd.DataFrame):

