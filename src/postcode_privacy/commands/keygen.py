@@ -16,7 +16,8 @@ def keygen_command(output: str) -> None:
 
     The file is created exclusively with owner-only permissions (0600).  Store it as you store
     the source data: anyone holding it can undo the protection.  Prints the key's fingerprint,
-    which manifests record in place of the key.  A key is exactly 32 bytes; a key file that group or others can read is refused.
+    which manifests record in place of the key.  A key is exactly 32 bytes; a key file that
+    group or others can read is refused.
     """
     from ..keyfile import write_key_file
     from ..mechanism import Key

@@ -5,7 +5,8 @@
   perturbed.  The CLI streams file chunks through it, :func:`perturb_frame` passes a whole
   DataFrame, and the Spark path calls it once per partition.
 * :func:`release_file` is the file-to-file workflow behind ``postcode-privacy perturb``: chunked
-  reading, a validation pass, atomic output and the manifest.
+  reading, a validation pass, atomic output, the publishable manifest and the private audit
+  file (``manifest.py``).
 
 The user guide is docs/release.md.
 """
