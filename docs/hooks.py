@@ -28,3 +28,32 @@ def on_page_markdown(markdown, page, config, files):
     if page.file.src_uri == CHANGELOG:
         return rewrite_changelog_links(markdown)
     return markdown
+
+
+# pymdownx.arithmatex (generic mode) leaves each formula as escaped LaTeX inside a span (inline,
+# delimited by \( \)) or a div (display, delimited by \[ \]).
+_INLINE_MATH = re.compile(r'<span class="arithmatex">\\\((.*?)\\\)</span>', re.DOTALL)
+_DISPLAY_MATH = re.compile(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', re.DOTALL)
+
+
+def latex_to_mathml(html: str) -> str:
+    """Replace arithmatex's LaTeX placeholders by MathML, typeset by the browser itself.
+
+    Rendering at build time keeps the site self-contained: no maths script, no CDN, and the
+    formulas read the same offline.
+    """
+    from html import unescape
+
+    from latex2mathml.converter import convert
+
+    def inline(match: re.Match) -> str:
+        return convert(unescape(match.group(1)).strip(), display="inline")
+
+    def display(match: re.Match) -> str:
+        return f'<div class="math">{convert(unescape(match.group(1)).strip(), display="block")}</div>'
+
+    return _INLINE_MATH.sub(inline, _DISPLAY_MATH.sub(display, html))
+
+
+def on_page_content(html, page, config, files):
+    return latex_to_mathml(html)

@@ -104,6 +104,17 @@ def test_mkdocs_build_strict(tmp_path):
     for page in ("index", "methods", "threat-model", "how-it-works", "getting-started", "cli",
                  "changelog"):
         assert (site / f"{page}.html").is_file(), page
+    # Self-contained: no page loads a script, style sheet or font from another host, and the
+    # formulas arrive as MathML made at build time, not as LaTeX for a script to typeset.
+    external = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=[\"']?(?:https?:)?//", re.I)
+    for html_file in sorted(site.glob("*.html")):
+        text = html_file.read_text(encoding="utf-8")
+        assert not external.search(text), f"{html_file.name} loads something from the network"
+        assert "class=\"arithmatex\"" not in text, f"{html_file.name} has untypeset maths"
+    methods = (site / "methods.html").read_text(encoding="utf-8")
+    assert methods.count("<math") >= 20
+    for css in sorted(site.rglob("*.css")):
+        assert not re.search(r"@import\s+url\(\s*[\"']?(?:https?:)?//", css.read_text("utf-8")), css
     # The changelog page is the repository's CHANGELOG.md, not a copy that can fall behind.
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     first_heading = next(line for line in changelog.splitlines() if line.startswith("## "))

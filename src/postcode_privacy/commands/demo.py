@@ -30,6 +30,26 @@ def median_displacement(graph, true_postcodes, released_postcodes) -> tuple[floa
     return (statistics.median(distances) if distances else float("nan")), same
 
 
+def _copy_example(target: Path, *, force: bool) -> None:
+    """Put the shipped example records at ``target``, so the input sits beside its release.
+
+    The records are invented, so leaving their true postcodes next to the released ones is what
+    lets a newcomer compare the two; a real input is never copied anywhere.
+    """
+    from importlib import resources
+
+    from ..atomic import write_atomic
+    from ..errors import OutputExistsError
+
+    data = resources.files("postcode_privacy").joinpath(EXAMPLE).read_bytes()
+    if target.exists() and not force:
+        if target.is_file() and target.read_bytes() == data:
+            return  # an earlier demo's copy
+        raise OutputExistsError(f"{target.name} already exists in the demo directory and is not "
+                                "the example file; use --force to replace it")
+    write_atomic(target, data)
+
+
 @cli.command("demo")
 @click.option("-o", "--output-dir", default="postcode-privacy-demo", show_default=True,
               metavar="DIR", help="Directory for the release, its manifest and its private audit file "
@@ -43,8 +63,6 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     is generated in a temporary directory and deleted afterwards, so the release cannot be
     reproduced: use `postcode-privacy keygen` and `postcode-privacy perturb` for real data.
     """
-    from importlib import resources
-
     import pandas as pd
 
     from ..errors import InvalidParameterError
@@ -71,17 +89,19 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         if progress:
             click.echo("loading the national graph (built and cached on first use)...", err=True)
         graph = default_graph(progress=progress)
-        with resources.as_file(resources.files("postcode_privacy").joinpath(EXAMPLE)) as example:
-            manifest = release_file(example, output, key=key, epsilon=DEMO_EPSILON,
-                                    id_column="person_id", postcode_column="postcode",
-                                    graph=graph, force=force, progress=progress)
-            truth = pd.read_csv(example, dtype=str, keep_default_na=False)["postcode"]
+        source = out_dir / "records.csv"
+        _copy_example(source, force=force)
+        manifest = release_file(source, output, key=key, epsilon=DEMO_EPSILON,
+                                id_column="person_id", postcode_column="postcode",
+                                graph=graph, force=force, progress=progress)
+        truth = pd.read_csv(source, dtype=str, keep_default_na=False)["postcode"]
     released = pd.read_csv(output, dtype=str, keep_default_na=False)["postcode_dp"]
     median, same = median_displacement(graph, truth.tolist(), released.tolist())
     from ..release.manifest import read_audit
 
     counts = read_audit(output)["counts"]
     click.echo(f"released {counts['released']} invented example records (real postcodes)")
+    click.echo(f"  input      {click.format_filename(str(source))} (true postcodes, for comparison)")
     click.echo(f"  output     {click.format_filename(str(output))}")
     click.echo(f"  manifest   {click.format_filename(str(output))}.manifest.json (publishable)")
     click.echo(f"  audit      {click.format_filename(str(output))}.audit.json (private)")

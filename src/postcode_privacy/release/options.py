@@ -1,0 +1,150 @@
+"""The release options, declared once for every entry point (docs/release.md).
+
+:class:`ReleaseOptions` is the single definition of what a caller may choose about a release:
+``perturb_frame``, ``release_file``, the Spark path and the ``perturb`` command all build one and
+hand it down, and the command's flags are generated from the same declaration by
+:func:`click_options`.  Adding an option is one new field here.
+
+Validation happens once, when the object is built; everything below may rely on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidParameterError
+from ..mechanism.epsilon import Epsilon, parse_epsilon
+
+__all__ = ["DEFAULT_OUT_COLUMN", "ON_ERROR_POLICIES", "TERMINATED_POLICIES", "ReleaseOptions",
+           "click_options", "pop_release_options"]
+
+DEFAULT_OUT_COLUMN = "postcode_dp"
+ON_ERROR_POLICIES = ("error", "null", "drop")
+TERMINATED_POLICIES = ("error", "nearest")
+
+
+def _cli(flag: str, help: str, **click_kwargs: Any) -> dict[str, Any]:
+    """Field metadata: how the option appears on the command line."""
+    return {"flag": flag, "help": help, "click": click_kwargs}
+
+
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """Everything a caller chooses about a release, except the key, the graph and the files.
+
+    Build it with keyword arguments (``ReleaseOptions(epsilon=1, id_column="person_id",
+    postcode_column="postcode")``); a bad value raises :class:`InvalidParameterError` at once,
+    before any data or graph is loaded.  ``epsilon`` is held as the exact
+    :class:`~postcode_privacy.mechanism.epsilon.Epsilon` it denotes.
+    """
+
+    epsilon: Epsilon = field(metadata=_cli(
+        "--epsilon", "Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).",
+        required=True, metavar="E"))
+    id_column: str = field(metadata=_cli(
+        "--id-column", "Column of subject identifiers.", required=True, metavar="C"))
+    postcode_column: str = field(metadata=_cli(
+        "--postcode-column", "Column of true postcodes.", required=True, metavar="P"))
+    radius: int | None = field(default=None, metadata=_cli(
+        "--radius", "Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
+        type=int, metavar="R"))
+    on_error: str = field(default="error", metadata=_cli(
+        "--on-error", "Records that cannot be released: fail listing them (nothing written), "
+        "leave the released cell empty, or drop the row.", choices=ON_ERROR_POLICIES))
+    out_column: str = field(default=DEFAULT_OUT_COLUMN, metadata=_cli(
+        "--out-column", "Name of the released postcode column.", metavar="NAME"))
+    keep_source_postcode: bool = field(default=False, metadata=_cli(
+        "--keep-source-postcode",
+        "Keep the true postcode column in the output (it is dropped by default).", is_flag=True))
+    terminated: str = field(default="error", metadata=_cli(
+        "--terminated", "Postcodes not in the graph: an error, or (nearest) map a terminated "
+        "postcode with known coordinates to the nearest live postcode first.",
+        choices=TERMINATED_POLICIES))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", parse_epsilon(self.epsilon))
+        for name in ("id_column", "postcode_column", "out_column"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidParameterError(f"{self.flag(name)} must be a non-empty column name")
+        if self.id_column == self.postcode_column:
+            raise InvalidParameterError(
+                f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ")
+        if self.out_column in (self.id_column, self.postcode_column):
+            raise InvalidParameterError(
+                f"{self.flag('out_column')} must differ from the identifier and true postcode "
+                "columns, so the released postcode cannot be mistaken for the truth")
+        if self.radius is not None and (isinstance(self.radius, bool)
+                                        or not isinstance(self.radius, int)):
+            raise InvalidParameterError(f"{self.flag('radius')} must be a whole number of hops")
+        self._check_choice("on_error", ON_ERROR_POLICIES)
+        self._check_choice("terminated", TERMINATED_POLICIES)
+        if not isinstance(self.keep_source_postcode, bool):
+            raise InvalidParameterError(f"{self.flag('keep_source_postcode')} must be True or False")
+
+    def _check_choice(self, name: str, allowed: tuple[str, ...]) -> None:
+        if getattr(self, name) not in allowed:
+            raise InvalidParameterError(f"{self.flag(name)} must be one of: " + ", ".join(allowed))
+
+    @staticmethod
+    def flag(name: str) -> str:
+        """How an option is named in messages: its command-line flag (``--on-error``)."""
+        return _FIELDS[name].metadata["flag"]
+
+    @classmethod
+    def build(cls, options: ReleaseOptions | None = None, **kwargs: Any) -> ReleaseOptions:
+        """``options`` as given, or a new object from keyword arguments (not both)."""
+        if options is None:
+            unknown = sorted(set(kwargs) - set(_FIELDS))
+            if unknown:
+                raise TypeError("unknown release option(s): " + ", ".join(unknown))
+            return cls(**kwargs)
+        if not isinstance(options, ReleaseOptions):
+            raise TypeError("options must be a ReleaseOptions")
+        if kwargs:
+            raise TypeError("give either options= or keyword options, not both")
+        return options
+
+    def replace(self, **changes: Any) -> ReleaseOptions:
+        """A copy with some options changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (epsilon as its canonical text), e.g. for a manifest."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["epsilon"] = self.epsilon.text
+        return values
+
+
+_FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
+
+
+def click_options(command: Callable) -> Callable:
+    """Decorate a click command with one flag per release option, in declaration order.
+
+    The command receives the values as keyword arguments named like the fields; pass them to
+    ``ReleaseOptions(**...)`` (see :func:`pop_release_options`).
+    """
+    import click
+
+    for f in reversed(dataclasses.fields(ReleaseOptions)):
+        meta = f.metadata
+        kwargs = dict(meta["click"])
+        choices = kwargs.pop("choices", None)
+        if choices is not None:
+            kwargs["type"] = click.Choice(list(choices))
+            kwargs["show_default"] = True
+        if not kwargs.get("required") and not kwargs.get("is_flag") and f.default is not None:
+            kwargs.setdefault("show_default", True)
+        if not kwargs.get("required"):
+            kwargs["default"] = f.default
+        command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
+    return command
+
+
+def pop_release_options(kwargs: dict[str, Any]) -> ReleaseOptions:
+    """Take the release options out of a click command's keyword arguments and build them."""
+    return ReleaseOptions(**{name: kwargs.pop(name) for name in _FIELDS})
