@@ -22,8 +22,8 @@ from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.errors import InputDataError, InvalidParameterError, UnknownPostcodeError
-from postcode_privacy.graph import compiled
-from postcode_privacy.graph.compiled import ShellSearch
+from postcode_privacy.engine import search as compiled
+from postcode_privacy.engine.search import ShellSearch
 from postcode_privacy.graph.graph import _csr_from_pairs
 from postcode_privacy.graph.shells import hop_distances, node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id

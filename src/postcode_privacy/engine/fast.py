@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..graph.compiled import ShellSearch
+from .search import ShellSearch
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext

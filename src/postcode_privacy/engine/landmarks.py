@@ -32,7 +32,8 @@ import weakref
 
 import numpy as np
 
-from ..graph.compiled import ball_bounds, location_distances, location_masses, pair_table
+from ..graph.compiled import location_masses
+from .search import ball_bounds, location_distances, pair_table
 from ..graph.graph import Graph
 
 __all__ = ["GraphTables", "LandmarkBounds", "graph_tables"]
