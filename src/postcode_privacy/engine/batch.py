@@ -34,6 +34,7 @@ from ..mechanism.mechanism import Mechanism
 from ..mechanism.subject import canonical_subject_id
 from .fast import FastSampler
 from .landmarks import graph_tables
+from .profiles import profiles_for
 
 __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "WORKERS_ENV"]
 
@@ -41,6 +42,7 @@ MAX_GROUP = 4096  # records of one postcode handled together (their streams are 
 TASK_RECORDS = 2048  # records per task handed to a worker
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
+PROFILES_MIN_LOCATIONS = 100_000  # graphs this large use (disk-cached) ball profiles always
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 _ROW_ERRORS_SHOWN = 20
 
@@ -123,7 +125,8 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
-    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"])
+    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"],
+                                  job["profiles"])
 
 
 def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
@@ -134,7 +137,7 @@ def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
 def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
                   *, workers: int | None = None,
                   progress: Callable[[int], None] | None = None,
-                  landmarks: bool | None = None) -> np.ndarray:
+                  landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
     Preconditions: identifiers are canonical (``canonical_subject_id``) and nodes are valid
@@ -142,8 +145,10 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
     :func:`default_workers`.  Without ``fork`` everything runs in this process.
     ``progress``, if given, is called in the calling process with the number of records
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
-    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  Neither
-    option changes any output.
+    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
+    whether to use the ball-mass profiles (engine/profiles.py; cached on disk for large graphs);
+    ``None`` uses them for large graphs and for batches that would use landmarks.  None of
+    these options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.
     """
@@ -164,18 +169,23 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
     sorted_nodes = nodes[order]
     tasks = _tasks(sorted_nodes)
     graph = mechanism.graph
+    distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
+    many_sources = distinct * LANDMARK_SHARE >= graph.n_locations
     if landmarks is None:
-        distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
-        landmarks = distinct * LANDMARK_SHARE >= graph.n_locations
+        landmarks = many_sources
+    tables = graph_tables(graph)
+    if profiles is None:
+        profiles = many_sources or graph.n_locations >= PROFILES_MIN_LOCATIONS
     job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
            "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
-           "tables": graph_tables(graph), "landmarks": bool(landmarks)}
+           "tables": tables, "landmarks": bool(landmarks),
+           "profiles": profiles_for(graph, tables.loc_mass, progress=True) if profiles else None}
     if workers is None:
         workers = default_workers(n)
     workers = min(workers, len(tasks))
     if workers > 1 and not _fork_available():
         workers = 1
-    sampler = FastSampler(mechanism, job["tables"], job["landmarks"])
+    sampler = FastSampler(mechanism, job["tables"], job["landmarks"], job["profiles"])
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
@@ -204,7 +214,7 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
 def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcodes: Iterable,
                  *, workers: int | None = None,
                  progress: Callable[[int], None] | None = None,
-                 landmarks: bool | None = None) -> list[str]:
+                 landmarks: bool | None = None, profiles: bool | None = None) -> list[str]:
     """Released postcode for each (subject identifier, true postcode), as ``Mechanism.perturb``.
 
     Every identifier and postcode is checked before any draw.  Invalid identifiers raise
@@ -243,5 +253,5 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
         raise UnknownPostcodeError(f"{unknown} records have a postcode that is not a node of this "
                                    f"graph (first at position {first_unknown}, counted from 0)")
     result = perturb_nodes(mechanism, key, canonical, nodes, workers=workers, progress=progress,
-                           landmarks=landmarks)
+                           landmarks=landmarks, profiles=profiles)
     return [graph.label(y) for y in result.tolist()]

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .search import ShellSearch
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext
 from .landmarks import GraphTables, graph_tables
+from .profiles import BallProfiles
+from .search import ShellSearch
 
 __all__ = ["FastSampler"]
 
@@ -127,7 +128,7 @@ class FastSampler:
     """
 
     def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
-                 landmarks: bool = False):
+                 landmarks: bool = False, profiles: BallProfiles | None = None):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -141,6 +142,7 @@ class FastSampler:
         if tables is None:
             tables = graph_tables(graph)
         self.landmarks = tables.ensure_landmarks() if landmarks else None
+        self.profiles = profiles
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
                       "fallbacks": 0, "tail": 0}
@@ -160,6 +162,25 @@ class FastSampler:
                 z_high = landmark
         return z_low, z_high
 
+    def _ball_bounds(self, location: int) -> np.ndarray | None:
+        """Candidate rows Q[j] >= pi(B_j(x)) (j < R) for a source at ``location``, or None.
+
+        The profile row (engine/profiles.py) is tight near x; landmark rows can be tighter far
+        away, where the profile is cut at its depth.  The elementwise minimum of two valid
+        non-decreasing bounds is again one, so each landmark row is also offered combined.
+        """
+        radius = self.radius
+        rows = None
+        if self.landmarks is not None:
+            rows = self.landmarks.bounds_for(location, radius)
+        if self.profiles is not None:
+            near = self.profiles.row(location, radius)
+            if rows is None:
+                rows = near.reshape(1, -1)
+            else:
+                rows = np.vstack([near.reshape(1, -1), np.minimum(rows, near)])
+        return rows
+
     def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
         """Output node for each (canonical) subject identifier whose true node is ``node``.
 
@@ -175,9 +196,7 @@ class FastSampler:
         search = self.search
         search.start(node)
         radius, powers, total = self.radius, self.powers, self.total_prior
-        rows = None
-        if self.landmarks is not None:
-            rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
+        rows = self._ball_bounds(int(self.graph.node_location[node]))
         best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
         walk = _CompiledWalk(search, powers)
         bound = rows[best] if best >= 0 else None

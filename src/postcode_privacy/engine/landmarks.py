@@ -33,8 +33,8 @@ import weakref
 import numpy as np
 
 from ..graph.compiled import location_masses
-from .search import ball_bounds, location_distances, pair_table
 from ..graph.graph import Graph
+from .search import ball_bounds, location_distances, pair_table
 
 __all__ = ["GraphTables", "LandmarkBounds", "graph_tables"]
 
