@@ -20,6 +20,7 @@ from scipy.spatial import Delaunay
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine import search as compiled
@@ -179,15 +180,47 @@ def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
     assert differing > 0
 
 
+@pytest.mark.parametrize("cover", [0, 2])
+def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
+    """z_low <= Z <= z_high from the profile rows, at every depth, against Z summed exactly
+    from the reference shells (both the raised lower and the tightened upper bound)."""
+    rng = random.Random(90 + cover)
+    checked = raised = 0
+    for _ in range(6):
+        graph = planar_graph(rng, 30, 40, rng.choice([1.0, 0.6]), rng.choice([1, 40]))
+        mechanism = Mechanism(graph, rng.choice(["0.3", "0.7", "1"]))
+        radius, powers = mechanism.radius, mechanism.powers
+        table = engine_profiles.build_profiles(graph, engine_landmarks.GraphTables(graph).loc_mass,
+                                               cover=cover, depth=4)
+        sampler = FastSampler(mechanism, profiles=table)
+        for source in range(len(graph)):
+            shells = node_shells(graph, source, radius - 1)
+            masses = [int(graph.prior[s].sum()) for s in shells]
+            z = sum(p * m for p, m in zip(powers, masses))
+            z += powers[radius] * (graph.total_prior - sum(masses))
+            rows, low = sampler._ball_bounds(int(graph.node_location[source]))
+            search = sampler.search
+            search.start(source)
+            for depth in range(1, radius):
+                search.explore_to(depth)
+                walk = fast_module._CompiledWalk(search, powers)
+                z_low, z_high = sampler._bounds(walk, rows[0], low[0])
+                assert z_low <= z <= z_high
+                core_low = walk.cumulative[-1] + powers[radius] * (graph.total_prior - walk.explored_mass)
+                raised += z_low > core_low
+                checked += 1
+    assert checked > 200 and raised > 20
+
+
 def test_an_understated_profile_would_be_caught(monkeypatch):
     """Mutation check for the ball-mass profiles: a row shifted one hop too far in (so it
     understates some ball masses) changes outputs, and the identity comparison detects it."""
     def off_by_one(self, location, radius):
-        row = original(self, location, radius)
-        return np.concatenate([row[:1], row[:-1]])
+        high, low = original(self, location, radius)
+        return np.concatenate([high[:1], high[:-1]]), low
 
-    original = engine_profiles.BallProfiles.row
-    monkeypatch.setattr(engine_profiles.BallProfiles, "row", off_by_one)
+    original = engine_profiles.BallProfiles.rows
+    monkeypatch.setattr(engine_profiles.BallProfiles, "rows", off_by_one)
     monkeypatch.setattr(engine_profiles, "COVER", 0)
     rng = random.Random(5)
     differing = 0
@@ -271,10 +304,12 @@ def test_profile_rows_bound_every_ball(cover):
             assert table.offset.max() <= cover
             radius = 9
             for source in range(len(graph)):
-                row = table.row(int(graph.node_location[source]), radius).tolist()
+                high, low = table.rows(int(graph.node_location[source]), radius)
+                row, low = high.tolist(), low.tolist()
                 shells = node_shells(graph, source, radius - 1)
                 balls = np.cumsum([int(graph.prior[s].sum()) for s in shells]).tolist()
                 assert all(q >= b for q, b in zip(row, balls))
+                assert all(lo <= b for lo, b in zip(low, balls)) and low == sorted(low)
                 assert row == sorted(row) and row[-1] <= graph.total_prior
                 if cover == 0 and depth == 6:  # every location its own centre: exact to the depth
                     assert row[1:7] == balls[1:7]

@@ -13,6 +13,9 @@ that is close to the true ball mass, from a table computed once per graph:
   within j + d hops of c (triangle inequality), so
   Q[j] = profile[c, j + d] (or the total prior Pi once j + d > depth) bounds pi(B_j(x)),
   and Q is non-decreasing in j.
+* Conversely every node within j - d hops of c is within j hops of x, so
+  L[j] = profile[c, min(j - d, depth)] (0 for j < d, and for j = 0) is a lower bound
+  L[j] <= pi(B_j(x)), which raises the lower bound on Z (the far mass is at least that).
 
 Nothing here decides an output: Q only tightens the bracket on Z that the exact comparisons of
 the core's ``decide_below`` use, and it is checked like every other bound (non-negative
@@ -42,8 +45,8 @@ from .sweep import LocationSearch
 
 __all__ = ["BallProfiles", "build_profiles", "profiles_for", "COVER", "DEPTH", "FORMAT"]
 
-COVER = 8  # hops from a location to its cluster centre, at most
-DEPTH = 40  # hops of each centre's profile; beyond it the bound is the total prior
+COVER = 2  # hops from a location to its cluster centre, at most
+DEPTH = 24  # hops of each centre's profile; beyond it the bound is the total prior
 FORMAT = "postcode-privacy-ball-profiles/1"
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in well under a second
 _CHUNK = 64  # centres per bit-parallel sweep
@@ -113,12 +116,15 @@ def _assign(indptr, indices, centres, centre_of, offset, queue):
 
 
 @njit(cache=True)
-def _row(cumulative, centre, offset, radius, total, out):
-    """out[j] = cumulative[centre, j + offset] for j + offset <= depth, else total."""
+def _rows(cumulative, centre, offset, radius, total, high, low):
+    """high[j] = cumulative[centre, j + offset] (total beyond the depth): >= pi(B_j(x));
+    low[j] = cumulative[centre, min(j - offset, depth)] (0 for j < offset or j = 0): <= it."""
     depth = cumulative.shape[1] - 1
     for j in range(radius):
         k = j + offset
-        out[j] = cumulative[centre, k] if k <= depth else total
+        high[j] = cumulative[centre, k] if k <= depth else total
+        k = j - offset
+        low[j] = cumulative[centre, min(k, depth)] if k >= 0 and j > 0 else 0
 
 
 class BallProfiles:
@@ -142,12 +148,18 @@ class BallProfiles:
     def nbytes(self) -> int:
         return self.centre_of.nbytes + self.offset.nbytes + self.cumulative.nbytes
 
+    def rows(self, location: int, radius: int) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, L) with L[j] <= pi(B_j(x)) <= Q[j] for j = 0 .. radius - 1 and any node x at
+        ``location``; both non-decreasing."""
+        high = np.empty(int(radius), dtype=np.int64)
+        low = np.empty(int(radius), dtype=np.int64)
+        _rows(self.cumulative, int(self.centre_of[location]), int(self.offset[location]),
+              int(radius), self.total, high, low)
+        return high, low
+
     def row(self, location: int, radius: int) -> np.ndarray:
         """Q[j] >= pi(B_j(x)) for j = 0 .. radius - 1, for any node x at ``location``."""
-        out = np.empty(int(radius), dtype=np.int64)
-        _row(self.cumulative, int(self.centre_of[location]), int(self.offset[location]),
-             int(radius), self.total, out)
-        return out
+        return self.rows(location, radius)[0]
 
     def content_sha256(self, graph_sha256: str) -> str:
         """Hash binding the table to its graph and parameters (checked on every load)."""
@@ -245,7 +257,7 @@ def profiles_for(graph: Graph, loc_mass: np.ndarray, progress: bool = False) -> 
                 warnings.warn(f"the cached ball profiles were refused ({exc}); rebuilding them",
                               RuntimeWarning, stacklevel=2)
         if table is None:
-            table = build_profiles(graph, loc_mass, COVER, DEPTH, progress=progress)
+            table = build_profiles(graph, loc_mass, COVER, DEPTH, progress=progress and cached)
             if path is not None:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

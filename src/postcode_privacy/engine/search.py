@@ -85,7 +85,7 @@ def _explore(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, 
 
 @njit(cache=True)
 def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated,
-                    n_shells, u, pf, radius, total, margin, ball_bounds, best):
+                    n_shells, u, pf, radius, total, margin, ball_bounds, low_bounds, best):
     """Explore until a float estimate of every record's shell decision looks settled.
 
     Mirrors ``choose_shell`` in floating point: ``u`` holds each record's U and ``pf[h]`` is
@@ -94,6 +94,10 @@ def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, m
     that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
     shells explored and writes to ``best[0]`` the row giving the smallest bound at that depth
     (-1 if none beats the core's).  The caller makes the exact decision afterwards.
+
+    Each row L of ``low_bounds`` holds lower bounds L[j] <= pi(B_j) (j >= 1), which raise the
+    lower bound on Z as the exact path does: with a_j = max(L[j] - pi(B_h), 0),
+    Z >= C_h + sum_{j=h+1}^{R-1} (P_j - P_{j+1}) a_j + P_R (Pi - pi(B_h)).
 
     A row Q of ``ball_bounds`` bounds Z as the exact path does (engine/fast.py): every node
     outside the explored ball B_h is at least h + 1 hops away, and at least j hops away if it
@@ -123,6 +127,15 @@ def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, m
         if h >= 0:
             remaining = float(total - explored)
             z_low = cf[h] + pf[radius] * remaining
+            if h < radius - 1:
+                for q in range(low_bounds.shape[0]):
+                    extra = 0.0
+                    for j in range(h + 1, radius):
+                        a = low_bounds[q, j] - explored
+                        if a > 0:
+                            extra += (pf[j] - pf[j + 1]) * float(a)
+                    if cf[h] + pf[radius] * remaining + extra > z_low:
+                        z_low = cf[h] + pf[radius] * remaining + extra
             best[0] = -1
             if h == radius - 1:
                 z_high = z_low
@@ -404,7 +417,8 @@ class ShellSearch:
                                          self._colocated, self.n_shells, target))
 
     def explore_guided(self, uniforms: np.ndarray, power_ratios: np.ndarray, radius: int,
-                       total_prior: int, ball_bounds: np.ndarray | None = None) -> int:
+                       total_prior: int, ball_bounds: np.ndarray | None = None,
+                       low_bounds: np.ndarray | None = None) -> int:
         """Explore as far as a float estimate says the shell decisions of ``uniforms`` need.
 
         ``power_ratios[h]`` approximates P_h / P_0 for h = 0 .. radius, and ``radius`` must not
@@ -417,11 +431,13 @@ class ShellSearch:
             raise InvalidParameterError("radius exceeds the shells this search was sized for")
         if ball_bounds is None:
             ball_bounds = np.zeros((0, radius), dtype=np.int64)
+        if low_bounds is None:
+            low_bounds = np.zeros((0, radius), dtype=np.int64)
         best = np.full(1, -1, dtype=np.int64)
         self.n_shells = int(_explore_guided(
             self._indptr, self._indices, self.loc_mass, self._stamp, self._epoch, self._order,
             self._shell_ptr, self.masses, self._colocated, self.n_shells, uniforms, power_ratios,
-            int(radius), int(total_prior), _GUIDE_MARGIN, ball_bounds, best))
+            int(radius), int(total_prior), _GUIDE_MARGIN, ball_bounds, low_bounds, best))
         return int(best[0])
 
     def shell_nodes(self, h: int) -> np.ndarray:
