@@ -379,20 +379,35 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     assert [graph.label(v) for v in base[sample]] == expected
 
 
-def test_mechanism_perturb_many_uses_the_engine(monkeypatch):
-    calls = []
-    original = engine_batch.perturb_nodes
+def test_core_perturb_many_does_not_use_the_engine(monkeypatch):
+    """The core stays free of the engine: Mechanism.perturb_many runs with the engine's entry
+    points disabled and still equals the reference."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the core called the engine")
 
-    def spy(*args, **kwargs):
-        calls.append(len(args[2]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(engine_batch, "perturb_nodes", spy)
+    monkeypatch.setattr(engine_batch, "_perturb_canonical", refuse)
+    monkeypatch.setattr(engine_batch, "perturb_nodes", refuse)
     mechanism = Mechanism(colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "1")
     key = Key.from_bytes(bytes(32))
     codes = ["N00", "N03", "N08"] * 5
     assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(key, list(range(15)), codes)
-    assert calls == [15]
+
+
+def test_public_perturb_nodes_canonicalises_identifiers_like_perturb():
+    """engine.perturb_nodes is public, so it canonicalises identifiers as Mechanism.perturb
+    does (numbers, floats holding integers, NFC and surrounding spaces) and refuses bad ones
+    by position without echoing them."""
+    graph = colocated([1, 5, 2, 2, 9, 1, 3, 4, 1])
+    mechanism = Mechanism(graph, "1")
+    key = Key.from_bytes(bytes(range(32)))
+    ids = [7, 7.0, " 7 ", "Cafe\u0301", "Caf\u00e9", np.int64(12)]
+    nodes = [3] * len(ids)
+    got = [graph.label(y) for y in perturb_nodes(mechanism, key, ids, nodes, workers=1)]
+    assert got == [mechanism.perturb(key, s, graph.label(3)) for s in ids]
+    assert got[0] == got[1] == got[2] and got[3] == got[4]
+    with pytest.raises(InputDataError) as caught:
+        perturb_nodes(mechanism, key, ["ok", 2.5, "secret-value-x"[:0]], [1, 1, 1], workers=1)
+    assert "2.5" not in str(caught.value) and caught.value.args
 
 
 def test_batch_errors_name_positions_not_values():

@@ -42,7 +42,6 @@ MAX_GROUP = 4096  # records of one postcode handled together (their streams are 
 TASK_RECORDS = 2048  # records per task handed to a worker
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
-PROFILES_MIN_LOCATIONS = 100_000  # graphs this large use (disk-cached) ball profiles always
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 _ROW_ERRORS_SHOWN = 20
 
@@ -134,20 +133,58 @@ def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
     return start, _run_task(_WORKER_SAMPLER, _JOB, start, stop)
 
 
-def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
+def _canonical_ids(ids: Sequence) -> list[str]:
+    """Every identifier in canonical form, as ``Mechanism.perturb`` makes it; InputDataError
+    listing positions (0-based) and reasons, never values, if any is invalid."""
+    canonical: list[str] = []
+    problems: list[tuple[int, str]] = []
+    bad_ids = 0
+    for i, value in enumerate(ids):
+        try:
+            canonical.append(canonical_subject_id(value))
+        except ValueError as exc:
+            bad_ids += 1
+            if len(problems) < _ROW_ERRORS_SHOWN:
+                problems.append((i, f"subject identifier: {exc}"))
+    if bad_ids:
+        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
+                             "(positions counted from 0)", problems, bad_ids)
+    return canonical
+
+
+def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence, nodes,
                   *, workers: int | None = None,
                   progress: Callable[[int], None] | None = None,
                   landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
+    """Output node for each record (true node ``nodes[i]``, subject ``subject_ids[i]``).
+
+    Identifiers are canonicalised exactly as ``Mechanism.perturb`` does (an invalid one raises
+    :class:`InputDataError` naming positions, never values), so ``perturb_nodes`` and
+    ``Mechanism.perturb`` agree for every identifier.  See :func:`_perturb_canonical` for the
+    options.
+    """
+    if not isinstance(key, Key):
+        raise TypeError("key must be a postcode_privacy.Key")
+    return _perturb_canonical(mechanism, key, _canonical_ids(list(subject_ids)), nodes,
+                              workers=workers, progress=progress, landmarks=landmarks,
+                              profiles=profiles)
+
+
+def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
+                       *, workers: int | None = None,
+                       progress: Callable[[int], None] | None = None,
+                       landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
-    Preconditions: identifiers are canonical (``canonical_subject_id``) and nodes are valid
-    indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
+    For callers inside the package that have already canonicalised every identifier (the
+    release layer does, once, while checking records).  Preconditions: identifiers are
+    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
     :func:`default_workers`.  Without ``fork`` everything runs in this process.
     ``progress``, if given, is called in the calling process with the number of records
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
     (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
     whether to use the ball-mass profiles (engine/profiles.py; cached on disk for large graphs);
-    ``None`` uses them for large graphs and for batches that would use landmarks.  None of
+    ``None`` means off (the default; measured gains are modest, docs/performance.md).  None of
     these options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.
@@ -174,8 +211,8 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
     if landmarks is None:
         landmarks = many_sources
     tables = graph_tables(graph)
-    if profiles is None:
-        profiles = many_sources or graph.n_locations >= PROFILES_MIN_LOCATIONS
+    if profiles is None:  # opt-in: measured gains are modest (docs/performance.md)
+        profiles = False
     job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
            "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
            "tables": tables, "landmarks": bool(landmarks),
@@ -226,19 +263,7 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
     if len(ids) != len(codes):
         raise InvalidParameterError("subject_ids and postcodes differ in length")
     graph = mechanism.graph
-    canonical: list[str] = []
-    problems: list[tuple[int, str]] = []
-    bad_ids = 0
-    for i, value in enumerate(ids):
-        try:
-            canonical.append(canonical_subject_id(value))
-        except ValueError as exc:
-            bad_ids += 1
-            if len(problems) < _ROW_ERRORS_SHOWN:
-                problems.append((i, f"subject identifier: {exc}"))
-    if bad_ids:
-        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
-                             "(positions counted from 0)", problems, bad_ids)
+    canonical = _canonical_ids(ids)
     nodes = np.empty(len(codes), dtype=np.int64)
     unknown, first_unknown = 0, -1
     for i, code in enumerate(codes):
@@ -252,6 +277,6 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
     if unknown:
         raise UnknownPostcodeError(f"{unknown} records have a postcode that is not a node of this "
                                    f"graph (first at position {first_unknown}, counted from 0)")
-    result = perturb_nodes(mechanism, key, canonical, nodes, workers=workers, progress=progress,
+    result = _perturb_canonical(mechanism, key, canonical, nodes, workers=workers, progress=progress,
                            landmarks=landmarks, profiles=profiles)
     return [graph.label(y) for y in result.tolist()]

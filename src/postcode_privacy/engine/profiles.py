@@ -45,8 +45,8 @@ from .sweep import LocationSearch
 
 __all__ = ["BallProfiles", "build_profiles", "profiles_for", "COVER", "DEPTH", "FORMAT"]
 
-COVER = 2  # hops from a location to its cluster centre, at most
-DEPTH = 24  # hops of each centre's profile; beyond it the bound is the total prior
+COVER = 8  # hops from a location to its cluster centre, at most
+DEPTH = 40  # hops of each centre's profile; beyond it the bound is the total prior
 FORMAT = "postcode-privacy-ball-profiles/1"
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in well under a second
 _CHUNK = 64  # centres per bit-parallel sweep
