@@ -267,6 +267,9 @@ def cli_benchmark(graph, records: int, epsilons: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few seconds on a tiny input (200 records at epsilon 2), so the "
+                             "script cannot rot; the figures mean nothing")
     parser.add_argument("--epsilons", default="0.5,1,2")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
@@ -278,6 +281,9 @@ def main() -> None:
     print(f"graph: {len(graph):,} postcodes, {graph.n_locations:,} locations, "
           f"sha256 {graph.sha256[:16]}; {usable_cpus()} usable CPUs; load average "
           f"{load_average()} at start")
+    if args.smoke:
+        args.records, args.epsilons, args.exploration, args.profile = 200, "2", 0, False
+        REFERENCE_SAMPLE["2"] = 3
     if args.records > 0:
         cli_benchmark(graph, args.records, args.epsilons.split(","))
     if args.exploration:

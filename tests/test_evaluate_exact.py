@@ -54,7 +54,7 @@ def test_ball_on_disconnected_graph_stops_at_component():
 
 @pytest.mark.parametrize("words", [1, 2])
 def test_shell_masses_single_and_batched_agree(geo, monkeypatch, words):
-    from postcode_privacy.evaluate import _search
+    from postcode_privacy.engine import sweep as _search
 
     monkeypatch.setattr(_search, "WORDS", words)
     graph, _ = geo

@@ -20,10 +20,12 @@ from scipy.spatial import Delaunay
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
+from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.engine import search as compiled
+from postcode_privacy.engine.search import ShellSearch
 from postcode_privacy.errors import InputDataError, InvalidParameterError, UnknownPostcodeError
-from postcode_privacy.graph import compiled
-from postcode_privacy.graph.compiled import ShellSearch
 from postcode_privacy.graph.graph import _csr_from_pairs
 from postcode_privacy.graph.shells import hop_distances, node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id
@@ -82,15 +84,21 @@ def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_engine_equals_reference_on_generated_graphs(seed):
+def test_engine_equals_reference_on_generated_graphs(seed, monkeypatch):
+    # Small covers and profile depths, so profile rows are shifted and cut short (beyond the
+    # depth the bound is the total prior) on these small graphs, as on the national one.
+    monkeypatch.setattr(engine_profiles, "COVER", [0, 1, 2, 3][seed % 4])
+    monkeypatch.setattr(engine_profiles, "DEPTH", [1, 2, 4, 9][seed // 2 % 4])
     rng = random.Random(1000 + seed)
     records = 0
     for case in range(30):
         mechanism, key, ids, codes = random_case(rng)
         expected = mechanism.perturb_reference(key, ids, codes)
-        for use_landmarks in (False, True):
-            got = perturb_many(mechanism, key, ids, codes, workers=1, landmarks=use_landmarks)
-            assert got == expected, (seed, case, use_landmarks)
+        for use_landmarks, use_profiles in ((False, False), (True, False), (False, True),
+                                            (True, True)):
+            got = perturb_many(mechanism, key, ids, codes, workers=1, landmarks=use_landmarks,
+                               profiles=use_profiles)
+            assert got == expected, (seed, case, use_landmarks, use_profiles)
         records += len(ids)
     assert records > 1000
 
@@ -172,6 +180,57 @@ def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
     assert differing > 0
 
 
+@pytest.mark.parametrize("cover", [0, 2])
+def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
+    """z_low <= Z <= z_high from the profile rows, at every depth, against Z summed exactly
+    from the reference shells (both the raised lower and the tightened upper bound)."""
+    rng = random.Random(90 + cover)
+    checked = raised = 0
+    for _ in range(6):
+        graph = planar_graph(rng, 30, 40, rng.choice([1.0, 0.6]), rng.choice([1, 40]))
+        mechanism = Mechanism(graph, rng.choice(["0.3", "0.7", "1"]))
+        radius, powers = mechanism.radius, mechanism.powers
+        table = engine_profiles.build_profiles(graph, engine_landmarks.GraphTables(graph).loc_mass,
+                                               cover=cover, depth=4)
+        sampler = FastSampler(mechanism, profiles=table)
+        for source in range(len(graph)):
+            shells = node_shells(graph, source, radius - 1)
+            masses = [int(graph.prior[s].sum()) for s in shells]
+            z = sum(p * m for p, m in zip(powers, masses))
+            z += powers[radius] * (graph.total_prior - sum(masses))
+            rows, low = sampler._ball_bounds(int(graph.node_location[source]))
+            search = sampler.search
+            search.start(source)
+            for depth in range(1, radius):
+                search.explore_to(depth)
+                walk = fast_module._CompiledWalk(search, powers)
+                z_low, z_high = sampler._bounds(walk, rows[0], low[0])
+                assert z_low <= z <= z_high
+                core_low = walk.cumulative[-1] + powers[radius] * (graph.total_prior - walk.explored_mass)
+                raised += z_low > core_low
+                checked += 1
+    assert checked > 200 and raised > 20
+
+
+def test_an_understated_profile_would_be_caught(monkeypatch):
+    """Mutation check for the ball-mass profiles: a row shifted one hop too far in (so it
+    understates some ball masses) changes outputs, and the identity comparison detects it."""
+    def off_by_one(self, location, radius):
+        high, low = original(self, location, radius)
+        return np.concatenate([high[:1], high[:-1]]), low
+
+    original = engine_profiles.BallProfiles.rows
+    monkeypatch.setattr(engine_profiles.BallProfiles, "rows", off_by_one)
+    monkeypatch.setattr(engine_profiles, "COVER", 0)
+    rng = random.Random(5)
+    differing = 0
+    for _ in range(25):
+        mechanism, key, ids, codes = random_case(rng)
+        got = perturb_many(mechanism, key, ids, codes, workers=1, profiles=True)
+        differing += got != mechanism.perturb_reference(key, ids, codes)
+    assert differing > 0
+
+
 # -- the compiled search and the bounds, against the reference shells ----------------------------
 
 
@@ -234,6 +293,68 @@ def test_landmark_rows_bound_every_ball(seed):
                 assert row == sorted(row) and row[-1] <= graph.total_prior
 
 
+@pytest.mark.parametrize("cover", [0, 1, 3])
+def test_profile_rows_bound_every_ball(cover):
+    rng = random.Random(70 + cover)
+    for keep in (1.0, 0.6, 0.3):
+        graph = planar_graph(rng, 35, 45, keep, 40)
+        loc_mass = engine_landmarks.GraphTables(graph).loc_mass
+        for depth in (2, 6):
+            table = engine_profiles.build_profiles(graph, loc_mass, cover=cover, depth=depth)
+            assert table.offset.max() <= cover
+            radius = 9
+            for source in range(len(graph)):
+                high, low = table.rows(int(graph.node_location[source]), radius)
+                row, low = high.tolist(), low.tolist()
+                shells = node_shells(graph, source, radius - 1)
+                balls = np.cumsum([int(graph.prior[s].sum()) for s in shells]).tolist()
+                assert all(q >= b for q, b in zip(row, balls))
+                assert all(lo <= b for lo, b in zip(low, balls)) and low == sorted(low)
+                assert row == sorted(row) and row[-1] <= graph.total_prior
+                if cover == 0 and depth == 6:  # every location its own centre: exact to the depth
+                    assert row[1:7] == balls[1:7]
+
+
+def test_cached_profiles_are_verified_and_rebuilt(tmp_path, monkeypatch):
+    """The on-disk table is bound to its graph by content hash: a corrupt or stale file is
+    refused (with a warning) and rebuilt, never used."""
+    rng = random.Random(3)
+    graph = planar_graph(rng, 40, 50, 1.0, 8)
+    loc_mass = engine_landmarks.GraphTables(graph).loc_mass
+    table = engine_profiles.build_profiles(graph, loc_mass, cover=2, depth=5)
+    path = tmp_path / "p.npz"
+    table.save(path, graph.sha256)
+    loaded = engine_profiles.BallProfiles.load(path, graph, 2, 5)
+    assert np.array_equal(loaded.cumulative, table.cumulative)
+    with pytest.raises(ValueError, match="another graph or other parameters"):
+        engine_profiles.BallProfiles.load(path, graph, 2, 6)
+    tampered = table.cumulative.copy()
+    tampered[0, -1] += 1
+    engine_profiles.BallProfiles(2, 5, table.centre_of, table.offset, tampered,
+                                 graph.total_prior).save(path, graph.sha256)
+    data = dict(np.load(path))
+    np.savez(path, header=engine_profiles.np.frombuffer(
+        bytes(np.load(path)["header"]), dtype=np.uint8),
+        centre_of=data["centre_of"], offset=data["offset"], cumulative=table.cumulative + 0)
+    # the header's hash is of the tampered table, the arrays are the true ones: refused
+    with pytest.raises(ValueError, match="content hash"):
+        engine_profiles.BallProfiles.load(path, graph, 2, 5)
+    # through profiles_for (the cache path): refused with a warning, rebuilt and rewritten
+    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
+    monkeypatch.setattr(engine_profiles, "COVER", 2)
+    monkeypatch.setattr(engine_profiles, "DEPTH", 5)
+    monkeypatch.setattr(engine_profiles, "_cache_path", lambda g, c, d: path)
+    with pytest.warns(RuntimeWarning, match="refused"):
+        rebuilt = engine_profiles.profiles_for(graph, loc_mass)
+    assert np.array_equal(rebuilt.cumulative, table.cumulative)
+    assert np.array_equal(engine_profiles.BallProfiles.load(path, graph, 2, 5).cumulative,
+                          table.cumulative)
+    path.write_bytes(b"not a table")
+    fresh = planar_graph(random.Random(3), 40, 50, 1.0, 8)  # same content, new object
+    with pytest.warns(RuntimeWarning, match="refused"):
+        engine_profiles.profiles_for(fresh, loc_mass)
+
+
 # -- batches: determinism, workers, errors -------------------------------------------------------
 
 
@@ -258,20 +379,35 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     assert [graph.label(v) for v in base[sample]] == expected
 
 
-def test_mechanism_perturb_many_uses_the_engine(monkeypatch):
-    calls = []
-    original = engine_batch.perturb_nodes
+def test_core_perturb_many_does_not_use_the_engine(monkeypatch):
+    """The core stays free of the engine: Mechanism.perturb_many runs with the engine's entry
+    points disabled and still equals the reference."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the core called the engine")
 
-    def spy(*args, **kwargs):
-        calls.append(len(args[2]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(engine_batch, "perturb_nodes", spy)
+    monkeypatch.setattr(engine_batch, "_perturb_canonical", refuse)
+    monkeypatch.setattr(engine_batch, "perturb_nodes", refuse)
     mechanism = Mechanism(colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "1")
     key = Key.from_bytes(bytes(range(1, 33)))
     codes = ["N00", "N03", "N08"] * 5
     assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(key, list(range(15)), codes)
-    assert calls == [15]
+
+
+def test_public_perturb_nodes_canonicalises_identifiers_like_perturb():
+    """engine.perturb_nodes is public, so it canonicalises identifiers as Mechanism.perturb
+    does (numbers, floats holding integers, NFC and surrounding spaces) and refuses bad ones
+    by position without echoing them."""
+    graph = colocated([1, 5, 2, 2, 9, 1, 3, 4, 1])
+    mechanism = Mechanism(graph, "1")
+    key = Key.from_bytes(bytes(range(32)))
+    ids = [7, 7.0, " 7 ", "Cafe\u0301", "Caf\u00e9", np.int64(12)]
+    nodes = [3] * len(ids)
+    got = [graph.label(y) for y in perturb_nodes(mechanism, key, ids, nodes, workers=1)]
+    assert got == [mechanism.perturb(key, s, graph.label(3)) for s in ids]
+    assert got[0] == got[1] == got[2] and got[3] == got[4]
+    with pytest.raises(InputDataError) as caught:
+        perturb_nodes(mechanism, key, ["ok", 2.5, "secret-value-x"[:0]], [1, 1, 1], workers=1)
+    assert "2.5" not in str(caught.value) and caught.value.args
 
 
 def test_batch_errors_name_positions_not_values():

@@ -321,16 +321,20 @@ def test_subject_tracker_against_a_plain_dictionary():
 
 
 def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
+    """One engine call per chunk, with node numbers and the identifiers canonicalised once."""
+    from postcode_privacy.release import plan as plan_module
+
     graph, codes = small
     plan = ReleasePlan(key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph,
                        on_error="null")
     calls = []
-    original = plan.mechanism.perturb_many
+    original = plan_module._perturb_canonical
 
-    def counting(k, ids, pcs):
-        calls.append(len(list(ids)))
-        return original(k, ids, pcs)
+    def counting(mechanism, k, ids, nodes):
+        calls.append((list(ids), list(nodes)))
+        return original(mechanism, k, ids, nodes)
 
-    monkeypatch.setattr(plan.mechanism, "perturb_many", counting)
+    monkeypatch.setattr(plan_module, "_perturb_canonical", counting)
     plan.process_chunk(frame(["1", "", "3", "4"], codes[:4]), 0)
-    assert calls == [3]
+    assert [ids for ids, _ in calls] == [["1", "3", "4"]]
+    assert calls[0][1] == [graph.index_of(codes[i]) for i in (0, 2, 3)]

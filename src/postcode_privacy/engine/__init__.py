@@ -1,7 +1,7 @@
 """The batch sampling engine: the mechanism's exact outputs, computed fast for many records.
 
 The privacy core (``postcode_privacy.mechanism``) defines every output; this package computes
-the same outputs with a compiled shell search (``graph/compiled.py``), shared work for records
+the same outputs with a compiled shell search (``engine/search.py``), shared work for records
 with the same true postcode, and worker processes.  It adds no decision rule of its own: the
 shell is chosen by the core's ``choose_shell`` and the draws use the core's keyed stream, so an
 output here is identical to ``Mechanism.perturb_reference`` for the same inputs

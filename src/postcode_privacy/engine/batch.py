@@ -34,6 +34,7 @@ from ..mechanism.mechanism import Mechanism
 from ..mechanism.subject import canonical_subject_id
 from .fast import FastSampler
 from .landmarks import graph_tables
+from .profiles import profiles_for
 
 __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "WORKERS_ENV"]
 
@@ -123,7 +124,8 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
-    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"])
+    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"],
+                                  job["profiles"])
 
 
 def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
@@ -131,19 +133,59 @@ def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
     return start, _run_task(_WORKER_SAMPLER, _JOB, start, stop)
 
 
-def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
+def _canonical_ids(ids: Sequence) -> list[str]:
+    """Every identifier in canonical form, as ``Mechanism.perturb`` makes it; InputDataError
+    listing positions (0-based) and reasons, never values, if any is invalid."""
+    canonical: list[str] = []
+    problems: list[tuple[int, str]] = []
+    bad_ids = 0
+    for i, value in enumerate(ids):
+        try:
+            canonical.append(canonical_subject_id(value))
+        except ValueError as exc:
+            bad_ids += 1
+            if len(problems) < _ROW_ERRORS_SHOWN:
+                problems.append((i, f"subject identifier: {exc}"))
+    if bad_ids:
+        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
+                             "(positions counted from 0)", problems, bad_ids)
+    return canonical
+
+
+def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence, nodes,
                   *, workers: int | None = None,
                   progress: Callable[[int], None] | None = None,
-                  landmarks: bool | None = None) -> np.ndarray:
+                  landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
+    """Output node for each record (true node ``nodes[i]``, subject ``subject_ids[i]``).
+
+    Identifiers are canonicalised exactly as ``Mechanism.perturb`` does (an invalid one raises
+    :class:`InputDataError` naming positions, never values), so ``perturb_nodes`` and
+    ``Mechanism.perturb`` agree for every identifier.  See :func:`_perturb_canonical` for the
+    options.
+    """
+    if not isinstance(key, Key):
+        raise TypeError("key must be a postcode_privacy.Key")
+    return _perturb_canonical(mechanism, key, _canonical_ids(list(subject_ids)), nodes,
+                              workers=workers, progress=progress, landmarks=landmarks,
+                              profiles=profiles)
+
+
+def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
+                       *, workers: int | None = None,
+                       progress: Callable[[int], None] | None = None,
+                       landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
-    Preconditions: identifiers are canonical (``canonical_subject_id``) and nodes are valid
-    indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
+    For callers inside the package that have already canonicalised every identifier (the
+    release layer does, once, while checking records).  Preconditions: identifiers are
+    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
     :func:`default_workers`.  Without ``fork`` everything runs in this process.
     ``progress``, if given, is called in the calling process with the number of records
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
-    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  Neither
-    option changes any output.
+    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
+    whether to use the ball-mass profiles (engine/profiles.py; cached on disk for large graphs);
+    ``None`` means off (the default; measured gains are modest, docs/performance.md).  None of
+    these options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.
     """
@@ -164,18 +206,23 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
     sorted_nodes = nodes[order]
     tasks = _tasks(sorted_nodes)
     graph = mechanism.graph
+    distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
+    many_sources = distinct * LANDMARK_SHARE >= graph.n_locations
     if landmarks is None:
-        distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
-        landmarks = distinct * LANDMARK_SHARE >= graph.n_locations
+        landmarks = many_sources
+    tables = graph_tables(graph)
+    if profiles is None:  # opt-in: measured gains are modest (docs/performance.md)
+        profiles = False
     job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
            "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
-           "tables": graph_tables(graph), "landmarks": bool(landmarks)}
+           "tables": tables, "landmarks": bool(landmarks),
+           "profiles": profiles_for(graph, tables.loc_mass, progress=True) if profiles else None}
     if workers is None:
         workers = default_workers(n)
     workers = min(workers, len(tasks))
     if workers > 1 and not _fork_available():
         workers = 1
-    sampler = FastSampler(mechanism, job["tables"], job["landmarks"])
+    sampler = FastSampler(mechanism, job["tables"], job["landmarks"], job["profiles"])
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
@@ -204,7 +251,7 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], no
 def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcodes: Iterable,
                  *, workers: int | None = None,
                  progress: Callable[[int], None] | None = None,
-                 landmarks: bool | None = None) -> list[str]:
+                 landmarks: bool | None = None, profiles: bool | None = None) -> list[str]:
     """Released postcode for each (subject identifier, true postcode), as ``Mechanism.perturb``.
 
     Every identifier and postcode is checked before any draw.  Invalid identifiers raise
@@ -216,19 +263,7 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
     if len(ids) != len(codes):
         raise InvalidParameterError("subject_ids and postcodes differ in length")
     graph = mechanism.graph
-    canonical: list[str] = []
-    problems: list[tuple[int, str]] = []
-    bad_ids = 0
-    for i, value in enumerate(ids):
-        try:
-            canonical.append(canonical_subject_id(value))
-        except ValueError as exc:
-            bad_ids += 1
-            if len(problems) < _ROW_ERRORS_SHOWN:
-                problems.append((i, f"subject identifier: {exc}"))
-    if bad_ids:
-        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
-                             "(positions counted from 0)", problems, bad_ids)
+    canonical = _canonical_ids(ids)
     nodes = np.empty(len(codes), dtype=np.int64)
     unknown, first_unknown = 0, -1
     for i, code in enumerate(codes):
@@ -242,6 +277,6 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
     if unknown:
         raise UnknownPostcodeError(f"{unknown} records have a postcode that is not a node of this "
                                    f"graph (first at position {first_unknown}, counted from 0)")
-    result = perturb_nodes(mechanism, key, canonical, nodes, workers=workers, progress=progress,
-                           landmarks=landmarks)
+    result = _perturb_canonical(mechanism, key, canonical, nodes, workers=workers, progress=progress,
+                           landmarks=landmarks, profiles=profiles)
     return [graph.label(y) for y in result.tolist()]

@@ -28,11 +28,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..graph.compiled import ShellSearch
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext
 from .landmarks import GraphTables, graph_tables
+from .profiles import BallProfiles
+from .search import ShellSearch
 
 __all__ = ["FastSampler"]
 
@@ -99,6 +100,33 @@ def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], rad
     return z + powers[radius] * (total_prior - last)
 
 
+def _z_low(walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius: int,
+           total_prior: int) -> int | None:
+    """Lower bound on Z from a row ``low`` (L[j] <= pi(B_j) for j >= 1), or None if unusable.
+
+    With h = depth - 1 < R - 1, E = pi(B_h) and a_j = max(L[j] - E, 0) <= pi(B_j) - E, the
+    unexplored part of Z is sum_{j=h+1}^{R-1} P_j m_j + P_R m_R (m_j: unexplored mass at j hops,
+    m_R: at R or more), which by summation by parts is
+    sum_{j=h+1}^{R-1} (P_j - P_{j+1}) (pi(B_j) - E) + P_R (Pi - E).  The coefficients
+    P_j - P_{j+1} are checked non-negative (the powers do not increase), so replacing
+    pi(B_j) - E by a_j gives a lower bound.  Written by parts again, it needs P only where a
+    changes: P_{h+1} a_{h+1} + sum_{j=h+2}^{R-1} P_j (a_j - a_{j-1}) - P_R a_{R-1}.
+    """
+    h = walk.depth - 1
+    explored = walk.explored_mass
+    a = np.maximum(low[h + 1:] - explored, 0)  # a_{h+1} .. a_{R-1}, exact int64
+    if int(a[-1]) > total_prior - explored:
+        return None
+    steps = np.diff(a)
+    if steps.size and steps.min() < 0:
+        return None
+    z = walk.cumulative[h] + powers[radius] * (total_prior - explored)
+    z += powers[h + 1] * int(a[0])
+    for offset in np.flatnonzero(steps).tolist():
+        z += powers[h + 2 + offset] * int(steps[offset])
+    return z - powers[radius] * int(a[-1])
+
+
 def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
             radius: int) -> int | None:
     """The shell choose_shell would return, if bounds z_low <= Z <= z_high settle it; else None.
@@ -127,7 +155,7 @@ class FastSampler:
     """
 
     def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
-                 landmarks: bool = False):
+                 landmarks: bool = False, profiles: BallProfiles | None = None):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -141,24 +169,52 @@ class FastSampler:
         if tables is None:
             tables = graph_tables(graph)
         self.landmarks = tables.ensure_landmarks() if landmarks else None
+        self.profiles = profiles
+        self._powers_decrease = all(a >= b for a, b in zip(self.powers, self.powers[1:]))
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
                       "fallbacks": 0, "tail": 0}
 
-    def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None) -> tuple[int, int]:
-        """z_low <= Z <= z_high at the walk's depth: the core's z_low, and the smaller of the
-        core's z_high and the landmark one (both are upper bounds)."""
+    def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None,
+                low: np.ndarray | None = None) -> tuple[int, int]:
+        """z_low <= Z <= z_high at the walk's depth: the larger of the core's z_low and the one
+        from the lower row ``low`` (``_z_low``), and the smaller of the core's z_high and the
+        one from the upper row ``bound`` (all are valid bounds)."""
         radius, powers, total = self.radius, self.powers, self.total_prior
         h = walk.depth - 1
         z_low = walk.cumulative[h] + powers[radius] * (total - walk.explored_mass)
         if h == radius - 1:
             return z_low, z_low
+        if low is not None and self._powers_decrease:
+            raised = _z_low(walk, low, powers, radius, total)
+            if raised is not None and raised > z_low:
+                z_low = raised
         z_high = walk.cumulative[h] + powers[h + 1] * (total - walk.explored_mass)
         if bound is not None:
             landmark = _z_high(walk, bound, powers, radius, total)
             if landmark is not None and landmark < z_high:
                 z_high = landmark
         return z_low, z_high
+
+    def _ball_bounds(self, location: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Candidate rows Q[j] >= pi(B_j(x)) and a row L[j] <= pi(B_j(x)) (j < R), or None.
+
+        The profile rows (engine/profiles.py) are tight near x; landmark rows can be tighter far
+        away, where the profile is cut at its depth.  The elementwise minimum of two valid
+        non-decreasing upper bounds is again one, so each landmark row is also offered combined.
+        """
+        radius = self.radius
+        rows = low = None
+        if self.landmarks is not None:
+            rows = self.landmarks.bounds_for(location, radius)
+        if self.profiles is not None:
+            near, low = self.profiles.rows(location, radius)
+            if rows is None:
+                rows = near.reshape(1, -1)
+            else:
+                rows = np.vstack([near.reshape(1, -1), np.minimum(rows, near)])
+            low = low.reshape(1, -1)
+        return rows, low
 
     def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
         """Output node for each (canonical) subject identifier whose true node is ``node``.
@@ -175,10 +231,8 @@ class FastSampler:
         search = self.search
         search.start(node)
         radius, powers, total = self.radius, self.powers, self.total_prior
-        rows = None
-        if self.landmarks is not None:
-            rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
-        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
+        rows, low = self._ball_bounds(int(self.graph.node_location[node]))
+        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
         walk = _CompiledWalk(search, powers)
         bound = rows[best] if best >= 0 else None
         bounds_depth, z_low, z_high = -1, 0, 0
@@ -186,7 +240,7 @@ class FastSampler:
         for uni in uniforms:
             if walk.depth != bounds_depth:  # bounds for the depth reached (it only grows)
                 bounds_depth = walk.depth
-                z_low, z_high = self._bounds(walk, bound)
+                z_low, z_high = self._bounds(walk, bound, None if low is None else low[0])
             shell = _decide(walk, uni, z_low, z_high, radius)
             if shell is None:
                 self.stats["fallbacks"] += 1

@@ -32,8 +32,9 @@ import weakref
 
 import numpy as np
 
-from ..graph.compiled import ball_bounds, location_distances, location_masses, pair_table
+from ..graph.compiled import location_masses
 from ..graph.graph import Graph
+from .search import ball_bounds, location_distances, pair_table
 
 __all__ = ["GraphTables", "LandmarkBounds", "graph_tables"]
 

@@ -106,20 +106,19 @@ class Mechanism:
         node = self.graph.index_of(postcode)
         return self.graph.label(self._draw(self.stream_context(key), subject_id, node))
 
-    def perturb_many(self, key: Key, subject_ids: Iterable, postcodes: Iterable[str], *,
-                     workers: int | None = None) -> list[str]:
-        """``perturb`` for many records at once: the same outputs, computed by the batch engine.
+    def perturb_many(self, key: Key, subject_ids: Iterable, postcodes: Iterable[str]) -> list[str]:
+        """``perturb`` for many records, with the core's lazy sampler one record at a time.
 
-        The engine (``postcode_privacy.engine``, docs/performance.md) lives outside this core:
-        it groups records by postcode, uses the compiled shell search and, for large batches,
-        worker processes (``workers``; default: all usable CPUs).  Its outputs are identical
-        to :meth:`perturb_reference`; the test suite checks that on thousands of cases.
+        The core does not depend on the batch engine.  For large batches use
+        ``postcode_privacy.engine.perturb_many(mechanism, ...)``, which gives identical outputs
+        much faster (docs/performance.md).
         """
-        if not isinstance(key, Key):
-            raise TypeError("key must be a postcode_privacy.Key")
-        from ..engine import perturb_many
-
-        return perturb_many(self, key, subject_ids, postcodes, workers=workers)
+        context = self.stream_context(key)
+        ids, codes = list(subject_ids), list(postcodes)
+        if len(ids) != len(codes):
+            raise InvalidParameterError("subject_ids and postcodes differ in length")
+        nodes = [self.graph.index_of(p) for p in codes]
+        return [self.graph.label(self._draw(context, s, x)) for s, x in zip(ids, nodes)]
 
     def perturb_reference(self, key: Key, subject_ids: Sequence, postcodes: Sequence[str]) -> list[str]:
         """The straightforward full-ball sampler, kept as the reference for faster paths."""

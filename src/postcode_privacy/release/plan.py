@@ -29,6 +29,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from ..engine.batch import _perturb_canonical
 from ..errors import InputDataError, InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
@@ -363,9 +364,10 @@ class ReleasePlan:
     # -- releasing ----------------------------------------------------------------------------
 
     def _perturb(self, subject_ids: list[str], nodes: np.ndarray) -> list[str]:
-        """The single call into the mechanism for every release path."""
-        labels = [self.graph.label(int(v)) for v in nodes]
-        return self.mechanism.perturb_many(self.key, subject_ids, labels)
+        """The single call into the engine for every release path: node numbers and the
+        identifiers canonicalised once by the record checks, never looked up again."""
+        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes)
+        return [self.graph.label(y) for y in released.tolist()]
 
     def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *,
                       warn: bool = True) -> tuple[pd.DataFrame, dict[str, int]]:

@@ -1,0 +1,468 @@
+"""The engine's compiled hop-shell search over the location adjacency.
+
+The search works on locations (distinct centroids), never on the postcode cliques they stand for.
+A :class:`ShellSearch` explores breadth-first from one source node, one shell at a time, and can
+resume where it stopped; it keeps, for every explored shell, the list of locations in it and the
+exact prior mass of the node shell.  The node shells are those of
+:func:`postcode_privacy.graph.shells.iter_node_shells`, the reference:
+
+* shell 0 is the source node alone;
+* shell 1 is the other postcodes at the source's location plus the members of the locations one
+  hop away;
+* shell h >= 2 is the members of the locations h hops away.
+
+Masses are exact int64 sums (the total prior is at most 2**62, so they cannot wrap).  The node
+list of a shell, needed only for the within-shell draw, is rebuilt on demand from its locations
+and sorted by node index, the order the reference sampler uses.
+
+Nothing here decides an output.  :meth:`ShellSearch.explore_guided` uses floating point only to
+choose *how far* to explore before the exact decision (``engine/fast.py``, with the core's
+``decide_below`` and ``choose_shell``) runs; exploring further than needed changes nothing but
+the time taken.  The landmark kernels at the end (``location_distances``, ``pair_table``,
+``ball_bounds``) serve ``engine/landmarks.py``.
+
+Buffers are sized once per search object: two int32 arrays of one entry per location (6.7 MB each
+on the national graph) plus arrays of radius + 2 entries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..errors import InvalidParameterError
+from ..graph.compiled import location_masses
+from ..graph.graph import Graph
+
+__all__ = ["ShellSearch", "location_distances", "pair_table", "ball_bounds"]
+
+# Relative margin the float guide demands before it stops exploring.  Float rounding in the guide
+# is far smaller; a wrong guess only costs further exploration steps, never an output.
+_GUIDE_MARGIN = 1e-9
+_MAX_EPOCH = 2**31 - 2
+
+
+@njit(cache=True)
+def _start(node_location, prior, loc_mass, stamp, epoch, order, shell_ptr, masses, source):
+    loc = node_location[source]
+    stamp[loc] = epoch
+    order[0] = loc
+    shell_ptr[0] = 0
+    shell_ptr[1] = 1
+    masses[0] = prior[source]
+    return loc_mass[loc] - prior[source]  # co-located postcodes: part of shell 1
+
+
+@njit(cache=True)
+def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h):
+    """Append location shell h (the unseen neighbours of shell h - 1); return its prior mass."""
+    n = shell_ptr[h]
+    mass = 0
+    for k in range(shell_ptr[h - 1], shell_ptr[h]):
+        v = order[k]
+        for e in range(indptr[v], indptr[v + 1]):
+            w = indices[e]
+            if stamp[w] != epoch:
+                stamp[w] = epoch
+                order[n] = w
+                n += 1
+                mass += loc_mass[w]
+    shell_ptr[h + 1] = n
+    return mass
+
+
+@njit(cache=True)
+def _explore(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated,
+             n_shells, target):
+    """Explore node shells n_shells .. target - 1; return the new number of shells."""
+    for h in range(n_shells, target):
+        mass = _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h)
+        if h == 1:
+            mass += colocated
+        masses[h] = mass
+    return max(n_shells, target)
+
+
+@njit(cache=True)
+def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated,
+                    n_shells, u, pf, radius, total, margin, ball_bounds, low_bounds, best):
+    """Explore until a float estimate of every record's shell decision looks settled.
+
+    Mirrors ``choose_shell`` in floating point: ``u`` holds each record's U and ``pf[h]`` is
+    P_h / P_0.  The upper bound on Z is the smaller of the core's (every unexplored node at
+    h + 1 hops) and, for each row q of ``ball_bounds`` (see :func:`ball_bounds`), the bound
+    that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
+    shells explored and writes to ``best[0]`` the row giving the smallest bound at that depth
+    (-1 if none beats the core's).  The caller makes the exact decision afterwards.
+
+    Each row L of ``low_bounds`` holds lower bounds L[j] <= pi(B_j) (j >= 1), which raise the
+    lower bound on Z as the exact path does: with a_j = max(L[j] - pi(B_h), 0),
+    Z >= C_h + sum_{j=h+1}^{R-1} (P_j - P_{j+1}) a_j + P_R (Pi - pi(B_h)).
+
+    A row Q of ``ball_bounds`` bounds Z as the exact path does (engine/fast.py): every node
+    outside the explored ball B_h is at least h + 1 hops away, and at least j hops away if it
+    lies outside the region Q[j - 1] covers, so Z <= C_h + P_{h+1} (Q[h+1] - pi(B_h))
+    + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
+    """
+    k = u.size
+    n_rows = ball_bounds.shape[0]
+    pointer = np.zeros(k, dtype=np.int64)
+    settled = np.zeros(k, dtype=np.bool_)
+    left = k
+    # suffix[q, j] = sum_{i=j}^{radius-1} pf[i] * (Q[q, i] - Q[q, i-1]), suffix[q, radius] = 0
+    suffix = np.zeros((n_rows, radius + 1), dtype=np.float64)
+    for q in range(n_rows):
+        for j in range(radius - 1, 0, -1):
+            step = ball_bounds[q, j] - ball_bounds[q, j - 1]
+            suffix[q, j] = suffix[q, j + 1] + pf[j] * step
+    cf = np.empty(radius, dtype=np.float64)
+    c = 0.0
+    explored = 0
+    for h in range(n_shells):
+        c += pf[h] * masses[h]
+        cf[h] = c
+        explored += masses[h]
+    h = n_shells - 1
+    while True:
+        if h >= 0:
+            remaining = float(total - explored)
+            z_low = cf[h] + pf[radius] * remaining
+            if h < radius - 1:
+                for q in range(low_bounds.shape[0]):
+                    extra = 0.0
+                    for j in range(h + 1, radius):
+                        a = low_bounds[q, j] - explored
+                        if a > 0:
+                            extra += (pf[j] - pf[j + 1]) * float(a)
+                    if cf[h] + pf[radius] * remaining + extra > z_low:
+                        z_low = cf[h] + pf[radius] * remaining + extra
+            best[0] = -1
+            if h == radius - 1:
+                z_high = z_low
+            else:
+                z_high = cf[h] + pf[h + 1] * remaining
+                for q in range(n_rows):
+                    bound = (cf[h] + pf[h + 1] * float(ball_bounds[q, h + 1] - explored)
+                             + suffix[q, h + 2] + pf[radius] * float(total - ball_bounds[q, radius - 1]))
+                    if bound < z_high:
+                        z_high = bound
+                        best[0] = q
+            for r in range(k):
+                if settled[r]:
+                    continue
+                i = pointer[r]
+                while i <= h:
+                    ci = cf[i]
+                    if u[r] * z_high < ci * (1.0 - margin):
+                        settled[r] = True
+                        break
+                    if u[r] * z_low >= ci * (1.0 + margin):
+                        i += 1
+                    else:
+                        break
+                pointer[r] = i
+                if not settled[r] and i == radius:
+                    settled[r] = True
+                if settled[r]:
+                    left -= 1
+            if left == 0 or h == radius - 1:
+                return h + 1
+        h += 1
+        mass = _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h) if h else 0
+        if h == 1:
+            mass += colocated
+        masses[h] = mass
+        explored += mass
+        c += pf[h] * mass
+        cf[h] = c
+
+
+@njit(cache=True)
+def _location_distances(indptr, indices, source, dist, queue):
+    """Hop distance from location ``source`` to every location (-1 if unreachable)."""
+    dist[:] = -1
+    dist[source] = 0
+    queue[0] = source
+    head, tail = 0, 1
+    while head < tail:
+        v = queue[head]
+        head += 1
+        dv = dist[v] + 1
+        for e in range(indptr[v], indptr[v + 1]):
+            w = indices[e]
+            if dist[w] < 0:
+                dist[w] = dv
+                queue[tail] = w
+                tail += 1
+    return dist[queue[tail - 1]]
+
+
+def location_distances(graph: Graph, source_location: int) -> np.ndarray:
+    """Hop distance (int32) from one location to every location, -1 where unreachable."""
+    dist = np.empty(graph.n_locations, dtype=np.int32)
+    queue = np.empty(graph.n_locations, dtype=np.int32)
+    _location_distances(graph.loc_indptr, graph.loc_indices, int(source_location), dist, queue)
+    return dist
+
+
+@njit(cache=True)
+def pair_table(d1, d2, loc_mass, rows, cols):
+    """Cumulative table S[r, c] = mass of locations with d1 < r and d2 < c (both reachable).
+
+    Shape (rows + 1, cols + 1) with rows > max(d1), cols > max(d2).  Built as row sums, then
+    column sums, so no partial sum exceeds the total mass (<= 2**62): no int64 overflow.
+    """
+    table = np.zeros((rows + 1, cols + 1), dtype=np.int64)
+    for v in range(d1.size):
+        if d1[v] >= 0 and d2[v] >= 0:
+            table[d1[v] + 1, d2[v] + 1] += loc_mass[v]
+    for r in range(1, rows + 1):
+        for c in range(1, cols + 1):
+            table[r, c] += table[r, c - 1]
+    for r in range(1, rows + 1):
+        for c in range(1, cols + 1):
+            table[r, c] += table[r - 1, c]
+    return table
+
+
+@njit(cache=True)
+def _square_mass(flat, base, rows, cols, ai, ak, j):
+    """Table mass of the locations within j of ai (landmark i) and of ak (landmark k)."""
+    r0 = max(ai - j, 0)
+    r1 = min(ai + j + 1, rows - 1)
+    c0 = max(ak - j, 0)
+    c1 = min(ak + j + 1, cols - 1)
+    return (flat[base + r1 * cols + c1] - flat[base + r0 * cols + c1]
+            - flat[base + r1 * cols + c0] + flat[base + r0 * cols + c0])
+
+
+@njit(cache=True)
+def ball_bounds(a, pairs, offsets, shapes, flat, radius, keep, out):
+    """Upper bounds on the prior mass within j hops of a source, one row per chosen pair.
+
+    ``a[i]`` is the source location's hop distance from landmark i (-1: unreachable).  For a
+    pair (i, k) of landmarks reaching the source, every node within j hops of it lies within j
+    of a[i] in distance from landmark i and within j of a[k] from landmark k (triangle
+    inequality), so row[j] = the table mass of that square is >= pi(B_j), for j < radius.
+
+    Only the ``keep`` pairs with the smallest square at j = radius // 3 (about the depth the
+    search stops at) get a row: the rows are costly in cache misses, and any row is a valid
+    bound.  Writes rows to ``out`` (shape (keep, radius)) and returns how many.
+    """
+    n_pairs = pairs.shape[0]
+    probe = min(max(radius // 3, 1), radius - 1)
+    score = np.full(n_pairs, np.iinfo(np.int64).max, dtype=np.int64)
+    for p in range(n_pairs):
+        ai = a[pairs[p, 0]]
+        ak = a[pairs[p, 1]]
+        if ai >= 0 and ak >= 0:
+            score[p] = _square_mass(flat, offsets[p], shapes[p, 0], shapes[p, 1], ai, ak, probe)
+    chosen = np.argsort(score, kind="mergesort")
+    n = 0
+    for t in range(min(keep, n_pairs)):
+        p = chosen[t]
+        if score[p] == np.iinfo(np.int64).max:
+            break
+        ai = a[pairs[p, 0]]
+        ak = a[pairs[p, 1]]
+        rows, cols = shapes[p, 0], shapes[p, 1]
+        # Beyond this half-width the square covers the whole table: the row is constant.
+        full = max(ai, rows - 2 - ai, ak, cols - 2 - ak)
+        for j in range(radius):
+            if j > full:
+                out[n, j] = out[n, j - 1]
+            else:
+                out[n, j] = _square_mass(flat, offsets[p], rows, cols, ai, ak, j)
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location, source, h):
+    """Node shell h, sorted by node index (h < number of explored shells)."""
+    if h == 0:
+        out = np.empty(1, dtype=np.int64)
+        out[0] = source
+        return out
+    count = 0
+    for k in range(shell_ptr[h], shell_ptr[h + 1]):
+        v = order[k]
+        count += members_indptr[v + 1] - members_indptr[v]
+    src_loc = node_location[source]
+    if h == 1:
+        count += members_indptr[src_loc + 1] - members_indptr[src_loc] - 1
+    out = np.empty(count, dtype=np.int64)
+    n = 0
+    if h == 1:
+        for j in range(members_indptr[src_loc], members_indptr[src_loc + 1]):
+            if members_flat[j] != source:
+                out[n] = members_flat[j]
+                n += 1
+    for k in range(shell_ptr[h], shell_ptr[h + 1]):
+        v = order[k]
+        for j in range(members_indptr[v], members_indptr[v + 1]):
+            out[n] = members_flat[j]
+            n += 1
+    out.sort()
+    return out
+
+
+@njit(cache=True)
+def _pick(order, shell_ptr, members_indptr, members_flat, node_location, prior, source,
+          masses, n_shells, shells, draws, out):
+    """out[r] = the node of shell shells[r] whose cumulative prior first exceeds draws[r].
+
+    Same rule as ``mechanism.sampler.pick_in_shell``: cumulative prior in node order within the
+    shell, then the first position whose cumulative value is strictly greater than the draw.
+    Requests are grouped by shell so each shell's node list is built once.  Returns -1, or the
+    index of a request whose shell is unexplored or whose draw is outside [0, mass).
+    """
+    for r in range(shells.size):
+        if shells[r] < 0 or shells[r] >= n_shells or draws[r] < 0 or draws[r] >= masses[shells[r]]:
+            return r
+    idx = np.argsort(shells, kind="mergesort")
+    current = -1
+    nodes = np.empty(0, dtype=np.int64)
+    cumulative = np.empty(0, dtype=np.int64)
+    for t in range(idx.size):
+        r = idx[t]
+        h = shells[r]
+        if h != current:
+            nodes = _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location,
+                                 source, h)
+            cumulative = np.empty(nodes.size, dtype=np.int64)
+            acc = 0
+            for j in range(nodes.size):
+                acc += prior[nodes[j]]
+                cumulative[j] = acc
+            current = h
+        out[r] = nodes[np.searchsorted(cumulative, draws[r], side="right")]
+    return -1
+
+
+@njit(cache=True)
+def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
+    """Every node in node shells 0 .. h_end - 1 (unsorted)."""
+    if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
+        out = np.empty(1, dtype=np.int64)
+        out[0] = source
+        return out
+    count = 0
+    for k in range(shell_ptr[h_end]):
+        v = order[k]
+        count += members_indptr[v + 1] - members_indptr[v]
+    out = np.empty(count, dtype=np.int64)
+    n = 0
+    for k in range(shell_ptr[h_end]):
+        v = order[k]
+        for j in range(members_indptr[v], members_indptr[v + 1]):
+            out[n] = members_flat[j]
+            n += 1
+    return out
+
+
+class ShellSearch:
+    """Resumable breadth-first shell exploration from one source at a time, up to ``max_shells``.
+
+    Usage: ``start(node)``, then ``explore_to(k)`` or ``explore_guided(...)``; ``masses[:n_shells]``
+    holds the exact prior mass of each explored node shell.  ``start`` again for the next
+    source: the visited marks are invalidated by bumping an epoch, not by clearing the array.
+    """
+
+    def __init__(self, graph: Graph, max_shells: int, loc_mass: np.ndarray | None = None):
+        if max_shells < 1:
+            raise InvalidParameterError("max_shells must be at least 1")
+        self.graph = graph
+        self.max_shells = int(max_shells)
+        self._indptr = graph.loc_indptr
+        self._indices = graph.loc_indices
+        self._node_location = graph.node_location
+        self._members_indptr = graph.members_indptr
+        self._members_flat = graph.members_flat
+        self._prior = graph.prior
+        self.loc_mass = location_masses(graph) if loc_mass is None else loc_mass
+        n_loc = graph.n_locations
+        self._stamp = np.zeros(n_loc, dtype=np.int32)
+        self._order = np.empty(n_loc, dtype=np.int32)
+        self._shell_ptr = np.zeros(self.max_shells + 2, dtype=np.int64)
+        self.masses = np.zeros(self.max_shells + 1, dtype=np.int64)
+        self._epoch = 0
+        self.source = -1
+        self.n_shells = 0
+        self._colocated = 0
+
+    def start(self, source: int) -> None:
+        """Begin a new search from node ``source``: shell 0 (the source) is explored."""
+        self._epoch += 1
+        if self._epoch > _MAX_EPOCH:
+            self._stamp[:] = 0
+            self._epoch = 1
+        self.source = int(source)
+        self._colocated = int(_start(self._node_location, self._prior, self.loc_mass, self._stamp,
+                                     self._epoch, self._order, self._shell_ptr, self.masses,
+                                     self.source))
+        self.n_shells = 1
+
+    @property
+    def locations_explored(self) -> int:
+        """Locations in the explored shells."""
+        return int(self._shell_ptr[self.n_shells]) if self.n_shells else 0
+
+    def explore_to(self, n_shells: int) -> None:
+        """Explore until at least ``n_shells`` node shells are known (at most ``max_shells``)."""
+        target = min(int(n_shells), self.max_shells)
+        if target > self.n_shells:
+            self.n_shells = int(_explore(self._indptr, self._indices, self.loc_mass, self._stamp,
+                                         self._epoch, self._order, self._shell_ptr, self.masses,
+                                         self._colocated, self.n_shells, target))
+
+    def explore_guided(self, uniforms: np.ndarray, power_ratios: np.ndarray, radius: int,
+                       total_prior: int, ball_bounds: np.ndarray | None = None,
+                       low_bounds: np.ndarray | None = None) -> int:
+        """Explore as far as a float estimate says the shell decisions of ``uniforms`` need.
+
+        ``power_ratios[h]`` approximates P_h / P_0 for h = 0 .. radius, and ``radius`` must not
+        exceed ``max_shells``.  ``ball_bounds``, if given, has one row per candidate bound
+        (shape (rows, radius)), row q holding non-decreasing upper bounds Q[q, j] on the prior
+        mass within j hops of the source.  The estimate only sets the depth; see the module
+        docstring.  Returns the row whose bound was smallest at the final depth, or -1.
+        """
+        if radius > self.max_shells:
+            raise InvalidParameterError("radius exceeds the shells this search was sized for")
+        if ball_bounds is None:
+            ball_bounds = np.zeros((0, radius), dtype=np.int64)
+        if low_bounds is None:
+            low_bounds = np.zeros((0, radius), dtype=np.int64)
+        best = np.full(1, -1, dtype=np.int64)
+        self.n_shells = int(_explore_guided(
+            self._indptr, self._indices, self.loc_mass, self._stamp, self._epoch, self._order,
+            self._shell_ptr, self.masses, self._colocated, self.n_shells, uniforms, power_ratios,
+            int(radius), int(total_prior), _GUIDE_MARGIN, ball_bounds, low_bounds, best))
+        return int(best[0])
+
+    def shell_nodes(self, h: int) -> np.ndarray:
+        """Node shell ``h`` (already explored), sorted by node index."""
+        if not 0 <= h < self.n_shells:
+            raise InvalidParameterError("shell not explored")
+        return _shell_nodes(self._order, self._shell_ptr, self._members_indptr,
+                            self._members_flat, self._node_location, self.source, int(h))
+
+    def pick(self, shells: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        """For each request, the node of that (explored) shell at that cumulative-prior draw.
+
+        Precondition: ``0 <= draws[r] < masses[shells[r]]`` (the caller's uniform integer).
+        """
+        shells = np.ascontiguousarray(shells, dtype=np.int64)
+        draws = np.ascontiguousarray(draws, dtype=np.int64)
+        out = np.empty(shells.size, dtype=np.int64)
+        bad = _pick(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
+                    self._node_location, self._prior, self.source, self.masses, self.n_shells,
+                    shells, draws, out)
+        if bad >= 0:
+            raise InvalidParameterError("request for an unexplored shell or a draw outside its mass")
+        return out
+
+    def ball(self) -> np.ndarray:
+        """Every node in the explored shells (unsorted)."""
+        return _ball(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
+                     self.source, self.n_shells)
