@@ -1,12 +1,16 @@
 """postcode-privacy: release UK postcodes under metric differential privacy on a postcode graph.
 
-The public surface is small: a :class:`Graph`, a :class:`Key`, a :class:`Mechanism` that turns a
-true postcode into a released one, and recipes built on them (``perturb_frame`` for pandas,
-``default_graph`` for the embedded national graph).  Heavy modules load on first use.
+The public surface is ``__all__`` below and nothing else: a :class:`Graph`, a :class:`Key` with
+its key-file functions, a :class:`Mechanism` that turns a true postcode into a released one, the
+recipes built on them (``perturb_frame`` for pandas, ``release_file`` for files, with
+:class:`ReleaseOptions`; ``default_graph`` for the embedded national graph), the typed errors
+and the warnings a caller may want to filter.  Everything else is internal and may change.
+Heavy modules load on first use.
 """
 
 from .errors import (
     ArtefactError,
+    DuplicateSubjectWarning,
     GraphError,
     InputDataError,
     InvalidParameterError,
@@ -14,9 +18,11 @@ from .errors import (
     OutputExistsError,
     PostcodePrivacyError,
     SourceDataError,
+    TeleportWarning,
     UnknownPostcodeError,
 )
 from .graph import Graph
+from .keyfile import read_key_file, write_key_file
 from .mechanism import Key, Mechanism
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
@@ -26,6 +32,10 @@ __all__ = [
     "Mechanism",
     "default_graph",
     "perturb_frame",
+    "release_file",
+    "ReleaseOptions",
+    "read_key_file",
+    "write_key_file",
     "OUTPUT_STABILITY_VERSION",
     "__version__",
     "ArtefactError",
@@ -37,6 +47,8 @@ __all__ = [
     "PostcodePrivacyError",
     "SourceDataError",
     "UnknownPostcodeError",
+    "DuplicateSubjectWarning",
+    "TeleportWarning",
 ]
 
 
@@ -45,8 +57,8 @@ def __getattr__(name: str):
         from .sources.bundled import default_graph
 
         return default_graph
-    if name == "perturb_frame":
-        from .release import perturb_frame
+    if name in ("perturb_frame", "release_file", "ReleaseOptions"):
+        from . import release
 
-        return perturb_frame
+        return getattr(release, name)
     raise AttributeError(name)

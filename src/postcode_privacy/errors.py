@@ -55,3 +55,7 @@ class UnknownPostcodeError(PostcodePrivacyError, KeyError):
 
 class TeleportWarning(UserWarning):
     """An explicit radius leaves the teleport probability bound above its 1e-6 target."""
+
+
+class DuplicateSubjectWarning(UserWarning):
+    """One subject identifier appears with two or more different postcodes in a release."""

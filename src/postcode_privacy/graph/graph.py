@@ -119,8 +119,6 @@ class Graph:
         coordinates: np.ndarray | None = None,
         params: dict | None = None,
         provenance: dict | None = None,
-        *,
-        _trusted_sha256: str | None = None,
     ):
         labels = list(postcodes)
         n = len(labels)
@@ -148,7 +146,7 @@ class Graph:
         self._members_indptr, self._members = self._location_members()
         self.total_prior = int(self.prior.sum(dtype=np.int64))
         self.prior_cumsum = np.cumsum(self.prior, dtype=np.int64)
-        self.sha256 = _trusted_sha256 or self._content_hash()
+        self.sha256 = self._content_hash()
 
     # -- construction -------------------------------------------------------------------------
 

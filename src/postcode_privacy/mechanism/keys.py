@@ -2,8 +2,8 @@
 
 A :class:`Key` never shows its secret: its repr is a fingerprint, comparison is constant time,
 and the bytes leave only through :meth:`Key.to_file_bytes`, the versioned, checksummed key-file
-encoding.  Reading and writing files lives in ``postcode_privacy.keyfile``; this module does
-no I/O.
+encoding.  Reading and writing key files is :func:`postcode_privacy.read_key_file` and
+:func:`postcode_privacy.write_key_file` (``keyfile.py``); this module does no I/O.
 """
 
 from __future__ import annotations
@@ -72,19 +72,6 @@ class Key:
     def __reduce__(self):
         # Pickling would copy the secret silently (e.g. into a Spark plan); make it explicit.
         raise TypeError("Key objects are not picklable; pass the key file instead")
-
-    def save(self, path) -> None:
-        """Write a key file: created exclusively, owner-only (0600), never overwritten."""
-        from ..keyfile import write_key_file  # the file I/O lives outside the core
-
-        write_key_file(self, path)
-
-    @classmethod
-    def load(cls, path) -> Key:
-        """Read a key file written by :meth:`save` or ``postcode-privacy keygen``."""
-        from ..keyfile import read_key_file
-
-        return read_key_file(path)
 
     def to_file_bytes(self) -> bytes:
         """The key-file encoding: a format line, the key in base64, and a checksum line."""

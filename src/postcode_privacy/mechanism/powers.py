@@ -23,16 +23,6 @@ MAX_RADIUS = 10_000
 MAX_EPSILON_TIMES_RADIUS = 20_000  # keeps P_0 below about 2^14,500 bits: bounded memory
 
 
-def _exp_lower_bound(x: Fraction, terms: int) -> Fraction:
-    """sum_{k=0}^{terms} x^k / k!, a lower bound on exp(x) for x >= 0 (all terms positive)."""
-    total, term = Fraction(0), Fraction(1)
-    for k in range(terms + 1):
-        if k:
-            term = term * x / k
-        total += term
-    return total
-
-
 def exp_lower_bound(x: Fraction, rel_error_exponent: int = 120) -> Fraction:
     """A rational L with exp(x) * (1 - 10**-rel_error_exponent) <= L <= exp(x), for x >= 0."""
     if x < 0:

@@ -12,6 +12,7 @@ The user guide is docs/release.md.
 """
 
 from .files import release_file
+from .options import ReleaseOptions
 from .plan import (
     COUNT_KEYS,
     MAX_LISTED_ERRORS,
@@ -24,6 +25,7 @@ __all__ = [
     "COUNT_KEYS",
     "MAX_LISTED_ERRORS",
     "DuplicateSubjectWarning",
+    "ReleaseOptions",
     "ReleasePlan",
     "perturb_frame",
     "release_file",

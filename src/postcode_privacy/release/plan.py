@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.batch import _perturb_canonical
-from ..errors import InputDataError, InvalidParameterError
+from ..errors import DuplicateSubjectWarning, InputDataError, InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from ..mechanism.epsilon import parse_epsilon
@@ -59,10 +59,6 @@ _FAILURE_LABELS = {
 }
 COUNT_KEYS = ("records", "released", "terminated_mapped", *FAILURE_KINDS, "failed", "nulled",
               "dropped", "rows_out")
-
-
-class DuplicateSubjectWarning(UserWarning):
-    """One subject identifier appears with two or more different postcodes."""
 
 
 def _empty_counts() -> dict[str, int]:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import InputDataError, InvalidParameterError
 
-__all__ = ["table_format", "TableReader", "open_reader", "open_writer"]
+__all__ = ["table_format", "TableReader", "open_writer"]
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -229,10 +229,6 @@ def duplicate_columns_message(columns: list) -> str:
             first[name] = position
     return ("the input has duplicate column names (columns " + "; ".join(pairs) + "); "
             "does the file start with a header line?")
-
-
-def open_reader(path: str | os.PathLike, chunk_size: int) -> TableReader:
-    return TableReader(path, chunk_size)
 
 
 def _os_reason(exc: BaseException) -> str:
