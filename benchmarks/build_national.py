@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from postcode_privacy.graph.artefact import load_graph, save_graph
-    from postcode_privacy.sources.bundled import build_from_sources
+    from postcode_privacy.graph.national import build_from_sources
 
     t0 = time.perf_counter()
     graph = build_from_sources(max_edge_km=args.max_edge_km)

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
 
+    from postcode_privacy.graph.national import default_graph
     from postcode_privacy.graph.shells import location_shells
-    from postcode_privacy.sources.bundled import default_graph
 
     g = default_graph(progress=True)
     print(f"graph {g.sha256[:16]}  {len(g):,} postcodes  {g.n_locations:,} locations  "

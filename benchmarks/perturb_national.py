@@ -40,9 +40,9 @@ from pathlib import Path
 from postcode_privacy import Key, Mechanism
 from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
 from postcode_privacy.engine.batch import usable_cpus
+from postcode_privacy.graph.national import default_graph
 from postcode_privacy.keyfile import write_key_file
 from postcode_privacy.mechanism.subject import canonical_subject_id
-from postcode_privacy.sources.bundled import default_graph
 
 CLI = str(Path(sys.executable).with_name("postcode-privacy"))
 REFERENCE_SAMPLE = {"0.5": 12, "1": 120, "2": 300}

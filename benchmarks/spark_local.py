@@ -81,8 +81,8 @@ def main() -> None:
     import pandas as pd
 
     from postcode_privacy import Key, default_graph, perturb_frame
+    from postcode_privacy.graph.national import default_graph_path
     from postcode_privacy.keyfile import write_key_file
-    from postcode_privacy.sources.bundled import default_graph_path
 
     started = time.perf_counter()
     graph = default_graph(progress=False)

@@ -269,7 +269,7 @@ def test_refused_inputs():
 
 @pytest.fixture
 def bundled(monkeypatch, tmp_path):
-    from postcode_privacy.sources import bundled
+    from postcode_privacy.graph import national as bundled
 
     calls = []
 
@@ -349,7 +349,7 @@ def test_a_cached_default_that_is_not_the_pinned_graph_is_refused(bundled):
 
 
 def test_the_pinned_hash_is_the_published_one():
-    from postcode_privacy.sources import bundled
+    from postcode_privacy.graph import national as bundled
 
     assert bundled.DEFAULT_GRAPH_SHA256 == (
         "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c")
@@ -411,7 +411,7 @@ def test_restoring_prefers_the_exactly_shorter_bridge_where_floats_tie():
 
 
 def test_build_from_sources_refuses_two_sources():
-    from postcode_privacy.sources.bundled import build_from_sources
+    from postcode_privacy.graph.national import build_from_sources
 
     with pytest.raises(InvalidParameterError):
         build_from_sources(codepoint="a", onspd="b")
@@ -421,7 +421,7 @@ def test_build_from_sources_refuses_two_sources():
 
 
 def test_national_default_graph(monkeypatch, tmp_path):
-    from postcode_privacy.sources import bundled
+    from postcode_privacy.graph import national as bundled
 
     monkeypatch.setenv(bundled.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(bundled, "_default", None)

@@ -54,7 +54,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "default_graph":
-        from .sources.bundled import default_graph
+        from .graph.national import default_graph
 
         return default_graph
     if name in ("perturb_frame", "release_file", "ReleaseOptions"):

@@ -158,7 +158,7 @@ def _default_artefact_path() -> Path | None:
     it hashes the installed source files).  Workers verify its content hash in any case."""
     global _default_path
     if _default_path is None:
-        from .sources.bundled import default_graph_path
+        from .graph.national import default_graph_path
 
         _default_path = default_graph_path()
     return _default_path if _default_path.is_file() else None
@@ -167,13 +167,13 @@ def _default_artefact_path() -> Path | None:
 def _resolve_graph(graph) -> tuple[Graph, Path | None]:
     """The driver's graph and an artefact file holding exactly it (None: one must be written)."""
     if graph is None:
-        from .sources.bundled import default_graph
+        from .graph.national import default_graph
 
         resolved = default_graph(progress=False)
         return resolved, _default_artefact_path()
     if isinstance(graph, Graph):
         if graph.params.get("source") == "bundled-codepoint":
-            from .sources.bundled import default_graph
+            from .graph.national import default_graph
 
             path = _default_artefact_path()
             if path is not None and default_graph(progress=False).sha256 == graph.sha256:

@@ -33,7 +33,7 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
     from ..errors import InvalidParameterError
     from ..graph.artefact import save_graph
-    from ..sources.bundled import build_from_sources
+    from ..graph.national import build_from_sources
 
     if (onspd is None) == (codepoint is None):
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")

@@ -66,10 +66,10 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     import pandas as pd
 
     from ..errors import InvalidParameterError
+    from ..graph.national import default_graph
     from ..keyfile import read_key_file, write_key_file
     from ..mechanism import Key
     from ..release import release_file
-    from ..sources.bundled import default_graph
     from .perturb import echo_library_warnings, show_progress, sigterm_as_interrupt
 
     progress = show_progress(quiet)

@@ -18,7 +18,7 @@ def load_graph(graph_path: str | None, quiet: bool = False):
         from ..graph import Graph
 
         return Graph.load(graph_path)
-    from ..sources.bundled import default_graph
+    from ..graph.national import default_graph
 
     return default_graph(progress=not quiet and sys.stderr.isatty())
 

@@ -88,7 +88,7 @@ def graph_loader(graph_path: str | None, progress: bool):
         return lambda: Graph.load(graph_path)
 
     def national():
-        from ..sources.bundled import default_graph
+        from ..graph.national import default_graph
 
         return default_graph(progress=progress)
 

@@ -232,7 +232,7 @@ def build_profiles(graph: Graph, loc_mass: np.ndarray, cover: int = COVER, depth
 
 
 def _cache_path(graph: Graph, cover: int, depth: int) -> Path:
-    from ..sources.bundled import cache_dir  # the directory the default graph is cached in
+    from ..graph.national import cache_dir  # the directory the default graph is cached in
 
     return cache_dir() / f"profiles-{graph.sha256[:32]}-c{cover}-d{depth}.npz"
 

@@ -232,7 +232,7 @@ class ReleasePlan:
             raise InvalidParameterError("keep_source_postcode must be True or False")
         parse_epsilon(epsilon)  # fail before an expensive graph load
         if graph is None:
-            from ..sources.bundled import default_graph
+            from ..graph.national import default_graph
 
             graph = default_graph()
         elif not isinstance(graph, Graph):

@@ -28,10 +28,10 @@ import warnings
 from pathlib import Path
 
 from ..errors import ArtefactError, GraphError, InvalidParameterError, SourceDataError
-from ..graph.artefact import FORMAT_VERSION, load_graph, save_graph
-from ..graph.build import BUILD_FORMAT, BUILDER, build_graph
-from ..graph.graph import Graph
 from ..version import OUTPUT_STABILITY_VERSION, __version__
+from .artefact import FORMAT_VERSION, load_graph, save_graph
+from .build import BUILD_FORMAT, BUILDER, build_graph
+from .graph import Graph
 
 __all__ = ["default_graph", "build_from_sources", "cache_dir", "default_graph_path",
            "CACHE_ENV", "DEFAULT_GRAPH_SHA256"]
@@ -72,13 +72,13 @@ def build_from_sources(
     Returns the graph, or ``(graph, table)`` with ``with_table=True`` so a caller can keep the
     source's terminated postcodes (``table.terminated``) beside the artefact.
     """
-    from .codepoint import read_codepoint
-    from .table import file_sha256
+    from ..sources.codepoint import read_codepoint
+    from ..sources.table import file_sha256
 
     if codepoint is not None and onspd is not None:
         raise InvalidParameterError("give either a Code-Point Open source or an ONSPD source, not both")
     if onspd is not None:
-        from .onspd import read_onspd
+        from ..sources.onspd import read_onspd
 
         table = read_onspd(onspd, gb_only=gb_only, progress=progress)
     else:
@@ -94,7 +94,7 @@ def build_from_sources(
     }
     prior = None
     if population is not None:
-        from .population import apply_population, read_population
+        from ..sources.population import apply_population, read_population
 
         counts = read_population(population)
         prior, coverage = apply_population(table.postcodes, counts)
