@@ -25,15 +25,15 @@ _DECIMAL_TEXT = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[
 class Epsilon(Decimal):
     """An exact positive decimal.  Compares equal to a float whose shortest repr is the same."""
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, float):
             try:
                 other = Decimal(repr(other))
             except InvalidOperation:
                 return False
-        return Decimal.__eq__(self, other)
+        return bool(Decimal.__eq__(self, other))
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
     __hash__ = Decimal.__hash__

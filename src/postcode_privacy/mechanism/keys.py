@@ -69,7 +69,7 @@ class Key:
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, ...]:
         # Pickling would copy the secret silently (e.g. into a Spark plan); make it explicit.
         raise TypeError("Key objects are not picklable; pass the key file instead")
 

@@ -28,7 +28,7 @@ class Mechanism:
     decimal epsilon given, with no correction: the powers are rounded on the safe side.
     """
 
-    def __init__(self, graph: Graph, epsilon, radius: int | None = None):
+    def __init__(self, graph: Graph, epsilon: object, radius: int | None = None) -> None:
         if not isinstance(graph, Graph):
             raise TypeError("graph must be a postcode_privacy.Graph")
         self.graph = graph
@@ -94,19 +94,21 @@ class Mechanism:
                              graph_sha256=self.graph.sha256, epsilon_text=self.epsilon.text,
                              radius=self.radius)
 
-    def _draw(self, context: StreamContext, subject_id, node: int, *, lazy: bool = True) -> int:
+    def _draw(self, context: StreamContext, subject_id: object, node: int, *,
+              lazy: bool = True) -> int:
         sid = canonical_subject_id(subject_id)
         stream = context.for_subject(sid, self.graph.label(node))
         g = self.graph
         return sample(stream, iter_node_shells(g, node), g.prior, g.prior_cumsum, g.total_prior,
                       self.powers, self.radius, lazy=lazy)
 
-    def perturb(self, key: Key, subject_id, postcode: str) -> str:
+    def perturb(self, key: Key, subject_id: object, postcode: str) -> str:
         """The released postcode for this subject: deterministic given key and inputs."""
         node = self.graph.index_of(postcode)
         return self.graph.label(self._draw(self.stream_context(key), subject_id, node))
 
-    def perturb_many(self, key: Key, subject_ids: Iterable, postcodes: Iterable[str]) -> list[str]:
+    def perturb_many(self, key: Key, subject_ids: Iterable[object],
+                     postcodes: Iterable[str]) -> list[str]:
         """``perturb`` for many records, with the core's lazy sampler one record at a time.
 
         The core does not depend on the batch engine.  For large batches use
@@ -120,7 +122,8 @@ class Mechanism:
         nodes = [self.graph.index_of(p) for p in codes]
         return [self.graph.label(self._draw(context, s, x)) for s, x in zip(ids, nodes)]
 
-    def perturb_reference(self, key: Key, subject_ids: Sequence, postcodes: Sequence[str]) -> list[str]:
+    def perturb_reference(self, key: Key, subject_ids: Sequence[object],
+                          postcodes: Sequence[str]) -> list[str]:
         """The straightforward full-ball sampler, kept as the reference for faster paths."""
         context = self.stream_context(key)
         return [self.graph.label(self._draw(context, s, self.graph.index_of(p), lazy=False))

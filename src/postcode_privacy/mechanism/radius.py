@@ -37,7 +37,7 @@ def _lower_bound_exceeds_target(a: int, radius: int, min_prior: int, outside: in
     num = a**radius * outside
     den = (min_prior << (Q_HAT_BITS * radius)) + num
     # num / den > 1 / 10**6, cross-multiplied: Fraction would spend its time on gcds.
-    return num * TELEPORT_TARGET.denominator > den * TELEPORT_TARGET.numerator
+    return bool(num * TELEPORT_TARGET.denominator > den * TELEPORT_TARGET.numerator)
 
 
 @lru_cache(maxsize=256)

@@ -50,7 +50,7 @@ class SubjectStream:
 
     __slots__ = ("_mac",)
 
-    def __init__(self, mac):
+    def __init__(self, mac: hmac.HMAC) -> None:
         self._mac = mac
 
     def block(self, label: bytes, index: int, counter: int) -> bytes:
