@@ -113,22 +113,27 @@ def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_
     extent = (x0, x1, y0, y1)
     ax.set_facecolor("#eef3f7")  # sea, and land without postcodes
     ax.imshow(np.ma.masked_equal(background.T, 0), origin="lower", extent=extent, cmap="Greys",
-              norm=LogNorm(vmin=0.5, vmax=max(background.max(), 1.0) * 4), interpolation="nearest")
-    positive = layer > 0
+              norm=LogNorm(vmin=0.2, vmax=max(background.max(), 1.0) * 1.5),
+              interpolation="nearest")
+    # Cells below 1/10,000 of the likeliest are left uncoloured, so the land shows through.
+    floor = float(layer.max()) * 1e-4
+    positive = layer > floor
     if positive.any():
-        norm = LogNorm(vmin=max(float(layer[positive].min()), float(layer.max()) * 1e-6),
-                       vmax=float(layer.max()))
-        image = ax.imshow(np.ma.masked_less_equal(layer.T, 0), origin="lower", extent=extent,
+        norm = LogNorm(vmin=floor, vmax=float(layer.max()))
+        image = ax.imshow(np.ma.masked_less_equal(layer.T, floor), origin="lower", extent=extent,
                           cmap="plasma_r", norm=norm, alpha=0.8, interpolation="nearest")
         bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
         bar.set_label(f"probability of release per {_length_text(2 * half_width_m / _CELLS)} square")
     ax.plot([cx], [cy], marker="*", markersize=16, color="#00a651", markeredgecolor="black",
-            linestyle="none", label=f"true postcode {label}")
+            linestyle="none", label=f"true postcode {label}", zorder=5)
 
     # District names at district centroids: the biggest districts in the frame.
     d = geo.district_xy
     if len(d):
-        shown = np.flatnonzero((d[:, 0] > x0) & (d[:, 0] < x1) & (d[:, 1] > y0) & (d[:, 1] < y1))
+        # (none right on the star: the examples sit at their district's centroid)
+        clear = np.hypot(d[:, 0] - cx, d[:, 1] - cy) > 0.12 * half_width_m
+        shown = np.flatnonzero((d[:, 0] > x0) & (d[:, 0] < x1) & (d[:, 1] > y0) & (d[:, 1] < y1)
+                               & clear)
         shown = shown[np.argsort(-geo.district_size[shown], kind="stable")][:_LABELS]
         for i in shown.tolist():
             ax.text(d[i, 0], d[i, 1], geo.district_names[i], fontsize=9, ha="center",
