@@ -86,8 +86,14 @@ def test_cli_calibrate(setup, tmp_path, capsys):
     assert data["format"] == "postcode-privacy-calibration"
     assert data["graph_sha256"] == graph.sha256
     assert data["met"] and Decimal(data["epsilon"]) in GRID
+    # No epsilon meets the target: say why and exit non-zero, so a script cannot carry on.
     assert main(["calibrate", "--graph", str(path), "--target", "max-self-probability=0.000000001",
-                 "--sample", "4"]) == 0
+                 "--sample", "4"]) == 1
     captured = capsys.readouterr()
-    assert "warning:" in captured.err and "no epsilon" in captured.out
+    assert "warning:" in captured.err and "error: no epsilon" in captured.err
+    assert captured.out == ""
+    assert main(["calibrate", "--graph", str(path), "--target", "max-self-probability=0.000000001",
+                 "--sample", "4", "--json", "-q"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["met"] is False and "error: no epsilon" in captured.err
     assert main(["calibrate", "--graph", str(path), "--target", "bogus=1"]) == 8

@@ -1,5 +1,6 @@
 """``report``: exact content, a self-contained page whose every figure is a real PNG, atomic
-writing, the CLI, and (where Debian's chromium is installed) rendering in a headless browser."""
+writing, the CLI, and (where Debian's chromium is installed) rendering in a headless browser.
+The attacker figures, maps, --postcode row and --manifest are in test_report_release.py."""
 
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ def _parse(page: str) -> _Page:
 
 def test_every_image_is_a_decodable_png_data_uri(report):
     page = _parse(render_html(report))
-    assert len(page.images) == 3  # map, histogram, sample histogram
+    # three example maps, the focus histogram, the sample histogram
+    assert [i["id"] for i in page.images] == ["map_city", "map_town", "map_remote", "histogram",
+                                              "sample_histogram"]
     from matplotlib.image import imread
 
     for img in page.images:
@@ -93,7 +96,7 @@ def test_page_is_self_contained_and_states_the_conditions(report):
 def test_report_numbers_are_the_exact_ones(geo, report):
     data = report.data
     mechanism = Mechanism(geo, "0.9")
-    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 1
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 2
     assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
     tb = data["teleport_bound"]
     assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound
@@ -131,13 +134,16 @@ def test_examples_use_well_known_districts_when_present():
 
 def test_focus_postcode_and_json(geo, tmp_path):
     target = geo.label(77)
-    report = build_report(geo, "1.5", postcode=target.lower().replace(" ", ""))
-    assert report.data["focus"]["postcode"] == target and report.data["sample"] is None
+    report = build_report(geo, "1.5", postcode=target.lower().replace(" ", ""), sample=None)
+    assert report.data["focus"] == target and report.data["sample"] is None
+    assert report.data["attacker"] is None
     out = tmp_path / "r.json"
     write_report(report, out, as_json=True)
     data = json.loads(out.read_text())
-    assert data["focus"]["postcode"] == target and data["epsilon"] == "1.5"
-    assert len(_parse(render_html(report)).images) == 2
+    assert data["focus"] == target and data["epsilon"] == "1.5"
+    assert data["examples"][-1]["kind"] == "chosen" and data["examples"][-1]["postcode"] == target
+    ids = [i["id"] for i in _parse(render_html(report)).images]
+    assert ids == ["map_city", "map_town", "map_remote", "map_chosen", "histogram"]
 
 
 def test_write_is_atomic_and_replaces(report, tmp_path):
@@ -155,16 +161,17 @@ def test_cli_report(geo, tmp_path):
     path = tmp_path / "g.ppg"
     geo.save(path)
     out = tmp_path / "r.html"
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q"]) == 0
-    assert len(_parse(out.read_text(encoding="utf-8")).images) == 2
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
-                 "--postcode", geo.label(0), "--sample", "3"]) == 8
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q",
+                 "--sample", "3", "--releases", "2"]) == 0
+    assert len(_parse(out.read_text(encoding="utf-8")).images) == 5
+    assert main(["report", "--graph", str(path), "-o", str(out)]) == 2  # no epsilon, no manifest
     assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
                  "--postcode", "ZZ9 9ZZ"]) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["report", "--epsilon", "1", "--radius", "2", "--graph", str(path),
-                     "-o", str(tmp_path / "r.json"), "--json", "-q"]) == 0
+                     "-o", str(tmp_path / "r.json"), "--json", "-q", "--sample", "2",
+                     "--releases", "2"]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["radius"] == 2
 
 
@@ -190,5 +197,5 @@ def test_chromium_loads_every_figure(report, tmp_path):
          f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
          path.as_uri()],
         capture_output=True, text=True, timeout=120)
-    assert "IMAGES 3 LOADED 3" in result.stdout, result.stderr[-2000:]
+    assert "IMAGES 5 LOADED 5" in result.stdout, result.stderr[-2000:]
     shutil.rmtree(profile, ignore_errors=True)

@@ -19,21 +19,30 @@ from .evaluate import emit_json, load_graph
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S",
               help="Seed of the sample.")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar while the graph loads.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
 def calibrate_command(targets, graph_path, sample, seed, as_json, quiet) -> None:
     """Find the epsilon (two significant figures, 0.01 to 10) meeting the targets on a sample.
 
     A displacement target sets the smallest admissible epsilon, a self-probability target the
     largest; the answer is the smallest epsilon meeting every target (the largest if only
-    self-probability targets are given).  Prints a warning when no epsilon in range meets them.
+    self-probability targets are given).  When no epsilon in range meets them it prints why
+    and exits with status 1 (after the JSON, with --json).
     """
+    from .._progress import Progress
+    from ..errors import PostcodePrivacyError
     from ..evaluate import calibrate, parse_target, select_sample
     from ..version import OUTPUT_STABILITY_VERSION, __version__
 
     parsed = dict(parse_target(t) for t in targets)
     graph = load_graph(graph_path, quiet)
     nodes = select_sample(graph, sample, seed)
-    result = calibrate(graph, parsed, nodes)
+    progress = None if quiet else Progress("calibrate")
+    try:
+        result = calibrate(graph, parsed, nodes, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
@@ -42,10 +51,10 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, quiet) -> None
                    "output_stability_version": OUTPUT_STABILITY_VERSION,
                    "graph_sha256": graph.sha256, "sample_size": len(nodes), "seed": seed,
                    **result.to_json()}, None)
-        return
-    if result.epsilon is None:
-        click.echo("no epsilon in [0.01, 10] meets the targets")
-    else:
+    elif result.epsilon is not None:
         achieved = ", ".join(f"{k} {v:.4g}" for k, v in result.achieved.items())
         click.echo(f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, "
                    f"seed {seed})")
+    if result.epsilon is None:  # the warnings above say why; a script must not carry on
+        raise PostcodePrivacyError("no epsilon in [0.01, 10] meets the targets (see the warnings "
+                                   "above); relax a target or use a larger --sample")

@@ -86,9 +86,9 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
             key_path = Path(keydir) / "demo.key"
             write_key_file(Key.generate(), key_path)
             key = read_key_file(key_path)
-        if progress:
+        if not quiet:  # a stage line even when stderr is a log file, not a terminal
             click.echo("loading the national graph (built and cached on first use)...", err=True)
-        graph = default_graph(progress=progress)
+        graph = default_graph(progress=not quiet)
         source = out_dir / "records.csv"
         _copy_example(source, force=force)
         manifest = release_file(source, output, key=key, epsilon=DEMO_EPSILON,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import warnings
 
 import click
@@ -20,7 +19,7 @@ def load_graph(graph_path: str | None, quiet: bool = False):
         return Graph.load(graph_path)
     from ..graph.national import default_graph
 
-    return default_graph(progress=not quiet and sys.stderr.isatty())
+    return default_graph(progress=not quiet)  # a bar on a terminal, plain lines otherwise
 
 
 @contextlib.contextmanager
@@ -129,7 +128,8 @@ def mechanism_options(command):
               help="Skip the search for the epsilon whose utility matches each truncation.")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
 @click.option("-o", "--output", metavar="FILE", help="Write the JSON report to FILE (atomically).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar while the graph loads.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
 def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, adversary_hops,
                      compromise_hops, no_matching_epsilon, as_json, output, quiet) -> None:
     """Measure what a release at epsilon gives an analyst and an adversary, on a sample.
@@ -141,14 +141,20 @@ def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, advers
     sector and district on the same measures.  The stand-in keys are derived from the seed and
     are not secret: this command never touches a real key.
     """
+    from .._progress import Progress
     from ..evaluate import evaluate_release
 
     graph = load_graph(graph_path, quiet)
+    progress = None if quiet else Progress("evaluate")
     with echo_warnings():
-        result = evaluate_release(graph, epsilon, radius=radius, sample=sample, releases=releases,
-                                  seed=seed, adversary_hops=adversary_hops,
-                                  compromise_hops=compromise_hops,
-                                  match_truncation=not no_matching_epsilon)
+        try:
+            result = evaluate_release(graph, epsilon, radius=radius, sample=sample,
+                                      releases=releases, seed=seed, adversary_hops=adversary_hops,
+                                      compromise_hops=compromise_hops,
+                                      match_truncation=not no_matching_epsilon, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
     if output is not None:
         emit_json(result, output)
     if as_json:

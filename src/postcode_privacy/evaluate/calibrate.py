@@ -19,6 +19,8 @@ largest.  When no epsilon in [0.01, 10] meets the targets the result says why, i
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -79,12 +81,16 @@ def parse_target(text: str) -> tuple[str, float]:
 class _Measures:
     """Utility measures per grid epsilon, computed once each."""
 
-    def __init__(self, graph: Graph, nodes):
+    def __init__(self, graph: Graph, nodes, progress=None, budget: int = 1):
         self.graph, self.nodes = graph, list(nodes)
         self.cache: dict[Decimal, dict[str, float]] = {}
+        self.progress, self.budget = progress, budget
 
     def __call__(self, epsilon: Decimal) -> dict[str, float]:
         if epsilon not in self.cache:
+            if self.progress is not None:
+                self.budget = max(self.budget, len(self.cache) + 1)
+                self.progress("measuring epsilon values", len(self.cache), self.budget)
             summary = measure_utility(ExactMechanism(Mechanism(self.graph, epsilon)), self.nodes)
             self.cache[epsilon] = {"median-displacement-km": summary.median_displacement_km,
                                    "max-self-probability": summary.max_self_probability}
@@ -114,14 +120,21 @@ def _search(ok, decreasing: bool) -> int | None:
     return lo
 
 
-def calibrate(graph: Graph, targets: dict[str, float], nodes) -> CalibrationResult:
-    """The epsilon on the two-significant-figure grid meeting ``targets`` on ``nodes``."""
+def calibrate(graph: Graph, targets: dict[str, float], nodes,
+              progress: Callable[[str, int, int], None] | None = None) -> CalibrationResult:
+    """The epsilon on the two-significant-figure grid meeting ``targets`` on ``nodes``.
+
+    ``progress``, if given, is called as ``progress(stage, done, total)`` before each utility
+    measurement (``total`` is the most the bisections can need).
+    """
     if not targets:
         raise InvalidParameterError("give at least one target")
     for name in targets:
         if name not in TARGETS:
             raise InvalidParameterError(f"unknown target {name}")
-    measures = _Measures(graph, nodes)
+    # Each bisection evaluates both ends, then halves the grid: at most 2 + ceil(log2 |GRID|).
+    budget = len(targets) * (2 + math.ceil(math.log2(len(GRID))))
+    measures = _Measures(graph, nodes, progress, budget)
     bounds: dict[str, Decimal | None] = {}
     warnings: list[str] = []
     indices: dict[str, int | None] = {}
@@ -157,6 +170,8 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes) -> CalibrationResu
         else:
             epsilon = GRID[lo] if lo is not None else GRID[hi]
     achieved = measures(epsilon) if epsilon is not None else {}
+    if progress is not None:
+        progress("measuring epsilon values", len(measures.cache), len(measures.cache))
     return CalibrationResult(
         epsilon=epsilon, met=epsilon is not None, targets=dict(targets),
         achieved={k: achieved[k] for k in achieved}, bounds=bounds, warnings=warnings,

@@ -16,6 +16,7 @@ Scenarios for the adversary, per sampled subject s with true postcode x:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
 from ..version import OUTPUT_STABILITY_VERSION, __version__
-from .adversary import distinct_draws, posterior_outcome, summarise
+from .adversary import AdversaryOutcome, distinct_draws, posterior_outcome, summarise
 from .calibrate import calibrate
 from .compromise import key_compromise, perturb_nodes
 from .exact import ExactMechanism
@@ -92,12 +93,19 @@ def area_codes(graph: Graph, laua=None) -> AreaCodes:
 def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample: int = 100,
                      releases: int = 20, seed: int = 0, adversary_hops: int = 6,
                      compromise_hops: int = 6, compromise_sample: int | None = None,
-                     laua=None, match_truncation: bool = True) -> dict:
+                     laua=None, match_truncation: bool = True,
+                     progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Measure a release at ``epsilon`` on a seeded sample; returns a JSON-ready report.
 
     ``laua``: local authority per node (defaults to the bundled directory).  The report carries
-    a format marker and version, the graph's sha256 and every parameter.
+    a format marker and version, the graph's sha256 and every parameter.  ``progress``, if
+    given, is called as ``progress(stage, done, total)`` while it runs (it must not print to
+    stdout).
     """
+    def report(stage: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(stage, done, total)
+
     if isinstance(releases, bool) or not isinstance(releases, (int, np.integer)) or releases < 1:
         raise InvalidParameterError("releases must be a whole number of at least 1")
     for name, hops in (("adversary_hops", adversary_hops), ("compromise_hops", compromise_hops)):
@@ -109,41 +117,27 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
     subjects = [f"evaluation-subject-{i}" for i in range(len(nodes))]
     notes: list[str] = []
 
+    report("utility", 0, 1)
     areas = area_codes(graph, laua)
     if areas.note:
         notes.append(areas.note)
     utility = measure_utility(exact, nodes, areas.codes, areas.mass)
+    report("utility", 1, 1)
 
-    # Adversary: one release, K independent draws, K keyed releases.
-    keys = evaluation_keys(seed, releases + 1)
-    key0, fresh = keys[0], keys[1:]
-
-    def release(key: Key) -> list[int]:
-        return perturb_nodes(mechanism, key, subjects, nodes).tolist()
-
-    first = release(key0)
-    keyed_runs = [first] + [release(key0) for _ in range(releases - 1)]
-    independent_runs = [release(k) for k in fresh]
-    one, independent, keyed = [], [], []
-    for i, x in enumerate(nodes.tolist()):
-        outcome_one = posterior_outcome(exact, x, [first[i]], adversary_hops)
-        draws = distinct_draws((k.fingerprint, run[i]) for k, run in zip(fresh, independent_runs))
-        outcome_ind = posterior_outcome(exact, x, draws, adversary_hops)
-        keyed_draws = distinct_draws((key0.fingerprint, run[i]) for run in keyed_runs)
-        outcome_keyed = posterior_outcome(exact, x, keyed_draws, adversary_hops)
-        if outcome_keyed != outcome_one:
-            raise PostcodePrivacyError("keyed releases changed the adversary's view: "
-                                       "keyed determinism is broken")
-        one.append(outcome_one)
-        independent.append(outcome_ind)
-        keyed.append(outcome_keyed)
-
+    report("adversary", 0, len(nodes))
+    scenarios = adversary_scenarios(
+        mechanism, exact, nodes, releases, seed, adversary_hops,
+        progress=lambda done, total: report("adversary", done, total))
+    key0, first = scenarios.key0, scenarios.first_release
+    report("key compromise", 0, 1)
     n_comp = len(nodes) if compromise_sample is None else max(1, min(int(compromise_sample), len(nodes)))
     compromise = key_compromise(exact, key0, subjects[:n_comp], nodes[:n_comp], first[:n_comp],
                                 compromise_hops)
+    report("key compromise", 1, 1)
 
     truncation = {}
     for level in ("sector", "district"):
+        report(f"{level} truncation", 0, 2)
         codes = group_codes(graph, level)
         summary = truncation_baseline(graph, nodes, level, areas.codes, codes) if codes is not None else None
         if summary is None:
@@ -152,12 +146,14 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
             continue
         entry = summary.to_json()
         if match_truncation:
+            report(f"{level} truncation", 1, 2)  # next: the epsilon with its utility
             matched = calibrate(graph, {"median-displacement-km": summary.median_displacement_km}, nodes)
             entry["matching_epsilon"] = matched.to_json()["epsilon"]
             entry["matching_note"] = ("smallest epsilon (two significant figures) whose median "
                                       "displacement is at most the truncation's; "
                                       + ("; ".join(matched.warnings) if matched.warnings else "met"))
         truncation[level] = entry
+        report(f"{level} truncation", 2, 2)
 
     return {
         "format": FORMAT,
@@ -173,15 +169,60 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
                               "plus the true postcode if further out; restricting to a set that "
                               "contains the truth can only help the adversary"),
             "hops": adversary_hops,
-            "one_release": summarise(one).to_json(),
-            "independent_draws": summarise(independent).to_json(),
-            "keyed_releases": summarise(keyed).to_json(),
+            "one_release": summarise(scenarios.one).to_json(),
+            "independent_draws": summarise(scenarios.independent).to_json(),
+            "keyed_releases": summarise(scenarios.keyed).to_json(),
             "keyed_equals_one_release": True,
         },
         "key_compromise": compromise.to_json(),
         "truncation": truncation,
         "notes": notes,
     }
+
+
+@dataclass
+class AdversaryScenarios:
+    """The adversary's view of every sampled subject in the three scenarios of the module doc."""
+
+    key0: Key
+    first_release: list[int]  # the one release's output node per subject
+    one: list[AdversaryOutcome]
+    independent: list[AdversaryOutcome]
+    keyed: list[AdversaryOutcome]
+
+
+def adversary_scenarios(mechanism: Mechanism, exact: ExactMechanism, nodes: np.ndarray,
+                        releases: int, seed: int, hops: int,
+                        progress: Callable[[int, int], None] | None = None) -> AdversaryScenarios:
+    """One release, K = ``releases`` independent draws and K keyed releases of each sampled node
+    under stand-in keys derived from ``seed``; raises if the keyed view differs from one
+    release.  ``progress(done, total)`` is called after each subject."""
+    subjects = [f"evaluation-subject-{i}" for i in range(len(nodes))]
+    keys = evaluation_keys(seed, releases + 1)
+    key0, fresh = keys[0], keys[1:]
+
+    def release(key: Key) -> list[int]:
+        return perturb_nodes(mechanism, key, subjects, nodes).tolist()
+
+    first = release(key0)
+    keyed_runs = [first] + [release(key0) for _ in range(releases - 1)]
+    independent_runs = [release(k) for k in fresh]
+    one, independent, keyed = [], [], []
+    for i, x in enumerate(nodes.tolist()):
+        outcome_one = posterior_outcome(exact, x, [first[i]], hops)
+        draws = distinct_draws((k.fingerprint, run[i]) for k, run in zip(fresh, independent_runs))
+        outcome_ind = posterior_outcome(exact, x, draws, hops)
+        keyed_draws = distinct_draws((key0.fingerprint, run[i]) for run in keyed_runs)
+        outcome_keyed = posterior_outcome(exact, x, keyed_draws, hops)
+        if outcome_keyed != outcome_one:
+            raise PostcodePrivacyError("keyed releases changed the adversary's view: "
+                                       "keyed determinism is broken")
+        one.append(outcome_one)
+        independent.append(outcome_ind)
+        keyed.append(outcome_keyed)
+        if progress is not None:
+            progress(i + 1, len(nodes))
+    return AdversaryScenarios(key0, first, one, independent, keyed)
 
 
 def identify_mechanism(mechanism) -> dict:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from fractions import Fraction
@@ -401,6 +400,6 @@ class _NoBar:
 def _progress_bar(progress: bool):
     if not progress:
         return _NoBar()
-    from tqdm import tqdm
+    from .._progress import step_bar  # plain lines when stderr is not a terminal
 
-    return tqdm(total=6, desc="Building postcode graph", unit="step", file=sys.stderr)
+    return step_bar("Building postcode graph", 6)

@@ -72,6 +72,7 @@ def build_from_sources(
     Returns the graph, or ``(graph, table)`` with ``with_table=True`` so a caller can keep the
     source's terminated postcodes (``table.terminated``) beside the artefact.
     """
+    from .._progress import stderr_is_terminal
     from ..sources.codepoint import read_codepoint
     from ..sources.table import file_sha256
 
@@ -80,9 +81,9 @@ def build_from_sources(
     if onspd is not None:
         from ..sources.onspd import read_onspd
 
-        table = read_onspd(onspd, gb_only=gb_only, progress=progress)
-    else:
-        table = read_codepoint(codepoint, progress=progress)
+        table = read_onspd(onspd, gb_only=gb_only, progress=progress and stderr_is_terminal())
+    else:  # (a reader's tqdm bar would garble a log; the build below prints plain lines there)
+        table = read_codepoint(codepoint, progress=progress and stderr_is_terminal())
 
     params_extra: dict = {"source": table.kind}
     if onspd is not None:

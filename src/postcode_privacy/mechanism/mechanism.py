@@ -15,6 +15,7 @@ from ..version import OUTPUT_STABILITY_VERSION
 from .epsilon import Epsilon, parse_epsilon
 from .keys import Key
 from .powers import MAX_RADIUS, powers
+from .probabilities import Probabilities
 from .radius import TELEPORT_TARGET, default_radius, teleport_bound
 from .sampler import sample
 from .stream import StreamContext
@@ -67,11 +68,18 @@ class Mechanism:
         distance = hop_distances(self.graph, x, self.radius)
         return [int(pi) * self.powers[int(d)] for pi, d in zip(self.graph.prior.tolist(), distance.tolist())]
 
-    def probabilities(self, postcode: str) -> list[Fraction]:
-        """K(x)(y) for every node y, as exact fractions (small graphs only)."""
-        w = self.weights(postcode)
+    def probabilities(self, postcode: str) -> Probabilities:
+        """K(x)(y) for every node y, as exact fractions in graph order (small graphs only).
+
+        The result is a list of Fractions that prints as a table of postcode, hops and decimal
+        probability (see :mod:`.probabilities`); ``.exact`` gives the plain list.
+        """
+        x = self.graph.index_of(postcode)
+        hops = hop_distances(self.graph, x, self.radius).tolist()
+        w = [int(pi) * self.powers[int(d)] for pi, d in zip(self.graph.prior.tolist(), hops)]
         total = sum(w)
-        return [Fraction(v, total) for v in w]
+        return Probabilities(self.graph.label(x), [Fraction(v, total) for v in w],
+                             self.graph.postcodes, hops)
 
     def teleport_probability(self, postcode: str) -> Fraction:
         """Exact probability that the output is drawn from the tail (R hops or more away)."""

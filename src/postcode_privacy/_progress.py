@@ -1,0 +1,84 @@
+"""Progress on stderr for long commands: a tqdm bar on a terminal, plain stage lines otherwise.
+
+A tqdm bar redraws itself with carriage returns, which turns a CI log or a ``2> file`` into one
+unreadable line; when stderr is not a terminal we print one short line per stage (and at each
+quarter of a long stage) instead.  Library code never prints: it accepts a ``progress``
+callable and calls ``progress(stage, done, total)``; the command line passes a :class:`Progress`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """``progress(stage, done, total)``: one tqdm bar per stage on a terminal, else lines such as
+    ``evaluate: adversary 10/40 (3.1 s)``.  ``close()`` ends the last bar."""
+
+    def __init__(self, prefix: str, *, terminal: bool | None = None):
+        self.prefix = prefix
+        self.terminal = stderr_is_terminal() if terminal is None else terminal
+        self._stage: str | None = None
+        self._bar = None
+        self._started = time.perf_counter()
+        self._next_line = 0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self._stage:
+            self.close()
+            self._stage, self._started = stage, time.perf_counter()
+            self._next_line = 0
+            if self.terminal:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, desc=f"{self.prefix}: {stage}", file=sys.stderr,
+                                 leave=False)
+        if self._bar is not None:
+            self._bar.n = done
+            self._bar.refresh()
+            return
+        # Lines at the start, at each quarter, and at the end of a stage.
+        if done >= self._next_line or done == total:
+            elapsed = time.perf_counter() - self._started
+            print(f"{self.prefix}: {stage} {done}/{total} ({elapsed:.1f} s)", file=sys.stderr,
+                  flush=True)
+            self._next_line = done + max(1, -(-total // 4)) if done < total else total + 1
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class StepLines:
+    """A stand-in for a tqdm bar (``update``/``close``) that prints ``desc: step k of n``."""
+
+    def __init__(self, desc: str, total: int):
+        self.desc, self.total, self.done = desc, total, 0
+        self._started = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        elapsed = time.perf_counter() - self._started
+        print(f"{self.desc}: step {self.done} of {self.total} ({elapsed:.1f} s)", file=sys.stderr,
+              flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def step_bar(desc: str, total: int):
+    """A tqdm bar of ``total`` steps on a terminal, :class:`StepLines` otherwise."""
+    if not stderr_is_terminal():
+        return StepLines(desc, total)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr)

@@ -1,0 +1,216 @@
+"""Gathering everything the report shows (the numbers; figures are drawn in ``_maps`` and
+``_figures``).
+
+All privacy figures come from the mechanism's exact integer weights (``evaluate.exact``) and
+become floats only for display.  The attacker figures are those of ``postcode-privacy evaluate``
+(docs/evaluation.md) on a smaller, named sample: a seeded draw of postcodes by prior, never
+anyone's true data, with stand-in keys derived from the seed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from ..errors import InvalidParameterError
+from ..evaluate.adversary import summarise
+from ..evaluate.exact import ExactMechanism, OutputDistribution
+from ..evaluate.run import adversary_scenarios, identify_mechanism, select_sample
+from ..evaluate.truncation import group_codes, truncation_baseline
+from ..evaluate.utility import measure_utility, mixture_quantile_m
+from ..graph.graph import Graph
+from ..mechanism.mechanism import Mechanism
+from ._examples import example_postcodes
+from ._figures import histogram_figure
+from ._manifest import ReleaseFacts
+from ._maps import place_map
+
+FORMAT = "postcode-privacy-report"
+FORMAT_VERSION = 2
+
+CONDITIONS = (
+    ("the key", "a different key is a fresh, independent draw"),
+    ("the subject identifier", "it is hashed into the draw; a new identifier is a new draw"),
+    ("the true postcode", "it is hashed too: someone who moves is drawn again"),
+    ("the graph artefact (its sha256)", "node order and prior feed every output"),
+    ("epsilon and the radius R", "both set the weights and are hashed into the draw"),
+    ("the library's output-stability version", "a new version re-draws everyone (see the changelog)"),
+)
+
+
+@dataclass
+class Report:
+    """The report's data (JSON-ready) and its figures (PNG bytes, by name)."""
+
+    data: dict
+    figures: dict[str, bytes] = field(default_factory=dict)
+
+
+def fraction_json(value: Fraction) -> dict:
+    return {"numerator": str(value.numerator), "denominator": str(value.denominator),
+            "approx": float(value)}
+
+
+def generated_at() -> str:
+    """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    moment = (_dt.datetime.fromtimestamp(int(epoch), _dt.UTC) if epoch and epoch.isdigit()
+              else _dt.datetime.now(_dt.UTC))
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistribution, np.ndarray]:
+    """Exact displacement, self- and teleport probability of one true postcode, with its
+    distribution and displacement histogram (whole metres)."""
+    g = exact.graph
+    dist = exact.distribution(node)
+    distances = exact.distances_m(dist.location)
+    expected = exact.expected_displacement_m(dist, distances)
+    hist = np.zeros(int(exact.max_distance_m()) + 2)
+    exact.add_displacement_histogram(dist, hist, distances)
+    neighbours = g.location_neighbours(dist.location)
+    xy = g.location_coordinates
+    spacing = (float(np.hypot(*(xy[neighbours] - xy[dist.location]).T).mean())
+               if neighbours.size else math.nan)
+    summary = {
+        "postcode": g.label(node),
+        "expected_displacement_m": fraction_json(expected),
+        "self_probability": fraction_json(exact.self_probability(dist)),
+        "teleport_probability": fraction_json(exact.teleport_probability(dist)),
+        "median_m": mixture_quantile_m(hist, 0.5),
+        "p95_m": mixture_quantile_m(hist, 0.95),
+        "probability_within_1km": float(hist[:1000].sum()),
+        "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
+    }
+    return summary, dist, hist
+
+
+def _map_half_width_m(summary: dict) -> float:
+    """Frame a map on the 95th percentile of displacement, never tighter than a few neighbours."""
+    spacing = summary["neighbour_spacing_m"] or 0.0
+    return max(1.15 * summary["p95_m"], 4.0 * spacing, 1000.0)
+
+
+def attacker_figures(graph: Graph, mechanism: Mechanism, exact: ExactMechanism, nodes: np.ndarray,
+                     releases: int, seed: int, hops: int,
+                     progress: Callable[[str, int, int], None] | None) -> dict:
+    """The adversary rows of ``evaluate`` for ``nodes``, with sector and district alongside."""
+    scenarios = adversary_scenarios(
+        mechanism, exact, nodes, releases, seed, hops,
+        progress=None if progress is None else (lambda d, t: progress("attacker", d, t)))
+    rows = []
+    for name, label, outcomes in (
+            ("one_release", "one release", scenarios.one),
+            ("keyed_releases", f"{releases} keyed releases (same key, re-run)", scenarios.keyed),
+            ("independent_draws", f"{releases} independent releases (new key each time)",
+             scenarios.independent)):
+        s = summarise(outcomes)
+        rows.append({"scenario": name, "label": label, "identification_rate": s.identification_rate,
+                     "median_rank": s.median_rank, "median_posterior": s.median_posterior})
+    for level in ("sector", "district"):
+        codes = group_codes(graph, level)
+        t = truncation_baseline(graph, nodes, level, None, codes) if codes is not None else None
+        if t is not None:
+            rows.append({"scenario": level, "label": f"publish only the postcode {level}",
+                         "identification_rate": t.identification_rate,
+                         "median_rank": t.median_rank, "median_posterior": t.median_posterior,
+                         "median_displacement_km": t.median_displacement_km,
+                         "p95_displacement_km": t.p95_displacement_km})
+    return {"releases": int(releases), "hops": int(hops), "rows": rows}
+
+
+def build_report(graph: Graph, epsilon=None, radius: int | None = None, postcode: str | None = None,
+                 sample: int | None = 10, seed: int = 0, releases: int = 20,
+                 adversary_hops: int = 6, release: ReleaseFacts | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> Report:
+    """Everything the report shows, computed exactly; figures rendered with matplotlib (Agg).
+
+    ``release`` (from ``read_manifest``) describes an actual release: its epsilon and radius are
+    used, and its graph must be ``graph``.  ``sample=None`` leaves out the attacker figures and
+    the sample summary.  ``progress(stage, done, total)`` is called while it runs.
+    """
+    started = time.perf_counter()
+
+    def report(stage: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(stage, done, total)
+
+    if release is not None:
+        if release.graph_sha256 != graph.sha256:
+            raise InvalidParameterError(
+                "the manifest's release used another graph (its graph sha256 differs from the "
+                "loaded graph's); give the release's graph with --graph")
+        if epsilon is not None and str(epsilon) != release.epsilon:
+            raise InvalidParameterError("--epsilon differs from the manifest's epsilon; omit it")
+        if radius is not None and radius != release.radius:
+            raise InvalidParameterError("--radius differs from the manifest's radius; omit it")
+        epsilon, radius = release.epsilon, release.radius
+    if epsilon is None:
+        raise InvalidParameterError("give --epsilon, or --manifest of a release")
+    mechanism = Mechanism(graph, epsilon, radius)
+    exact = ExactMechanism(mechanism)
+    places = [dict(e) for e in example_postcodes(graph)]
+    if postcode is not None:
+        places.append({"kind": "chosen", "node": graph.index_of(postcode), "how": "--postcode"})
+
+    figures: dict[str, bytes] = {}
+    rows = []
+    for i, place in enumerate(places):
+        report("places and maps", i, len(places))
+        summary, dist, hist = place_summary(exact, place["node"])
+        half = _map_half_width_m(summary)
+        name = f"map_{place['kind']}"
+        figures[name], outside = place_map(
+            exact, dist, summary["postcode"], half,
+            f"Where {summary['postcode']} ({place['kind']}) can be released to")
+        rows.append({"kind": place["kind"], "chosen_by": place["how"], **summary, "map": name,
+                     "map_half_width_m": half, "map_outside_share": outside})
+        if place["kind"] == "chosen" or (postcode is None and i == 0):
+            figures["histogram"] = histogram_figure(hist, f"true postcode {summary['postcode']}")
+    report("places and maps", len(places), len(places))
+
+    eps = float(mechanism.epsilon)
+    ratios = [{"hops": h, "max_ratio": _safe_exp(eps * h)}
+              for h in sorted({1, 2, 3, 5, 10, mechanism.radius}) if h <= mechanism.radius]
+    data = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generated": generated_at(),
+        **identify_mechanism(mechanism),
+        "radius_is_default": radius is None,
+        "release": None if release is None else release.to_json(),
+        "teleport_bound": fraction_json(mechanism.teleport_bound),
+        "likelihood_ratio_bounds": ratios,
+        "conditions": [{"unchanged": a, "why": b} for a, b in CONDITIONS],
+        "examples": rows,
+        "focus": rows[-1]["postcode"] if postcode is not None else rows[0]["postcode"],
+        "sample": None,
+        "attacker": None,
+    }
+    if sample is not None:
+        nodes = select_sample(graph, sample, seed)
+        report("sample utility", 0, 1)
+        utility = measure_utility(exact, nodes)
+        data["sample"] = {"seed": int(seed), "postcodes": [graph.label(int(v)) for v in nodes],
+                          **utility.to_json()}
+        figures["sample_histogram"] = histogram_figure(
+            utility.histogram_m, f"{utility.sample_size} postcodes drawn by prior (seed {seed})")
+        report("sample utility", 1, 1)
+        data["attacker"] = attacker_figures(graph, mechanism, exact, nodes, releases, seed,
+                                            adversary_hops, progress)
+    data["seconds"] = round(time.perf_counter() - started, 1)
+    return Report(data, figures)
+
+
+def _safe_exp(x: float) -> float | None:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return None

@@ -1,0 +1,86 @@
+"""Reading a release's manifest for ``report --manifest``: only its publishable fields.
+
+The manifest beside a release (``OUTPUT.manifest.json``, format ``postcode-privacy-manifest``)
+may, in format version 1, also carry facts about the true input (input hash, record counts).
+The report reads only the fields that format version 2 keeps publishable (epsilon, radius,
+graph, key fingerprint, output file and rows, versions, created time), so nothing about the
+true input can reach a report, whichever version it is given.  An unknown format or version is
+refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from ..errors import InvalidParameterError
+
+FORMAT = "postcode-privacy-manifest"
+KNOWN_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """The publishable description of one release, as the report shows it."""
+
+    epsilon: str
+    radius: int
+    graph_sha256: str
+    key_fingerprint: str
+    output_name: str
+    output_rows: int
+    output_sha256: str
+    created: str
+    library_version: str
+    output_stability_version: str
+    format_version: int
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _field(data: dict, *path: str, kind: type):
+    value: object = data
+    for name in path:
+        if not isinstance(value, dict) or name not in value:
+            raise InvalidParameterError(f"the manifest has no field {'.'.join(path)}")
+        value = value[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not a whole number")
+    if kind is str and not isinstance(value, str):
+        raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not text")
+    return value
+
+
+def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
+    """The publishable facts of the manifest at ``path``; raises InvalidParameterError (naming
+    the field, never echoing a value) for anything that is not a known manifest."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except OSError as exc:
+        raise InvalidParameterError(
+            f"cannot read the manifest: {exc.strerror or type(exc).__name__}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidParameterError("the manifest is not a JSON file") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InvalidParameterError(f"this is not a release manifest (format {FORMAT!r} expected)")
+    version = data.get("format_version")
+    if isinstance(version, bool) or version not in KNOWN_VERSIONS:
+        raise InvalidParameterError(
+            "unknown manifest format version (this postcode-privacy reads versions "
+            f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy")
+    return ReleaseFacts(
+        epsilon=_field(data, "epsilon", kind=str),
+        radius=_field(data, "radius", kind=int),
+        graph_sha256=_field(data, "graph", "sha256", kind=str),
+        key_fingerprint=_field(data, "key_fingerprint", kind=str),
+        output_name=os.path.basename(_field(data, "output", "path", kind=str)),
+        output_rows=_field(data, "output", "rows", kind=int),
+        output_sha256=_field(data, "output", "sha256", kind=str),
+        created=_field(data, "created", kind=str),
+        library_version=_field(data, "library_version", kind=str),
+        output_stability_version=str(_field(data, "output_stability_version", kind=object)),
+        format_version=int(version),
+    )

@@ -1,0 +1,160 @@
+"""``report`` for a DPO: attacker figures equal to ``evaluate``'s, real offline maps with the
+share outside each frame, the full row for --postcode, --manifest of an actual release (only its
+publishable fields), the generation time, and the readable form of Mechanism.probabilities."""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from test_evaluate_graphs import postcode_graph
+
+from postcode_privacy import Mechanism
+from postcode_privacy.cli import main
+from postcode_privacy.errors import InvalidParameterError
+from postcode_privacy.evaluate import evaluate_release
+from postcode_privacy.report import build_report, read_manifest, render_html
+
+
+@pytest.fixture(scope="module")
+def geo():
+    graph, _ = postcode_graph(140, seed=31, colocated=5)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def report(geo):
+    return build_report(geo, "0.9", postcode=geo.label(77), sample=6, seed=2, releases=3)
+
+
+def test_attacker_rows_are_evaluates(geo, report):
+    ev = evaluate_release(geo, "0.9", sample=6, releases=3, seed=2, compromise_sample=1,
+                          match_truncation=False)
+    rows = {r["scenario"]: r for r in report.data["attacker"]["rows"]}
+    assert list(rows) == ["one_release", "keyed_releases", "independent_draws", "sector",
+                          "district"]
+    for name in ("one_release", "keyed_releases", "independent_draws"):
+        expected = ev["adversary"][name]
+        for field in ("identification_rate", "median_rank", "median_posterior"):
+            assert rows[name][field] == expected[field], (name, field)
+    for level in ("sector", "district"):
+        t = ev["truncation"][level]
+        assert rows[level]["identification_rate"] == t["identification_rate"]
+        assert rows[level]["median_displacement_km"] == t["median_displacement_km"]
+    # Keyed re-runs are one release: the report must say so by showing equal figures.
+    assert rows["keyed_releases"]["identification_rate"] == rows["one_release"]["identification_rate"]
+    sample = report.data["sample"]
+    assert sample["sample_size"] == 6 and len(sample["postcodes"]) == 6
+    text = render_html(report)
+    for postcode in sample["postcodes"]:
+        assert postcode in text  # the report names its sample
+
+
+def test_each_map_states_the_exact_share_outside_its_frame(geo, report):
+    coords = geo.location_coordinates[geo.node_location]
+    mechanism = Mechanism(geo, "0.9")
+    for place in report.data["examples"]:
+        x = geo.index_of(place["postcode"])
+        half = place["map_half_width_m"]
+        centre = coords[x]
+        inside = np.all(np.abs(coords - centre) <= half, axis=1)
+        probs = mechanism.probabilities(place["postcode"])
+        # This small graph's radius covers it all, so no tail mass is left out of the ball.
+        assert mechanism.teleport_probability(place["postcode"]) == 0
+        outside = 1 - sum((p for p, keep in zip(probs, inside) if keep), Fraction(0))
+        assert place["map_outside_share"] == pytest.approx(float(outside), abs=1e-12)
+        assert half >= 1.15 * place["p95_m"]  # framed on the 95th percentile
+    html = render_html(report)
+    assert "falls outside it" in html and "outside the frame" in html
+
+
+def test_chosen_postcode_gets_the_full_row_and_its_own_map(geo, report):
+    chosen = report.data["examples"][-1]
+    assert chosen["kind"] == "chosen" and chosen["postcode"] == geo.label(77)
+    for field in ("median_m", "p95_m", "probability_within_1km", "self_probability",
+                  "teleport_probability", "expected_displacement_m"):
+        assert chosen[field] is not None
+    assert chosen["map"] == "map_chosen" and report.figures["map_chosen"].startswith(b"\x89PNG")
+    assert report.data["focus"] == chosen["postcode"]
+
+
+def _manifest(geo, tmp_path, **changes):
+    data = {"format": "postcode-privacy-manifest", "format_version": 2,
+            "library_version": "0.1.0", "output_stability_version": "1",
+            "created": "2026-01-02T03:04:05+00:00",
+            "output": {"path": "records_dp.csv", "format": "csv", "sha256": "ab" * 32,
+                       "rows": 1234},
+            "graph": {"sha256": geo.sha256, "nodes": len(geo)},
+            "epsilon": "1.2", "radius": 9, "key_fingerprint": "k-fingerprint-0123",
+            # Private facts a version-1 manifest still carries: the report must not show them.
+            "input": {"path": "secret_input_name.csv", "sha256": "cd" * 32, "records": 987654},
+            "counts": {"failed": 4242}}
+    data.update(changes)
+    path = tmp_path / "records_dp.csv.manifest.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01T00:00:00Z
+    path = _manifest(geo, tmp_path)
+    report = build_report(geo, release=read_manifest(path), sample=None)
+    d = report.data
+    assert d["epsilon"] == "1.2" and d["radius"] == 9 and d["generated"] == "2026-01-01T00:00:00Z"
+    page = render_html(report)
+    for shown in ("records_dp.csv", "1,234", "k-fingerprint-0123", "2026-01-01T00:00:00Z",
+                  "&epsilon; = 1.2", geo.sha256):
+        assert shown in page, shown
+    words = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # figures aside
+    for private in ("secret_input_name", "cd" * 32, "987,654", "4,242"):
+        assert private not in words and private not in json.dumps(d), private
+    # Numbers cannot be searched for in a page full of exact fractions: check what was read.
+    assert set(d["release"]) == {"epsilon", "radius", "graph_sha256", "key_fingerprint",
+                                 "output_name", "output_rows", "output_sha256", "created",
+                                 "library_version", "output_stability_version", "format_version"}
+
+
+def test_manifest_refusals(geo, tmp_path, capsys):
+    with pytest.raises(InvalidParameterError, match="another graph"):
+        build_report(geo, release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
+                     sample=None)
+    with pytest.raises(InvalidParameterError, match="unknown manifest format version"):
+        read_manifest(_manifest(geo, tmp_path, format_version=3))
+    with pytest.raises(InvalidParameterError, match="not a release manifest"):
+        read_manifest(_manifest(geo, tmp_path, format="postcode-privacy-audit"))
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        build_report(geo, "2", release=read_manifest(_manifest(geo, tmp_path)), sample=None)
+    graph_path = tmp_path / "g.ppg"
+    geo.save(graph_path)
+    out = tmp_path / "r.html"
+    bad = _manifest(geo, tmp_path, graph={"sha256": "f" * 64})
+    assert main(["report", "--manifest", str(bad), "--graph", str(graph_path), "-o", str(out),
+                 "-q"]) == 8
+    assert "another graph" in capsys.readouterr().err and not out.exists()
+    good = _manifest(geo, tmp_path)
+    assert main(["report", "--manifest", str(good), "--graph", str(graph_path), "-o", str(out),
+                 "-q", "--sample", "2", "--releases", "2"]) == 0
+    assert "k-fingerprint-0123" in out.read_text(encoding="utf-8")
+
+
+def test_every_report_shows_when_it_was_generated(report):
+    assert "Report generated " + report.data["generated"] in render_html(report)
+    assert report.data["generated"].endswith("Z")
+
+
+def test_probabilities_print_readably_and_stay_exact(geo):
+    mechanism = Mechanism(geo, "0.9")
+    target = geo.label(10)
+    probs = mechanism.probabilities(target)
+    assert all(isinstance(p, Fraction) for p in probs) and sum(probs) == 1
+    assert probs.exact == list(probs) and probs[10] == mechanism.probabilities(target).exact[10]
+    text = repr(probs)
+    assert "Fraction(" not in text and target in text and "hops" in text
+    top = probs.rows()[0]
+    assert top.probability == max(probs)
+    assert f"{top.postcode}" in text.splitlines()[2]
+    assert str(float(top.probability))[:6] in text.replace("E", "e")
+    assert str(probs) == text
