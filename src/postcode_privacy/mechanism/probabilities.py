@@ -9,6 +9,7 @@ Decimals are produced from the exact fractions in an explicit decimal context, n
 from __future__ import annotations
 
 import decimal
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -33,14 +34,15 @@ class OutputProbability(NamedTuple):
         return f"{self.postcode}  {self.hops} hops  {decimal_text(self.probability)}"
 
 
-class Probabilities(list):
+class Probabilities(list[Fraction]):
     """K(x)(y) for every node y of the graph, in graph order, as exact fractions.
 
     ``.exact`` is the plain list of fractions; ``.rows()`` pairs each with its postcode and hop
     distance; ``repr``/``str`` print the most likely outputs as decimals.
     """
 
-    def __init__(self, source: str, values: list[Fraction], labels, hops):
+    def __init__(self, source: str, values: list[Fraction], labels: Iterable[str],
+                 hops: Iterable[int]) -> None:
         super().__init__(values)
         self.source = source
         self._labels = list(labels)
