@@ -133,7 +133,7 @@ def test_restricted_candidate_set_only_helps_the_adversary(geo):
 
 def test_distinct_draws_counts_keyed_repeats_once_and_detects_disagreement():
     assert distinct_draws([("k0", 4), ("k0", 4), ("k1", 7), ("k0", 4)]) == [4, 7]
-    with pytest.raises(PostcodePrivacyError):
+    with pytest.raises(PostcodePrivacyError, match="keyed determinism is broken"):
         distinct_draws([("k0", 4), ("k0", 5)])
 
 
