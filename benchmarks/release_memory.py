@@ -8,6 +8,7 @@ Usage (from the repository root; the results are quoted in docs/release.md)::
 
     python benchmarks/release_memory.py                      # 100k, 1M and 3M rows
     python benchmarks/release_memory.py 20000 200000         # other sizes
+    python benchmarks/release_memory.py --smoke              # 200 rows: checks the script runs
 
 The graph is a 10 x 10 grid of postcodes (a small graph keeps the per-record sampling cost
 low, so the measurement is about I/O and memory, not the sampler); identifiers are all distinct.
@@ -60,7 +61,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(one_run(int(sys.argv[2]), Path(tmp))))
         return
-    sizes = [int(a) for a in sys.argv[1:]] or [100_000, 1_000_000, 3_000_000]
+    if sys.argv[1:] == ["--smoke"]:
+        sizes = [200]
+    else:
+        sizes = [int(a) for a in sys.argv[1:]] or [100_000, 1_000_000, 3_000_000]
     print(f"{'rows':>10} {'input MiB':>10} {'seconds':>8} {'rows/s':>8} {'peak RSS MiB':>13}")
     for rows in sizes:
         result = subprocess.run([sys.executable, __file__, "--one", str(rows)],

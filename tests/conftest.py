@@ -8,13 +8,30 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
 
+# Test tiers (markers registered in pyproject.toml; CONTRIBUTING.md, "Running the tests").
+# `slow` is what `pytest -m "not slow"` leaves out; the sub-markers say why a test is slow.
+SLOW_TIERS = ("national", "spark", "browser")
+
 
 @pytest.fixture(scope="session")
 def national_graph():
     """The embedded national graph: loaded from the cache, or built on first use (~30 s).
 
-    Tests that need it fail, never skip, if it cannot be had: it ships with the package.
+    Every test that needs the national graph takes this fixture, so it is loaded once per test
+    session and the test is marked ``national`` (and so ``slow``) automatically.  Tests that
+    need it fail, never skip, if it cannot be had: it ships with the package.
     """
     from postcode_privacy import default_graph
 
     return default_graph(progress=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the slow tiers: national-graph users, the Spark modules, and what they imply."""
+    for item in items:
+        if "national_graph" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.national)
+        if item.path.name.startswith("test_spark"):
+            item.add_marker(pytest.mark.spark)
+        if any(item.get_closest_marker(tier) for tier in SLOW_TIERS):
+            item.add_marker(pytest.mark.slow)

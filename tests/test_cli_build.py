@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from postcode_privacy import Graph
 from postcode_privacy.cli import main
@@ -56,6 +57,7 @@ def test_build_refuses_existing_output_and_needs_one_source(tmp_path, capsys):
                  str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "-o", str(tmp_path / "z.ppgraph")]) == 8
 
 
+@pytest.mark.slow  # reads the bundled ONS directory of every postcode
 def test_terminated_postcodes_of_an_onspd_build_map_to_the_nearest_live_one(tmp_path):
     """AB1 0AA is terminated in the fixture; with --terminated nearest it is released as if it
     were its nearest live postcode (AB10 1AB/AB10 1AF share the nearest centroid)."""

@@ -368,16 +368,15 @@ def test_sigterm_leaves_no_partial_output(setup, tmp_path):
 # -- national graph and bundled directory ---------------------------------------------------------
 
 
-def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys):
+def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys, national_graph):
     """A real terminated postcode is mapped to its nearest live neighbour in a small real graph."""
     import numpy as np
     from scipy.spatial import cKDTree
 
-    from postcode_privacy import default_graph
     from postcode_privacy.release.terminated import bundled_terminated_locations
 
     terminated = bundled_terminated_locations()
-    national = default_graph(progress=False)
+    national = national_graph
     row = terminated.iloc[len(terminated) // 2]
     point = np.array([row["easting"], row["northing"]])
     tree = cKDTree(national.location_coordinates)
@@ -413,9 +412,7 @@ def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys):
     assert released[0] == mechanism.perturb(read_key_file(key), "a", graph.label(best))
 
 
-def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys):
-    from postcode_privacy import default_graph
-
+def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, national_graph):
     out_dir = tmp_path / "demo"
     assert main(["demo", "-o", str(out_dir), "-q"]) == 0
     stdout = capsys.readouterr().out
@@ -428,7 +425,7 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys):
     assert "counts" not in manifest and "input" not in manifest
     assert "postcode" not in release.columns
     assert release["person_id"].tolist() == records["person_id"].tolist()
-    graph = default_graph(progress=False)
+    graph = national_graph  # the demo loads the same graph through default_graph()
     assert manifest["graph"]["sha256"] == graph.sha256 and manifest["epsilon"] == "1"
     assert all(graph.find(pc) is not None for pc in release["postcode_dp"])
     assert f"released {len(records)} invented example records" in stdout

@@ -7,7 +7,6 @@ search and closed-form tails, so agreement checks the decomposition, not a resta
 
 from __future__ import annotations
 
-import warnings
 from fractions import Fraction
 
 import graphs
@@ -23,9 +22,7 @@ from postcode_privacy.graph.shells import location_shells
 
 
 def _mechanism(graph, epsilon, radius):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return Mechanism(graph, epsilon, radius)
+    return Mechanism(graph, epsilon, radius)
 
 
 @pytest.fixture(scope="module")

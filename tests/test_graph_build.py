@@ -420,6 +420,7 @@ def test_build_from_sources_refuses_two_sources():
 # -- the real national graph (about 20 s on two cores) --------------------------------------------
 
 
+@pytest.mark.national  # builds its own copy from an empty cache: the build is what is tested
 def test_national_default_graph(monkeypatch, tmp_path):
     from postcode_privacy.graph import national as bundled
 

@@ -107,12 +107,11 @@ def test_ambient_decimal_context_never_rounds_epsilon():
 
 
 def test_small_epsilon_with_explicit_radius_works_and_default_is_refused_clearly():
-    import warnings as w
-
     from postcode_privacy import Graph, Mechanism
+    from postcode_privacy.errors import TeleportWarning
+
     graph = Graph.from_edges(["A", "B"], [("A", "B")])
-    with w.catch_warnings():
-        w.simplefilter("ignore")
+    with pytest.warns(TeleportWarning):
         m = Mechanism(graph, "0.0001", radius=5)
     assert m.radius == 5
     with pytest.raises(InvalidParameterError, match="too small for a default radius"):

