@@ -20,10 +20,12 @@ PANDAS3_COPY = "ignore:The copy keyword is deprecated"
 
 
 def source_path() -> str:
-    """The directory holding the package under test, for the executors' PYTHONPATH."""
+    """The executors' PYTHONPATH: the directory holding the package under test, and this one
+    (the worker report below is pickled by reference to this module)."""
     import postcode_privacy
 
-    return str(Path(postcode_privacy.__file__).parent.parent)
+    return os.pathsep.join([str(Path(postcode_privacy.__file__).parent.parent),
+                            str(Path(__file__).parent)])
 
 
 def small_codes() -> list[str]:

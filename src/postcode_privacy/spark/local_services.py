@@ -183,6 +183,8 @@ def start_connect_server(workdir: Path, *, master: str = "local[1]",
                "--driver-memory", driver_memory]
     for name, value in settings.items():
         command += ["--conf", f"{name}={value}"]
+    # The launcher sizes this server's heap from SPARK_DAEMON_MEMORY, not --driver-memory.
+    env = {"SPARK_DAEMON_MEMORY": driver_memory, **(env or {})}
     server = _start("spark connect server", command, workdir, port, env)
     try:
         server.wait_until_listening(timeout)
