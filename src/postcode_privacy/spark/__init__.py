@@ -12,8 +12,11 @@ How a release runs (:func:`perturb`):
    resolved (``None`` is the national graph's cached artefact, a path is an artefact file, and a
    :class:`Graph` object is saved once to a temporary artefact) and a :class:`ReleasePlan` is
    built, which checks the other options.  So bad options fail before any Spark job.
-2. The artefact is shipped to the executors once, as a file (``SparkContext.addFile``), under a
-   name derived from its sha256.  Each Python worker loads it at most once
+2. A one-row probe job checks that the executors' Python imports this package at the driver's
+   output-stability version (else :class:`ExecutorEnvironmentError`, naming ``PYSPARK_PYTHON``).
+   The artefact is shipped to the executors once, as a file (``SparkContext.addFile``; on
+   Spark Connect ``SparkSession.addArtifacts(..., file=True)``), under a name derived from its
+   sha256.  Each Python worker loads it at most once
    (``SparkFiles.get``, memory-mapped), checks that its content hash is the driver's, and keeps
    it in a module-level cache keyed by that hash.  The graph is never pickled into a task.
 3. A check pass (one Spark job, no draws and no key) applies the input rules to every record,
