@@ -1,28 +1,30 @@
-"""Rows per second of the Spark path in local mode against perturb_frame and the CLI.
+"""Throughput and memory of the Spark path on local, standalone and Spark Connect sessions,
+against ``perturb_frame`` and the CLI on the same records.
 
-Usage::
+Usage (from an activated virtual environment with the ``spark`` extra)::
 
-    /work/venv/bin/python benchmarks/spark_local.py --rows 20000 --epsilon 2 --cores 2
+    python benchmarks/spark_local.py --rows 50000 --epsilon 1 --modes local,standalone,connect
+    python benchmarks/spark_local.py --smoke        # tiny: a small graph, local mode, < 1 min
 
-Records are ``--rows`` postcodes drawn uniformly from the national graph (one subject each, in
-mixed formatting).  Three ways of releasing them under one key are timed:
+Records are ``--rows`` postcodes drawn uniformly from the national graph (a 120-postcode graph
+with ``--smoke``), one subject each, a quarter in lower case without the space; they are written
+to one CSV file, which the CLI and every Spark session read.  For each mode and each
+``--partition-sizes`` value, the records are read in partitions of about that many records and
+released to Spark's ``noop`` sink (the check pass included); the released column is collected
+once per mode and must equal ``perturb_frame``'s.
 
-* ``perturb_frame`` in this process (the national graph already loaded, and the engine's
-  landmark tables built by an untimed warm-up), once with the sampling engine held to one
-  process (``POSTCODE_PRIVACY_WORKERS=1``) and once with its default of every usable CPU;
-* ``postcode-privacy perturb`` on a CSV of the same records, as a subprocess (wall time,
-  including interpreter start and graph load);
-* ``postcode_privacy.spark.perturb`` on a ``local[cores]`` session, started beforehand (startup
-  reported apart).  The Spark release is run twice: the first run includes the check pass and
-  each Python worker's one-off graph load; the second shows the steady state.  Its output is
-  written to Spark's ``noop`` sink, so that the time is the release, not a collect; the released
-  column is then collected once and compared with perturb_frame's (they must be identical).
+Reported per run: wall seconds, records per second, records per second per executor core (the
+per-partition throughput, comparable with the CLI's single-process rate), and the peak resident
+memory (VmHWM) of the largest Python worker so far.  Python workers are reused, so runs go from
+small to large partitions and the peak after each run is that partition size's.  Modes:
 
-Wall time on a shared machine depends on what else is running, so CPU seconds are reported too:
-this process and its waited-for children for perturb_frame and the CLI, and for Spark the JVM
-with every process below it (Python daemon and workers) plus this driver process (Linux only).
+* ``local``: ``local[cores]`` in this process's JVM;
+* ``standalone``: a master and one worker with ``cores`` cores started here on 127.0.0.1
+  (``postcode_privacy.spark.local_services``), one executor JVM;
+* ``connect``: a Spark Connect server (``local[cores]``) started here on 127.0.0.1; this
+  process is a thin client.
 
-The results are printed as a Markdown table for docs/spark.md.
+Every service is stopped by process id before the script ends, also on failure.
 """
 
 from __future__ import annotations
@@ -37,34 +39,64 @@ import time
 import warnings
 from pathlib import Path
 
-
-def _process_tree_cpu(root: int) -> float:
-    """CPU seconds of ``root`` and its descendants (Linux /proc; exited children that were
-    waited for are included through their parent's counters)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
-    tree, frontier = {root}, [root]
-    while frontier:
-        frontier = [p for p, parent in parents.items() if parent in frontier and p not in tree]
-        tree.update(frontier)
-    return sum(times.get(p, 0.0) for p in tree)
+_CLI = "from postcode_privacy.cli import entry_point; entry_point()"
 
 
-def _own_cpu() -> float:
-    """CPU seconds of this process and its waited-for children (the engine's worker pool)."""
-    mine = os.times()
-    return mine.user + mine.system + mine.children_user + mine.children_system
+def _peak_memory_report(batches):
+    """Run on executors: this Python worker's peak resident memory in MiB."""
+    import pandas as pd
+
+    for _ in batches:
+        pass
+    with open("/proc/self/status") as handle:
+        peak = next(int(line.split()[1]) for line in handle if line.startswith("VmHWM"))
+    yield pd.DataFrame({"pid": [os.getpid()], "peak_mib": [peak / 1024]})
+
+
+def _small_graph(directory: Path):
+    from postcode_privacy import Graph
+
+    letters = "ABDEFGHJLN"
+    codes = [f"LS{d} {s}{a}{b}" for d in range(1, 4) for s in range(1, 3)
+             for a in letters[:4] for b in letters[:5]]
+    edges = [(i, i + 1) for i in range(len(codes) - 1)]
+    edges += [(i, i + 7) for i in range(len(codes) - 7)]
+    graph = Graph.from_edges(codes, edges)
+    path = directory / "small.ppgraph"
+    graph.save(path)
+    return graph, path
+
+
+def _session(mode: str, cores: int, work: Path, stack: list):
+    from pyspark.sql import SparkSession
+
+    from postcode_privacy.spark import local_services
+
+    env = {"PYSPARK_PYTHON": sys.executable}
+    if mode == "connect":
+        server = local_services.start_connect_server(
+            work / "connect", master=f"local[{cores}]", driver_memory="1g", env=env)
+        stack.append(server.stop)
+        session = SparkSession.builder.remote(local_services.connect_url(server)).create()
+        stack.append(session.stop)
+        return session
+    builder = (SparkSession.builder.config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(cores)))
+    if mode == "standalone":
+        cluster = local_services.start_standalone(work / "standalone", cores=cores,
+                                                  memory="1g", env=env)
+        stack.append(cluster.stop)
+        builder = (builder.master(cluster.url)
+                   .config("spark.driver.host", local_services.HOST)
+                   .config("spark.driver.bindAddress", local_services.HOST)
+                   .config("spark.executor.memory", "768m"))
+    else:
+        builder = builder.master(f"local[{cores}]")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    stack.append(session.stop)
+    return session
 
 
 def main() -> None:
@@ -73,110 +105,106 @@ def main() -> None:
     parser.add_argument("--epsilon", default="2")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--modes", default="local", help="comma list of local,standalone,connect")
+    parser.add_argument("--partition-sizes", default="5000,20000",
+                        help="comma list of records per partition")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny run: 400 records on a small graph, local mode, one size")
     args = parser.parse_args()
-    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
-
+    if args.smoke:
+        args.rows, args.modes, args.partition_sizes, args.cores = 400, "local", "200", 1
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - {"local", "standalone", "connect"}
+    if unknown:
+        parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
+    sizes = sorted(int(s) for s in args.partition_sizes.split(","))
     os.environ["PYSPARK_PYTHON"] = sys.executable
     warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message="The copy keyword is deprecated")
+
     import pandas as pd
 
-    from postcode_privacy import Key, default_graph, perturb_frame
-    from postcode_privacy.graph.national import default_graph_path
+    from postcode_privacy import Key, perturb_frame
+    from postcode_privacy import spark as pps
     from postcode_privacy.keyfile import write_key_file
 
-    started = time.perf_counter()
-    graph = default_graph(progress=False)
-    graph.find("SW1A 1AA")  # build the label index, as any release does
-    graph_seconds = time.perf_counter() - started
-
-    rng = random.Random(args.seed)
-    codes = [graph.label(rng.randrange(len(graph))) for _ in range(args.rows)]
-    codes = [c.lower().replace(" ", "") if i % 4 == 0 else c for i, c in enumerate(codes)]
-    pdf = pd.DataFrame({"person": [f"P{i:08d}" for i in range(args.rows)], "postcode": codes,
-                        "value": range(args.rows)})
-    key = Key.generate()
-    options = dict(key=key, epsilon=args.epsilon, id_column="person", postcode_column="postcode")
-    results: list[tuple[str, float, float, str]] = []
-
-    from postcode_privacy.engine.batch import WORKERS_ENV
-
-    os.environ[WORKERS_ENV] = "1"
-    # Warm-up, untimed: the engine builds its landmark tables once per graph and process.
-    perturb_frame(pdf.iloc[:8000], graph=graph, **options)
-    started, cpu = time.perf_counter(), _own_cpu()
-    single = perturb_frame(pdf, graph=graph, **options)
-    results.append(("`perturb_frame`, one process", time.perf_counter() - started,
-                    _own_cpu() - cpu, f"{WORKERS_ENV}=1; graph already in memory"))
-    del os.environ[WORKERS_ENV]
-    started, cpu = time.perf_counter(), _own_cpu()
-    local = perturb_frame(pdf, graph=graph, **options)
-    results.append(("`perturb_frame`, default", time.perf_counter() - started,
-                    _own_cpu() - cpu, "engine on every usable CPU; graph already in memory"))
-    assert single["postcode_dp"].tolist() == local["postcode_dp"].tolist()
-
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
+    stack: list = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_key_file(key, tmp / "key")
-        pdf.to_csv(tmp / "in.csv", index=False)
-        executable = Path(sys.executable).with_name("postcode-privacy")
-        command = [str(executable), "perturb", str(tmp / "in.csv"),
-                   "-o", str(tmp / "out.csv"), "--key", str(tmp / "key"), "--epsilon",
-                   args.epsilon, "--id-column", "person", "--postcode-column", "postcode",
-                   "--graph", str(default_graph_path()), "--quiet"]
-        started, cpu = time.perf_counter(), _own_cpu()
-        done = subprocess.run(command, capture_output=True, text=True)
-        cli_seconds, cli_cpu = time.perf_counter() - started, _own_cpu() - cpu
-        if done.returncode != 0:
-            raise SystemExit(f"CLI failed ({done.returncode}): {done.stderr[-2000:]}")
-        cli_out = pd.read_csv(tmp / "out.csv", dtype=str)
-        assert cli_out["postcode_dp"].tolist() == local["postcode_dp"].tolist()
-    results.append(("`postcode-privacy perturb` (CLI)", cli_seconds, cli_cpu,
-                    "wall time: start, graph load, CSV in and out; every usable CPU"))
+        try:
+            if args.smoke:
+                graph, graph_path = _small_graph(tmp)
+            else:
+                from postcode_privacy import default_graph
+                from postcode_privacy.graph.national import default_graph_path
 
-    from pyspark.sql import SparkSession
+                graph, graph_path = default_graph(progress=False), default_graph_path()
+            rng = random.Random(args.seed)
+            codes = [graph.label(rng.randrange(len(graph))) for _ in range(args.rows)]
+            codes = [c.lower().replace(" ", "") if i % 4 == 0 else c
+                     for i, c in enumerate(codes)]
+            frame = pd.DataFrame({"person": [f"P{i:08d}" for i in range(args.rows)],
+                                  "postcode": codes, "value": [str(i) for i in range(args.rows)]})
+            csv = tmp / "in.csv"
+            frame.to_csv(csv, index=False)
+            row_bytes = csv.stat().st_size / max(1, args.rows)
+            key = Key.generate()
+            write_key_file(key, tmp / "key")
+            options = dict(key=key, epsilon=args.epsilon, id_column="person",
+                           postcode_column="postcode")
 
-    from postcode_privacy import spark as pps
+            started = time.perf_counter()
+            local = perturb_frame(frame, graph=graph, **options)
+            frame_seconds = time.perf_counter() - started
+            command = [sys.executable, "-c", _CLI, "perturb", str(csv), "-o",
+                       str(tmp / "out.csv"), "--key", str(tmp / "key"), "--epsilon",
+                       args.epsilon, "--id-column", "person", "--postcode-column", "postcode",
+                       "--graph", str(graph_path), "--quiet"]
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            cli_seconds = time.perf_counter() - started
+            if done.returncode != 0:
+                raise SystemExit(f"CLI failed ({done.returncode}): {done.stderr[-2000:]}")
+            cli = pd.read_csv(tmp / "out.csv", dtype=str)
+            assert cli["postcode_dp"].tolist() == local["postcode_dp"].tolist()
+            rows = [("`perturb_frame` (graph in memory)", "-", frame_seconds, 1, None),
+                    ("CLI (start-up and graph load included)", "-", cli_seconds, 1, None)]
 
-    started = time.perf_counter()
-    spark = (SparkSession.builder.master(f"local[{args.cores}]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.default.parallelism", str(args.cores * 2))
-             .config("spark.sql.shuffle.partitions", str(args.cores))
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    sdf = spark.createDataFrame(pdf).cache()
-    sdf.count()
-    startup_seconds = time.perf_counter() - started
+            for mode in modes:
+                started = time.perf_counter()
+                spark = _session(mode, args.cores, tmp, stack)
+                print(f"{mode}: session start {time.perf_counter() - started:.1f} s")
+                for size in sizes:
+                    spark.conf.set("spark.sql.files.maxPartitionBytes",
+                                   str(max(4096, int(size * row_bytes))))
+                    spark.conf.set("spark.sql.files.openCostInBytes", "0")
+                    sdf = spark.read.csv(str(csv), header=True)
+                    started = time.perf_counter()
+                    released = pps.perturb(sdf, graph=graph_path, **options)
+                    released.write.format("noop").mode("overwrite").save()
+                    seconds = time.perf_counter() - started
+                    peaks = spark.range(0, 4 * args.cores, 1, 2 * args.cores).mapInPandas(
+                        _peak_memory_report, "pid long, peak_mib double").toPandas()
+                    rows.append((f"`spark.perturb`, {mode}", f"{size:,}", seconds, args.cores,
+                                 peaks["peak_mib"].max()))
+                out = released.select("postcode_dp").toPandas()["postcode_dp"].tolist()
+                assert out == local["postcode_dp"].tolist(), f"{mode}: output differs"
+                while stack:
+                    stack.pop()()
+        finally:
+            while stack:
+                stack.pop()()
 
-    jvm = spark.sparkContext._gateway.proc.pid
-    for run in ("first run", "second run"):
-        started, cpu = time.perf_counter(), _process_tree_cpu(jvm) + _own_cpu()
-        released = pps.perturb(sdf, graph=None, **options)
-        check_seconds = time.perf_counter() - started
-        check_cpu = _process_tree_cpu(jvm) + _own_cpu() - cpu
-        released.write.format("noop").mode("overwrite").save()
-        total = time.perf_counter() - started
-        used = _process_tree_cpu(jvm) + _own_cpu() - cpu
-        results.append((f"`spark.perturb`, `local[{args.cores}]`, {run}", total, used,
-                        f"check pass {check_seconds:.1f} s ({check_cpu:.1f} CPU s), release "
-                        f"{total - check_seconds:.1f} s ({used - check_cpu:.1f} CPU s)"))
-    spark_out = released.select("postcode_dp").toPandas()
-    assert spark_out["postcode_dp"].tolist() == local["postcode_dp"].tolist()
-    spark.stop()
-
-    print(f"rows: {args.rows}, epsilon: {args.epsilon}, radius: "
-          f"{local.attrs['postcode_privacy']['radius']}, cores: {os.cpu_count()}")
-    print(f"national graph load in this process: {graph_seconds:.1f} s; "
-          f"Spark session start and input caching: {startup_seconds:.1f} s; "
-          f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print("outputs identical: perturb_frame = CLI = Spark\n")
-    print("| path | seconds | records per second | CPU seconds | records per CPU second | notes |")
-    print("|---|---:|---:|---:|---:|---|")
-    for name, seconds, cpu, note in results:
-        print(f"| {name} | {seconds:.1f} | {args.rows / seconds:,.0f} | {cpu:.1f} | "
-              f"{args.rows / cpu:,.0f} | {note} |")
+    print(f"\nrows: {args.rows}, epsilon: {args.epsilon}, cores: {args.cores}, load average at "
+          f"the end: {os.getloadavg()[0]:.1f}; outputs identical: perturb_frame = CLI = Spark\n")
+    print("| path | records per partition | seconds | records/s | records/s per core "
+          "| peak Python worker MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, size, seconds, cores, peak in rows:
+        peak_text = "-" if peak is None else f"{peak:,.0f}"
+        print(f"| {name} | {size} | {seconds:.1f} | {args.rows / seconds:,.0f} | "
+              f"{args.rows / seconds / cores:,.0f} | {peak_text} |")
 
 
 if __name__ == "__main__":

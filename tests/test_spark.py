@@ -20,23 +20,28 @@ import pandas as pd
 import pytest
 from optional import require
 
-from postcode_privacy import Graph, InputDataError, InvalidParameterError, Key, perturb_frame
-from postcode_privacy.errors import ArtefactError
-from postcode_privacy.release.plan import DuplicateSubjectWarning
-
 require("pyspark", "pip install '.[spark]'")
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
+from spark_helpers import (  # noqa: E402
+    EPSILON,
+    PANDAS3_COPY,
+    PANDAS3_NOTICE,
+    assert_same_release,
+    records,
+    small_records,
+)
+from spark_helpers import small_graph as make_small_graph  # noqa: E402
 
+from postcode_privacy import InputDataError, InvalidParameterError, Key, perturb_frame  # noqa: E402
 from postcode_privacy import spark as pps  # noqa: E402  (imports PySpark)
+from postcode_privacy.errors import ArtefactError, DuplicateSubjectWarning  # noqa: E402
 
-# The random records below reuse identifiers at several postcodes, which warns by design;
+# The random records reuse identifiers at several postcodes, which warns by design;
 # test_duplicate_subjects_warn_like_perturb_frame asserts that warning (pytest.warns still sees it).
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::postcode_privacy.release.plan.DuplicateSubjectWarning")
-
-EPSILON = "2"
-LETTERS = "ABDEFGHJLNPQRSTUWXYZ"
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.filterwarnings(PANDAS3_NOTICE),
+              pytest.mark.filterwarnings(PANDAS3_COPY),
+              pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning")]
 
 
 @pytest.fixture(scope="module")
@@ -63,60 +68,15 @@ def spark(event_log):
                    .config("spark.eventLog.compress", "false")
                    .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _quiet_pandas3_notice():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
-                                category=FutureWarning)
-        yield
-
-
-def small_codes() -> list[str]:
-    return [f"LS{d} {s}{a}{b}" for d in range(1, 4) for s in range(1, 3)
-            for a in LETTERS[:4] for b in LETTERS[:5]]
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 @pytest.fixture(scope="module")
 def small_graph(tmp_path_factory):
-    """120 postcodes on a ladder-like graph with an uneven prior; saved as an artefact."""
-    codes = small_codes()
-    n = len(codes)
-    edges = [(i, i + 1) for i in range(n - 1)] + [(i, i + 7) for i in range(n - 7)]
-    graph = Graph.from_edges(codes, edges, prior=[1 + (i * 7) % 5 for i in range(n)])
-    path = tmp_path_factory.mktemp("graph") / "small.ppgraph"
-    graph.save(path)
-    return graph, path
-
-
-def small_records(n: int, seed: int) -> pd.DataFrame:
-    """Records in messy but valid form, with a few failing rows spread over the input."""
-    rng = random.Random(seed)
-    codes = small_codes()
-    rows = []
-    for i in range(n):
-        code = rng.choice(codes)
-        code = rng.choice([code, code.lower(), code.replace(" ", ""), f"  {code} "])
-        rows.append({"sid": f"S{rng.randrange(n // 2):05d}", "pc": code, "x": i * 3,
-                     "w": rng.random()})
-    for i, bad in ((7, "not a postcode"), (n // 2, None), (n - 3, "ZZ9 9ZZ")):
-        rows[i]["pc"] = bad
-    rows[n // 3]["sid"] = "   "
-    return pd.DataFrame(rows)
-
-
-def records(frame: pd.DataFrame) -> list[tuple]:
-    """Rows as tuples with every kind of missing value as None, for exact comparison."""
-    return [tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v
-                  for v in row) for row in frame.itertuples(index=False)]
-
-
-def assert_same_release(spark_out: pd.DataFrame, local_out: pd.DataFrame) -> None:
-    assert list(spark_out.columns) == list(local_out.columns)
-    assert records(spark_out) == records(local_out)
+    return make_small_graph(tmp_path_factory.mktemp("graph"))
 
 
 # -- identity with perturb_frame ----------------------------------------------------------------
@@ -402,7 +362,7 @@ def test_closure_is_small_and_carries_no_graph(small_graph):
 
 def test_worker_refuses_an_artefact_with_another_hash(spark, small_graph):
     graph, path = small_graph
-    ref = pps._ship_graph(spark.sparkContext, graph, path)
+    ref = pps._ship_graph(spark, graph, path)
     assert ref.file_name == f"postcode-privacy-graph-{graph.sha256}.ppgraph"
     assert pps._worker_graph(ref).sha256 == graph.sha256  # the driver can read it too
     with pytest.raises(ArtefactError, match="not the driver's graph"):
@@ -462,3 +422,103 @@ def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
     local = perturb_frame(pdf, graph=graph, **options)
     assert local.attrs["postcode_privacy"]["counts"]["terminated_mapped"] == 3
     assert_same_release(out, local)
+
+
+# -- rough edges: column names, pandas 3, the executors' Python ---------------------------------
+
+
+def test_column_names_with_dots_and_backticks(spark, small_graph):
+    """Spark parses names at a mapInPandas; the library quotes and renames them itself."""
+    graph, path = small_graph
+    names = {"sid": "person.id", "pc": "post`code", "x": "a.b`c", "w": "`w`"}
+    pdf = small_records(300, seed=21).rename(columns=names)
+    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="person.id",
+                   postcode_column="post`code", on_error="null", out_column="out.put`")
+    out = pps.perturb(spark.createDataFrame(pdf), graph=path, **options).toPandas()
+    local = perturb_frame(pdf, graph=graph, **options)
+    assert list(out.columns) == ["person.id", "a.b`c", "`w`", "out.put`"]
+    assert_same_release(out, local)
+    summary = pps.check(spark.createDataFrame(pdf), id_column="person.id",
+                        postcode_column="post`code", graph=path, on_error="null")
+    assert summary.counts == local.attrs["postcode_privacy"]["counts"]
+
+
+def test_other_columns_pass_through_unchanged_with_pandas_3(spark, small_graph):
+    """The Arrow-to-pandas round trip of every column kind the release carries along
+    (docs/spark.md, "pandas 3"): values and types come back exactly as Spark holds them."""
+    import datetime as dt
+    import decimal
+
+    _, path = small_graph
+    assert int(pd.__version__.split(".")[0]) >= 3  # the case this test is about
+    codes = small_records(40, seed=22)["pc"].tolist()
+    rows = [(f"S{i}", codes[i], i if i % 5 else None, i / 3 if i % 7 else None, i % 2 == 0,
+             dt.date(2026, 1, 1 + i % 28), dt.datetime(2026, 3, 1, 12, i % 60, 7, 123456),
+             decimal.Decimal(f"{i}.25"), "é" * (i % 3) if i % 4 else None, bytes([i]))
+            for i in range(40)]
+    schema = ("sid string, pc string, n long, f double, b boolean, d date, t timestamp, "
+              "m decimal(10,2), u string, raw binary")
+    sdf = spark.createDataFrame(rows, schema)
+    out = pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
+                      postcode_column="pc", graph=path, on_error="null")
+    assert out.schema.simpleString() == (
+        "struct<sid:string,n:bigint,f:double,b:boolean,d:date,t:timestamp,m:decimal(10,2),"
+        "u:string,raw:binary,postcode_dp:string>")
+    assert out.drop("postcode_dp").collect() == sdf.drop("pc").collect()
+    assert out.filter(out.postcode_dp.isNull()).count() == 3  # the three failing records
+
+
+HIDING_PYTHON = """#!{python}
+# A Python that cannot import postcode_privacy: what an executor without the package sees.
+import runpy
+import sys
+
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "postcode_privacy":
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Hide())
+if sys.argv[1] == "-m":
+    sys.argv = sys.argv[2:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_executors_without_the_package_fail_early_naming_pyspark_python(spark, small_graph,
+                                                                         tmp_path):
+    _, path = small_graph
+    python = tmp_path / "python-without-package"
+    python.write_text(HIDING_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
+    sdf = spark.createDataFrame(small_records(30, seed=23))
+    context = spark.sparkContext
+    # Classic PySpark takes the executors' Python from the context when a function is wrapped.
+    previous, context.pythonExec = context.pythonExec, str(python)
+    try:
+        with pytest.raises(pps.ExecutorEnvironmentError) as failure:
+            pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
+                        postcode_column="pc", graph=path, on_error="null")
+    finally:
+        context.pythonExec = previous
+    message = str(failure.value)
+    assert "\n" not in message
+    assert "PYSPARK_PYTHON" in message
+    assert "ModuleNotFoundError: No module named 'postcode_privacy" in message
+    # With the right Python again, the same call works.
+    out = pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
+                      postcode_column="pc", graph=path, on_error="null")
+    assert out.count() == 30
+
+
+def test_probe_reports_another_output_stability_version():
+    from postcode_privacy.version import OUTPUT_STABILITY_VERSION
+
+    assert pps._probe_function(OUTPUT_STABILITY_VERSION)() == ""
+    assert "output-stability version" in pps._probe_function("not-" + OUTPUT_STABILITY_VERSION)()

@@ -12,8 +12,11 @@ How a release runs (:func:`perturb`):
    resolved (``None`` is the national graph's cached artefact, a path is an artefact file, and a
    :class:`Graph` object is saved once to a temporary artefact) and a :class:`ReleasePlan` is
    built, which checks the other options.  So bad options fail before any Spark job.
-2. The artefact is shipped to the executors once, as a file (``SparkContext.addFile``), under a
-   name derived from its sha256.  Each Python worker loads it at most once
+2. A one-row probe job checks that the executors' Python imports this package at the driver's
+   output-stability version (else :class:`ExecutorEnvironmentError`, naming ``PYSPARK_PYTHON``).
+   The artefact is shipped to the executors once, as a file (``SparkContext.addFile``; on
+   Spark Connect ``SparkSession.addArtifacts(..., file=True)``), under a name derived from its
+   sha256.  Each Python worker loads it at most once
    (``SparkFiles.get``, memory-mapped), checks that its content hash is the driver's, and keeps
    it in a module-level cache keyed by that hash.  The graph is never pickled into a task.
 3. A check pass (one Spark job, no draws and no key) applies the input rules to every record,
@@ -43,7 +46,7 @@ import tempfile
 import threading
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,13 +62,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(
         "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'") from exc
 
-from .engine.batch import WORKERS_ENV
-from .errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
-from .graph.artefact import load_graph, save_graph
-from .graph.graph import Graph
-from .mechanism.epsilon import parse_epsilon
-from .mechanism.keys import Key
-from .release.plan import (
+from ..engine.batch import WORKERS_ENV
+from ..errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
+from ..graph.artefact import load_graph, save_graph
+from ..graph.graph import Graph
+from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.keys import Key
+from ..release.plan import (
     MAX_LISTED_ERRORS,
     ChunkCheck,
     ReleasePlan,
@@ -75,7 +78,7 @@ from .release.plan import (
     warn_duplicate_subjects,
 )
 
-__all__ = ["perturb", "check", "SparkCheck", "ARTEFACT_PREFIX"]
+__all__ = ["perturb", "check", "SparkCheck", "ExecutorEnvironmentError", "ARTEFACT_PREFIX"]
 
 ARTEFACT_PREFIX = "postcode-privacy-graph-"
 _ARTEFACT_SUFFIX = ".ppgraph"
@@ -86,6 +89,7 @@ RELEASE_CHUNK = 50_000  # records handed to process_chunk at once (Arrow batches
 # Schema of the check pass: one row per partition (summary ``s`` set) and one row per distinct
 # (identifier hash, true postcode) pair of a partition (``h``, ``c`` and its first record ``r``).
 _CHECK_SCHEMA = "p int, r long, h long, c long, s string"
+_CHECK_ID, _CHECK_POSTCODE = "id", "postcode"  # the two columns the check pass reads, renamed
 
 
 # -- the key inside a closure ---------------------------------------------------------------------
@@ -158,7 +162,7 @@ def _default_artefact_path() -> Path | None:
     it hashes the installed source files).  Workers verify its content hash in any case."""
     global _default_path
     if _default_path is None:
-        from .graph.national import default_graph_path
+        from ..graph.national import default_graph_path
 
         _default_path = default_graph_path()
     return _default_path if _default_path.is_file() else None
@@ -167,13 +171,13 @@ def _default_artefact_path() -> Path | None:
 def _resolve_graph(graph) -> tuple[Graph, Path | None]:
     """The driver's graph and an artefact file holding exactly it (None: one must be written)."""
     if graph is None:
-        from .graph.national import default_graph
+        from ..graph.national import default_graph
 
         resolved = default_graph(progress=False)
         return resolved, _default_artefact_path()
     if isinstance(graph, Graph):
         if graph.params.get("source") == "bundled-codepoint":
-            from .graph.national import default_graph
+            from ..graph.national import default_graph
 
             path = _default_artefact_path()
             if path is not None and default_graph(progress=False).sha256 == graph.sha256:
@@ -184,15 +188,28 @@ def _resolve_graph(graph) -> tuple[Graph, Path | None]:
     raise TypeError("graph must be a postcode_privacy.Graph, the path of a graph artefact, or None")
 
 
-def _ship_graph(spark_context, graph: Graph, path: Path | None) -> _GraphRef:
-    """Add the artefact to the Spark context once, under a name fixed by its content hash.
+def _is_connect(session) -> bool:
+    """True for a Spark Connect session (no SparkContext on the client)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
-    The name makes ``addFile`` safe to repeat: one name is always one content.  A graph held only
-    in memory is written once to a private temporary directory; an existing artefact is hard-linked
-    there (copied where that is not possible) so that it can carry that name.
+
+def _session_id(session) -> str:
+    return session.session_id if _is_connect(session) else session.sparkContext.applicationId
+
+
+def _ship_graph(session, graph: Graph, path: Path | None) -> _GraphRef:
+    """Ship the artefact to the session's executors once, under a name fixed by its content hash.
+
+    Classic Spark: ``SparkContext.addFile``.  Spark Connect, which has no SparkContext on the
+    client: ``SparkSession.addArtifacts(..., file=True)``, which uploads the file to the server
+    for this session; on the executors both are found with ``SparkFiles.get``, and the worker
+    checks the content hash either way.  The name makes shipping safe to repeat: one name is
+    always one content.  A graph held only in memory is written once to a private temporary
+    directory; an existing artefact is hard-linked there (copied where that is not possible) so
+    that it can carry that name.
     """
     name = _artefact_name(graph.sha256)
-    marker = (spark_context.applicationId, name)
+    marker = (_session_id(session), name)
     with _ship_lock:
         if marker in _shipped:
             return _GraphRef(name, graph.sha256)
@@ -205,15 +222,20 @@ def _ship_graph(spark_context, graph: Graph, path: Path | None) -> _GraphRef:
                     os.link(path, target)
                 except OSError:
                     shutil.copyfile(path, target)
-        spark_context.addFile(str(target))
+        if _is_connect(session):
+            session.addArtifacts(str(target), file=True)
+        else:
+            session.sparkContext.addFile(str(target))
         _shipped.add(marker)
     return _GraphRef(name, graph.sha256)
 
 
-# Worker side: graphs loaded by this Python process, newest last, and how often each was loaded.
+# Worker side: graphs loaded by this Python process, newest last, how often each was loaded, and
+# how many tasks (partitions of either pass) asked for a graph here.
 _worker_lock = threading.Lock()
 _worker_graphs: OrderedDict[str, Graph] = OrderedDict()
 _worker_loads: dict[str, int] = {}
+_worker_tasks = 0
 
 
 def _worker_graph(ref: _GraphRef) -> Graph:
@@ -222,7 +244,9 @@ def _worker_graph(ref: _GraphRef) -> Graph:
     Postcondition: the returned graph's content hash is ``ref.sha256``, the driver's graph.
     Raises :class:`ArtefactError` if the file cannot be read or holds another graph.
     """
+    global _worker_tasks
     with _worker_lock:
+        _worker_tasks += 1
         graph = _worker_graphs.get(ref.sha256)
         if graph is None:
             graph = load_graph(SparkFiles.get(ref.file_name))  # hash-checked against its header
@@ -242,6 +266,64 @@ def worker_graph_loads() -> dict[str, int]:
     """How many times this Python process has loaded each shipped graph (a diagnostic)."""
     with _worker_lock:
         return dict(_worker_loads)
+
+
+def worker_graph_tasks() -> int:
+    """How many tasks in this Python process have asked for a shipped graph (a diagnostic)."""
+    with _worker_lock:
+        return _worker_tasks
+
+
+# -- the executors' Python -------------------------------------------------------------------------
+
+
+class ExecutorEnvironmentError(RuntimeError):
+    """The executors' Python cannot run the release (the package is missing or another version)."""
+
+
+def _probe_function(expected: str):
+    """A function for one tiny task that reports whether the executor's Python can import this
+    package, and its output-stability version.  It is a nested function that names nothing of
+    this module, so it is pickled by value: unpickling it on the executor needs no
+    ``postcode_privacy`` (the release's own functions are pickled by reference and would fail
+    there with a long trace)."""
+    def postcode_privacy_probe():
+        try:
+            import importlib
+
+            version = importlib.import_module("postcode_privacy.version")
+            importlib.import_module("postcode_privacy.spark")
+        except BaseException as exc:  # noqa: BLE001 - any failure is reported as text
+            return f"import failed: {type(exc).__name__}: {exc}"
+        found = version.OUTPUT_STABILITY_VERSION
+        return "" if found == expected else (
+            f"output-stability version {found} is installed there, {expected} on the driver")
+
+    return postcode_privacy_probe
+
+
+def _probe_executors(session) -> None:
+    """Run one tiny job that imports the package on an executor; fail with one clear message.
+
+    Raises :class:`ExecutorEnvironmentError` naming ``PYSPARK_PYTHON`` when the executors' Python
+    cannot import ``postcode_privacy`` or has another output-stability version (which could
+    change released postcodes).  Costs one single-row job per call.
+    """
+    from ..version import OUTPUT_STABILITY_VERSION
+
+    probe = F.udf(_probe_function(OUTPUT_STABILITY_VERSION), StringType())
+    advice = ("install postcode-privacy (the same version as on the driver) in the Python "
+              "environment the executors use, or point PYSPARK_PYTHON (spark.pyspark.python) at "
+              "a Python that has it; see docs/spark.md, \"What the workers need\"")
+    try:
+        found = session.range(0, 1, 1, 1).select(probe().alias("v")).collect()[0]["v"]
+    except Exception as exc:  # the Python worker itself could not start
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ExecutorEnvironmentError(
+            f"the executors could not run a Python task ({first}); {advice}") from None
+    if found:
+        raise ExecutorEnvironmentError(
+            f"the executors' Python cannot run the release: {found}; {advice}")
 
 
 # -- options shared by both passes --------------------------------------------------------------
@@ -389,10 +471,15 @@ def _quoted(name: str):
 
 def _run_check(df: DataFrame, options: _Options) -> SparkCheck:
     """One Spark job: the check pass, merged on the driver in partition order."""
-    def postcode_privacy_check(batches):
-        return _check_partition(options, batches)
+    renamed = replace(options, id_column=_CHECK_ID, postcode_column=_CHECK_POSTCODE)
 
-    pre = df.select(_quoted(options.id_column), _quoted(options.postcode_column)) \
+    def postcode_privacy_check(batches):
+        return _check_partition(renamed, batches)
+
+    # Plain aliases: Spark parses the names of a ``mapInPandas`` input, so a name holding a dot
+    # or a backtick would fail there even though the select quoted it.
+    pre = df.select(_quoted(options.id_column).alias(_CHECK_ID),
+                    _quoted(options.postcode_column).alias(_CHECK_POSTCODE)) \
         .mapInPandas(postcode_privacy_check, _CHECK_SCHEMA)
     # One shuffle, by identifier hash.  Each identifier's (partition, record, postcode) triples
     # sort into record order; the conflict shows at the first record whose postcode differs from
@@ -470,14 +557,20 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _release_partition(options: _Options, sealed: _SealedKey, offsets: list[int], batches,
-                       chunk: int = RELEASE_CHUNK):
-    """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``."""
+                       chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
+    """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``.
+
+    With ``names``, the batches arrive under positional names (:func:`_release_frame`): they get
+    their real names back for ``process_chunk``, and its output leaves under positional names.
+    """
     plan = _worker_plan(options, sealed.open())
     partition = _partition_id()
     offset = offsets[partition] if partition < len(offsets) else 0
     cpus = _task_cpus()
     seen = 0
     for frame in _chunks(batches, chunk):
+        if names is not None:
+            frame.columns = names
         try:
             with _engine_workers(cpus):
                 out, _ = plan.process_chunk(frame, offset + seen, warn=False)
@@ -489,13 +582,19 @@ def _release_partition(options: _Options, sealed: _SealedKey, offsets: list[int]
                 "input changed after the check pass; record numbers assume the check pass's "
                 "partitioning)", exc.row_errors, exc.total_errors) from None
         seen += len(frame)
+        if names is not None:
+            out.columns = _positional("o", len(out.columns))
         yield out
 
 
-def _output_schema(df: DataFrame, options: _Options) -> StructType:
+def _positional(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(count)]
+
+
+def _output_fields(df: DataFrame, options: _Options) -> list[StructField]:
     fields = [f for f in df.schema.fields
               if options.keep_source_postcode or f.name != options.postcode_column]
-    return StructType(fields + [StructField(options.out_column, StringType(), True)])
+    return fields + [StructField(options.out_column, StringType(), True)]
 
 
 # -- public recipes -------------------------------------------------------------------------------
@@ -516,7 +615,9 @@ def _prepare(df, *, key, epsilon, id_column, postcode_column, graph, radius, on_
                        postcode_column=postcode_column, graph=resolved, radius=radius,
                        on_error=on_error, out_column=out_column,
                        keep_source_postcode=keep_source_postcode, terminated=terminated)
-    ref = _ship_graph(df.sparkSession.sparkContext, resolved, path)
+    session = df.sparkSession
+    _probe_executors(session)
+    ref = _ship_graph(session, resolved, path)
     return _Options(graph=ref, epsilon=plan.mechanism.epsilon, radius=radius,
                     expected_radius=plan.mechanism.radius, id_column=id_column,
                     postcode_column=postcode_column, on_error=on_error, out_column=out_column,
@@ -572,17 +673,26 @@ def perturb(df: DataFrame, *, key: Key, epsilon, id_column: str, postcode_column
 
 
 def _release_function(options: _Options, sealed: _SealedKey, offsets: list[int],
-                      chunk: int = RELEASE_CHUNK):
+                      chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
     """The function ``mapInPandas`` runs; its closure holds only small values (no graph)."""
     def postcode_privacy_release(batches):
-        return _release_partition(options, sealed, offsets, batches, chunk)
+        return _release_partition(options, sealed, offsets, batches, chunk, names)
 
     return postcode_privacy_release
 
 
 def _release_frame(df: DataFrame, options: _Options, sealed: _SealedKey, offsets: list[int],
                    chunk: int = RELEASE_CHUNK) -> DataFrame:
-    return df.mapInPandas(_release_function(options, sealed, offsets, chunk),
-                          _output_schema(df, options))
-
-
+    """The release pass, lazily.  Spark parses the column names at a ``mapInPandas``, so a
+    name holding a dot or a backtick would fail there: the columns cross it under positional
+    names and get their own back on both sides (issue 14, item 4)."""
+    names = list(df.columns)
+    fields = _output_fields(df, options)
+    positional = df.select(*[_quoted(name).alias(alias)
+                             for name, alias in zip(names, _positional("c", len(names)))])
+    schema = StructType([StructField(alias, f.dataType, f.nullable)
+                         for f, alias in zip(fields, _positional("o", len(fields)))])
+    released = positional.mapInPandas(
+        _release_function(options, sealed, offsets, chunk, names), schema)
+    return released.select(*[F.col(alias).alias(f.name)
+                             for f, alias in zip(fields, _positional("o", len(fields)))])
