@@ -4,12 +4,15 @@ Guarantees (docs/release.md, "Nothing is lost"):
 
 * the input is only ever opened for reading, and its SHA-256 is taken before and after the run,
   so an input that changes underneath the release fails it;
-* the output and its manifest are written to temporary files in the output's own directory and
-  moved into place with ``os.replace`` only when everything has succeeded, output first and
-  manifest last; on any error or interruption (``KeyboardInterrupt``) the temporary files are
-  removed, so a failed run leaves nothing behind and never a partial output;
-* the output may not be the input (same path or same file), and an existing output or manifest
-  is only replaced with ``force=True``;
+* the output, its manifest and its audit file are claimed before any work
+  (:class:`~postcode_privacy.atomic.OutputClaim`): their names are checked, an existing one is
+  refused without ``force`` (a key file always), and a lock keeps a second run from writing the
+  same output at the same time;
+* they are written to temporary files in the output's own directory and moved into place
+  together only when everything has succeeded, with SIGINT and SIGTERM held back during the
+  renames; on any error or interruption the temporary files are removed, so a failed run leaves
+  nothing behind and never a partial output;
+* the output may not be the input (same path or same file);
 * with ``on_error="error"`` every chunk is checked before anything is perturbed, and one failing
   record anywhere means no output at all.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import TempFile, fsync_directory
+from ..atomic import OutputClaim
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism import Key
@@ -42,12 +45,13 @@ from .plan import (
 )
 from .tables import TableReader, open_writer, table_format
 
-__all__ = ["release_file", "manifest_path_for", "MANIFEST_FORMAT", "MANIFEST_VERSION",
+__all__ = ["release_file", "manifest_path_for", "audit_path_for", "MANIFEST_FORMAT", "MANIFEST_VERSION",
            "DEFAULT_CHUNK_SIZE"]
 
 MANIFEST_FORMAT = "postcode-privacy-manifest"
 MANIFEST_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
+AUDIT_SUFFIX = ".audit.json"
 DEFAULT_CHUNK_SIZE = 100_000
 
 
@@ -55,6 +59,12 @@ def manifest_path_for(output_path: str | os.PathLike) -> Path:
     """``OUTPUT.manifest.json`` beside the output."""
     path = Path(output_path)
     return path.with_name(path.name + MANIFEST_SUFFIX)
+
+
+def audit_path_for(output_path: str | os.PathLike) -> Path:
+    """``OUTPUT.audit.json`` beside the output (the private audit file, docs/release.md)."""
+    path = Path(output_path)
+    return path.with_name(path.name + AUDIT_SUFFIX)
 
 
 def _sha256_file(path: str | os.PathLike) -> str:
@@ -74,28 +84,21 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_paths(input_path: Path, output_path: Path, manifest: Path, force: bool) -> None:
+def _check_paths(input_path: Path, output_path: Path) -> None:
+    """Checks on the input and the output's format; the output's names are the claim's."""
+    try:
+        input_path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it") from None
     if not input_path.exists():
         raise InputDataError("the input file does not exist")
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)
     table_format(output_path)
-    for target in (output_path, manifest):
+    for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
         if _same_file(input_path, target):
             raise OutputExistsError("refusing to write over the input file; choose another output")
-    for target in (output_path, manifest):
-        if target.is_dir():
-            raise InvalidParameterError("the output path is a directory")
-        if (target.exists() or target.is_symlink()) and not force:
-            which = "output" if target == output_path else "manifest"
-            raise OutputExistsError(
-                f"the {which} file already exists; use --force (force=True) to replace it")
-    parent = output_path.parent
-    if not parent.exists():
-        raise InvalidParameterError("the output directory does not exist")
-    if not parent.is_dir():
-        raise InvalidParameterError("the output's parent path is not a directory")
 
 
 def _bar(progress: bool, total: int | None, desc: str):
@@ -130,17 +133,30 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
     manifest_path = manifest_path_for(output_path)
-    _check_paths(input_path, output_path, manifest_path, force)
+    _check_paths(input_path, output_path)
+    claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
+    with claim:
+        return _release(claim, input_path, output_path, manifest_path, key=key, epsilon=epsilon,
+                        id_column=id_column, postcode_column=postcode_column, graph=graph,
+                        radius=radius, on_error=on_error, out_column=out_column,
+                        keep_source_postcode=keep_source_postcode, terminated=terminated,
+                        chunk_size=chunk_size, progress=progress,
+                        terminated_locations=terminated_locations)
+
+
+def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
+             key, epsilon, id_column, postcode_column, graph, radius, on_error, out_column,
+             keep_source_postcode, terminated, chunk_size, progress,
+             terminated_locations) -> dict:
+    """The work of :func:`release_file`, inside its claim on the output's names."""
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
     check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
                   out_column=out_column)
 
-    temps: list[TempFile] = []
     writer = None
     try:
-        out_tmp = TempFile(output_path)
-        temps.append(out_tmp)
+        out_tmp = claim.temp(output_path)
         plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
                            postcode_column=postcode_column, graph=graph, radius=radius,
                            on_error=on_error, out_column=out_column,
@@ -185,7 +201,7 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
             raise InputDataError("the input file changed while it was being released; "
                                  "nothing was written")
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
-        plan.warn_subjects(stacklevel=2)
+        plan.warn_subjects(stacklevel=3)
 
         description = plan.describe()
         manifest = {
@@ -205,17 +221,11 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                                      "in Code-Point Open"),
             "counts": counts,
         }
-        man_tmp = TempFile(manifest_path)
-        temps.append(man_tmp)
+        man_tmp = claim.temp(manifest_path)
         man_tmp.handle.write((json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         man_tmp.finish()
-        # With --force an old manifest may exist: remove it first, so that an interruption
-        # between the two renames leaves an output without a manifest, never a mismatched pair.
-        manifest_path.unlink(missing_ok=True)
-        out_tmp.commit()
-        man_tmp.commit()
-        temps.clear()
-        fsync_directory(output_path.parent)
+        # Output, manifest (and audit file) move into place together: OutputClaim.commit.
+        claim.commit()
         return manifest
     except OSError as exc:
         raise PostcodePrivacyError(
@@ -223,5 +233,3 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     finally:
         if writer is not None:
             writer.abort()
-        for temp in temps:
-            temp.discard()
