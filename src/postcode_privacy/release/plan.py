@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from ..errors import InputDataError, InvalidParameterError
+from ..errors import InputDataError, InvalidParameterError, option
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from ..mechanism.epsilon import parse_epsilon
@@ -81,7 +81,7 @@ def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int])
     reasons = ", ".join(f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k))
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
-        "with on_error='error' nothing is released",
+        f"with {option('on_error', 'error')} nothing is released",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]), total_errors=failed)
 
 
@@ -100,7 +100,7 @@ def _identifier(value: object) -> tuple[str | None, str | None, str | None]:
     try:
         return canonical_subject_id(value), None, None
     except ValueError as exc:
-        if isinstance(value, str):
+        if isinstance(value, str) and not value.strip():
             return None, "missing_identifier", "blank identifier"
         return None, "invalid_identifier", str(exc)
 
