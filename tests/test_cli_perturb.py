@@ -213,7 +213,7 @@ def test_bytes_that_are_not_utf8(setup, tmp_path, capsys):
 def test_ragged_rows(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("subject,postcode\n1,BD1 1AA\n2,BD1 1AB,extra\n")
-    check_failure(setup, tmp_path, capsys, src, 3, "line 3 of the file has 3 fields")
+    check_failure(setup, tmp_path, capsys, src, 3, "record 2 (starting on line 3 of the file) has 3 fields")
     src.write_text("subject,postcode\n1,BD1 1AA,extra\n2,BD1 1AB\n")
     check_failure(setup, tmp_path, capsys, src, 3, "first record has more fields")
 

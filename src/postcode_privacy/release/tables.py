@@ -39,8 +39,8 @@ from ..errors import InputDataError, InvalidParameterError
 __all__ = ["table_format", "TableReader", "open_reader", "open_writer", "MAX_COLUMNS",
            "MAX_HEADER_CHARS"]
 
-# Bounds on the shape of an input (docs/release.md, "Input files"): far above real record
-# files, low enough that a hostile header fails in a second instead of exhausting memory.
+# Bounds on the shape of an input (docs/release.md, "Limits and unusual files"): far above
+# real record files, low enough that a hostile header fails in a second, not out of memory.
 MAX_COLUMNS = 10_000
 MAX_HEADER_CHARS = 1_000_000
 # Records per chunk are lowered for wide files so that a chunk holds at most this many cells
