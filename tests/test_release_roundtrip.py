@@ -104,6 +104,12 @@ def test_a_bare_carriage_return_does_not_add_a_row(small, tmp_path):
         release_file(tmp_path / "in.csv", tmp_path / name, key=KEY, epsilon="1",
                      id_column="person", postcode_column="pc", graph=graph)
         check_round_trip(df, tmp_path / name)
+    # A cell with a CR longer than the csv module's default 128 KiB field limit.
+    df.loc[5, "other"] = "long\r" * 40_000
+    write_input(df, tmp_path / "in.csv")
+    release_file(tmp_path / "in.csv", tmp_path / "long.csv", key=KEY, epsilon="1",
+                 id_column="person", postcode_column="pc", graph=graph)
+    check_round_trip(df, tmp_path / "long.csv")
     raw = gzip.decompress((tmp_path / "out.csv.gz").read_bytes())
     assert b'"before\rafter"' in raw
     # Files without a CR are written exactly as before (pandas' own quoting).

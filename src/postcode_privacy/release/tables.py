@@ -341,6 +341,11 @@ def _check_utf8(batch, offset: int) -> None:
             continue
         except pa.ArrowInvalid:
             pass
+        if pa.types.is_dictionary(column.type):
+            # The bad text is in the column's dictionary, shared by many records.
+            raise InputDataError(
+                f"column {position + 1} ({name!r}), from record {offset + 1} on, holds "
+                "dictionary-encoded text that is not valid UTF-8") from None
         for row in range(len(column)):
             try:
                 column.slice(row, 1).validate(full=True)
@@ -366,9 +371,16 @@ def _holds_carriage_return(frame: pd.DataFrame, header: bool) -> bool:
         column = frame[name]
         if column.dtype == object or isinstance(column.dtype, pd.StringDtype) or (
                 isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU"):
-            if column.astype(object).map(lambda v: isinstance(v, str) and "\r" in v).any():
+            # Nested values (dicts, lists) are written as their str(): check that text too.
+            if column.astype(object).map(_text_has_cr).any():
                 return True
     return False
+
+
+def _text_has_cr(value) -> bool:
+    if isinstance(value, str):
+        return "\r" in value
+    return value is not None and value is not pd.NA and "\r" in str(value)
 
 
 def _quote_cell(cell: str) -> str:
@@ -381,11 +393,17 @@ def _quote_minimally(text: str) -> str:
     """Re-write CSV text whose every cell is quoted so that only the cells that need it are:
     those holding a comma, a quote, CR or LF (and the empty cell of a one-column record)."""
     lines = []
-    for row in csv.reader(io.StringIO(text, newline="")):
-        if row == [""]:
-            lines.append('""')
-        else:
-            lines.append(",".join(_quote_cell(cell) for cell in row))
+    # A cell may be longer than the csv module's default field limit (128 KiB): the text was
+    # just written by pandas, so any length is legitimate here.
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    try:
+        for row in csv.reader(io.StringIO(text, newline="")):
+            if row == [""]:
+                lines.append('""')
+            else:
+                lines.append(",".join(_quote_cell(cell) for cell in row))
+    finally:
+        csv.field_size_limit(limit)
     return "".join(line + "\n" for line in lines)
 
 
