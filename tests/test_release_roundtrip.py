@@ -1,4 +1,4 @@
-"""Every output writer round-trips (docs/release.md, "What perturb writes").
+"""Every output writer round-trips (docs/release.md, "What `perturb` writes").
 
 Reading a release back with pandas (``dtype=str, keep_default_na=False`` for CSV) gives exactly
 the input's records, in order, with every cell other than the postcodes unchanged, whatever the
