@@ -528,3 +528,14 @@ def test_report_postcode_that_is_not_a_postcode_says_so(setup, tmp_path, capsys)
     assert code == 3
     assert "not a UK postcode in form" in capsys.readouterr().err
     assert names(tmp_path) == []
+
+
+def test_build_never_replaces_a_key_file_even_with_force(tmp_path, capsys):
+    fixtures = Path(__file__).parent / "fixtures" / "sources"
+    key = tmp_path / "graph.ppgraph"
+    write_key_file(Key.generate(), key)
+    before = key.read_bytes()
+    assert main(["build", "--codepoint", str(fixtures / "codepoint"), "-o", str(key), "--force",
+                 "--quiet"]) == 5
+    assert "key file is never replaced" in capsys.readouterr().err
+    assert key.read_bytes() == before

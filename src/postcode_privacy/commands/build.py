@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ..cli import cli
-from ..errors import OutputExistsError
 
 TERMINATED_SUFFIX = ".terminated.parquet"
 
@@ -31,6 +30,7 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
+    from ..atomic import OutputClaim
     from ..errors import InvalidParameterError
     from ..graph.artefact import save_graph
     from ..sources.bundled import build_from_sources
@@ -39,12 +39,14 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")
     if max_edge_km <= 0:
         raise InvalidParameterError("--max-edge-km must be positive")
-    if os.path.exists(output) and not force:
-        raise OutputExistsError("the output artefact exists; use --force to replace it")
-    graph, table = build_from_sources(codepoint=codepoint, onspd=onspd, population=population,
-                                      gb_only=gb_only, max_edge_km=max_edge_km,
-                                      progress=not quiet, with_table=True)
-    save_graph(graph, output)
+    # The shared output rules (atomic.OutputClaim): checked before the build, one run at a
+    # time, never over a key file.
+    with OutputClaim([output], force=force):
+        graph, table = build_from_sources(codepoint=codepoint, onspd=onspd,
+                                          population=population, gb_only=gb_only,
+                                          max_edge_km=max_edge_km, progress=not quiet,
+                                          with_table=True)
+        save_graph(graph, output)
     sidecar = terminated_sidecar(output)
     if len(table.terminated):
         from ..atomic import write_atomic
