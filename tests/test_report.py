@@ -159,7 +159,7 @@ def test_cli_report(geo, tmp_path):
     assert len(_parse(out.read_text(encoding="utf-8")).images) == 2
     assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
                  "--postcode", geo.label(0), "--sample", "3"]) == 8
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "--force",
                  "--postcode", "ZZ9 9ZZ"]) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
