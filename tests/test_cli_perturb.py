@@ -215,7 +215,7 @@ def test_bytes_that_are_not_utf8(setup, tmp_path, capsys):
 def test_ragged_rows(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("subject,postcode\n1,BD1 1AA\n2,BD1 1AB,extra\n")
-    check_failure(setup, tmp_path, capsys, src, 3, "line 3 of the file has 3 fields")
+    check_failure(setup, tmp_path, capsys, src, 3, "record 2 (starting on line 3 of the file) has 3 fields")
     src.write_text("subject,postcode\n1,BD1 1AA,extra\n2,BD1 1AB\n")
     check_failure(setup, tmp_path, capsys, src, 3, "first record has more fields")
 
@@ -483,14 +483,14 @@ def test_forced_run_that_fails_between_renames_leaves_no_mismatched_manifest(set
     src = write_records(tmp_path / "in.csv", setup["codes"], n=20)
     out = tmp_path / "out.csv"
     assert perturb(setup, src, out) == 0
-    real_commit = atomic.TempFile.commit
+    real_commit = atomic.TempFile.commit_new
 
     def failing_commit(self):
         if self.target.name.endswith(".manifest.json"):
             raise OSError(28, "No space left on device")
         real_commit(self)
 
-    monkeypatch.setattr(atomic.TempFile, "commit", failing_commit)
+    monkeypatch.setattr(atomic.TempFile, "commit_new", failing_commit)
     assert perturb(setup, src, out, "--force") != 0
     # The old manifest was removed before the new output moved in, so no manifest describes
     # a file it does not match.

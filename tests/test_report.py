@@ -164,8 +164,11 @@ def test_cli_report(geo, tmp_path):
     assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q",
                  "--sample", "3", "--releases", "2"]) == 0
     assert len(_parse(out.read_text(encoding="utf-8")).images) == 5
-    assert main(["report", "--graph", str(path), "-o", str(out)]) == 2  # no epsilon, no manifest
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
+    # An existing report is not replaced without --force (exit 5), whatever else is asked.
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q",
+                 "--sample", "3"]) == 5
+    assert main(["report", "--graph", str(path), "-o", str(out), "--force"]) == 2  # no epsilon
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "--force",
                  "--postcode", "ZZ9 9ZZ"]) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

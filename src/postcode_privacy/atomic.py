@@ -1,18 +1,63 @@
-"""Files that appear whole or not at all.
+"""Files that appear whole or not at all, under names that one run at a time can claim.
 
 Everything the library writes (artefacts, releases, manifests, reports) goes to a temporary file
-beside its target, is flushed and fsynced, and only then moved into place with ``os.replace``:
-a reader, or a run that is interrupted, sees the old file or the complete new one, never part.
+beside its target, is flushed and fsynced, and only then moved into place: a reader, or a run
+that is interrupted, sees the old file or the complete new one, never part.
+
+Commands that write files a user names (``perturb``, ``report -o``, ``evaluate -o``,
+``calibrate -o``) go one step further with :class:`OutputClaim` (docs/release.md, "Nothing is
+lost"):
+
+* the names are checked before any work: valid UTF-8, short enough for the file system together
+  with the names derived from them, in an existing directory;
+* an existing file is refused unless ``force``; a postcode-privacy key file is never replaced,
+  even with ``force``;
+* the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
+  place, so two runs writing the same output cannot both go ahead: the second one is refused;
+* the files of one claim (a release, its manifest, its audit file) are committed together, with
+  SIGINT and SIGTERM held back until every rename is done, so a stop signal can never separate
+  them; without ``force`` a name that appeared meanwhile is not replaced (``os.link``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import secrets
+import signal
+import threading
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
+
+try:  # POSIX advisory locks; released by the kernel when a process dies, even by SIGKILL.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows falls back to an exclusive lock file
+    fcntl = None
+
+__all__ = ["TempFile", "OutputClaim", "LateSignalWarning", "atomic_output", "write_atomic",
+           "fsync_directory", "is_key_file"]
+
+# The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
+_KEY_FILE_PREFIX = b"postcode-privacy key file"
+# Temporary names keep at most this many bytes of the target's name, so that a long (but
+# valid) output name never makes its temporary file's name too long.
+_TEMP_STEM_BYTES = 160
+
+
+class LateSignalWarning(UserWarning):
+    """A stop signal arrived while finished files were being moved into place; they were all
+    moved, and the run is complete."""
+
+
+def _temp_name(target: Path) -> str:
+    stem = target.name
+    while len(os.fsencode(stem)) > _TEMP_STEM_BYTES:
+        stem = stem[:-1]
+    return f".{stem}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
 
 
 class TempFile:
@@ -20,8 +65,7 @@ class TempFile:
 
     def __init__(self, target: str | os.PathLike):
         self.target = Path(target)
-        self.path = self.target.with_name(
-            f".{self.target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        self.path = self.target.with_name(_temp_name(self.target))
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
                          | getattr(os, "O_BINARY", 0), 0o666)
@@ -38,6 +82,20 @@ class TempFile:
 
     def commit(self) -> None:
         os.replace(self.path, self.target)
+
+    def commit_new(self) -> None:
+        """Move into place only if ``target`` does not exist (FileExistsError otherwise)."""
+        try:
+            os.link(self.path, self.target)
+        except FileExistsError:
+            raise
+        except OSError:
+            # A file system without hard links: the claim's lock and its checks still stand.
+            if os.path.lexists(self.target):
+                raise FileExistsError(self.target) from None
+            os.replace(self.path, self.target)
+            return
+        os.unlink(self.path)
 
     def discard(self) -> None:
         try:
@@ -65,6 +123,252 @@ def fsync_directory(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def is_key_file(path: str | os.PathLike) -> bool:
+    """True if ``path`` is (or links to) a postcode-privacy key file."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_KEY_FILE_PREFIX)) == _KEY_FILE_PREFIX
+    except OSError:
+        return False
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM until the block ends; yields the list of signals that arrived.
+
+    Python runs signal handlers between bytecodes of the main thread, so replacing the handlers
+    by ones that only take note is enough: nothing can interrupt the block part-way.
+    """
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived  # signals are only ever handled in the main thread
+        return
+
+    def note(signum, frame):
+        arrived.append(signum)
+
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, note)
+        yield arrived
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_CLAIMS: contextvars.ContextVar[tuple] = contextvars.ContextVar("postcode_privacy_claims",
+                                                                 default=())
+
+
+class OutputClaim:
+    """An exclusive claim on one or more output files in one directory (see the module doc).
+
+    Use as a context manager around the whole run: entering checks the names and takes the
+    lock, :meth:`temp` opens a temporary file for a target, :meth:`commit` moves every finished
+    temporary file into place together, and leaving the block removes whatever was not
+    committed and releases the lock.  The first target names the claim in messages.
+    """
+
+    def __init__(self, targets: Iterable[str | os.PathLike], *, force: bool = False):
+        self.targets = [Path(t) for t in targets]
+        if not self.targets:
+            raise ValueError("nothing to claim")
+        self.force = bool(force)
+        self.directory = self.targets[0].parent
+        if any(t.parent != self.directory for t in self.targets):
+            raise ValueError("claimed files must share one directory")
+        self.lock_path = self.targets[0].with_name(f".{self.targets[0].name}.lock")
+        self._lock_fd: int | None = None
+        self._temps: dict[Path, TempFile] = {}
+        self._token = None
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    def _check_names(self) -> None:
+        limit = _name_max(self.directory) if self.directory.is_dir() else 255
+        for target in self.targets:
+            try:
+                encoded = target.name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidParameterError(
+                    "the output file name is not valid UTF-8 text; choose another name") from None
+            if len(encoded) > limit:
+                first = len(self.targets[0].name.encode("utf-8"))
+                room = limit - (len(encoded) - first)
+                raise InvalidParameterError(
+                    f"the output file name is too long: with the files written beside it it may "
+                    f"have at most {room} bytes, it has {first}")
+        if not self.directory.exists():
+            raise InvalidParameterError("the output directory does not exist")
+        if not self.directory.is_dir():
+            raise InvalidParameterError("the output's parent path is not a directory")
+
+    def _check_existing(self) -> None:
+        for target in self.targets:
+            if target.is_dir():
+                raise InvalidParameterError(f"the output path {target} is a directory")
+            if is_key_file(target):
+                raise OutputExistsError(
+                    f"{target} is a postcode-privacy key file; a key file is never replaced, "
+                    f"even with {option('force')}")
+            if os.path.lexists(target) and not self.force:
+                raise OutputExistsError(
+                    f"{target} already exists; {option('force')} replaces it")
+
+    def _lock(self) -> None:
+        busy = OutputExistsError(
+            f"another run is writing {self.targets[0]} now; wait for it to finish or choose "
+            "another output")
+        for _ in range(10):
+            try:
+                if fcntl is None:
+                    fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                else:
+                    fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            except FileExistsError:
+                raise busy from None
+            except OSError as exc:
+                raise InvalidParameterError(
+                    "cannot write in the output directory: "
+                    f"{exc.strerror or type(exc).__name__}") from None
+            if fcntl is None:
+                self._lock_fd = fd
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise busy from None
+            # The holder before us may have removed the lock file after we opened it: only a
+            # lock on the file that is at the name now counts.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock_fd = fd
+                return
+            os.close(fd)
+        raise busy
+
+    def __enter__(self) -> OutputClaim:
+        self._check_names()
+        self._check_existing()
+        self._lock()
+        try:
+            self._check_existing()  # again, now that no cooperating run can interfere
+        except BaseException:
+            self._unlock()
+            raise
+        self._token = _CLAIMS.set(_CLAIMS.get() + (self,))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            _CLAIMS.reset(self._token)
+            self._token = None
+        for temp in self._temps.values():
+            temp.discard()
+        self._temps.clear()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.lock_path)  # while still holding it: see _lock
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def temp(self, target: str | os.PathLike) -> TempFile:
+        """A temporary file for ``target`` (one of the claimed names)."""
+        target = Path(target)
+        if target not in self.targets:
+            raise ValueError("not a claimed output")
+        if target in self._temps:
+            raise ValueError("a temporary file for this output is already open")
+        temp = TempFile(target)
+        self._temps[target] = temp
+        return temp
+
+    def commit(self) -> None:
+        """Move every finished temporary file into place as one step, the first-named last.
+
+        The first target is the main file (a release); the others describe it (its manifest and
+        audit file).  Moving those first means that even a crash part-way never leaves a main
+        file without its companions, only companions without their main file.
+
+        Claimed names without a temporary file are removed (with ``force``, an old manifest or
+        audit file must not stay beside a new release).  SIGINT and SIGTERM are held until the
+        step is over; if one arrived, a :class:`LateSignalWarning` says the files are complete.
+        Precondition: every temporary file has been finished (:meth:`TempFile.finish`).
+        """
+        done: list[Path] = []
+        with _signals_held() as arrived:
+            try:
+                if self.force:
+                    # Old files go first: an error part-way then leaves fewer files, never a
+                    # new release beside an old manifest.
+                    for target in self.targets:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(target)
+                for target in [*self.targets[1:], self.targets[0]]:
+                    temp = self._temps.get(target)
+                    if temp is None:
+                        continue
+                    temp.commit_new()
+                    done.append(target)
+                    del self._temps[target]
+            except FileExistsError:
+                self._undo(done)
+                raise OutputExistsError(
+                    f"a file named like the output appeared in {self.directory} during the "
+                    f"run; nothing was written ({option('force')} replaces it)") from None
+            except OSError as exc:
+                self._undo(done)
+                raise PostcodePrivacyError(
+                    f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+            fsync_directory(self.directory)
+        if arrived:
+            warnings.warn(
+                "a stop signal arrived while the finished files were being moved into place; "
+                "they are all in place and complete", LateSignalWarning, stacklevel=2)
+
+    @staticmethod
+    def _undo(done: list[Path]) -> None:
+        for target in done:
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+
+    def write_bytes(self, target: str | os.PathLike, data: bytes) -> None:
+        """Write ``data`` as ``target`` and commit it (for single-file outputs)."""
+        temp = self.temp(target)
+        try:
+            temp.handle.write(data)
+            temp.finish()
+        except OSError as exc:
+            raise PostcodePrivacyError(
+                f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+        self.commit()
+
+
+def _active_claim(target: Path) -> OutputClaim | None:
+    for claim in _CLAIMS.get():
+        if target in claim.targets:
+            return claim
+    return None
+
+
 @contextlib.contextmanager
 def atomic_output(target: str | os.PathLike):
     """A binary handle whose contents replace ``target`` only if the block completes."""
@@ -80,6 +384,14 @@ def atomic_output(target: str | os.PathLike):
 
 
 def write_atomic(target: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file, replacing any existing file."""
+    """Write ``data`` to ``target`` through a temporary file.
+
+    Inside an :class:`OutputClaim` on ``target`` the claim's rules apply (no replacing without
+    ``force``, never a key file); otherwise an existing file is replaced.
+    """
+    claim = _active_claim(Path(target))
+    if claim is not None:
+        claim.write_bytes(target, data)
+        return
     with atomic_output(target) as handle:
         handle.write(data)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -42,10 +43,28 @@ def _exit_code(exc: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code (never raises for library errors)."""
+    """Run the CLI and return its exit code (never raises for library errors).
+
+    Library messages name options the command-line way here (``--force``, ``--on-error``):
+    see :func:`postcode_privacy.errors.option`.
+    """
+    token = errors.SURFACE.set("cli")
+    try:
+        return _run(argv)
+    finally:
+        errors.SURFACE.reset(token)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="postcode-privacy", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):
+            # click turns any EOFError into Abort; one that escaped the readers is a file that
+            # ended too early, not an interruption.
+            click.echo("error: a file ended unexpectedly (truncated?); nothing was written",
+                       err=True)
+            return 1
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
@@ -68,8 +87,39 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def echo_status(message: str) -> None:
+    """Print a line on stdout about work that is already done.
+
+    The work's outcome is the exit code: a stdout that is closed or whose reader has gone
+    (EPIPE) must not turn a complete release into a failure, so such errors are ignored.
+    """
+    if sys.stdout is None:  # started with stdout closed
+        return
+    try:
+        click.echo(message)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    # Later writes, and the interpreter's own flush at exit, go nowhere instead of failing.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def entry_point() -> None:
-    sys.exit(main())
+    code = main()
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        _silence_stdout()
+    sys.exit(code)
 
 
 # Sub-commands register themselves on ``cli`` from their own modules; importing them here keeps

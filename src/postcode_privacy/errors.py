@@ -7,6 +7,8 @@ so that an error log is never a disclosure.  The CLI maps each class to one exit
 
 from __future__ import annotations
 
+import contextvars
+
 
 class PostcodePrivacyError(Exception):
     """Base class for all errors raised by postcode-privacy."""
@@ -59,3 +61,19 @@ class TeleportWarning(UserWarning):
 
 class DuplicateSubjectWarning(UserWarning):
     """One subject identifier appears with two or more different postcodes in a release."""
+
+
+# How options are spelled in messages: the command line sets "cli" (see ``cli.main``), so the
+# same library error says ``--on-error error`` there and ``on_error='error'`` from Python.
+SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar("postcode_privacy_surface",
+                                                             default="python")
+
+
+def option(name: str, value: str | None = None) -> str:
+    """An option as the user wrote it: ``option("force")`` is ``--force`` on the command line
+    and ``force=True`` in Python; ``option("on_error", "error")`` is ``--on-error error`` or
+    ``on_error='error'``."""
+    if SURFACE.get() == "cli":
+        flag = "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    return f"{name}=True" if value is None else f"{name}={value!r}"

@@ -1,6 +1,9 @@
 """UK postcode normalisation and validation.
 
-Normalisation changes case and whitespace only; nothing is guessed or corrected.  The
+Normalisation changes case and whitespace only; nothing is guessed or corrected.  Only ASCII
+text is normalised: anything else is refused first, since Unicode case mapping turns some
+non-ASCII letters into ASCII ones (``"ß"`` upper-cases to ``"SS"``, the long s ``"ſ"`` to
+``"S"``) and would make real postcodes of text that is not one.  The
 normalised form is upper case with exactly one space before the three-character inward code,
 e.g. ``"sw1a1aa "`` becomes ``"SW1A 1AA"``.  This form is what the graph stores, what the keyed
 stream binds, and what every output contains.
@@ -13,14 +16,14 @@ import re
 # Outward code: area (1-2 letters), district digit, optional digit or letter.
 # Inward code: sector digit and a unit of two letters (never C I K M O V).
 _POSTCODE = re.compile(r"^(?:[A-Z]{1,2}[0-9][A-Z0-9]?[0-9][ABD-HJLNP-UW-Z]{2}|GIR0AA)$")
-_WHITESPACE = re.compile(r"\s+")
+_WHITESPACE = re.compile(r"\s+", re.ASCII)
 
 __all__ = ["normalise", "is_valid", "try_normalise", "outward", "sector", "district", "area"]
 
 
 def try_normalise(text: object) -> str | None:
     """Return the normalised postcode, or None if ``text`` is not a UK postcode in form."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not text.isascii():
         return None
     compact = _WHITESPACE.sub("", text).upper()
     if not _POSTCODE.match(compact):

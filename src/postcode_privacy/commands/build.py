@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ..cli import cli
-from ..errors import OutputExistsError
 
 TERMINATED_SUFFIX = ".terminated.parquet"
 
@@ -31,6 +30,7 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
+    from ..atomic import OutputClaim
     from ..errors import InvalidParameterError
     from ..graph.artefact import save_graph
     from ..graph.national import build_from_sources
@@ -39,24 +39,27 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")
     if max_edge_km <= 0:
         raise InvalidParameterError("--max-edge-km must be positive")
-    if os.path.exists(output) and not force:
-        raise OutputExistsError("the output artefact exists; use --force to replace it")
-    graph, table = build_from_sources(codepoint=codepoint, onspd=onspd, population=population,
-                                      gb_only=gb_only, max_edge_km=max_edge_km,
-                                      progress=not quiet, with_table=True)
-    sidecar = terminated_sidecar(output)
-    if len(table.terminated):
-        from ..atomic import write_atomic
-        from ..release.terminated import PROVENANCE_KEY, sidecar_record
+    # The shared output rules (atomic.OutputClaim): checked before the build, one run at a
+    # time, never over a key file.
+    with OutputClaim([output], force=force):
+        graph, table = build_from_sources(codepoint=codepoint, onspd=onspd,
+                                          population=population, gb_only=gb_only,
+                                          max_edge_km=max_edge_km, progress=not quiet,
+                                          with_table=True)
+        sidecar = terminated_sidecar(output)
+        if len(table.terminated):
+            from ..atomic import write_atomic
+            from ..release.terminated import PROVENANCE_KEY, sidecar_record
 
-        # The sidecar shapes releases under --terminated nearest: the artefact records its
-        # sha256, and perturb refuses a sidecar that does not match (docs/release.md).
-        data = table.terminated.to_parquet(index=False)
-        graph.provenance[PROVENANCE_KEY] = sidecar_record(data, sidecar.name, len(table.terminated))
-        write_atomic(sidecar, data)
-    else:
-        sidecar.unlink(missing_ok=True)  # a stale sidecar must not sit beside the new artefact
-    save_graph(graph, output)
+            # The sidecar shapes releases under --terminated nearest: the artefact records its
+            # sha256, and perturb refuses a sidecar that does not match (docs/release.md).
+            data = table.terminated.to_parquet(index=False)
+            graph.provenance[PROVENANCE_KEY] = sidecar_record(data, sidecar.name,
+                                                              len(table.terminated))
+            write_atomic(sidecar, data)
+        else:
+            sidecar.unlink(missing_ok=True)  # a stale sidecar must not sit beside the new artefact
+        save_graph(graph, output)
     build = graph.provenance.get("build", {})
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")

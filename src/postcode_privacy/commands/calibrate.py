@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli import cli
-from .evaluate import emit_json, load_graph
+from .evaluate import claim_output, emit_json, load_graph
 
 
 @cli.command("calibrate")
@@ -19,9 +19,13 @@ from .evaluate import emit_json, load_graph
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S",
               help="Seed of the sample.")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
+@click.option("-o", "--output", metavar="FILE",
+              help="Write the machine-readable result to FILE (atomically; an existing file "
+                   "needs --force).")
+@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
-def calibrate_command(targets, graph_path, sample, seed, as_json, quiet) -> None:
+def calibrate_command(targets, graph_path, sample, seed, as_json, output, force, quiet) -> None:
     """Find the epsilon (two significant figures, 0.01 to 10) meeting the targets on a sample.
 
     A displacement target sets the smallest admissible epsilon, a self-probability target the
@@ -35,22 +39,26 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, quiet) -> None
     from ..version import OUTPUT_STABILITY_VERSION, __version__
 
     parsed = dict(parse_target(t) for t in targets)
-    graph = load_graph(graph_path, quiet)
-    nodes = select_sample(graph, sample, seed)
-    progress = None if quiet else Progress("calibrate")
-    try:
-        result = calibrate(graph, parsed, nodes, progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
+    with claim_output(output, force):  # before the work: refuse early, one run at a time
+        graph = load_graph(graph_path, quiet)
+        nodes = select_sample(graph, sample, seed)
+        progress = None if quiet else Progress("calibrate")
+        try:
+            result = calibrate(graph, parsed, nodes, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
+        data = {"format": "postcode-privacy-calibration", "format_version": 1,
+                "library_version": __version__,
+                "output_stability_version": OUTPUT_STABILITY_VERSION,
+                "graph_sha256": graph.sha256, "sample_size": len(nodes), "seed": seed,
+                **result.to_json()}
+        if output is not None:
+            emit_json(data, output)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        emit_json({"format": "postcode-privacy-calibration", "format_version": 1,
-                   "library_version": __version__,
-                   "output_stability_version": OUTPUT_STABILITY_VERSION,
-                   "graph_sha256": graph.sha256, "sample_size": len(nodes), "seed": seed,
-                   **result.to_json()}, None)
+        emit_json(data, None)
     elif result.epsilon is not None:
         achieved = ", ".join(f"{k} {v:.4g}" for k, v in result.achieved.items())
         click.echo(f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, "

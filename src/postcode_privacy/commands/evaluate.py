@@ -39,12 +39,22 @@ def echo_warnings():
                     warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
 
+def claim_output(output: str | None, force: bool):
+    """The exclusive claim on ``-o FILE`` (see atomic.OutputClaim), or nothing without -o."""
+    if output is None:
+        return contextlib.nullcontext()
+    from ..atomic import OutputClaim
+
+    return OutputClaim([output], force=force)
+
+
 def emit_json(data: dict, output: str | None) -> None:
+    """Print ``data`` as JSON, or write it to ``output`` (inside its :func:`claim_output`)."""
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if output is None:
         click.echo(text, nl=False)
     else:
-        from ..report import write_atomic
+        from ..atomic import write_atomic
 
         write_atomic(output, text.encode("utf-8"))
 
@@ -127,11 +137,13 @@ def mechanism_options(command):
 @click.option("--no-matching-epsilon", is_flag=True,
               help="Skip the search for the epsilon whose utility matches each truncation.")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
-@click.option("-o", "--output", metavar="FILE", help="Write the JSON report to FILE (atomically).")
+@click.option("-o", "--output", metavar="FILE",
+              help="Write the JSON report to FILE (atomically; an existing file needs --force).")
+@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
 def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, adversary_hops,
-                     compromise_hops, no_matching_epsilon, as_json, output, quiet) -> None:
+                     compromise_hops, no_matching_epsilon, as_json, output, force, quiet) -> None:
     """Measure what a release at epsilon gives an analyst and an adversary, on a sample.
 
     Utility: displacement (median, 95th percentile), same local authority, and how often a
@@ -144,19 +156,22 @@ def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, advers
     from .._progress import Progress
     from ..evaluate import evaluate_release
 
-    graph = load_graph(graph_path, quiet)
-    progress = None if quiet else Progress("evaluate")
-    with echo_warnings():
-        try:
-            result = evaluate_release(graph, epsilon, radius=radius, sample=sample,
-                                      releases=releases, seed=seed, adversary_hops=adversary_hops,
-                                      compromise_hops=compromise_hops,
-                                      match_truncation=not no_matching_epsilon, progress=progress)
-        finally:
-            if progress is not None:
-                progress.close()
-    if output is not None:
-        emit_json(result, output)
+    with claim_output(output, force):  # before the work: refuse early, one run at a time
+        graph = load_graph(graph_path, quiet)
+        progress = None if quiet else Progress("evaluate")
+        with echo_warnings():
+            try:
+                result = evaluate_release(graph, epsilon, radius=radius, sample=sample,
+                                          releases=releases, seed=seed,
+                                          adversary_hops=adversary_hops,
+                                          compromise_hops=compromise_hops,
+                                          match_truncation=not no_matching_epsilon,
+                                          progress=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
+        if output is not None:
+            emit_json(result, output)
     if as_json:
         emit_json(result, None)
     elif output is None or not quiet:

@@ -10,7 +10,7 @@ import warnings
 
 import click
 
-from ..cli import cli
+from ..cli import cli, echo_status
 
 
 def resolve_key(key_path: str | None):
@@ -56,13 +56,14 @@ def sigterm_as_interrupt():
 @contextlib.contextmanager
 def echo_library_warnings():
     """Print the library's warnings as ``warning: ...`` lines on stderr (after the block)."""
+    from ..atomic import LateSignalWarning
     from ..errors import TeleportWarning
     from ..release import DuplicateSubjectWarning
 
-    ours = (TeleportWarning, DuplicateSubjectWarning)
+    ours = (TeleportWarning, DuplicateSubjectWarning, LateSignalWarning)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TeleportWarning)
-        warnings.simplefilter("always", DuplicateSubjectWarning)
+        for category in ours:
+            warnings.simplefilter("always", category)
         try:
             yield
         finally:
@@ -165,19 +166,19 @@ def echo_summary(manifest: dict, output_path: str) -> None:
     from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
     counts = read_audit(output_path)["counts"]  # private counts: shown to the operator only
-    click.echo(f"released {counts['released']} of {counts['records']} records to "
-               f"{click.format_filename(output_path)}")
+    echo_status(f"released {counts['released']} of {counts['records']} records to "
+                f"{click.format_filename(output_path)}")
     if counts["failed"]:
-        click.echo(f"  {counts['failed']} records could not be released: "
-                   f"{counts['nulled']} left empty, {counts['dropped']} dropped")
+        echo_status(f"  {counts['failed']} records could not be released: "
+                    f"{counts['nulled']} left empty, {counts['dropped']} dropped")
     if counts["terminated_mapped"]:
-        click.echo(f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
-                   "nearest live postcode first")
-    click.echo(f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
-               f"{manifest['teleport_bound']['approx']:.3g}")
-    click.echo(f"  graph sha256 {manifest['graph']['sha256']}")
-    click.echo(f"  key fingerprint {manifest['key_fingerprint']}")
-    click.echo(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} "
-               "(publishable)")
-    click.echo(f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
-               "(private: do not publish)")
+        echo_status(f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
+                    "nearest live postcode first")
+    echo_status(f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
+                f"{manifest['teleport_bound']['approx']:.3g}")
+    echo_status(f"  graph sha256 {manifest['graph']['sha256']}")
+    echo_status(f"  key fingerprint {manifest['key_fingerprint']}")
+    echo_status(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} "
+                "(publishable)")
+    echo_status(f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
+                "(private: do not publish)")

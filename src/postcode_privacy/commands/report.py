@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import cli
+from ..cli import cli, echo_status
 from .evaluate import echo_warnings, load_graph
 
 
@@ -27,13 +27,14 @@ from .evaluate import echo_warnings, load_graph
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S",
               help="Seed of the sample and of the stand-in keys.")
 @click.option("-o", "--output", required=True, metavar="FILE",
-              help="File to write (replaced atomically if it exists).")
+              help="File to write (atomically; an existing file needs --force).")
+@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
 @click.option("--json", "as_json", is_flag=True,
               help="Write the report's data as JSON instead of HTML.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
 def report_command(epsilon, manifest_path, graph_path, radius, postcode, sample, releases, seed,
-                   output, as_json, quiet) -> None:
+                   output, force, as_json, quiet) -> None:
     """Write a self-contained HTML page (figures embedded) explaining a release at epsilon.
 
     At a glance: the attacker's chance of naming the exact postcode after one release and after
@@ -43,21 +44,24 @@ def report_command(epsilon, manifest_path, graph_path, radius, postcode, sample,
     --postcode), each with a map drawn offline from the graph's own postcode locations.
     """
     from .._progress import Progress
+    from ..atomic import OutputClaim
     from ..report import build_report, read_manifest, write_report
 
     if epsilon is None and manifest_path is None:
         raise click.UsageError("give --epsilon, or --manifest of a release")
-    release = read_manifest(manifest_path) if manifest_path is not None else None
-    graph = load_graph(graph_path, quiet)
-    progress = None if quiet else Progress("report")
-    with echo_warnings():
-        try:
-            result = build_report(graph, epsilon, radius=radius, postcode=postcode, sample=sample,
-                                  seed=seed, releases=releases, release=release,
-                                  progress=progress)
-        finally:
-            if progress is not None:
-                progress.close()
-    write_report(result, output, as_json=as_json)
+    with OutputClaim([output], force=force):  # before the work: refuse early, one run at a time
+        release = read_manifest(manifest_path) if manifest_path is not None else None
+        graph = load_graph(graph_path, quiet)
+        progress = None if quiet else Progress("report")
+        with echo_warnings():
+            try:
+                result = build_report(graph, epsilon, radius=radius, postcode=postcode,
+                                      sample=sample, seed=seed, releases=releases,
+                                      release=release, progress=progress)
+            finally:
+                if progress is not None:
+                    progress.close()
+        write_report(result, output, as_json=as_json)
     if not quiet:
-        click.echo(f"wrote {click.format_filename(output)} (computed in {result.data['seconds']} s)")
+        echo_status(f"wrote {click.format_filename(output)} "
+                    f"(computed in {result.data['seconds']} s)")

@@ -388,7 +388,10 @@ class Graph:
     def index_of(self, postcode: object) -> int:
         i = self.find(postcode)
         if i is None:
-            raise UnknownPostcodeError("postcode is not a node of this graph")
+            if try_normalise(postcode) is None:
+                raise UnknownPostcodeError(
+                    "the text given is not a UK postcode in form (nor a label of this graph)")
+            raise UnknownPostcodeError("the postcode is well-formed but not a node of this graph")
         return i
 
     def members(self, location: int) -> np.ndarray:

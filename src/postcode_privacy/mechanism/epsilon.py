@@ -7,6 +7,7 @@ That exact value drives the powers, is bound into every keyed draw, and is what 
 
 from __future__ import annotations
 
+import numbers
 import re
 from decimal import Context, Decimal, InvalidOperation
 from fractions import Fraction
@@ -16,6 +17,7 @@ from ..errors import InvalidParameterError
 MAX_EPSILON = Decimal(100)
 MIN_EPSILON = Decimal("0.0001")  # keeps q_hat < 1 with a wide margin, and radii finite
 MAX_DIGITS = 30
+MAX_TEXT = 1000  # characters of epsilon text; anything longer is refused unread
 # Every operation below runs in this explicit context: the thread's ambient decimal context
 # (28 digits by default, and changeable by any caller) must never round epsilon.
 EXACT = Context(prec=100, Emin=-10**6, Emax=10**6)
@@ -60,27 +62,31 @@ def canonical_text(value: Decimal) -> str:
 
 
 def parse_epsilon(value: object) -> Epsilon:
-    """Exact epsilon from a float, int, str or Decimal.
+    """Exact epsilon from a float (``numpy.float64`` included), an integer, a str or a Decimal.
 
-    Postcondition: 0.0001 <= result <= 100, finite, at most 30 significant digits.
+    Postcondition: 0.0001 <= result <= 100, finite, at most 30 significant digits, and exactly
+    the value given: nothing is rounded, so a value that would need rounding is refused.
     Rejects booleans, NaN, infinities, zero, negatives and text that is not a plain number.
     """
-    if isinstance(value, bool):
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InvalidParameterError("epsilon must be a number")
     try:
         if isinstance(value, float):
-            dec = Decimal(repr(value))
-        elif isinstance(value, (int, Decimal)):
-            dec = Decimal(value)
+            # float.__repr__, not repr(): numpy.float64 is a float whose repr is
+            # "np.float64(0.1)"; the shortest round-trip text is the same for both.
+            dec = Decimal(float.__repr__(value))
+        elif isinstance(value, (numbers.Integral, Decimal)):
+            dec = Decimal(value if isinstance(value, Decimal) else int(value))
         elif isinstance(value, str):
             # Plain ASCII decimal notation only: Decimal() alone also takes "1_0" (= 10) and
             # non-ASCII digits, and a typo must not silently multiply the privacy loss.
-            if not _DECIMAL_TEXT.match(value.strip()):
+            if len(value) > MAX_TEXT or not _DECIMAL_TEXT.match(value.strip()):
                 raise InvalidParameterError("epsilon must be a plain decimal number such as 0.5")
-            dec = Decimal(value.strip())
+            dec = Decimal(value.strip())  # exact: the constructor never rounds
         else:
-            raise InvalidParameterError("epsilon must be a number")
-    except (InvalidOperation, ValueError):
+            raise InvalidParameterError("epsilon must be a number (an int, a float, a Decimal "
+                                        "or decimal text)")
+    except (InvalidOperation, ValueError, OverflowError):
         raise InvalidParameterError("epsilon must be a number") from None
     if not dec.is_finite():
         raise InvalidParameterError("epsilon must be finite")
@@ -90,7 +96,13 @@ def parse_epsilon(value: object) -> Epsilon:
         raise InvalidParameterError("epsilon below 0.0001 is not supported")
     if dec > MAX_EPSILON:
         raise InvalidParameterError("epsilon above 100 is not supported")
-    dec = dec.normalize(EXACT)
-    if len(dec.as_tuple().digits) > MAX_DIGITS:
+    # Count significant digits on the exact value, before anything that could round it.
+    if significant_digits(dec) > MAX_DIGITS:
         raise InvalidParameterError("epsilon may have at most 30 significant digits")
-    return Epsilon(dec)
+    return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+
+
+def significant_digits(value: Decimal) -> int:
+    """Significant digits of a finite decimal, trailing zeros not counted (no rounding)."""
+    digits = "".join(map(str, value.as_tuple().digits)).strip("0")
+    return max(len(digits), 1)

@@ -97,7 +97,8 @@ def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     """
     if not isinstance(radius, int) or isinstance(radius, bool) or not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"radius must be an integer from 1 to {MAX_RADIUS}")
-    if Decimal(epsilon) * radius > MAX_EPSILON_TIMES_RADIUS:  # exact: an integer multiple
+    # In the explicit exact context: the ambient one (changeable by any caller) could round.
+    if EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS:
         raise InvalidParameterError(
             f"epsilon times radius above {MAX_EPSILON_TIMES_RADIUS} is not supported")
     return _powers_cached(Decimal(epsilon), radius)

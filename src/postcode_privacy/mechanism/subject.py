@@ -6,7 +6,9 @@ Rules (docs/spec.md, "Subject identifiers"):
 
 * integers (including numpy integers, and floats that hold an exact integer below 2^53, as
   pandas makes of an integer column with gaps) become their decimal text;
-* text is Unicode NFC-normalised and stripped of surrounding whitespace;
+* text is Unicode NFC-normalised and stripped of surrounding whitespace; text that cannot be
+  encoded as UTF-8 (a lone surrogate, as a file name decoded with ``surrogateescape`` may hold)
+  is refused;
 * anything else (booleans, bytes, non-integral floats, missing values) is refused, and so is
   text that is empty once stripped.
 """
@@ -35,6 +37,12 @@ def canonical_subject_id(value: object) -> str:
             raise ValueError("identifier is a floating-point number too large to be exact")
         return str(int(as_float))
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # The codec's own message quotes the offending character: never pass it on.
+            raise ValueError("identifier is not valid Unicode text (it holds a lone "
+                             "surrogate)") from None
         text = unicodedata.normalize("NFC", value).strip()
         if not text:
             raise ValueError("blank identifier")

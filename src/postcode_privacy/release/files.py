@@ -4,15 +4,16 @@ Guarantees (docs/release.md, "Nothing is lost"):
 
 * the input is only ever opened for reading, and its SHA-256 is taken before and after the run,
   so an input that changes underneath the release fails it;
-* the output, its publishable manifest and its private audit file (``manifest.py``) are written
-  to temporary files in the output's own directory and moved into place with ``os.replace``
-  only when everything has succeeded: audit file, then manifest, then the output last, so an
-  output never exists without the manifest and audit file that describe it (an old output is
-  removed first under ``force``); on any error or interruption (``KeyboardInterrupt``) the
-  temporary files, and a manifest or audit file already moved, are removed, so a failed run
-  leaves nothing behind and never a partial output;
-* the output may not be the input (same path or same file), and an existing output, manifest
-  or audit file is only replaced with ``force=True``;
+* the output, its publishable manifest and its private audit file (``manifest.py``) are claimed
+  before any work (:class:`~postcode_privacy.atomic.OutputClaim`): their names are checked, an
+  existing one is refused without ``force`` (a key file always), and a lock keeps a second run
+  from writing the same output at the same time;
+* they are written to temporary files in the output's own directory and moved into place
+  together only when everything has succeeded, audit file and manifest before the output, with
+  SIGINT and SIGTERM held back during the renames, so an output never exists without the files
+  that describe it; on any error or interruption the temporary files are removed, so a failed
+  run leaves nothing behind and never a partial output;
+* the output may not be the input (same path or same file);
 * with ``on_error="error"`` every chunk is checked before anything is perturbed, and one failing
   record anywhere means no output at all.
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import TempFile, fsync_directory
+from ..atomic import OutputClaim
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism import Key
@@ -75,30 +76,21 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_paths(input_path: Path, output_path: Path, side_files: tuple[Path, ...],
-                 force: bool) -> None:
+def _check_paths(input_path: Path, output_path: Path) -> None:
+    """Checks on the input and the output's format; the output's names are the claim's."""
+    try:
+        input_path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it") from None
     if not input_path.exists():
         raise InputDataError("the input file does not exist")
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)
     table_format(output_path)
-    for target in (output_path, *side_files):
+    for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
         if _same_file(input_path, target):
             raise OutputExistsError("refusing to write over the input file; choose another output")
-    for target in (output_path, *side_files):
-        if target.is_dir():
-            raise InvalidParameterError("the output path is a directory")
-        if (target.exists() or target.is_symlink()) and not force:
-            which = ("output" if target == output_path else
-                     "manifest" if target.name.endswith(".manifest.json") else "audit")
-            raise OutputExistsError(
-                f"the {which} file already exists; use --force (force=True) to replace it")
-    parent = output_path.parent
-    if not parent.exists():
-        raise InvalidParameterError("the output directory does not exist")
-    if not parent.is_dir():
-        raise InvalidParameterError("the output's parent path is not a directory")
 
 
 def _bar(progress: bool, total: int | None, desc: str):
@@ -121,10 +113,8 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                  terminated: str = "error", force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
                  terminated_locations: pd.DataFrame | None = None) -> dict:
-    """Release ``input_path`` to ``output_path``, with the publishable ``OUTPUT.manifest.json``
-    and the private ``OUTPUT.audit.json`` beside it (see ``manifest.py``); return the manifest.
-
-    The counts by outcome are private: they are in the audit file (``manifest.read_audit``).
+    """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
+    manifest.
 
     Options are those of :func:`~postcode_privacy.perturb_frame`, plus ``force`` (replace an
     existing output and manifest), ``chunk_size`` (records held in memory at once; the output
@@ -135,19 +125,30 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
     manifest_path = manifest_path_for(output_path)
-    audit_path = audit_path_for(output_path)
-    _check_paths(input_path, output_path, (manifest_path, audit_path), force)
+    _check_paths(input_path, output_path)
+    claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
+    with claim:
+        return _release(claim, input_path, output_path, manifest_path, key=key, epsilon=epsilon,
+                        id_column=id_column, postcode_column=postcode_column, graph=graph,
+                        radius=radius, on_error=on_error, out_column=out_column,
+                        keep_source_postcode=keep_source_postcode, terminated=terminated,
+                        chunk_size=chunk_size, progress=progress,
+                        terminated_locations=terminated_locations)
+
+
+def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
+             key, epsilon, id_column, postcode_column, graph, radius, on_error, out_column,
+             keep_source_postcode, terminated, chunk_size, progress,
+             terminated_locations) -> dict:
+    """The work of :func:`release_file`, inside its claim on the output's names."""
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
     check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
                   out_column=out_column)
 
-    temps: list[TempFile] = []
-    moved: list[Path] = []  # side files already in place, removed again if the output is not
     writer = None
     try:
-        out_tmp = TempFile(output_path)
-        temps.append(out_tmp)
+        out_tmp = claim.temp(output_path)
         plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
                            postcode_column=postcode_column, graph=graph, radius=radius,
                            on_error=on_error, out_column=out_column,
@@ -192,7 +193,7 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
             raise InputDataError("the input file changed while it was being released; "
                                  "nothing was written")
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
-        plan.warn_subjects(stacklevel=2)
+        plan.warn_subjects(stacklevel=3)
 
         manifest = build_manifest(plan.describe(), output_path=output_path,
                                   output_format=table_format(output_path),
@@ -200,26 +201,15 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                                   rows=counts["rows_out"])
         audit = build_audit(manifest, input_path=input_path, input_format=reader.format,
                             input_sha256=input_sha256, counts=counts)
-        man_tmp = TempFile(manifest_path)
-        temps.append(man_tmp)
+        man_tmp = claim.temp(manifest_path)
         man_tmp.handle.write(encode(manifest))
         man_tmp.finish()
-        audit_tmp = TempFile(audit_path)
-        temps.append(audit_tmp)
+        audit_tmp = claim.temp(audit_path_for(output_path))
         os.chmod(audit_tmp.path, 0o600)  # private before a byte is written
         audit_tmp.handle.write(encode(audit))
         audit_tmp.finish()
-        # Output last: an output on disk always has its manifest and audit file.  With --force
-        # the old three are removed first, so an old file never sits beside a new one.
-        for old in (output_path, manifest_path, audit_path):
-            old.unlink(missing_ok=True)
-        for temp in (audit_tmp, man_tmp):
-            temp.commit()
-            moved.append(temp.target)
-        out_tmp.commit()
-        moved.clear()
-        temps.clear()
-        fsync_directory(output_path.parent)
+        # All three move into place together, the output last (OutputClaim.commit).
+        claim.commit()
         return manifest
     except OSError as exc:
         raise PostcodePrivacyError(
@@ -227,7 +217,3 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     finally:
         if writer is not None:
             writer.abort()
-        for temp in temps:
-            temp.discard()
-        for path in moved:  # the output never arrived: its description must not stay
-            path.unlink(missing_ok=True)

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.batch import _perturb_canonical
-from ..errors import DuplicateSubjectWarning, InputDataError, InvalidParameterError
+from ..errors import DuplicateSubjectWarning, InputDataError, InvalidParameterError, option
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from ..mechanism.epsilon import parse_epsilon
@@ -78,7 +78,7 @@ def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int])
     reasons = ", ".join(f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k))
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
-        "with on_error='error' nothing is released",
+        f"with {option('on_error', 'error')} nothing is released",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]), total_errors=failed)
 
 
@@ -97,7 +97,7 @@ def _identifier(value: object) -> tuple[str | None, str | None, str | None]:
     try:
         return canonical_subject_id(value), None, None
     except ValueError as exc:
-        if isinstance(value, str):
+        if isinstance(value, str) and not value.strip():
             return None, "missing_identifier", "blank identifier"
         return None, "invalid_identifier", str(exc)
 

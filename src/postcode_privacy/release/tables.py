@@ -6,8 +6,17 @@ mark is allowed) with every cell as text, exactly as written: nothing is convert
 so identifiers keep their leading zeros and other columns come out as they went in.  Parquet
 columns keep their Arrow types.  Neither reader holds more than one chunk in memory.
 
-Problems with the file as a whole (empty, unreadable, not UTF-8, ragged rows, duplicate column
-names) raise :class:`InputDataError` naming a line of the file or a column, never a cell value.
+Problems with the file as a whole (empty, unreadable, damaged or truncated compression, not
+UTF-8, ragged rows, duplicate column names, more than :data:`MAX_COLUMNS` columns or a header
+line above :data:`MAX_HEADER_CHARS` characters) raise :class:`InputDataError` naming a line of
+the file, a record or a column, never a cell value.
+
+Parquet files written by pandas carry "pandas metadata" that turns some columns back into an
+index.  It is ignored on reading and not written: every column the file stores (an index stored
+as ``__index_level_0__`` included) is an ordinary column of the release (docs/release.md).
+
+Writers round-trip: reading a CSV release back with ``pandas.read_csv(..., dtype=str,
+keep_default_na=False)`` gives every cell exactly as it went in, carriage returns included.
 """
 
 from __future__ import annotations
@@ -20,13 +29,25 @@ import lzma
 import os
 import re
 import warnings
+import zlib
 from collections.abc import Iterator
 
 import pandas as pd
 
 from ..errors import InputDataError, InvalidParameterError
 
-__all__ = ["table_format", "TableReader", "open_writer"]
+__all__ = ["table_format", "TableReader", "open_writer", "MAX_COLUMNS",
+           "MAX_HEADER_CHARS"]
+
+# Bounds on the shape of an input (docs/release.md, "Limits and unusual files"): far above
+# real record files, low enough that a hostile header fails in a second, not out of memory.
+MAX_COLUMNS = 10_000
+MAX_HEADER_CHARS = 1_000_000
+# Records per chunk are lowered for wide files so that a chunk holds at most this many cells
+# (the output does not depend on the chunk size).
+MAX_CELLS_PER_CHUNK = 2_000_000
+# What reading a (possibly compressed) file can raise besides a decoding error.
+_READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -95,33 +116,38 @@ class TableReader:
                     raise InputDataError("the input file is empty")
             with _open_binary(self.path) as raw:
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-                for row in csv.reader(text):
+                for row in csv.reader(_header_lines(text)):
                     if row:
-                        return row
+                        return _bounded_columns(row)
         except UnicodeDecodeError:
             raise InputDataError(self._encoding_message()) from None
         except csv.Error:
             raise InputDataError("the input's header line is not well-formed CSV") from None
-        except (OSError, EOFError, lzma.LZMAError) as exc:
-            raise InputDataError(f"cannot read the input file: {_os_reason(exc)}") from None
+        except _READ_ERRORS as exc:
+            raise InputDataError(_read_failure(self.path, exc)) from None
         raise InputDataError("the input file has no header line (it holds only blank lines)")
 
     def _encoding_message(self) -> str:
         try:
             line = _first_bad_utf8_line(self.path)
-        except (OSError, EOFError):
+        except _READ_ERRORS:
             line = None
         where = f" (first invalid byte on line {line} of the file)" if line else ""
         return f"the input is not UTF-8 text{where}; re-save it as UTF-8"
+
+    @property
+    def rows_per_chunk(self) -> int:
+        """``chunk_size``, lowered for wide files to keep a chunk's cell count bounded."""
+        return max(1, min(self.chunk_size, MAX_CELLS_PER_CHUNK // max(1, len(self.columns))))
 
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
         try:
             reader = pd.read_csv(
                 self.path, sep=",", header=0, names=self.columns, index_col=False, dtype=str,
-                keep_default_na=False, na_filter=False, chunksize=self.chunk_size,
+                keep_default_na=False, na_filter=False, chunksize=self.rows_per_chunk,
                 encoding="utf-8", compression="infer", skip_blank_lines=True, engine="c")
-        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, OSError,
-                ValueError) as exc:
+        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError,
+                *_READ_ERRORS) as exc:
             raise self._csv_error(exc) from None
         with reader:
             while True:
@@ -133,7 +159,7 @@ class TableReader:
                 except StopIteration:
                     return
                 except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.ParserWarning,
-                        OSError, EOFError, ValueError) as exc:
+                        ValueError, *_READ_ERRORS) as exc:
                     raise self._csv_error(exc) from None
                 yield chunk
 
@@ -144,17 +170,24 @@ class TableReader:
             return InputDataError("the first record has more fields than the header")
         if isinstance(exc, pd.errors.EmptyDataError):
             return InputDataError("the input file is empty")
+        if isinstance(exc, _READ_ERRORS):
+            return InputDataError(_read_failure(self.path, exc))
         message = str(exc)
         more = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
         if more:
-            return InputDataError(f"line {more.group(2)} of the file has {more.group(3)} fields; "
+            # pandas counts records, not lines: find the line in the file ourselves, since a
+            # quoted cell may hold line breaks.
+            found = _first_long_record(self.path, len(self.columns))
+            if found is not None:
+                record, line, fields = found
+                return InputDataError(
+                    f"record {record} (starting on line {line} of the file) has {fields} "
+                    f"fields; the header has {len(self.columns)}")
+            return InputDataError(f"record {int(more.group(2)) - 1} has {more.group(3)} fields; "
                                   f"the header has {more.group(1)}")
         if isinstance(exc, pd.errors.ParserError):
-            line = re.search(r"(?:line|row) (\d+)", message)
-            where = f" (near line {line.group(1)} of the file)" if line else ""
-            return InputDataError(f"the input is not well-formed CSV{where}")
-        if isinstance(exc, OSError | EOFError):
-            return InputDataError(f"cannot read the input file: {_os_reason(exc)}")
+            return InputDataError("the input is not well-formed CSV (an unclosed quote, or a "
+                                  "cell larger than the reader allows)")
         return InputDataError("the input is not well-formed CSV")
 
     # -- Parquet ----------------------------------------------------------------------------------
@@ -173,18 +206,24 @@ class TableReader:
     def _parquet_header(self) -> list[str]:
         handle = self._parquet_file()
         try:
-            self.arrow_schema = handle.schema_arrow
+            if handle.metadata.num_columns > MAX_COLUMNS:
+                raise InputDataError(_too_many_columns(handle.metadata.num_columns))
+            # pandas metadata would turn stored columns into an index: every stored column is
+            # an ordinary column here (module docstring).
+            self.arrow_schema = handle.schema_arrow.remove_metadata()
             self.num_rows = int(handle.metadata.num_rows)
         finally:
             handle.close()
-        return list(self.arrow_schema.names)
+        return _bounded_columns(list(self.arrow_schema.names))
 
     def _parquet_chunks(self) -> Iterator[pd.DataFrame]:
         import pyarrow as pa
 
         handle = self._parquet_file()
+        offset = 0
         try:
-            batches = handle.iter_batches(batch_size=self.chunk_size, use_pandas_metadata=False)
+            batches = handle.iter_batches(batch_size=self.rows_per_chunk,
+                                          use_pandas_metadata=False)
             while True:
                 try:
                     batch = next(batches)
@@ -192,6 +231,9 @@ class TableReader:
                     return
                 except (pa.ArrowException, OSError, ValueError):
                     raise InputDataError("the input Parquet file is damaged or truncated") from None
+                batch = batch.replace_schema_metadata(None)
+                _check_utf8(batch, offset)
+                offset += batch.num_rows
                 yield batch.to_pandas(types_mapper=pd.ArrowDtype)
         finally:
             handle.close()
@@ -231,8 +273,134 @@ def duplicate_columns_message(columns: list) -> str:
             "does the file start with a header line?")
 
 
+def _header_lines(text) -> Iterator[str]:
+    """Lines of ``text`` for the header's CSV reader, refusing more than MAX_HEADER_CHARS."""
+    total = 0
+    while True:
+        line = text.readline(MAX_HEADER_CHARS + 1 - total)
+        if not line:
+            return
+        total += len(line)
+        if total > MAX_HEADER_CHARS:
+            raise InputDataError(f"the input's header line is longer than {MAX_HEADER_CHARS:,} "
+                                 "characters; this is not a record file the release can read")
+        yield line
+
+
+def _too_many_columns(count: int) -> str:
+    return (f"the input has {count:,} columns; at most {MAX_COLUMNS:,} are supported "
+            "(drop the columns the release does not need)")
+
+
+def _bounded_columns(columns: list) -> list:
+    if len(columns) > MAX_COLUMNS:
+        raise InputDataError(_too_many_columns(len(columns)))
+    return columns
+
+
+def _read_failure(path: str, exc: BaseException) -> str:
+    if path.lower().endswith((".gz", ".bz2", ".xz")) and not isinstance(
+            exc, FileNotFoundError | PermissionError):
+        return "the compressed input is damaged or ends early (truncated?)"
+    return f"cannot read the input file: {_os_reason(exc)}"
+
+
+def _first_long_record(path: str, width: int) -> tuple[int, int, int] | None:
+    """(record number, line of the file it starts on, fields) of the first record with more
+    than ``width`` fields, by Python's CSV reader, which counts the lines inside quoted cells."""
+    try:
+        with _open_binary(path) as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+            reader = csv.reader(text)
+            record = -1  # the header is not a record
+            start = 1
+            for row in reader:
+                if row:
+                    record += 1
+                    if record > 0 and len(row) > width:
+                        return record, start, len(row)
+                start = reader.line_num + 1
+    except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
+        return None
+    return None
+
+
+def _check_utf8(batch, offset: int) -> None:
+    """Refuse text that is not valid UTF-8, naming the record and column (never the value)."""
+    import pyarrow as pa
+
+    try:
+        batch.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    for position, name in enumerate(batch.schema.names):
+        column = batch.column(position)
+        try:
+            column.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if pa.types.is_dictionary(column.type):
+            # The bad text is in the column's dictionary, shared by many records.
+            raise InputDataError(
+                f"column {position + 1} ({name!r}), from record {offset + 1} on, holds "
+                "dictionary-encoded text that is not valid UTF-8") from None
+        for row in range(len(column)):
+            try:
+                column.slice(row, 1).validate(full=True)
+            except pa.ArrowInvalid:
+                raise InputDataError(
+                    f"record {offset + row + 1}, column {position + 1} ({name!r}) holds text "
+                    "that is not valid UTF-8") from None
+    raise InputDataError("the input Parquet file holds invalid data")
+
+
 def _os_reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or type(exc).__name__
+
+
+def _holds_carriage_return(frame: pd.DataFrame, header: bool) -> bool:
+    if header and any(isinstance(name, str) and "\r" in name for name in frame.columns):
+        return True
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype == object or isinstance(column.dtype, pd.StringDtype) or (
+                isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU"):
+            # Nested values (dicts, lists) are written as their str(): check that text too.
+            if column.astype(object).map(_text_has_cr).any():
+                return True
+    return False
+
+
+def _text_has_cr(value) -> bool:
+    if isinstance(value, str):
+        return "\r" in value
+    return value is not None and value is not pd.NA and "\r" in str(value)
+
+
+def _quote_cell(cell: str) -> str:
+    if any(c in cell for c in ',"\r\n'):
+        return '"' + cell.replace('"', '""') + '"'
+    return cell
+
+
+def _quote_minimally(text: str) -> str:
+    """Re-write CSV text whose every cell is quoted so that only the cells that need it are:
+    those holding a comma, a quote, CR or LF (and the empty cell of a one-column record)."""
+    lines = []
+    # A cell may be longer than the csv module's default field limit (128 KiB): the text was
+    # just written by pandas, so any length is legitimate here.
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+    try:
+        for row in csv.reader(io.StringIO(text, newline="")):
+            if row == [""]:
+                lines.append('""')
+            else:
+                lines.append(",".join(_quote_cell(cell) for cell in row))
+    finally:
+        csv.field_size_limit(limit)
+    return "".join(line + "\n" for line in lines)
 
 
 class _CsvWriter:
@@ -256,7 +424,15 @@ class _CsvWriter:
         self._header_written = False
 
     def write(self, frame: pd.DataFrame) -> None:
-        frame.to_csv(self._text, index=False, header=not self._header_written, lineterminator="\n")
+        header = not self._header_written
+        if _holds_carriage_return(frame, header):
+            # The csv module (behind pandas) quotes a cell holding "\n" but not one holding a
+            # bare "\r", which readers then take for a line break: quote such cells here.
+            text = frame.to_csv(index=False, header=header, lineterminator="\n",
+                                quoting=csv.QUOTE_ALL)
+            self._text.write(_quote_minimally(text))
+        else:
+            frame.to_csv(self._text, index=False, header=header, lineterminator="\n")
         self._header_written = True
 
     def close(self, columns: list) -> None:

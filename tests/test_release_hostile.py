@@ -1,0 +1,541 @@
+"""Hostile inputs and hostile timing for ``perturb`` and the other commands that write files.
+
+Issue 10 items 5-11 and issue 13 item 5: exclusive output names, pandas-index Parquet, invalid
+UTF-8, wide headers, exit codes for damaged files and odd names, a complete release whatever
+stdout does, signals during the final renames, ``-o`` of report/evaluate/calibrate, epsilon
+text, non-ASCII postcodes, unusable identifiers, line numbers, and messages in CLI terms.
+All on a small graph: no national graph.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import signal
+import subprocess
+import sys
+import time
+from decimal import Decimal, localcontext
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
+from postcode_privacy.cli import main
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.keyfile import ENV_VAR, write_key_file
+from postcode_privacy.mechanism.epsilon import parse_epsilon
+from postcode_privacy.mechanism.subject import canonical_subject_id
+from postcode_privacy.postcodes import try_normalise
+from postcode_privacy.release import release_file
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"
+RUN_CLI = "import sys; from postcode_privacy.cli import entry_point; entry_point()"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hostile")
+    codes, east, north = [], [], []
+    for r in range(4):
+        for c in range(6):
+            codes.append(f"BD{r + 1} {c + 1}{UNITS[r]}{UNITS[c]}")
+            east.append(410000.0 + 120 * c)
+            north.append(432000.0 + 90 * r)
+    graph = build_graph(codes, east, north)
+    graph.save(base / "small.ppgraph")
+    write_key_file(Key.from_bytes(b"h" * 32), base / "a.key")
+    return {"graph": str(base / "small.ppgraph"), "graph_obj": graph, "codes": codes,
+            "key": str(base / "a.key"), "key_obj": Key.from_bytes(b"h" * 32)}
+
+
+@pytest.fixture(autouse=True)
+def no_env_key(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def frame(codes, n=20):
+    return pd.DataFrame({"subject": [f"{i:04d}" for i in range(n)],
+                         "postcode": [codes[(5 * i) % len(codes)] for i in range(n)],
+                         "visit": [f"v{i}" for i in range(n)]})
+
+
+def args(setup, src, out, *extra):
+    return ["perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "subject",
+            "--postcode-column", "postcode", "--graph", setup["graph"], "--key", setup["key"],
+            "-q", *extra]
+
+
+def perturb(setup, src, out, *extra):
+    return main(args(setup, src, out, *extra))
+
+
+def spawn(setup, src, out, *extra, **kwargs):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop(ENV_VAR, None)
+    return subprocess.Popen([sys.executable, "-c", RUN_CLI, *args(setup, src, out, *extra)],
+                            env=env, **kwargs)
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assert_bundle(out: Path) -> dict:
+    manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text())
+    assert manifest["output"]["sha256"] == sha256(out)
+    return manifest
+
+
+# -- item 5: claiming an output is exclusive ----------------------------------------------------
+
+
+def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path):
+    codes = setup["codes"]
+    frame(codes, 30_000).to_csv(tmp_path / "in.csv", index=False)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "out.csv"
+    first = spawn(setup, tmp_path / "in.csv", out, "--chunk-size", "300",
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and first.poll() is None:
+            if any(p.name.endswith(".tmp") for p in out_dir.iterdir()):
+                break  # the first run is at work
+            time.sleep(0.02)
+        assert first.poll() is None, "the first run ended before the second could start"
+        second = spawn(setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+        _, err2 = second.communicate(timeout=120)
+        _, err1 = first.communicate(timeout=300)
+    finally:
+        for proc in (first,):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert second.returncode == 5, err2.decode()
+    assert "another run is writing" in err2.decode()
+    assert first.returncode == 0, err1.decode()
+    assert names(out_dir) == ["out.csv", "out.csv.manifest.json"]
+    assert_bundle(out)
+    # Once it is there, a third run without --force is refused and names the file.
+    third = spawn(setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err3 = third.communicate(timeout=120)
+    assert third.returncode == 5
+    assert "out.csv already exists; --force replaces it" in err3.decode()
+
+
+def test_a_held_lock_refuses_even_with_force(setup, tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    fd = os.open(tmp_path / ".out.csv.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert perturb(setup, src, tmp_path / "out.csv", "--force") == 5
+    finally:
+        os.close(fd)
+    assert perturb(setup, src, tmp_path / "out.csv") == 0  # a stale lock file is harmless
+    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.manifest.json"]
+
+
+def test_force_removes_a_stale_audit_file_of_the_old_release(setup, tmp_path):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    (tmp_path / "out.csv.audit.json").write_text("{}")
+    assert perturb(setup, src, tmp_path / "out.csv") == 5
+    assert perturb(setup, src, tmp_path / "out.csv", "--force") == 0
+    assert not (tmp_path / "out.csv.audit.json").exists()
+
+
+# -- item 6: Parquet written by pandas after filtering ------------------------------------------
+
+
+def test_pandas_index_parquet_is_kept_as_a_column(setup, tmp_path):
+    df = frame(setup["codes"])
+    df[df.index.isin([0, 1, 5, 7, 11])].to_parquet(tmp_path / "in.parquet")
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "in.parquet").names
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.parquet") == 0
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.csv") == 0
+    back_csv = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    back_pq = pd.read_parquet(tmp_path / "out.parquet")
+    for back in (back_csv, back_pq):
+        assert list(back.columns) == ["subject", "visit", "__index_level_0__", "postcode_dp"]
+        assert [int(v) for v in back["__index_level_0__"]] == [0, 1, 5, 7, 11]
+    assert back_csv["postcode_dp"].tolist() == back_pq["postcode_dp"].tolist()
+
+
+def test_a_named_index_holding_the_identifiers_can_be_the_id_column(setup, tmp_path):
+    frame(setup["codes"]).set_index("subject").to_parquet(tmp_path / "in.parquet")
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.csv") == 0
+    back = pd.read_csv(tmp_path / "out.csv", dtype=str)
+    assert back["subject"].tolist() == frame(setup["codes"])["subject"].tolist()
+
+
+# -- item 7: invalid UTF-8 in Parquet ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["subject", "postcode", "visit"])
+def test_invalid_utf8_in_parquet_is_a_clean_error_naming_the_record(setup, tmp_path, capsys,
+                                                                    column):
+    values = {"subject": [b"0001", b"0002", b"0003"],
+              "postcode": [c.encode() for c in setup["codes"][:3]],
+              "visit": [b"a", b"b", b"c"]}
+    values[column][2] = b"NHS 943 \xff\xfe"
+    table = pa.table({k: pa.array(v, pa.binary()).view(pa.string()) for k, v in values.items()})
+    pq.write_table(table, tmp_path / "in.parquet")
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.parquet") == 3
+    err = capsys.readouterr().err
+    assert f"record 3, column {list(values).index(column) + 1}" in err
+    assert "not valid UTF-8" in err
+    assert "943" not in err and "Traceback" not in err
+    assert names(tmp_path) == ["in.parquet"]
+
+
+# -- item 8: wide headers ------------------------------------------------------------------------
+
+
+def test_a_header_of_100001_columns_fails_fast_leaving_nothing(setup, tmp_path, capsys):
+    header = ",".join(f"c{i}" for i in range(100_001))
+    (tmp_path / "in.csv").write_text(header + "\n" + ",".join("x" * 100_001) + "\n")
+    start = time.monotonic()
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert time.monotonic() - start < 10
+    assert "100,001 columns; at most 10,000" in capsys.readouterr().err
+    assert names(tmp_path) == ["in.csv"]
+
+
+def test_a_huge_header_line_is_refused_before_it_is_read_whole(setup, tmp_path, capsys):
+    with open(tmp_path / "in.csv", "w") as handle:
+        handle.write("subject,postcode")
+        for _ in range(30):
+            handle.write("," + "h" * 100_000)
+        handle.write("\n")
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert "header line is longer than 1,000,000 characters" in capsys.readouterr().err
+    assert names(tmp_path) == ["in.csv"]
+
+
+def test_a_wide_parquet_file_is_refused(setup, tmp_path, capsys):
+    table = pa.table({f"c{i}": pa.array([1], pa.int8()) for i in range(10_001)})
+    pq.write_table(table, tmp_path / "in.parquet")
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.csv") == 3
+    assert "10,001 columns" in capsys.readouterr().err
+    assert names(tmp_path) == ["in.parquet"]
+
+
+def test_wide_files_are_read_in_smaller_chunks_with_the_same_output(setup, tmp_path):
+    df = frame(setup["codes"], 50)
+    for i in range(300):
+        df[f"extra{i}"] = str(i)
+    df.to_csv(tmp_path / "in.csv", index=False)
+    from postcode_privacy.release import tables
+
+    reader = tables.TableReader(tmp_path / "in.csv", 100_000)
+    assert reader.rows_per_chunk == tables.MAX_CELLS_PER_CHUNK // 303
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "a.csv") == 0
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "b.csv", "--chunk-size", "7") == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+# -- item 9: exit codes and tracebacks ----------------------------------------------------------
+
+COMPRESSORS = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+@pytest.mark.parametrize("damage", ["truncated-early", "truncated-late", "corrupt-body"])
+def test_damaged_compressed_input_is_an_input_error(setup, tmp_path, capsys, suffix, damage):
+    codes = setup["codes"]
+    rng = np.random.default_rng(1)
+    df = frame(codes, 20_000)
+    df["visit"] = [rng.bytes(12).hex() for _ in range(len(df))]  # not very compressible
+    data = COMPRESSORS[suffix](df.to_csv(index=False).encode())
+    if damage == "truncated-early":
+        data = data[:60]
+    elif damage == "truncated-late":
+        data = data[:len(data) * 2 // 3]
+    else:
+        middle = len(data) // 2
+        data = data[:middle] + bytes(rng.integers(0, 256, 4000, dtype=np.uint8)) + data[middle + 4000:]
+    src = tmp_path / f"in.csv{suffix}"
+    src.write_bytes(data)
+    code = perturb(setup, src, tmp_path / "out.csv")
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "Traceback" not in err
+    assert names(tmp_path) == [src.name]
+
+
+def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    for length in (242, 250, 255):
+        out = tmp_path / ("a" * (length - 4) + ".csv")
+        assert perturb(setup, src, out) == 8
+        assert "output file name is too long" in capsys.readouterr().err
+    # 241 bytes is the longest that leaves room for ".manifest.json" on a 255-byte file system.
+    assert perturb(setup, src, tmp_path / ("b" * 237 + ".csv")) == 0
+    assert len(names(tmp_path)) == 3
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS refuses non-UTF-8 file names itself")
+def test_file_names_that_are_not_utf8_are_refused_before_work(setup, tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    bad = os.fsdecode(b"out\xff.csv")
+
+    def no_graph(*a, **k):
+        raise AssertionError("the graph was loaded before the names were checked")
+
+    monkeypatch.setattr("postcode_privacy.graph.Graph.load", no_graph)
+    assert perturb(setup, src, tmp_path / bad) == 8
+    assert "not valid UTF-8" in capsys.readouterr().err
+    os.link(src, tmp_path / os.fsdecode(b"in\xfe.csv"))
+    assert perturb(setup, tmp_path / os.fsdecode(b"in\xfe.csv"), tmp_path / "out.csv") == 8
+    assert names(tmp_path) == sorted(["in.csv", os.fsdecode(b"in\xfe.csv")])
+
+
+@pytest.mark.parametrize("stdout", ["closed", "broken-pipe", "full"])
+def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    out = tmp_path / "out.csv"
+    argv = [a for a in args(setup, src, out) if a != "-q"]  # with the summary on stdout
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if stdout == "closed":
+        proc = subprocess.run(["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI,
+                               *argv], env=env, stderr=subprocess.PIPE, timeout=120)
+        code, err = proc.returncode, proc.stderr
+    elif stdout == "full":
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full here")
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-c", RUN_CLI, *argv], env=env, stdout=full,
+                                  stderr=subprocess.PIPE, timeout=120)
+        code, err = proc.returncode, proc.stderr
+    else:
+        proc = subprocess.Popen([sys.executable, "-c", RUN_CLI, *argv], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()  # the reader goes away before anything is printed
+        err = proc.stderr.read()
+        code = proc.wait(timeout=120)
+    assert code == 0, err.decode()
+    assert b"Traceback" not in err and b"Exception ignored" not in err
+    assert_bundle(out)
+
+
+def test_sigterm_during_the_final_renames_never_splits_the_release(setup, tmp_path, monkeypatch,
+                                                                   capsys):
+    """A signal arriving just after the output's rename: the manifest must still follow, and
+    the run must not claim that nothing was written."""
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    out = tmp_path / "out.csv"
+    real = {"link": os.link, "replace": os.replace}
+    sent = []
+
+    def then_signal(name):
+        def move(source, target, *a, **k):
+            real[name](source, target, *a, **k)
+            if Path(target).name == "out.csv" and not sent:
+                sent.append(True)
+                os.kill(os.getpid(), signal.SIGTERM)
+        return move
+
+    monkeypatch.setattr(os, "link", then_signal("link"))
+    monkeypatch.setattr(os, "replace", then_signal("replace"))
+    code = main([a for a in args(setup, src, out) if a != "-q"])
+    captured = capsys.readouterr()
+    assert sent
+    assert code == 0, captured.err
+    assert "they are all in place and complete" in captured.err
+    assert "released 20 of 20 records" in captured.out
+    assert_bundle(out)
+    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.manifest.json"]
+
+
+def test_an_eof_error_escaping_a_command_is_not_reported_as_an_interruption(setup, monkeypatch,
+                                                                            capsys):
+    import postcode_privacy.commands.perturb as command
+
+    def truncated(*a, **k):
+        raise EOFError
+
+    monkeypatch.setattr(command, "resolve_key", truncated)
+    assert main(["perturb", "x.csv", "-o", "y.csv", "--epsilon", "1", "--id-column", "a",
+                 "--postcode-column", "b"]) == 1
+    err = capsys.readouterr().err
+    assert "ended unexpectedly" in err and "interrupted" not in err
+
+
+# -- item 10: report / evaluate / calibrate -o ---------------------------------------------------
+
+OTHER_COMMANDS = {
+    "report": ["report", "--epsilon", "1"],
+    "evaluate": ["evaluate", "--epsilon", "1"],
+    "calibrate": ["calibrate", "--target", "median-displacement-km=1"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(OTHER_COMMANDS))
+def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(command, tmp_path, setup,
+                                                                       capsys):
+    missing_graph = str(tmp_path / "no-such.ppgraph")  # the claim must come before the load
+    existing = tmp_path / "existing.json"
+    existing.write_text("keep me")
+    argv = OTHER_COMMANDS[command] + ["--graph", missing_graph, "-q"]
+    assert main(argv + ["-o", str(existing)]) == 5
+    assert "existing.json already exists; --force replaces it" in capsys.readouterr().err
+    assert existing.read_text() == "keep me"
+    key = tmp_path / "secret.key"
+    write_key_file(Key.generate(), key)
+    before = key.read_bytes()
+    assert main(argv + ["-o", str(key), "--force"]) == 5
+    assert "key file is never replaced, even with --force" in capsys.readouterr().err
+    assert key.read_bytes() == before
+    # With --force an ordinary file may be replaced: the run goes on to load the graph.
+    assert main(argv + ["-o", str(existing), "--force"]) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.json", "secret.key"]
+
+
+def test_perturb_never_replaces_a_key_file_even_with_force(setup, tmp_path):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    key = tmp_path / "key.csv"
+    write_key_file(Key.generate(), key)
+    before = key.read_bytes()
+    assert perturb(setup, src, key, "--force") == 5
+    assert key.read_bytes() == before
+
+
+# -- item 11: input edge cases -------------------------------------------------------------------
+
+
+def test_epsilon_text_is_never_rounded_to_fit():
+    for text in ("0." + "9" * 101, "0." + "9" * 31, "1." + "0" * 29 + "1"):
+        with pytest.raises(InvalidParameterError, match="at most 30 significant digits"):
+            parse_epsilon(text)
+    assert parse_epsilon("0." + "9" * 30).text == "0." + "9" * 30
+    assert parse_epsilon("1." + "0" * 200).text == "1"  # trailing zeros are not digits of value
+    with pytest.raises(InvalidParameterError):
+        parse_epsilon("1" * 5000)
+
+
+def test_numpy_numbers_are_accepted_like_python_ones():
+    assert parse_epsilon(np.float64(0.1)) == parse_epsilon(0.1) == Decimal("0.1")
+    assert parse_epsilon(np.int64(2)) == 2
+    with pytest.raises(InvalidParameterError):
+        parse_epsilon(np.bool_(True))
+
+
+def test_epsilon_times_radius_is_checked_exactly_whatever_the_ambient_context(monkeypatch):
+    from postcode_privacy.mechanism import powers
+
+    monkeypatch.setattr(powers, "_powers_cached", lambda e, r: ())  # never reached when refused
+    with localcontext() as ctx:
+        ctx.prec = 5  # 2.00001 * 10000 = 20000.1 would round to 20000
+        with pytest.raises(InvalidParameterError, match="epsilon times radius"):
+            powers.powers(Decimal("2.00001"), 10_000)
+
+
+@pytest.mark.parametrize("text", ["ß1 1AA", "ſW1A 1AA", "sw1a\u00a01aa", "SW1A 1AA\u2003",
+                                  "ＳＷ1A 1AA", "SW1A 1ĀA"])
+def test_postcodes_outside_ascii_are_refused_before_case_mapping(text):
+    assert try_normalise(text) is None
+
+
+def test_ascii_postcodes_still_normalise():
+    assert try_normalise(" sw1a\t1aa ") == "SW1A 1AA"
+    assert try_normalise("ss1 1aa") == "SS1 1AA"
+
+
+def test_a_lone_surrogate_identifier_is_refused_without_quoting_it(setup, tmp_path, capsys):
+    with pytest.raises(ValueError) as caught:
+        canonical_subject_id("ab\udcffcd")
+    assert "\udcff" not in str(caught.value) and "dcff" not in str(caught.value).lower()
+    from postcode_privacy import perturb_frame
+
+    df = pd.DataFrame({"subject": ["ok", "x\ud800y"], "postcode": setup["codes"][:2]},
+                      dtype=object)
+    with pytest.raises(InputDataError) as caught:
+        perturb_frame(df, key=setup["key_obj"], epsilon=1, id_column="subject",
+                      postcode_column="postcode", graph=setup["graph_obj"])
+    text = str(caught.value) + repr(caught.value.row_errors)
+    assert "\ud800" not in text and "d800" not in text.lower()
+    assert caught.value.row_errors == [(2, "identifier is not valid Unicode text (it holds a "
+                                           "lone surrogate)")]
+
+
+def test_ragged_record_after_quoted_newlines_names_record_and_line(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    codes = setup["codes"]
+    src.write_text(f'subject,postcode,visit\n1,{codes[0]},"a\nb\nc"\n2,{codes[1]},x\n'
+                   f'3,{codes[2]},y,extra\n')
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    assert "record 3 (starting on line 6 of the file) has 4 fields" in capsys.readouterr().err
+
+
+# -- issue 13 item 5: messages in the terms of the interface used -------------------------------
+
+
+def test_messages_name_options_as_the_cli_spells_them(setup, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    df = frame(setup["codes"])
+    df.loc[3, "postcode"] = "not a postcode"
+    df.to_csv(src, index=False)
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert "with --on-error error nothing is released" in err and "on_error=" not in err
+    (tmp_path / "taken.csv").write_text("x")
+    assert perturb(setup, src, tmp_path / "taken.csv", "--on-error", "null") == 5
+    err = capsys.readouterr().err
+    assert "taken.csv already exists; --force replaces it" in err and "force=True" not in err
+
+
+def test_library_messages_keep_python_names(setup, tmp_path):
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    (tmp_path / "taken.csv").write_text("x")
+    with pytest.raises(OutputExistsError, match="taken.csv already exists; force=True replaces"):
+        release_file(src, tmp_path / "taken.csv", key=setup["key_obj"], epsilon=1,
+                     id_column="subject", postcode_column="postcode", graph=setup["graph_obj"])
+
+
+def test_report_postcode_that_is_not_a_postcode_says_so(setup, tmp_path, capsys):
+    graph = setup["graph_obj"]
+    from postcode_privacy.errors import UnknownPostcodeError
+
+    with pytest.raises(UnknownPostcodeError, match="not a UK postcode in form"):
+        graph.index_of("not a postcode")
+    with pytest.raises(UnknownPostcodeError, match="well-formed but not a node"):
+        graph.index_of("SW1A 1AA")
+    code = main(["report", "--epsilon", "1", "--graph", setup["graph"], "--postcode",
+                 "not a postcode", "-o", str(tmp_path / "r.html"), "-q"])
+    assert code == 3
+    assert "not a UK postcode in form" in capsys.readouterr().err
+    assert names(tmp_path) == []
+
+
+def test_build_never_replaces_a_key_file_even_with_force(tmp_path, capsys):
+    fixtures = Path(__file__).parent / "fixtures" / "sources"
+    key = tmp_path / "graph.ppgraph"
+    write_key_file(Key.generate(), key)
+    before = key.read_bytes()
+    assert main(["build", "--codepoint", str(fixtures / "codepoint"), "-o", str(key), "--force",
+                 "--quiet"]) == 5
+    assert "key file is never replaced" in capsys.readouterr().err
+    assert key.read_bytes() == before
