@@ -396,14 +396,18 @@ def test_an_interruption_after_the_manifest_leaves_no_manifest_without_its_outpu
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
     out = tmp_path / "out.csv"
-    original = TempFile.commit
+    original = TempFile.commit_new
+    moved = []
 
     def interrupt_the_output(self):
         if self.target == out:
             raise KeyboardInterrupt
         original(self)
+        moved.append(self.target.name)
 
-    monkeypatch.setattr(TempFile, "commit", interrupt_the_output)
+    monkeypatch.setattr(TempFile, "commit_new", interrupt_the_output)
     with pytest.raises(KeyboardInterrupt):
         run(src, out, graph, key)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    # The manifest and audit file went first and were taken back when the output could not follow.
+    assert sorted(moved) == ["out.csv.audit.json", "out.csv.manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["in.csv"]

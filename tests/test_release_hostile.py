@@ -129,7 +129,7 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
     assert second.returncode == 5, err2.decode()
     assert "another run is writing" in err2.decode()
     assert first.returncode == 0, err1.decode()
-    assert names(out_dir) == ["out.csv", "out.csv.manifest.json"]
+    assert names(out_dir) == ["out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
     assert_bundle(out)
     # Once it is there, a third run without --force is refused and names the file.
     third = spawn(setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -149,7 +149,7 @@ def test_a_held_lock_refuses_even_with_force(setup, tmp_path):
     finally:
         os.close(fd)
     assert perturb(setup, src, tmp_path / "out.csv") == 0  # a stale lock file is harmless
-    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.manifest.json"]
+    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
 
 
 def test_force_removes_a_stale_audit_file_of_the_old_release(setup, tmp_path):
@@ -158,7 +158,8 @@ def test_force_removes_a_stale_audit_file_of_the_old_release(setup, tmp_path):
     (tmp_path / "out.csv.audit.json").write_text("{}")
     assert perturb(setup, src, tmp_path / "out.csv") == 5
     assert perturb(setup, src, tmp_path / "out.csv", "--force") == 0
-    assert not (tmp_path / "out.csv.audit.json").exists()
+    audit = json.loads((tmp_path / "out.csv.audit.json").read_text())  # the new run's own
+    assert audit["format"] == "postcode-privacy-audit"
 
 
 # -- item 6: Parquet written by pandas after filtering ------------------------------------------
@@ -289,7 +290,7 @@ def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, 
         assert "output file name is too long" in capsys.readouterr().err
     # 241 bytes is the longest that leaves room for ".manifest.json" on a 255-byte file system.
     assert perturb(setup, src, tmp_path / ("b" * 237 + ".csv")) == 0
-    assert len(names(tmp_path)) == 3
+    assert len(names(tmp_path)) == 4  # input, output, manifest, audit file
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS refuses non-UTF-8 file names itself")
@@ -332,6 +333,7 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         proc.stdout.close()  # the reader goes away before anything is printed
         err = proc.stderr.read()
+        proc.stderr.close()
         code = proc.wait(timeout=120)
     assert code == 0, err.decode()
     assert b"Traceback" not in err and b"Exception ignored" not in err
@@ -365,7 +367,7 @@ def test_sigterm_during_the_final_renames_never_splits_the_release(setup, tmp_pa
     assert "they are all in place and complete" in captured.err
     assert "released 20 of 20 records" in captured.out
     assert_bundle(out)
-    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.manifest.json"]
+    assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
 
 
 def test_an_eof_error_escaping_a_command_is_not_reported_as_an_interruption(setup, monkeypatch,

@@ -338,6 +338,9 @@ class OutputClaim:
                 self._undo(done)
                 raise PostcodePrivacyError(
                     f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+            except BaseException:
+                self._undo(done)  # whatever stopped the step, no companion stays without its file
+                raise
             fsync_directory(self.directory)
         if arrived:
             warnings.warn(
