@@ -117,7 +117,7 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                  out_column: str = "postcode_dp", keep_source_postcode: bool = False,
                  terminated: str = "error", force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
-                 terminated_locations: pd.DataFrame | None = None) -> dict:
+                 terminated_locations: pd.DataFrame | None = None, ledger=None) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
     manifest.
 
@@ -125,6 +125,8 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     existing output and manifest), ``chunk_size`` (records held in memory at once; the output
     does not depend on it) and ``progress`` (tqdm bars on stderr).  ``graph=None`` loads the
     embedded national graph, after the cheap checks on paths, options and columns.
+    ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`) screens records against a
+    budget and records the release, atomically with its files (docs/ledger.md).
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
@@ -147,6 +149,8 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                            keep_source_postcode=keep_source_postcode, terminated=terminated,
                            terminated_locations=terminated_locations)
         plan.check_columns(reader.columns)
+        if ledger is not None:
+            ledger.attach(plan)
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 
@@ -211,11 +215,15 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         man_tmp.finish()
         # With --force an old manifest may exist: remove it first, so that an interruption
         # between the two renames leaves an output without a manifest, never a mismatched pair.
+        if ledger is not None:  # pending ledger entry, durable before anything is renamed
+            ledger.prepare(output_path, manifest["output"]["sha256"])
         manifest_path.unlink(missing_ok=True)
         out_tmp.commit()
         man_tmp.commit()
         temps.clear()
         fsync_directory(output_path.parent)
+        if ledger is not None:
+            ledger.commit()
         return manifest
     except OSError as exc:
         raise PostcodePrivacyError(
@@ -225,3 +233,5 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
             writer.abort()
         for temp in temps:
             temp.discard()
+        if ledger is not None:
+            ledger.finish()
