@@ -374,3 +374,27 @@ def test_a_failed_release_leaves_no_entry(ledger, tmp_path):
     with pytest.raises(InputDataError):
         release(ledger, src, tmp_path / "out.csv")
     assert ledger.summary()["releases"] == []
+
+
+def test_the_budget_is_checked_again_when_recording(ledger, tmp_path):
+    from postcode_privacy.ledger import LedgerError
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
+                       graph=GRAPH, on_error="null")
+    slow = LedgerRecorder(ledger, Fraction("1.5")).attach(plan)
+    checked = plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
+    assert checked.check.counts["over_budget"] == 0  # fits against the ledger as it was
+    # Meanwhile another release draws subject 1 elsewhere.
+    release(ledger, write_input(tmp_path / "b.csv", ["1"], [CODES[1]]), tmp_path / "b-out.csv")
+    with pytest.raises(LedgerError, match="over the budget"):
+        slow.prepare(tmp_path / "a-out.csv", "0" * 64)
+    summary = ledger.summary()
+    assert len(summary["releases"]) == 1 and spends(summary["subjects"]) == {"1": 1}
+
+
+def test_ledger_options_need_a_ledger(tmp_path, capsys):
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    code = main(["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--epsilon", "1",
+                 "--id-column", "person", "--postcode-column", "pc", "--budget", "2"])
+    assert code == 2 and "need --ledger" in capsys.readouterr().err

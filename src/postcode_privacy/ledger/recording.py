@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..version import OUTPUT_STABILITY_VERSION
-from .accounting import ReleaseAccount
+from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, ReleaseAccount, distribution
 from .digests import DrawParameters
 from .errors import LedgerError
 from .ledger import Ledger, now, owner_tag, sha256_file
@@ -80,6 +80,11 @@ class LedgerRecorder:
         plan.screen = self.screen
         return self
 
+    def start(self) -> None:
+        """Begin a pass over the input (forgetting any earlier pass)."""
+        self.account = ReleaseAccount(self.epsilon, self.budget)
+        self.records = 0
+
     def screen(self, ids: list, nodes: np.ndarray, row_offset: int) -> list[int]:
         """Account one chunk's releasable records; return the positions the budget refuses.
 
@@ -89,8 +94,7 @@ class LedgerRecorder:
         validation pass followed by the release pass is accounted once.
         """
         if row_offset == 0:
-            self.account = ReleaseAccount(self.epsilon, self.budget)
-            self.records = 0
+            self.start()
         account = self.account
         self.records += len(nodes)
         ok = np.flatnonzero(nodes >= 0).tolist()
@@ -190,8 +194,6 @@ class LedgerRecorder:
 
     def report(self) -> dict:
         """What this release would do to the ledger (``ledger check``)."""
-        from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, distribution
-
         account = self.account
         after = account.spend_after()
         known_after = [v for s, v in after.items() if account.base[s] > 0]
