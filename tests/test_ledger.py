@@ -398,3 +398,20 @@ def test_ledger_options_need_a_ledger(tmp_path, capsys):
     code = main(["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--epsilon", "1",
                  "--id-column", "person", "--postcode-column", "pc", "--budget", "2"])
     assert code == 2 and "need --ledger" in capsys.readouterr().err
+
+
+def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_path):
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
+                       graph=GRAPH, on_error="null")
+    stopped = LedgerRecorder(ledger).attach(plan)
+    plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
+    stopped.prepare(tmp_path / "never-written.csv", "0" * 64)  # pending, owns the draw
+    src = write_input(tmp_path / "b.csv", ["1", "2"], [CODES[0], CODES[1]])
+    release(ledger, src, tmp_path / "b-out.csv")  # draws the same record, and one more
+    stopped.finish()  # its output never appeared: abandoned
+    summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["abandoned", "committed"]
+    assert summary["draws"] == 2 and spends(summary["subjects"]) == {"1": 2}
+    assert ledger.store.query("SELECT COUNT(*) FROM shared_draws") == [(0,)]

@@ -91,6 +91,10 @@ class ReleaseAccount:
         self.new_count: dict[bytes, int] = {}  # new draws of each subject in this release
         self.seen: dict[bytes, str] = {}  # new draws of this release -> their category
         self.new_draws: list[tuple[bytes, bytes, bytes]] = []  # (draw, subject, pair), in order
+        # Repeated draws that only a pending release holds so far: recorded as shared, so that
+        # they stay in the ledger if that release is abandoned.
+        self.pending_held: set[bytes] = set()
+        self.borrowed: list[tuple[bytes, bytes, bytes]] = []
         self.records = Counter()
 
     def needs(self, subjects: Iterable[bytes]) -> set[bytes]:
@@ -98,8 +102,9 @@ class ReleaseAccount:
         return {s for s in subjects if s not in self.base}
 
     def load(self, known_draws: Iterable[bytes], base: Mapping[bytes, Fraction],
-             subjects: Iterable[bytes]) -> None:
+             subjects: Iterable[bytes], pending_held: Iterable[bytes] = ()) -> None:
         self.known_draws.update(known_draws)
+        self.pending_held.update(pending_held)
         for s in subjects:
             self.base[s] = base.get(s, ZERO)
 
@@ -107,6 +112,9 @@ class ReleaseAccount:
         """Account one releasable record; return False if the budget refuses it."""
         if draw in self.known_draws:
             self.records[REPEAT] += 1
+            if draw in self.pending_held:
+                self.pending_held.discard(draw)
+                self.borrowed.append((draw, subject, pair))
             return True
         category = self.seen.get(draw)
         if category is not None:

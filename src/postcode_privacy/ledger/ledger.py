@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import InvalidParameterError, KeyFileError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
-from .accounting import ZERO, distribution, spend_by
+from .accounting import distribution, spend_by
 from .digests import Digester
 from .errors import LedgerError
 from .stores import SCHEMA_VERSION, Store, is_url, open_store
@@ -145,63 +145,84 @@ class Ledger:
                 if written:
                     self._commit_rows(rid)
                 else:
-                    self.store.execute("DELETE FROM pending_draws WHERE release = ?", (rid,))
-                    self.store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?",
-                                       (rid,))
+                    self._abandon_rows(rid)
                 outcomes.append((rid, "committed" if written else "abandoned"))
         return outcomes
 
+    # The write-side steps, each inside a write transaction the caller holds.  A release's new
+    # draws live in ``draws`` from the moment it is pending (so they count at once); a draw it
+    # shares with another pending release that recorded it first is noted in ``shared_draws``,
+    # so that abandoning that other release cannot take the draw away from this one.
+
+    def _record_rows(self, rid: int, rows: list[tuple[bytes, bytes, bytes]]) -> int:
+        """Add a release's new draws; return how many were not in the ledger already."""
+        store = self.store
+        added = store.insert_new("draws", ("draw", "subject", "pair", "release"),
+                                 ((d, s, p, rid) for d, s, p in rows))
+        if added < len(rows):
+            store.load_keys("q_draws", (d for d, _, _ in rows))
+            held = {bytes(r[0]) for r in store.query(
+                "SELECT d.draw FROM draws d JOIN q_draws q ON d.draw = q.k JOIN releases r "
+                "ON d.release = r.id WHERE r.state = 'pending' AND r.id <> ?", (rid,))}
+            store.insert_new("shared_draws", ("release", "draw", "subject", "pair"),
+                             ((rid, d, s, p) for d, s, p in rows if d in held))
+        return added
+
     def _commit_rows(self, rid: int) -> None:
-        """Move a pending release's draws into ``draws`` (inside a write transaction)."""
-        self.store.execute(
-            "INSERT INTO draws (draw, subject, pair, release) SELECT draw, subject, pair, release"
-            " FROM pending_draws WHERE release = ? ON CONFLICT (draw) DO NOTHING", (rid,))
-        self.store.execute("DELETE FROM pending_draws WHERE release = ?", (rid,))
         self.store.execute("UPDATE releases SET state = 'committed', committed = ? WHERE id = ?",
                            (now(), rid))
+        # Notes on draws now owned by a committed release are no longer needed.
+        self.store.execute(
+            "DELETE FROM shared_draws WHERE EXISTS (SELECT 1 FROM draws d JOIN releases r ON "
+            "d.release = r.id WHERE d.draw = shared_draws.draw AND r.state = 'committed')")
+
+    def _abandon_rows(self, rid: int) -> None:
+        store = self.store
+        heirs = store.query(
+            "SELECT s.draw, s.subject, s.pair, MIN(s.release) FROM shared_draws s JOIN draws d "
+            "ON d.draw = s.draw WHERE d.release = ? AND s.release <> ? "
+            "GROUP BY s.draw, s.subject, s.pair", (rid, rid))
+        store.execute("DELETE FROM draws WHERE release = ?", (rid,))
+        store.execute("DELETE FROM shared_draws WHERE release = ?", (rid,))
+        if heirs:
+            store.bulk_insert("draws", ("draw", "subject", "pair", "release"), heirs)
+            for draw, _, _, heir in heirs:
+                store.execute("DELETE FROM shared_draws WHERE draw = ? AND release = ?",
+                              (draw, heir))
+        store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?", (rid,))
 
     # -- reading ------------------------------------------------------------------------------
 
     def epsilons(self) -> dict[int, Fraction]:
-        """Epsilon of every release holding draws (committed or pending), exactly."""
+        """Epsilon of every release, exactly."""
         return {rid: parse_epsilon(text).fraction
                 for rid, text in self.store.query("SELECT id, epsilon FROM releases")}
 
     def lookup(self, draws: Iterable[bytes], subjects: Iterable[bytes]
-               ) -> tuple[set[bytes], dict[bytes, Fraction]]:
-        """Which of ``draws`` the ledger holds, and the spend of each of ``subjects`` (absent:
-        none).  Pending releases count: a release being made may yet be committed."""
+               ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
+        """Which of ``draws`` the ledger holds, which of those only a pending release holds so
+        far, and the spend of each of ``subjects`` (absent: none).  Pending releases count: a
+        release being made may yet be committed."""
         with self.store.read():
             return self.lookup_in_transaction(draws, subjects)
 
     def lookup_in_transaction(self, draws: Iterable[bytes], subjects: Iterable[bytes]
-                              ) -> tuple[set[bytes], dict[bytes, Fraction]]:
+                              ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
         """:meth:`lookup` inside a transaction the caller holds."""
         store = self.store
         epsilon_of = self.epsilons()
         store.load_keys("q_draws", draws)
-        known = {bytes(r[0]) for r in store.query(
-            "SELECT q.k FROM q_draws q WHERE EXISTS (SELECT 1 FROM draws d WHERE d.draw = q.k)"
-            " OR EXISTS (SELECT 1 FROM pending_draws p WHERE p.draw = q.k)")}
+        known, pending = set(), set()
+        for draw, state in store.query("SELECT q.k, r.state FROM q_draws q JOIN draws d ON "
+                                       "d.draw = q.k JOIN releases r ON d.release = r.id"):
+            known.add(bytes(draw))
+            if state == "pending":
+                pending.add(bytes(draw))
         store.load_keys("q_subjects", subjects)
-        spend = self._subject_spend("q_subjects", epsilon_of)
-        return known, spend
-
-    def _subject_spend(self, table: str, epsilon_of: dict[int, Fraction]) -> dict[bytes, Fraction]:
-        rows = self.store.query(
-            f"SELECT d.subject, d.release, COUNT(*) FROM draws d JOIN {table} q ON d.subject = q.k"
-            " GROUP BY d.subject, d.release")
-        spend = spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
-        pending = self.store.query(
-            f"SELECT p.subject, p.draw, p.release FROM pending_draws p JOIN {table} q"
-            " ON p.subject = q.k WHERE NOT EXISTS (SELECT 1 FROM draws d WHERE d.draw = p.draw)")
-        counted: set[bytes] = set()
-        for subject, draw, rid in pending:
-            if bytes(draw) not in counted:
-                counted.add(bytes(draw))
-                subject = bytes(subject)
-                spend[subject] = spend.get(subject, ZERO) + epsilon_of[rid]
-        return spend
+        rows = store.query(
+            "SELECT d.subject, d.release, COUNT(*) FROM draws d JOIN q_subjects q "
+            "ON d.subject = q.k GROUP BY d.subject, d.release")
+        return known, pending, spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
 
     def summary(self) -> dict:
         """Releases, and the distribution of cumulative spend over subjects and over (subject,
@@ -222,13 +243,6 @@ class Ledger:
                 rows = store.query(f"SELECT {group}, release, COUNT(*) FROM draws "
                                    f"GROUP BY {group}, release")
                 spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
-                seen: set[bytes] = set()
-                for g, draw, rid in store.query(
-                        f"SELECT p.{group}, p.draw, p.release FROM pending_draws p WHERE NOT "
-                        "EXISTS (SELECT 1 FROM draws d WHERE d.draw = p.draw)"):
-                    if bytes(draw) not in seen:
-                        seen.add(bytes(draw))
-                        spend[bytes(g)] = spend.get(bytes(g), ZERO) + epsilon_of[rid]
                 per[group] = distribution(spend.values())
             draws = store.query("SELECT COUNT(*) FROM draws")[0][0]
         for r in releases:

@@ -7,14 +7,13 @@ The protocol, around the release's final renames (``release.files.release_file``
 2. ``prepare`` (after the output and manifest are complete at their temporary names, before
    any rename): one write transaction re-checks the budget against the ledger as it is now
    (another release may have been recorded meanwhile) and durably records the release as
-   ``pending`` with its draws, the output's final path and sha256;
+   ``pending`` with its new draws, the output's final path and sha256;
 3. the release renames its files into place;
-4. ``commit``: one write transaction moves the draws into the ledger proper and marks the
-   release ``committed``.
+4. ``commit``: one write transaction marks the release ``committed``.
 
 A crash after 2 and before 4 leaves a pending release that the next command opening the ledger
 resolves (:meth:`Ledger.resolve_pending`): committed if the output exists with the recorded
-sha256, abandoned (draws removed) if not.  A failure before the renames abandons it at once
+sha256, abandoned (its draws removed, except those another live release also holds) if not.  A failure before the renames abandons it at once
 (:meth:`finish`).  Pending draws count towards every budget until then, so two releases
 recording at once can never both spend the same allowance.
 """
@@ -104,8 +103,8 @@ class LedgerRecorder:
         subjects, pairs, draws = self.ledger.digester.digests(
             self.params, [ids[i] for i in ok], [label(int(nodes[i])) for i in ok])
         fresh = account.needs(subjects)
-        known, spend = self.ledger.lookup(draws, fresh)
-        account.load(known, spend, fresh)
+        known, pending, spend = self.ledger.lookup(draws, fresh)
+        account.load(known, spend, fresh, pending)
         classify = account.classify
         return [i for i, s, p, d in zip(ok, subjects, pairs, draws) if not classify(s, p, d)]
 
@@ -118,7 +117,7 @@ class LedgerRecorder:
             raise LedgerError("the release was not screened by the ledger")
         store = self.ledger.store
         self._uid = secrets.token_hex(16)
-        new = account.new_draws
+        new = account.new_draws + account.borrowed
         with store.write():
             if self.budget is not None and new:
                 self._recheck_budget()
@@ -132,8 +131,9 @@ class LedgerRecorder:
                 (rid, self._uid, now(), owner_tag(), os.path.abspath(output_path), output_sha256,
                  p[2], p[3], p[1], p[0], p[4], self.records, len(new),
                  None if self.budget is None else str(self.budget)))
-            store.bulk_insert("pending_draws", ("release", "draw", "subject", "pair"),
-                              ((rid, d, s, q) for d, s, q in new))
+            added = self.ledger._record_rows(rid, new)
+            if added != len(account.new_draws):
+                store.execute("UPDATE releases SET new_draws = ? WHERE id = ?", (added, rid))
         self._rid = rid
         self._output = (os.path.abspath(output_path), output_sha256)
         _pause_for_tests("prepared")
@@ -141,11 +141,11 @@ class LedgerRecorder:
     def _recheck_budget(self) -> None:
         """Inside the write transaction: would any subject now exceed the budget?"""
         account = self.account
-        subjects = list(account.new_count)
-        known, spend = self.ledger.lookup_in_transaction(
-            (d for d, _, _ in account.new_draws), subjects)
+        rows = account.new_draws + account.borrowed
+        known, _, spend = self.ledger.lookup_in_transaction(
+            (d for d, _, _ in rows), {s for _, s, _ in rows})
         added: dict[bytes, int] = {}
-        for draw, subject, _ in account.new_draws:
+        for draw, subject, _ in rows:
             if draw not in known:
                 added[subject] = added.get(subject, 0) + 1
         for subject, count in added.items():
@@ -164,8 +164,8 @@ class LedgerRecorder:
             if state and state[0][0] == "abandoned":
                 # Another process judged this release dead before its renames (possible only
                 # across machines, after the grace period): the files exist now, so restore.
-                store.bulk_insert("pending_draws", ("release", "draw", "subject", "pair"),
-                                  ((self._rid, d, s, q) for d, s, q in self.account.new_draws))
+                self.ledger._record_rows(self._rid,
+                                         self.account.new_draws + self.account.borrowed)
                 state = [("pending",)]
             if state and state[0][0] == "pending":
                 self.ledger._commit_rows(self._rid)
@@ -187,8 +187,7 @@ class LedgerRecorder:
             if os.path.isfile(path) and sha256_file(path) == sha:
                 self.ledger._commit_rows(self._rid)
             else:
-                store.execute("DELETE FROM pending_draws WHERE release = ?", (self._rid,))
-                store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?", (self._rid,))
+                self.ledger._abandon_rows(self._rid)
 
     # -- the preview --------------------------------------------------------------------------
 

@@ -49,6 +49,10 @@ class Store:
     def bulk_insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
         raise NotImplementedError
 
+    def insert_new(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
+        """Insert the rows whose primary key is not yet present; return how many were."""
+        raise NotImplementedError
+
     @contextlib.contextmanager
     def write(self) -> Iterator[None]:
         """A serialised read-write transaction, committed on success."""
@@ -77,10 +81,8 @@ class Store:
             f"CREATE TABLE draws (draw {b} PRIMARY KEY, subject {b} NOT NULL, pair {b} NOT NULL, "
             "release INTEGER NOT NULL)" + self.without_rowid,
             "CREATE INDEX draws_subject ON draws (subject)",
-            f"CREATE TABLE pending_draws (release INTEGER NOT NULL, draw {b} NOT NULL, "
-            f"subject {b} NOT NULL, pair {b} NOT NULL)",
-            "CREATE INDEX pending_draws_subject ON pending_draws (subject)",
-            "CREATE INDEX pending_draws_release ON pending_draws (release)",
+            f"CREATE TABLE shared_draws (release INTEGER NOT NULL, draw {b} NOT NULL, "
+            f"subject {b} NOT NULL, pair {b} NOT NULL, PRIMARY KEY (draw, release))",
         ]
         for sql in statements:
             self.execute(sql)
@@ -125,6 +127,13 @@ class SqliteStore(Store):
     def bulk_insert(self, table, columns, rows):
         marks = ", ".join("?" for _ in columns)
         self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+
+    def insert_new(self, table, columns, rows):
+        before = self.conn.total_changes
+        marks = ", ".join("?" for _ in columns)
+        self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) "
+                              "ON CONFLICT DO NOTHING", rows)
+        return self.conn.total_changes - before
 
     @contextlib.contextmanager
     def write(self):
@@ -179,6 +188,18 @@ class PostgresStore(Store):
         with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
+
+    def insert_new(self, table, columns, rows):
+        # COPY cannot skip conflicts: copy into a temporary table, then insert from it.
+        self.execute("DROP TABLE IF EXISTS incoming")
+        self.execute(f"CREATE TEMPORARY TABLE incoming (LIKE {table})")
+        self.bulk_insert("incoming", columns, rows)
+        names = ", ".join(columns)
+        cursor = self.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM incoming "
+                              "ON CONFLICT DO NOTHING")
+        count = cursor.rowcount
+        self.execute("DROP TABLE incoming")
+        return count
 
     @contextlib.contextmanager
     def write(self):
