@@ -129,7 +129,7 @@ class LedgerRecorder:
                 "output_stability_version, records, new_draws, budget) "
                 "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (rid, self._uid, now(), owner_tag(), os.path.abspath(output_path), output_sha256,
-                 p[2], p[3], p[1], p[0], p[4], self.records, len(new),
+                 p[2], p[3], p[1], p[0], p[4], self.records, len(account.new_draws),
                  None if self.budget is None else str(self.budget)))
             added = self.ledger._record_rows(rid, new)
             if added != len(account.new_draws):
