@@ -118,6 +118,9 @@ class SqliteStore(Store):
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.execute("PRAGMA temp_store=MEMORY")
+        # Digests are random keys, so inserts touch pages all over the indexes: a page cache of
+        # up to 256 MiB (used only as needed) halves the time to record a large release.
+        self.conn.execute("PRAGMA cache_size=-262144")
         if create:
             os.chmod(path, 0o600)
 
