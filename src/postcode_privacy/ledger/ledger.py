@@ -213,15 +213,17 @@ class Ledger:
         epsilon_of = self.epsilons()
         store.load_keys("q_draws", draws)
         known, pending = set(), set()
-        for draw, state in store.query("SELECT q.k, r.state FROM q_draws q JOIN draws d ON "
-                                       "d.draw = q.k JOIN releases r ON d.release = r.id"):
+        for draw, state in store.query("SELECT q.k, r.state FROM q_draws q CROSS JOIN draws d "
+                                       "JOIN releases r ON d.release = r.id WHERE d.draw = q.k"):
             known.add(bytes(draw))
             if state == "pending":
                 pending.add(bytes(draw))
         store.load_keys("q_subjects", subjects)
+        # CROSS JOIN fixes the loop order in SQLite: look each wanted subject up in the index,
+        # rather than walking the whole index and probing the (small) wanted set.
         rows = store.query(
-            "SELECT d.subject, d.release, COUNT(*) FROM draws d JOIN q_subjects q "
-            "ON d.subject = q.k GROUP BY d.subject, d.release")
+            "SELECT d.subject, d.release, COUNT(*) FROM q_subjects q CROSS JOIN draws d "
+            "WHERE d.subject = q.k GROUP BY d.subject, d.release")
         return known, pending, spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
 
     def summary(self) -> dict:
