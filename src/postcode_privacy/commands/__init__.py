@@ -1,3 +1,3 @@
 """One module per CLI sub-command, each registering itself on ``postcode_privacy.cli.cli``."""
 
-from . import build, calibrate, demo, evaluate, example, keygen, perturb, report  # noqa: F401
+from . import build, calibrate, demo, evaluate, example, keygen, ledger, perturb, report  # noqa: F401

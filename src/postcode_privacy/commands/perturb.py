@@ -129,9 +129,19 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
               metavar="N", help="Records held in memory at once (does not change the output).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option("--ledger", "ledger_location", metavar="PATH_OR_URL",
+              help="Record the release in this privacy ledger (docs/ledger.md).")
+@click.option("--ledger-secret", metavar="FILE",
+              help="The ledger's secret key file (default: LEDGER.key beside a SQLite ledger).")
+@click.option("--budget", metavar="E",
+              help="With --ledger: records whose subject's cumulative spend would exceed E are "
+                   "handled by --on-error.")
+@click.option("--dry-run", is_flag=True,
+              help="With --ledger: report what the release would record, write nothing.")
 def perturb_command(input_path, output_path, key_path, epsilon, id_column, postcode_column,
                     radius, graph_path, on_error, out_column, keep_source_postcode, terminated,
-                    force, chunk_size, quiet) -> None:
+                    force, chunk_size, quiet, ledger_location, ledger_secret, budget,
+                    dry_run) -> None:
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
@@ -139,27 +149,55 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
     """
     from ..release import release_file
 
+    if ledger_location is None and (budget is not None or dry_run or ledger_secret is not None):
+        raise click.UsageError("--budget, --dry-run and --ledger-secret need --ledger")
+    if dry_run:
+        from .ledger import echo_check, run_check
+
+        echo_check(run_check(input_path, ledger_location, ledger_secret, key_path, epsilon,
+                             id_column, postcode_column, radius, graph_path, terminated, budget,
+                             chunk_size), as_json=False)
+        return
     key = resolve_key(key_path)
     progress = show_progress(quiet)
-    terminated_locations = None
+    terminated_locations = terminated_locations_for(terminated, graph_path)
+    with contextlib.ExitStack() as stack:
+        recorder = None
+        if ledger_location is not None:
+            from ..ledger import Ledger, LedgerRecorder, parse_budget
+
+            limit = None if budget is None else parse_budget(budget)
+            ledger = stack.enter_context(Ledger.open(ledger_location, ledger_secret))
+            recorder = LedgerRecorder(ledger, limit)
+        with sigterm_as_interrupt(), echo_library_warnings():
+            manifest = release_file(
+                input_path, output_path, key=key, epsilon=epsilon, id_column=id_column,
+                postcode_column=postcode_column, graph=graph_loader(graph_path, progress),
+                radius=radius, on_error=on_error, out_column=out_column,
+                keep_source_postcode=keep_source_postcode, terminated=terminated, force=force,
+                chunk_size=chunk_size, progress=progress,
+                terminated_locations=terminated_locations, ledger=recorder)
+    if not quiet:
+        echo_summary(manifest, output_path)
+        if recorder is not None:
+            from ..release.manifest import read_audit
+
+            over = read_audit(output_path)["counts"].get("over_budget", 0)  # private count
+            echo_status(f"  ledger: {len(recorder.account.new_draws)} new draws recorded"
+                        + (f", {over} records over budget" if budget is not None else ""))
+
+
+def terminated_locations_for(terminated: str, graph_path: str | None):
+    """An artefact built from ONSPD carries its source's terminated postcodes beside it."""
     if terminated == "nearest" and graph_path is not None:
-        # An artefact built from ONSPD carries its source's terminated postcodes beside it.
         from .build import terminated_sidecar
 
         sidecar = terminated_sidecar(graph_path)
         if sidecar.exists():  # checked against the artefact's record once the graph is loaded
             from ..release.terminated import read_sidecar
 
-            terminated_locations = read_sidecar(sidecar)
-    with sigterm_as_interrupt(), echo_library_warnings():
-        manifest = release_file(
-            input_path, output_path, key=key, epsilon=epsilon, id_column=id_column,
-            postcode_column=postcode_column, graph=graph_loader(graph_path, progress),
-            radius=radius, on_error=on_error, out_column=out_column,
-            keep_source_postcode=keep_source_postcode, terminated=terminated, force=force,
-            chunk_size=chunk_size, progress=progress, terminated_locations=terminated_locations)
-    if not quiet:
-        echo_summary(manifest, output_path)
+            return read_sidecar(sidecar)
+    return None
 
 
 def echo_summary(manifest: dict, output_path: str) -> None:

@@ -112,7 +112,7 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                  out_column: str = "postcode_dp", keep_source_postcode: bool = False,
                  terminated: str = "error", force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
-                 terminated_locations: pd.DataFrame | None = None) -> dict:
+                 terminated_locations: pd.DataFrame | None = None, ledger=None) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
     manifest.
 
@@ -120,6 +120,8 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     existing output and manifest), ``chunk_size`` (records held in memory at once; the output
     does not depend on it) and ``progress`` (tqdm bars on stderr).  ``graph=None`` loads the
     embedded national graph, after the cheap checks on paths, options and columns.
+    ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`) screens records against a
+    budget and records the release, atomically with its files (docs/ledger.md).
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
@@ -133,13 +135,13 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
                         radius=radius, on_error=on_error, out_column=out_column,
                         keep_source_postcode=keep_source_postcode, terminated=terminated,
                         chunk_size=chunk_size, progress=progress,
-                        terminated_locations=terminated_locations)
+                        terminated_locations=terminated_locations, ledger=ledger)
 
 
 def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
              key, epsilon, id_column, postcode_column, graph, radius, on_error, out_column,
              keep_source_postcode, terminated, chunk_size, progress,
-             terminated_locations) -> dict:
+             terminated_locations, ledger) -> dict:
     """The work of :func:`release_file`, inside its claim on the output's names."""
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
@@ -155,6 +157,8 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
                            keep_source_postcode=keep_source_postcode, terminated=terminated,
                            terminated_locations=terminated_locations)
         plan.check_columns(reader.columns)
+        if ledger is not None:
+            ledger.attach(plan)
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 
@@ -208,8 +212,12 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
         os.chmod(audit_tmp.path, 0o600)  # private before a byte is written
         audit_tmp.handle.write(encode(audit))
         audit_tmp.finish()
+        if ledger is not None:  # pending ledger entry, durable before anything is renamed
+            ledger.prepare(output_path, manifest["output"]["sha256"])
         # All three move into place together, the output last (OutputClaim.commit).
         claim.commit()
+        if ledger is not None:
+            ledger.commit()
         return manifest
     except OSError as exc:
         raise PostcodePrivacyError(
@@ -217,3 +225,5 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
     finally:
         if writer is not None:
             writer.abort()
+        if ledger is not None:
+            ledger.finish()

@@ -49,13 +49,14 @@ _WARN_ROWS = 5
 
 # Why a row cannot be released, in the order they are tested (the first that applies counts).
 FAILURE_KINDS = ("missing_identifier", "invalid_identifier", "missing_postcode",
-                 "malformed_postcode", "unknown_postcode")
+                 "malformed_postcode", "unknown_postcode", "over_budget")
 _FAILURE_LABELS = {
     "missing_identifier": "missing or blank identifier",
     "invalid_identifier": "unusable identifier",
     "missing_postcode": "missing or blank postcode",
     "malformed_postcode": "malformed postcode",
     "unknown_postcode": "postcode not in the graph",
+    "over_budget": "privacy budget exceeded (ledger)",
 }
 COUNT_KEYS = ("records", "released", "terminated_mapped", *FAILURE_KINDS, "failed", "nulled",
               "dropped", "rows_out")
@@ -255,6 +256,9 @@ class ReleasePlan:
             check_sidecar(graph, terminated_locations)
             self._nearest = NearestLive(graph, terminated_locations)
         self._terminated_locations = terminated_locations
+        # Optional hook of the privacy ledger (ledger/recording.py, LedgerRecorder.screen):
+        # called with each chunk's releasable records, returns the positions it refuses.
+        self.screen = None
         self._subjects = _SubjectTracker()
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
@@ -328,6 +332,8 @@ class ReleasePlan:
                     check.row_errors.append((row_offset + i + 1, reason))
             else:
                 ids[i] = canonical
+        if self.screen is not None:
+            self._apply_screen(check, ids, nodes, codes, row_offset)
         failed = sum(counts[k] for k in FAILURE_KINDS)
         counts["failed"] = failed
         counts["released"] = n - failed
@@ -337,6 +343,18 @@ class ReleasePlan:
             counts["dropped"] = failed
         counts["rows_out"] = n - counts["dropped"]
         return CheckedRecords(check, ids, nodes, codes)
+
+    def _apply_screen(self, check: ChunkCheck, ids: list, nodes: np.ndarray, codes: np.ndarray,
+                      row_offset: int) -> None:
+        """Fail the records the ledger's budget refuses (docs/ledger.md, "Budgets")."""
+        refused = self.screen(ids, nodes, row_offset)
+        for i in refused:
+            nodes[i] = codes[i] = -1
+            ids[i] = None
+            if len(check.row_errors) < MAX_LISTED_ERRORS:
+                check.row_errors.append((row_offset + i + 1, _FAILURE_LABELS["over_budget"]))
+        check.counts["over_budget"] += len(refused)
+        check.row_errors.sort()
 
     def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
         """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""

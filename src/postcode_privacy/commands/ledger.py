@@ -1,0 +1,144 @@
+"""``postcode-privacy ledger``: create, inspect and preview against a privacy ledger
+(docs/ledger.md)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..cli import cli
+
+LEDGER_SECRET_HELP = ("The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
+                      "ledger; required for a PostgreSQL URL.")
+
+
+def open_ledger(location: str, secret: str | None):
+    from ..ledger import Ledger
+
+    return Ledger.open(location, secret)
+
+
+@cli.group("ledger")
+def ledger_group() -> None:
+    """A privacy ledger: what each subject has spent across releases."""
+
+
+@ledger_group.command("init")
+@click.argument("location", metavar="PATH_OR_URL")
+@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+def init_command(location, secret) -> None:
+    """Create an empty ledger (a SQLite file, or a postgresql:// database) and its secret."""
+    from ..ledger import Ledger, secret_path_for
+
+    Ledger.init(location, secret).close()
+    click.echo(f"created ledger; its secret is in {click.format_filename(str(secret_path_for(location, secret)))}"
+               " (mode 0600): keep it apart from releases and back it up")
+
+
+@ledger_group.command("show")
+@click.argument("location", metavar="PATH_OR_URL")
+@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show_command(location, secret, as_json) -> None:
+    """Releases recorded, and the distribution of cumulative spend over subjects."""
+    with open_ledger(location, secret) as ledger:
+        summary = ledger.summary()
+    if as_json:
+        click.echo(json.dumps(_jsonable(summary), indent=2))
+        return
+    echo_summary(summary)
+
+
+def echo_summary(summary: dict) -> None:
+    from ..ledger import spend_text
+
+    releases = summary["releases"]
+    click.echo(f"{len(releases)} release(s), {summary['draws']} distinct draws")
+    for r in releases:
+        click.echo(f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
+                   f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
+                   f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
+                   + (f"  budget {r['budget']}" if r["budget"] else ""))
+    for label, key in (("subject", "subjects"), ("(subject, true postcode) pair", "pairs")):
+        dist = summary[key]
+        click.echo(f"cumulative spend per {label} ({sum(n for _, n in dist)}):")
+        for value, count in dist:
+            click.echo(f"  {spend_text(value):>8}  {count}")
+
+
+@ledger_group.command("check")
+@click.argument("input_path", metavar="INPUT")
+@click.option("--ledger", "location", required=True, metavar="PATH_OR_URL", help="The ledger.")
+@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@click.option("--key", "key_path", metavar="KEYFILE",
+              help="Release key file (default: $POSTCODE_PRIVACY_KEY).")
+@click.option("--epsilon", required=True, metavar="E", help="Epsilon of the planned release.")
+@click.option("--id-column", required=True, metavar="C", help="Column of subject identifiers.")
+@click.option("--postcode-column", required=True, metavar="P", help="Column of true postcodes.")
+@click.option("--radius", type=int, default=None, metavar="R", help="Hop cap (as for perturb).")
+@click.option("--graph", "graph_path", metavar="ARTEFACT",
+              help="Graph artefact (default: the embedded national graph).")
+@click.option("--terminated", type=click.Choice(["error", "nearest"]), default="error",
+              show_default=True, help="As for perturb.")
+@click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
+              metavar="N", help="Records held in memory at once.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def check_command(input_path, location, secret, key_path, epsilon, id_column, postcode_column,
+                  radius, graph_path, terminated, budget, chunk_size, as_json) -> None:
+    """Preview a release of INPUT against the ledger, without making it."""
+    report = run_check(input_path, location, secret, key_path, epsilon, id_column,
+                       postcode_column, radius, graph_path, terminated, budget, chunk_size)
+    echo_check(report, as_json)
+
+
+def run_check(input_path, location, secret, key_path, epsilon, id_column, postcode_column,
+              radius, graph_path, terminated, budget, chunk_size) -> dict:
+    from ..ledger import check_release, parse_budget
+    from .perturb import graph_loader, resolve_key, terminated_locations_for
+
+    key = resolve_key(key_path)
+    limit = None if budget is None else parse_budget(budget)
+    with open_ledger(location, secret) as ledger:
+        return check_release(
+            ledger, input_path, key=key, epsilon=epsilon, id_column=id_column,
+            postcode_column=postcode_column, graph=graph_loader(graph_path, False),
+            radius=radius, terminated=terminated,
+            terminated_locations=terminated_locations_for(terminated, graph_path),
+            budget=limit, chunk_size=chunk_size)
+
+
+def echo_check(report: dict, as_json: bool) -> None:
+    from ..ledger import spend_text
+
+    if as_json:
+        click.echo(json.dumps(_jsonable(report), indent=2))
+        return
+    click.echo(f"{report['records']} records, {report['releasable']} releasable")
+    click.echo(f"  {report['repeats']} repeat a draw already in the ledger (cost nothing)")
+    click.echo(f"  {report['new_draws_of_known_subjects']} are new draws of "
+               f"{report['known_subjects_drawn_again']} subjects already in the ledger")
+    click.echo(f"  {report['new_subjects_records']} belong to {report['new_subjects']} new subjects")
+    if report["over_budget"]:
+        click.echo(f"  {report['over_budget']} would be refused by the budget")
+    if report["unreleasable"]:
+        click.echo(f"  {report['unreleasable']} cannot be released at all (see perturb)")
+    if report["spend_after_known"]:
+        click.echo("cumulative spend after this release, subjects already in the ledger:")
+        for value, count in report["spend_after_known"]:
+            click.echo(f"  {spend_text(value):>8}  {count}")
+
+
+def _jsonable(value):
+    from fractions import Fraction
+
+    from ..ledger import spend_text
+
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if len(value) == 2 and isinstance(value[0], Fraction):
+            return {"spend": spend_text(value[0]), "count": value[1]}
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,269 @@
+"""A privacy ledger: open, create, resolve interrupted releases, summarise (docs/ledger.md)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import socket
+from collections.abc import Iterable
+from fractions import Fraction
+from pathlib import Path
+
+from ..errors import InvalidParameterError, KeyFileError
+from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.keys import Key
+from .accounting import distribution, spend_by
+from .digests import Digester
+from .errors import LedgerError
+from .stores import SCHEMA_VERSION, Store, is_url, open_store
+
+__all__ = ["Ledger", "secret_path_for", "LEDGER_FORMAT"]
+
+LEDGER_FORMAT = "postcode-privacy-ledger"
+SECRET_SUFFIX = ".key"
+# A pending release of another machine younger than this may still be renaming its output.
+_FOREIGN_GRACE_S = 60
+
+
+def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Path:
+    """The ledger secret's key file: given, or ``LEDGER.key`` beside a SQLite ledger."""
+    if secret_path is not None:
+        return Path(secret_path)
+    if is_url(location):
+        raise InvalidParameterError("a PostgreSQL ledger needs --ledger-secret FILE (its key "
+                                    "file is not beside the database)")
+    return Path(location + SECRET_SUFFIX)
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def owner_tag() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Ledger:
+    """An open ledger: its store and the digester of its secret.
+
+    Opening verifies that the secret is the ledger's own (by fingerprint) and resolves any
+    release left pending by a run that stopped between recording and committing
+    (:meth:`resolve_pending`).
+    """
+
+    def __init__(self, store: Store, digester: Digester):
+        self.store = store
+        self.digester = digester
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, location: str, secret_path: str | os.PathLike | None = None) -> Ledger:
+        """Create an empty ledger and its secret (a new key file, mode 0600, never overwritten)."""
+        from ..keyfile import write_key_file
+
+        path = secret_path_for(location, secret_path)
+        if path.exists():
+            raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
+        secret = Key.generate()
+        store = open_store(location, create=True)
+        try:
+            write_key_file(secret, path)
+            with store.write():
+                store.create_schema()
+                store.bulk_insert("ledger_meta", ("name", "value"), [
+                    ("format", LEDGER_FORMAT), ("schema_version", SCHEMA_VERSION),
+                    ("secret_fingerprint", secret.fingerprint), ("created", now())])
+        except BaseException:
+            store.close()
+            if store.kind == "sqlite":
+                for suffix in ("", "-wal", "-shm"):
+                    Path(location + suffix).unlink(missing_ok=True)
+            raise
+        return cls(store, Digester(secret))
+
+    @classmethod
+    def open(cls, location: str, secret_path: str | os.PathLike | None = None, *,
+             resolve: bool = True) -> Ledger:
+        from ..keyfile import read_key_file
+
+        secret = read_key_file(secret_path_for(location, secret_path))
+        store = open_store(location)
+        try:
+            meta = dict(store.query("SELECT name, value FROM ledger_meta"))
+            if meta.get("format") != LEDGER_FORMAT:
+                raise LedgerError("the database is not a postcode-privacy ledger")
+            if meta.get("schema_version") != SCHEMA_VERSION:
+                raise LedgerError("the ledger has an unsupported schema version")
+            if meta.get("secret_fingerprint") != secret.fingerprint:
+                raise KeyFileError("that key file is not this ledger's secret")
+        except Exception:
+            store.close()
+            raise
+        ledger = cls(store, Digester(secret))
+        if resolve:
+            ledger.resolve_pending()
+        return ledger
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- pending releases ---------------------------------------------------------------------
+
+    def resolve_pending(self) -> list[tuple[int, str]]:
+        """Settle releases left pending by runs that stopped; return ``(id, outcome)`` pairs.
+
+        A pending release whose output exists at its recorded path with its recorded sha256
+        was written: it is committed.  Otherwise it was not: its draws are removed and it is
+        marked ``abandoned``.  A release still being made is left alone: one whose process is
+        alive on this machine, or one from another machine pending for under a minute.
+        """
+        outcomes = []
+        host = socket.gethostname()
+        with self.store.write():
+            rows = self.store.query("SELECT id, owner, created, output_path, output_sha256 "
+                                    "FROM releases WHERE state = 'pending' ORDER BY id")
+            for rid, owner, created, path, sha in rows:
+                if _maybe_running(owner, created, host):
+                    continue
+                written = os.path.isfile(path) and sha256_file(path) == sha
+                if written:
+                    self._commit_rows(rid)
+                else:
+                    self._abandon_rows(rid)
+                outcomes.append((rid, "committed" if written else "abandoned"))
+        return outcomes
+
+    # The write-side steps, each inside a write transaction the caller holds.  A release's new
+    # draws live in ``draws`` from the moment it is pending (so they count at once); a draw it
+    # shares with another pending release that recorded it first is noted in ``shared_draws``,
+    # so that abandoning that other release cannot take the draw away from this one.
+
+    def _record_rows(self, rid: int, rows: list[tuple[bytes, bytes, bytes]]) -> int:
+        """Add a release's new draws; return how many were not in the ledger already."""
+        store = self.store
+        added = store.insert_new("draws", ("draw", "subject", "pair", "release"),
+                                 ((d, s, p, rid) for d, s, p in rows))
+        if added < len(rows):
+            store.load_keys("q_draws", (d for d, _, _ in rows))
+            held = {bytes(r[0]) for r in store.query(
+                "SELECT d.draw FROM draws d JOIN q_draws q ON d.draw = q.k JOIN releases r "
+                "ON d.release = r.id WHERE r.state = 'pending' AND r.id <> ?", (rid,))}
+            store.insert_new("shared_draws", ("release", "draw", "subject", "pair"),
+                             ((rid, d, s, p) for d, s, p in rows if d in held))
+        return added
+
+    def _commit_rows(self, rid: int) -> None:
+        self.store.execute("UPDATE releases SET state = 'committed', committed = ? WHERE id = ?",
+                           (now(), rid))
+        # Notes on draws now owned by a committed release are no longer needed.
+        self.store.execute(
+            "DELETE FROM shared_draws WHERE EXISTS (SELECT 1 FROM draws d JOIN releases r ON "
+            "d.release = r.id WHERE d.draw = shared_draws.draw AND r.state = 'committed')")
+
+    def _abandon_rows(self, rid: int) -> None:
+        store = self.store
+        heirs = store.query(
+            "SELECT s.draw, s.subject, s.pair, MIN(s.release) FROM shared_draws s JOIN draws d "
+            "ON d.draw = s.draw WHERE d.release = ? AND s.release <> ? "
+            "GROUP BY s.draw, s.subject, s.pair", (rid, rid))
+        store.execute("DELETE FROM draws WHERE release = ?", (rid,))
+        store.execute("DELETE FROM shared_draws WHERE release = ?", (rid,))
+        if heirs:
+            store.bulk_insert("draws", ("draw", "subject", "pair", "release"), heirs)
+            for draw, _, _, heir in heirs:
+                store.execute("DELETE FROM shared_draws WHERE draw = ? AND release = ?",
+                              (draw, heir))
+        store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?", (rid,))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def epsilons(self) -> dict[int, Fraction]:
+        """Epsilon of every release, exactly."""
+        return {rid: parse_epsilon(text).fraction
+                for rid, text in self.store.query("SELECT id, epsilon FROM releases")}
+
+    def lookup(self, draws: Iterable[bytes], subjects: Iterable[bytes]
+               ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
+        """Which of ``draws`` the ledger holds, which of those only a pending release holds so
+        far, and the spend of each of ``subjects`` (absent: none).  Pending releases count: a
+        release being made may yet be committed."""
+        with self.store.read():
+            return self.lookup_in_transaction(draws, subjects)
+
+    def lookup_in_transaction(self, draws: Iterable[bytes], subjects: Iterable[bytes]
+                              ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
+        """:meth:`lookup` inside a transaction the caller holds."""
+        store = self.store
+        epsilon_of = self.epsilons()
+        store.load_keys("q_draws", draws)
+        known, pending = set(), set()
+        for draw, state in store.query("SELECT q.k, r.state FROM q_draws q CROSS JOIN draws d "
+                                       "JOIN releases r ON d.release = r.id WHERE d.draw = q.k"):
+            known.add(bytes(draw))
+            if state == "pending":
+                pending.add(bytes(draw))
+        store.load_keys("q_subjects", subjects)
+        # CROSS JOIN fixes the loop order in SQLite: look each wanted subject up in the index,
+        # rather than walking the whole index and probing the (small) wanted set.
+        rows = store.query(
+            "SELECT d.subject, d.release, COUNT(*) FROM q_subjects q CROSS JOIN draws d "
+            "WHERE d.subject = q.k GROUP BY d.subject, d.release")
+        return known, pending, spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
+
+    def summary(self) -> dict:
+        """Releases, and the distribution of cumulative spend over subjects and over (subject,
+        true postcode) pairs; pending releases count (conservatively) and are flagged."""
+        store = self.store
+        with store.read():
+            epsilon_of = self.epsilons()
+            releases = [dict(zip(("id", "state", "created", "output", "output_sha256",
+                                  "epsilon", "radius", "graph_sha256", "key_fingerprint",
+                                  "output_stability_version", "records", "new_draws",
+                                  "budget"), row))
+                        for row in store.query(
+                            "SELECT id, state, created, output_path, output_sha256, epsilon, "
+                            "radius, graph_sha256, key_fingerprint, output_stability_version, "
+                            "records, new_draws, budget FROM releases ORDER BY id")]
+            per = {}
+            for group in ("subject", "pair"):
+                rows = store.query(f"SELECT {group}, release, COUNT(*) FROM draws "
+                                   f"GROUP BY {group}, release")
+                spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
+                per[group] = distribution(spend.values())
+            draws = store.query("SELECT COUNT(*) FROM draws")[0][0]
+        for r in releases:
+            r["output"] = os.path.basename(r["output"])
+        return {"releases": releases, "draws": draws, "subjects": per["subject"],
+                "pairs": per["pair"]}
+
+
+def _maybe_running(owner: str, created: str, host: str) -> bool:
+    owner_host, _, pid = owner.rpartition(":")
+    if owner_host == host:
+        if int(pid) == os.getpid():
+            return True  # this process's own recorder settles its release itself
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    age = _dt.datetime.now(_dt.UTC) - _dt.datetime.fromisoformat(created)
+    return age.total_seconds() < _FOREIGN_GRACE_S

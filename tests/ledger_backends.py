@@ -1,0 +1,86 @@
+"""A real PostgreSQL server for the ledger tests, started on 127.0.0.1 (test helper).
+
+Debian's ``postgresql`` package provides the binaries (``.ci/run`` installs it when it can).
+As root, ``initdb`` and ``postgres`` run as the ``postgres`` user through ``runuser``.  The
+data directory is temporary and the port free; the server is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def postgres_bin() -> str | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if found:
+        return os.path.dirname(found[-1])
+    path = shutil.which("postgres")
+    return os.path.dirname(path) if path else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    def __init__(self, bindir: str):
+        self.bindir = bindir
+        self.root = tempfile.mkdtemp(prefix="pp-ledger-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.port = _free_port()
+        self.user = "postgres" if os.getuid() == 0 else None
+        if self.user:
+            shutil.chown(self.root, self.user)
+        self._run([os.path.join(bindir, "initdb"), "-D", self.data, "-U", "postgres",
+                   "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self.proc = subprocess.Popen(
+            self._as_user([os.path.join(bindir, "postgres"), "-D", self.data, "-p",
+                           str(self.port), "-h", "127.0.0.1", "-k", self.root,
+                           "-c", "fsync=off"]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the PostgreSQL test server did not start") from None
+                time.sleep(0.2)
+        self._databases = 0
+
+    def _as_user(self, argv: list[str]) -> list[str]:
+        return ["runuser", "-u", self.user, "--", *argv] if self.user else argv
+
+    def _run(self, argv: list[str]) -> None:
+        subprocess.run(self._as_user(argv), check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+
+    def new_database(self) -> str:
+        import psycopg
+
+        self._databases += 1
+        name = f"ledger_{self._databases}"
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)

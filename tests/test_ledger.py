@@ -1,0 +1,417 @@
+"""The privacy ledger (docs/ledger.md): each rule, on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from postcode_privacy import Key
+from postcode_privacy.cli import main
+from postcode_privacy.errors import InputDataError, KeyFileError
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.ledger import Ledger, LedgerRecorder, check_release, spend_text
+from postcode_privacy.ledger.digests import Digester, DrawParameters, _Hmac
+from postcode_privacy.ledger.recording import TEST_PAUSE_ENV
+from postcode_privacy.release import release_file
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def grid_graph(max_edge_km=50.0):
+    codes, east, north = [], [], []
+    for r in range(6):
+        for c in range(6):
+            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
+            east.append(400000.0 + c * 100)
+            north.append(430000.0 + r * 100)
+    return build_graph(codes, east, north, max_edge_km=max_edge_km), codes
+
+
+GRAPH, CODES = grid_graph()
+KEY = Key.from_bytes(b"k" * 32)
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def postgres():
+    from ledger_backends import PostgresServer, postgres_bin
+
+    bindir = postgres_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL binaries not installed (Debian package postgresql)")
+    server = PostgresServer(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request, tmp_path):
+    """A fresh ledger location (not yet created) and its secret's path."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db"), None
+    server = request.getfixturevalue("postgres")
+    return server.new_database(), str(tmp_path / "ledger-secret.key")
+
+
+@pytest.fixture
+def ledger(location):
+    where, secret = location
+    Ledger.init(where, secret).close()
+    with Ledger.open(where, secret) as opened:
+        yield opened
+
+
+def write_input(path, people, codes):
+    pd.DataFrame({"person": people, "pc": codes}).to_csv(path, index=False)
+    return path
+
+
+def release(ledger, src, out, *, budget=None, graph=GRAPH, key=KEY, **options):
+    options.setdefault("epsilon", "1")
+    return release_file(src, out, key=key, id_column="person", postcode_column="pc",
+                        graph=graph, ledger=LedgerRecorder(ledger, budget), **options)
+
+
+def check(ledger, src, *, graph=GRAPH, key=KEY, **options):
+    options.setdefault("epsilon", "1")
+    return check_release(ledger, src, key=key, id_column="person", postcode_column="pc",
+                         graph=graph, **options)
+
+
+def spends(dist):
+    return {spend_text(v): n for v, n in dist}
+
+
+# -- digests ----------------------------------------------------------------------------------
+
+def test_precomputed_pads_are_hmac_sha256():
+    key = bytes(range(32))
+    for message in (b"", b"x", bytes(200)):
+        h = _Hmac(key)
+        inner = h.inner.copy()
+        inner.update(message)
+        outer = h.outer.copy()
+        outer.update(inner.digest())
+        assert outer.digest() == hmac.digest(key, message, "sha256")
+
+
+def test_digests_are_domain_separated_and_cover_all_six_conditions():
+    d = Digester(Key.from_bytes(b"s" * 32))
+    base = ("a" * 16, "b" * 64, "1", 10, "1")
+    s0, p0, d0 = (x[0] for x in d.digests(DrawParameters(*base), ["7"], ["LS1 1AA"]))
+    assert len({s0, p0, d0}) == 3 and all(len(x) == 16 for x in (s0, p0, d0))
+    for i, other in enumerate(("c" * 16, "e" * 64, "1.0001", 11, "2")):
+        changed = list(base)
+        changed[i] = other
+        assert d.digests(DrawParameters(*changed), ["7"], ["LS1 1AA"])[2][0] != d0
+    moved = d.digests(DrawParameters(*base), ["7"], ["LS1 1AB"])
+    assert moved[0][0] == s0 and moved[1][0] != p0 and moved[2][0] != d0
+    # Length prefixes keep field boundaries: ("71", "LS1...") is not ("7", "1LS1...").
+    assert d.digests(DrawParameters(*base), ["71"], ["S1 1AA"])[1][0] != \
+        d.digests(DrawParameters(*base), ["7"], ["1S1 1AA"])[1][0]
+    # Another secret, other digests.
+    assert Digester(Key.from_bytes(b"t" * 32)).digests(DrawParameters(*base), ["7"],
+                                                          ["LS1 1AA"])[0][0] != s0
+
+
+# -- the rules --------------------------------------------------------------------------------
+
+def test_init_open_and_secret(location, tmp_path):
+    where, secret = location
+    Ledger.init(where, secret).close()
+    secret_file = Path(secret or where + ".key")
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    assert secret_file.read_text().startswith("postcode-privacy key file v1")
+    with pytest.raises(Exception, match="already"):
+        Ledger.init(where, secret)
+    other = tmp_path / "other.key"
+    Key.generate().save(other)
+    with pytest.raises(KeyFileError, match="not this ledger's secret"):
+        Ledger.open(where, other)
+
+
+def test_an_identical_release_counts_once(ledger, tmp_path):
+    src = write_input(tmp_path / "in.csv", ["1", "2", " 3", "3"], CODES[:3] + ["ls1 1ad"])
+    release(ledger, src, tmp_path / "a.csv")
+    first = ledger.summary()
+    assert spends(first["subjects"]) == {"1": 3}
+    assert first["draws"] == 3
+    # Same six conditions, harmless differences in form: identifier " 3" is "3".
+    src2 = write_input(tmp_path / "in2.csv", [1, 2, 3], ["LS11AA", "LS1 1ab", "LS1 1AD"])
+    report = check(ledger, src2)
+    assert (report["repeats"], report["new_draws"], report["new_subjects"]) == (3, 0, 0)
+    release(ledger, src2, tmp_path / "b.csv")
+    second = ledger.summary()
+    assert second["draws"] == 3 and spends(second["subjects"]) == {"1": 3}
+    assert [r["new_draws"] for r in second["releases"]] == [3, 0]
+
+
+@pytest.mark.parametrize("change", ["key", "subject", "postcode", "graph", "epsilon", "radius",
+                                    "output_stability_version"])
+def test_each_condition_that_differs_is_a_new_draw(ledger, tmp_path, monkeypatch, change):
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    release(ledger, src, tmp_path / "a.csv", epsilon="0.5", radius=30)
+    options = {"epsilon": "0.5", "radius": 30, "graph": GRAPH, "key": KEY}
+    if change == "key":
+        options["key"] = Key.from_bytes(b"q" * 32)
+    elif change == "subject":
+        src = write_input(tmp_path / "in2.csv", ["2"], [CODES[0]])
+    elif change == "postcode":
+        src = write_input(tmp_path / "in2.csv", ["1"], [CODES[1]])
+    elif change == "graph":
+        options["graph"] = grid_graph(max_edge_km=0.15)[0]
+        assert options["graph"].sha256 != GRAPH.sha256
+    elif change == "epsilon":
+        options["epsilon"] = "0.25"
+    elif change == "radius":
+        options["radius"] = 31
+    else:
+        monkeypatch.setattr("postcode_privacy.ledger.recording.OUTPUT_STABILITY_VERSION", "2")
+    report = check(ledger, src, **options)
+    assert report["repeats"] == 0 and report["new_draws"] == 1
+    expected_spend = Fraction(1, 2) + Fraction(options["epsilon"])
+    if change == "subject":
+        assert report["new_subjects"] == 1 and report["spend_after_known"] == []
+    else:
+        assert report["known_subjects_drawn_again"] == 1
+        assert report["spend_after_known"] == [(expected_spend, 1)]
+
+
+def test_spend_is_exact_and_per_pair(ledger, tmp_path):
+    src = write_input(tmp_path / "in.csv", ["1", "2"], [CODES[0], CODES[5]])
+    for radius in (30, 31, 32):  # three draws of each, at epsilon 0.1
+        release(ledger, src, tmp_path / f"r{radius}.csv", epsilon="0.1", radius=radius)
+    moved = write_input(tmp_path / "moved.csv", ["1", "2"], [CODES[7], CODES[5]])
+    release(ledger, moved, tmp_path / "moved-out.csv", epsilon="0.1", radius=30)
+    summary = ledger.summary()
+    # 0.1 + 0.1 + 0.1 is exactly 0.3 here (in floats it is 0.30000000000000004).
+    assert spends(summary["subjects"]) == {"0.3": 1, "0.4": 1}
+    assert spends(summary["pairs"]) == {"0.1": 1, "0.3": 2}
+
+
+def test_terminated_mapping_counts_the_mapped_postcode(ledger, tmp_path):
+    table = pd.DataFrame({"postcode": ["LS9 9AA"], "easting": [400230.0],
+                          "northing": [430100.0]})  # 30 m from LS1 2BD
+    src = write_input(tmp_path / "in.csv", ["1"], ["LS9 9AA"])
+    release(ledger, src, tmp_path / "a.csv", terminated="nearest", terminated_locations=table)
+    live = write_input(tmp_path / "live.csv", ["1"], ["LS1 2BD"])
+    assert check(ledger, live)["repeats"] == 1
+
+
+def test_check_counts_repeats_known_and_new_subjects(ledger, tmp_path):
+    release(ledger, write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3]),
+            tmp_path / "q1-out.csv")
+    src = write_input(tmp_path / "q2.csv", ["1", "2", "2", "4", "4", "5", ""],
+                      [CODES[0], CODES[9], CODES[9], CODES[4], CODES[4], CODES[6], CODES[0]])
+    report = check(ledger, src)
+    assert report["records"] == 7 and report["unreleasable"] == 1
+    assert report["repeats"] == 1
+    assert report["new_draws_of_known_subjects"] == 2 and report["known_subjects_drawn_again"] == 1
+    assert report["new_subjects_records"] == 3 and report["new_subjects"] == 2
+    assert report["spend_after_known"] == [(Fraction(2), 1)]
+    assert ledger.summary()["draws"] == 3  # a check records nothing
+
+
+@pytest.mark.parametrize("policy", ["error", "drop", "null"])
+def test_budget_with_each_on_error_policy(ledger, tmp_path, policy):
+    q1 = write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3])
+    release(ledger, q1, tmp_path / "q1-out.csv", epsilon="1.5")
+    # Subject 1 moved: a new draw at 1.5 takes it to 3 > 2.5; subject 2 repeats (free); 4 new.
+    q2 = write_input(tmp_path / "q2.csv", ["2", "1", "4", "4"],
+                     [CODES[1], CODES[8], CODES[3], CODES[4]])
+    out = tmp_path / "q2-out.csv"
+    if policy == "error":
+        with pytest.raises(InputDataError) as info:
+            release(ledger, q2, out, epsilon="1.5", budget=Fraction("2.5"), on_error="error")
+        assert [row for row, _ in info.value.row_errors] == [2, 4]
+        assert not out.exists()
+        assert ledger.summary()["draws"] == 3 and len(ledger.summary()["releases"]) == 1
+        return
+    manifest = release(ledger, q2, out, epsilon="1.5", budget=Fraction("2.5"), on_error=policy)
+    assert manifest["counts"]["over_budget"] == 2
+    released = pd.read_csv(out, dtype=str, keep_default_na=False)
+    if policy == "drop":
+        assert released["person"].tolist() == ["2", "4"]
+    else:
+        assert released["person"].tolist() == ["2", "1", "4", "4"]
+        assert [v == "" for v in released["postcode_dp"]] == [False, True, False, True]
+    summary = ledger.summary()
+    assert summary["draws"] == 4  # only subject 4's first draw is new
+    assert spends(summary["subjects"]) == {"1.5": 4}
+
+
+def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
+    where, secret = location
+    keyfile = tmp_path / "release.key"
+    KEY.save(keyfile)
+    graph = tmp_path / "g.ppgraph"
+    GRAPH.save(graph)
+    src = write_input(tmp_path / "in.csv", ["1", "1"], CODES[:2])
+    base = ["perturb", str(src), "--key", str(keyfile), "--epsilon", "1", "--id-column",
+            "person", "--postcode-column", "pc", "--graph", str(graph), "--ledger", where]
+    base += ["--ledger-secret", secret] if secret else []
+    out = tmp_path / "out.csv"
+    assert main([*base, "-o", str(out), "--budget", "1"]) == 3
+    err = capsys.readouterr().err
+    assert "row 2: privacy budget exceeded" in err and not out.exists()
+    assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "1 would be refused by the budget" in text and not out.exists()
+    assert main([*base, "-o", str(out), "--budget", "1", "--on-error", "null"]) == 0
+    show = ["ledger", "show", where, "--json"] + (["--ledger-secret", secret] if secret else [])
+    capsys.readouterr()
+    assert main(show) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["subjects"] == [{"spend": "1", "count": 1}]
+
+
+def test_the_database_holds_no_identifier_or_postcode(tmp_path):
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where).close()
+    people = [f"PERSON-{i:04d}-ZQX" for i in range(40)]
+    codes = [CODES[i % 36] for i in range(40)]
+    src = write_input(tmp_path / "in.csv", people, codes)
+    with Ledger.open(where) as ledger:
+        release(ledger, src, tmp_path / "out.csv")
+        assert ledger.summary()["draws"] == 40
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*") if p.suffix != ".key")
+    assert len(data) > 4096
+    for value in people + codes + [c.replace(" ", "") for c in codes]:
+        for form in (value.encode(), value.encode("utf-16-le")):
+            assert form not in data
+    assert KEY._material not in data and b"PERSON" not in data
+
+
+# -- concurrency and crashes (separate processes) ---------------------------------------------
+
+def _cli_process(args, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(env_extra or {})
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; from postcode_privacy.cli import main; "
+                               "sys.exit(main(sys.argv[1:]))", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _perturb_args(tmp_path, location, src, out, epsilon="1"):
+    where, secret = location
+    keyfile = tmp_path / "release.key"
+    if not keyfile.exists():
+        KEY.save(keyfile)
+    graph = tmp_path / "g.ppgraph"
+    if not graph.exists():
+        GRAPH.save(graph)
+    args = ["perturb", str(src), "-o", str(out), "--key", str(keyfile), "--epsilon", epsilon,
+            "--id-column", "person", "--postcode-column", "pc", "--graph", str(graph),
+            "--ledger", where, "-q"]
+    return args + (["--ledger-secret", secret] if secret else [])
+
+
+def test_two_concurrent_releases_lose_nothing(ledger, location, tmp_path):
+    n = 3000
+    people = [str(i) for i in range(n)]
+    a = write_input(tmp_path / "a.csv", people, [CODES[i % 36] for i in range(n)])
+    b = write_input(tmp_path / "b.csv", people, [CODES[(i + 1) % 36] for i in range(n)])
+    procs = [_cli_process(_perturb_args(tmp_path, location, src, tmp_path / f"{src.stem}-out.csv",
+                                        epsilon=eps))
+             for src, eps in ((a, "1"), (b, "0.5"))]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["committed", "committed"]
+    assert summary["draws"] == 2 * n
+    assert spends(summary["subjects"]) == {"1.5": n}
+
+
+@pytest.mark.parametrize("stage", ["prepared", "renamed"])
+def test_a_crash_between_release_and_commit_is_resolved(ledger, location, tmp_path, stage):
+    src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
+    out = tmp_path / "out.csv"
+    marker = tmp_path / "paused"
+    proc = _cli_process(_perturb_args(tmp_path, location, src, out),
+                        {TEST_PAUSE_ENV: f"{stage}:{marker}"})
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert out.exists() == (stage == "renamed")
+    pending = ledger.store.query("SELECT state FROM releases")
+    assert pending == [("pending",)]
+    # While pending, the draws already count (conservatively) for any budget.
+    assert spends(ledger.summary()["subjects"]) == {"1": 2}
+    where, secret = location
+    with Ledger.open(where, secret) as reopened:  # the next command resolves it
+        summary = reopened.summary()
+    if stage == "renamed":
+        assert [r["state"] for r in summary["releases"]] == ["committed"]
+        assert summary["draws"] == 2
+        assert summary["releases"][0]["output_sha256"] == hashlib.sha256(
+            out.read_bytes()).hexdigest()
+    else:
+        assert [r["state"] for r in summary["releases"]] == ["abandoned"]
+        assert summary["draws"] == 0 and summary["subjects"] == []
+
+
+def test_a_failed_release_leaves_no_entry(ledger, tmp_path):
+    src = write_input(tmp_path / "in.csv", ["1", ""], CODES[:2])
+    with pytest.raises(InputDataError):
+        release(ledger, src, tmp_path / "out.csv")
+    assert ledger.summary()["releases"] == []
+
+
+def test_the_budget_is_checked_again_when_recording(ledger, tmp_path):
+    from postcode_privacy.ledger import LedgerError
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
+                       graph=GRAPH, on_error="null")
+    slow = LedgerRecorder(ledger, Fraction("1.5")).attach(plan)
+    checked = plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
+    assert checked.check.counts["over_budget"] == 0  # fits against the ledger as it was
+    # Meanwhile another release draws subject 1 elsewhere.
+    release(ledger, write_input(tmp_path / "b.csv", ["1"], [CODES[1]]), tmp_path / "b-out.csv")
+    with pytest.raises(LedgerError, match="over the budget"):
+        slow.prepare(tmp_path / "a-out.csv", "0" * 64)
+    summary = ledger.summary()
+    assert len(summary["releases"]) == 1 and spends(summary["subjects"]) == {"1": 1}
+
+
+def test_ledger_options_need_a_ledger(tmp_path, capsys):
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    code = main(["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--epsilon", "1",
+                 "--id-column", "person", "--postcode-column", "pc", "--budget", "2"])
+    assert code == 2 and "need --ledger" in capsys.readouterr().err
+
+
+def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_path):
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
+                       graph=GRAPH, on_error="null")
+    stopped = LedgerRecorder(ledger).attach(plan)
+    plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
+    stopped.prepare(tmp_path / "never-written.csv", "0" * 64)  # pending, owns the draw
+    src = write_input(tmp_path / "b.csv", ["1", "2"], [CODES[0], CODES[1]])
+    release(ledger, src, tmp_path / "b-out.csv")  # draws the same record, and one more
+    stopped.finish()  # its output never appeared: abandoned
+    summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["abandoned", "committed"]
+    assert summary["draws"] == 2 and spends(summary["subjects"]) == {"1": 2}
+    assert ledger.store.query("SELECT COUNT(*) FROM shared_draws") == [(0,)]
