@@ -191,6 +191,53 @@ def test_api_page_renders_no_private_name(site):
     assert not re.search(r":(?:class|meth|func|data|attr|exc):<code>", html)
 
 
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+
+
+def _layout_listing() -> list[str]:
+    """Paths in CONTRIBUTING.md's "Layout" block, e.g. ``src/postcode_privacy/graph/build.py``.
+
+    Each line is a name and a description, indented two spaces per level below its folder.
+    """
+    text = CONTRIBUTING.read_text(encoding="utf-8")
+    section = text.split("\n## Layout\n", 1)[1]
+    block = section.split("```text\n", 1)[1].split("\n```", 1)[0]
+    parents: list[str] = []
+    paths = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        assert indent % 2 == 0, f"odd indentation in the layout: {line!r}"
+        depth = indent // 2
+        name = line.split()[0]
+        assert depth <= len(parents), f"layout line without its folder: {line!r}"
+        parents = parents[:depth]
+        paths.append("".join(parents) + name)
+        if name.endswith("/"):
+            parents.append(name)
+    return paths
+
+
+def test_contributing_layout_matches_the_tree():
+    listed = _layout_listing()
+    assert len(listed) == len(set(listed)), "a path is listed twice"
+    missing_from_tree = [p for p in listed if not (ROOT / p.rstrip("/")).exists()]
+    assert not missing_from_tree, f"listed but not in the tree: {missing_from_tree}"
+    # Every module and package of the library; a package's line stands for its __init__.py.
+    expected = set()
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(ROOT)
+        if "__pycache__" in relative.parts:
+            continue
+        if path.name == "__init__.py" and path.parent != SRC:
+            expected.add(relative.parent.as_posix() + "/")
+        else:
+            expected.add(relative.as_posix())
+    not_listed = sorted(expected - set(listed))
+    assert not not_listed, f"CONTRIBUTING.md's layout does not list: {not_listed}"
+
+
 def test_changelog_page_mirrors_changelog():
     assert (DOCS / "changelog.md").resolve() == (ROOT / "CHANGELOG.md").resolve()
 
