@@ -55,5 +55,20 @@ def latex_to_mathml(html: str) -> str:
     return _INLINE_MATH.sub(inline, _DISPLAY_MATH.sub(display, html))
 
 
+# The docstrings cross-reference in Sphinx's roles (:class:`Graph`, :func:`~pkg.mod.name`), which
+# Markdown leaves as a literal ":class:" before the code span on the generated API page.
+_SPHINX_ROLE = re.compile(r":(?:class|meth|func|attr|data|exc|mod|obj):<code>(~?)([^<]*)</code>")
+
+
+def strip_sphinx_roles(html: str) -> str:
+    """Drop the role and, as Sphinx does, shorten ``~a.b.name`` to its last part."""
+
+    def code(match: re.Match) -> str:
+        target = match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2)
+        return f"<code>{target}</code>"
+
+    return _SPHINX_ROLE.sub(code, html)
+
+
 def on_page_content(html, page, config, files):
-    return latex_to_mathml(html)
+    return latex_to_mathml(strip_sphinx_roles(html))

@@ -93,16 +93,22 @@ def _pages() -> list[Path]:
     return sorted(DOCS.rglob("*.md"))
 
 
-def test_mkdocs_build_strict(tmp_path):
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built once for this module with ``mkdocs build --strict``."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
          str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    return site
+
+
+def test_mkdocs_build_strict(site):
     for page in ("index", "methods", "threat-model", "how-it-works", "getting-started", "cli",
-                 "changelog"):
+                 "changelog", "api"):
         assert (site / f"{page}.html").is_file(), page
     # Self-contained: no page loads a script, style sheet or font from another host, and the
     # formulas arrive as MathML made at build time, not as LaTeX for a script to typeset.
@@ -121,6 +127,115 @@ def test_mkdocs_build_strict(tmp_path):
     title = first_heading.lstrip("# ").strip()
     html = (site / "changelog.html").read_text(encoding="utf-8")
     assert title.split()[0] in html
+
+
+# The public surface (issue 12): the package's __all__ and the __all__ of each documented module.
+API_PAGE = DOCS / "api.md"
+DOCUMENTED_MODULES = ("spark",)  # imported lazily: PySpark is an optional dependency
+API_DIRECTIVE = re.compile(r"^::: *(\S+) *$", re.MULTILINE)
+
+
+def _static_all(module_file: Path) -> list[str]:
+    """A module's ``__all__`` read from its source, so PySpark need not be importable."""
+    import ast
+
+    for node in ast.parse(module_file.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{module_file} has no __all__")
+
+
+def _api_identifiers() -> list[str]:
+    return API_DIRECTIVE.findall(API_PAGE.read_text(encoding="utf-8"))
+
+
+def test_api_page_documents_exactly_the_public_surface():
+    import importlib
+
+    import postcode_privacy
+
+    identifiers = _api_identifiers()
+    assert len(identifiers) == len(set(identifiers)), "a name is documented twice"
+    by_module: dict[str, set[str]] = {name: set() for name in ("", *DOCUMENTED_MODULES)}
+    for identifier in identifiers:
+        module_path, _, name = identifier.rpartition(".")
+        sub = module_path.removeprefix("postcode_privacy").lstrip(".")
+        if sub in DOCUMENTED_MODULES:
+            by_module[sub].add(name)
+            continue
+        # Any other path is where a package-level name is defined; it must be that very object.
+        assert name in postcode_privacy.__all__, f"{identifier} is not in postcode_privacy.__all__"
+        defined = getattr(importlib.import_module(module_path), name)
+        assert defined is getattr(postcode_privacy, name), identifier
+        by_module[""].add(name)
+    assert by_module[""] == set(postcode_privacy.__all__)
+    for sub in DOCUMENTED_MODULES:
+        package = SRC / sub / "__init__.py"
+        source = package if package.exists() else SRC / f"{sub}.py"
+        assert by_module[sub] == set(_static_all(source)), f"postcode_privacy.{sub}"
+
+
+def test_api_page_renders_no_private_name(site):
+    html = (site / "api.html").read_text(encoding="utf-8")
+    ids = re.findall(r'\bid="(postcode_privacy\.[^"]+)"', html)
+    identifiers = _api_identifiers()
+    missing = set(identifiers) - set(ids)
+    assert not missing, f"not rendered: {sorted(missing)}"
+    # Private = a leading underscore; a dunder is private too unless __all__ lists it.
+    exported = {identifier.rpartition(".")[2] for identifier in identifiers}
+    private = [i for i in ids
+               if any(part.startswith("_") and part not in exported for part in i.split("."))]
+    assert not private, f"private names on the API page: {private}"
+    assert len(ids) > len(identifiers), "no members rendered: is mkdocstrings configured?"
+    assert not re.search(r":(?:class|meth|func|data|attr|exc):<code>", html)
+
+
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+
+
+def _layout_listing() -> list[str]:
+    """Paths in CONTRIBUTING.md's "Layout" block, e.g. ``src/postcode_privacy/graph/build.py``.
+
+    Each line is a name and a description, indented two spaces per level below its folder.
+    """
+    text = CONTRIBUTING.read_text(encoding="utf-8")
+    section = text.split("\n## Layout\n", 1)[1]
+    block = section.split("```text\n", 1)[1].split("\n```", 1)[0]
+    parents: list[str] = []
+    paths = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        assert indent % 2 == 0, f"odd indentation in the layout: {line!r}"
+        depth = indent // 2
+        name = line.split()[0]
+        assert depth <= len(parents), f"layout line without its folder: {line!r}"
+        parents = parents[:depth]
+        paths.append("".join(parents) + name)
+        if name.endswith("/"):
+            parents.append(name)
+    return paths
+
+
+def test_contributing_layout_matches_the_tree():
+    listed = _layout_listing()
+    assert len(listed) == len(set(listed)), "a path is listed twice"
+    missing_from_tree = [p for p in listed if not (ROOT / p.rstrip("/")).exists()]
+    assert not missing_from_tree, f"listed but not in the tree: {missing_from_tree}"
+    # Every module and package of the library; a package's line stands for its __init__.py.
+    expected = set()
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(ROOT)
+        if "__pycache__" in relative.parts:
+            continue
+        if path.name == "__init__.py" and path.parent != SRC:
+            expected.add(relative.parent.as_posix() + "/")
+        else:
+            expected.add(relative.as_posix())
+    not_listed = sorted(expected - set(listed))
+    assert not not_listed, f"CONTRIBUTING.md's layout does not list: {not_listed}"
 
 
 def test_changelog_page_mirrors_changelog():
