@@ -444,3 +444,59 @@ def test_national_sample_equals_reference(national_graph):
         assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=True) == expected
         if eps == "2":
             assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=False) == expected
+
+
+def test_first_blocks_equal_the_stream_blocks():
+    """The engine's batched first blocks are the core stream's block (label, 0, 0)."""
+    from postcode_privacy.mechanism.sampler import MEMBER, SHELL, TAIL
+
+    mechanism = Mechanism(path(5), "1")
+    context = mechanism.stream_context(Key.from_bytes(bytes(range(32))))
+    ids = ["a", "x" * 300, "Zoë", "\u212b", "42", " "]
+    for postcode in ("AB1 2CD", "ÉÉ"):
+        got = context.first_blocks(ids, postcode, (SHELL, MEMBER, TAIL))
+        for j, label in enumerate((SHELL, MEMBER, TAIL)):
+            want = [int.from_bytes(context.for_subject(s, postcode).block(label, 0, 0), "big")
+                    for s in ids]
+            assert got[j] == want
+
+
+def test_decide_all_equals_decide_one_shell_at_a_time():
+    """The bisection decides exactly as ``_decide``, including U next to a boundary."""
+    from postcode_privacy.mechanism.stream import LazyUniform
+
+    class Fixed(LazyUniform):
+        def __init__(self, u):
+            self.u, self.blocks = u, 1
+
+    class Walk:
+        def __init__(self, cumulative):
+            self.cumulative = cumulative
+
+        @property
+        def depth(self):
+            return len(self.cumulative)
+
+    rng = random.Random(7)
+    top = 1 << 256
+    checked = {None: 0, "shell": 0, "tail": 0}
+    for _ in range(3000):
+        radius = rng.randint(1, 6)
+        depth = rng.randint(1, radius)
+        weights = [rng.choice([0, 1, rng.randrange(1, 2**20)]) for _ in range(depth)]
+        cumulative = list(np.cumsum(weights).tolist())
+        cumulative[0] = max(cumulative[0], 1)
+        cumulative = [max(c, cumulative[0]) for c in cumulative]
+        z_low = cumulative[-1] + rng.randrange(0, 2**18)
+        z_high = z_low if depth == radius else z_low + rng.choice([0, 1, rng.randrange(2**18)])
+        us = [rng.randrange(top)]
+        for c in cumulative:  # U placed exactly at and around each boundary C_i / Z
+            for z in (z_low, z_high):
+                edge = (c * top) // z
+                us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
+        got = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        for u, g in zip(us, got):
+            want = fast_module._decide(Walk(cumulative), Fixed(u), z_low, z_high, radius)
+            assert g == want
+            checked[None if want is None else ("tail" if want == radius else "shell")] += 1
+    assert all(checked.values())  # undecided, shell and tail answers all exercised

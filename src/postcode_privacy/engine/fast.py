@@ -24,13 +24,14 @@ the fixed-size buffers of the search.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
-from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext
+from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch
@@ -146,6 +147,29 @@ def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
     return radius if h == radius - 1 else None
 
 
+def _decide_all(cumulative: list[int], blocks: list[int], z_low: int, z_high: int,
+                radius: int) -> list[int | None]:
+    """``_decide`` for many records at once, from the first 256 bits u of each U.
+
+    With U in [u / 2**256, (u + 1) / 2**256): ``decide_below`` at i is True iff
+    C_i * 2**256 >= (u + 1) * z_high, i.e. C_i >= t = ceil((u + 1) * z_high / 2**256), and False
+    iff C_i <= f = floor(u * z_low / 2**256).  C is non-decreasing, so the first True is at
+    i = bisect_left(C, t), and every earlier verdict is False exactly when C_{i-1} <= f; that is
+    ``_decide``'s answer (None where it has none), found with two products and one bisection
+    instead of one ``decide_below`` per shell.  All integer arithmetic.
+    """
+    h = len(cumulative) - 1
+    top = 1 << BLOCK_BITS
+    out: list[int | None] = []
+    for u in blocks:
+        i = bisect_left(cumulative, -(-(u + 1) * z_high // top), 0, h + 1)
+        if i == 0 or cumulative[i - 1] <= (u * z_low) >> BLOCK_BITS:
+            out.append(i if i <= h else (radius if h == radius - 1 else None))
+        else:
+            out.append(None)
+    return out
+
+
 class FastSampler:
     """Fast exact sampling for one mechanism; holds one shell search's buffers (not thread-safe).
 
@@ -223,10 +247,11 @@ class FastSampler:
         are already canonical (``canonical_subject_id``), as ``Mechanism._draw`` makes them.
         """
         label = self.graph.label(node)
-        streams = [context.for_subject(sid, label) for sid in subject_ids]
-        uniforms = [LazyUniform(stream, SHELL) for stream in streams]
+        # The first block of the shell and member sub-streams of every record: all that most
+        # records ever read (LazyUniform's first block; uniform_int's first attempt).
+        shell_blocks, member_blocks = context.first_blocks(subject_ids, label, (SHELL, MEMBER))
         shift = BLOCK_BITS - _TOP_BITS
-        estimate = np.array([(uni.u >> shift) * 2.0**-_TOP_BITS for uni in uniforms])
+        estimate = np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
 
         search = self.search
         search.start(node)
@@ -235,24 +260,38 @@ class FastSampler:
         best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
         walk = _CompiledWalk(search, powers)
         bound = rows[best] if best >= 0 else None
-        bounds_depth, z_low, z_high = -1, 0, 0
-        shells = []
-        for uni in uniforms:
-            if walk.depth != bounds_depth:  # bounds for the depth reached (it only grows)
-                bounds_depth = walk.depth
-                z_low, z_high = self._bounds(walk, bound, None if low is None else low[0])
-            shell = _decide(walk, uni, z_low, z_high, radius)
-            if shell is None:
+        z_low, z_high = self._bounds(walk, bound, None if low is None else low[0])
+        shells = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
+        streams: dict[int, SubjectStream] = {}
+        for r, shell in enumerate(shells):
+            if shell is None:  # the bounds do not settle it: the core decides, exploring on
                 self.stats["fallbacks"] += 1
-                shell = choose_shell(walk, uni, radius, powers, total)
-            shells.append(shell)
+                streams[r] = context.for_subject(subject_ids[r], label)
+                shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius, powers,
+                                         total)
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]
         if inner:
+            masses = search.masses
             picked_shells = np.array([shells[r] for r in inner], dtype=np.int64)
-            draws = np.array([streams[r].uniform_int(int(search.masses[shells[r]]), MEMBER)
-                              for r in inner], dtype=np.int64)
+            draws = np.empty(len(inner), dtype=np.int64)
+            for t, r in enumerate(inner):
+                n = int(masses[shells[r]])
+                if n < 1:
+                    raise ValueError("n must be positive")  # as uniform_int; C rules it out
+                # uniform_int(n, MEMBER): attempt 0 keeps the top bit_length(n - 1) bits of
+                # block 0; only a rejected attempt needs the stream itself.
+                drop = BLOCK_BITS - (n - 1).bit_length()
+                value = member_blocks[r] >> drop if n > 1 else 0
+                attempt = 0
+                while value >= n:  # rejected: attempt c reads block c, as uniform_int does
+                    if r not in streams:
+                        streams[r] = context.for_subject(subject_ids[r], label)
+                    stream = streams[r]
+                    attempt += 1
+                    value = int.from_bytes(stream.block(MEMBER, 0, attempt), "big") >> drop
+                draws[t] = value
             for r, y in zip(inner, search.pick(picked_shells, draws).tolist()):
                 out[r] = y
         if len(inner) < len(shells):
@@ -261,7 +300,8 @@ class FastSampler:
             prior_cumsum = self.graph.prior_cumsum
             for r, h in enumerate(shells):
                 if h == radius:
-                    out[r] = pick_in_tail(streams[r], ball, prior_cumsum, total)
+                    stream = streams.get(r) or context.for_subject(subject_ids[r], label)
+                    out[r] = pick_in_tail(stream, ball, prior_cumsum, total)
                     self.stats["tail"] += 1
 
         stats = self.stats
