@@ -500,3 +500,72 @@ def test_decide_all_equals_decide_one_shell_at_a_time():
             assert g == want
             checked[None if want is None else ("tail" if want == radius else "shell")] += 1
     assert all(checked.values())  # undecided, shell and tail answers all exercised
+
+
+def _in_batches(mechanism, key, ids, nodes, brackets, size, workers=1):
+    canonical = [canonical_subject_id(s) for s in ids]
+    parts = [engine_batch._perturb_canonical(mechanism, key, canonical[i:i + size],
+                                             nodes[i:i + size], workers=workers,
+                                             brackets=brackets)
+             for i in range(0, len(ids), size)]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_brackets_kept_across_batches_give_the_reference_outputs(seed, monkeypatch):
+    """A postcode seen again in a later batch is decided from the kept bounds on Z."""
+    monkeypatch.setattr(fast_module, "BRACKET_MIN_RECORDS", 2)
+    rng = random.Random(300 + seed)
+    counting: list[bool] = []
+    original = FastSampler._decide_from_bracket
+
+    def counted(self, node, blocks):
+        shells = original(self, node, blocks)
+        counting.append(shells is not None)
+        return shells
+
+    monkeypatch.setattr(FastSampler, "_decide_from_bracket", counted)
+    for _ in range(12):
+        mechanism, key, ids, codes = random_case(rng)
+        ids, codes = ids * 4, codes * 4  # the same sources in every batch
+        ids = [f"{s}-{i}" for i, s in enumerate(ids)]
+        nodes = np.array([mechanism.graph.index_of(c) for c in codes])
+        expected = mechanism.perturb_reference(key, ids, codes)
+        got = _in_batches(mechanism, key, ids, nodes, {}, 25)
+        assert [mechanism.graph.label(v) for v in got.tolist()] == expected
+    assert sum(counting) > 50
+
+
+def test_brackets_from_worker_processes_are_kept(monkeypatch):
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 40)
+    rng = random.Random(5)
+    graph = planar_graph(rng, 150, 180, 1.0, 20)
+    mechanism = Mechanism(graph, "0.7")
+    key = Key.from_bytes(rng.randbytes(32))
+    sources = rng.sample(range(len(graph)), 12)
+    nodes = np.array([sources[i % 12] for i in range(1200)])
+    ids = [f"w{i}" for i in range(1200)]
+    brackets: dict = {}
+    first = _in_batches(mechanism, key, ids, nodes, brackets, 600, workers=2)
+    assert len(brackets) == 12  # kept by the parent and handed back by the workers
+    expected = mechanism.perturb_reference(key, ids[:300], [graph.label(v) for v in nodes[:300]])
+    assert [graph.label(v) for v in first[:300].tolist()] == expected
+    assert np.array_equal(first, perturb_nodes(mechanism, key, ids, nodes, workers=1))
+
+
+def test_a_wrong_kept_bracket_would_be_caught():
+    """Mutation check: a bracket whose z_high is too small changes outputs, so the identity
+    tests above would notice an unsound bracket."""
+    rng = random.Random(9)
+    graph = planar_graph(rng, 120, 140, 1.0, 8)
+    mechanism = Mechanism(graph, "1")
+    key = Key.from_bytes(rng.randbytes(32))
+    nodes = np.array([3] * 400)
+    ids = [f"m{i}" for i in range(400)]
+    brackets: dict = {}
+    good = _in_batches(mechanism, key, ids, nodes, brackets, 200)
+    cumulative, z_low, z_high = brackets[3]
+    brackets[3] = (cumulative, z_low // 3, z_high // 3)
+    bad = _in_batches(mechanism, key, ids, nodes, brackets, 200)
+    assert not np.array_equal(good, bad)

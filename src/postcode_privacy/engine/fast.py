@@ -39,6 +39,8 @@ from .search import ShellSearch
 __all__ = ["FastSampler"]
 
 _TOP_BITS = 64  # bits of U handed to the float estimate
+BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
+BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
 
 
 class _CompiledWalk:
@@ -179,7 +181,8 @@ class FastSampler:
     """
 
     def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
-                 landmarks: bool = False, profiles: BallProfiles | None = None):
+                 landmarks: bool = False, profiles: BallProfiles | None = None,
+                 brackets: dict | None = None):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -196,8 +199,13 @@ class FastSampler:
         self.profiles = profiles
         self._powers_decrease = all(a >= b for a, b in zip(self.powers, self.powers[1:]))
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
+        # Brackets on Z by source, shared by the caller across batches of one release (see
+        # _decide_from_bracket); kept_brackets lists those added here, for worker processes
+        # to hand back.
+        self.brackets = brackets
+        self.kept_brackets: list[tuple[int, tuple[list[int], int, int]]] = []
         self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
-                      "fallbacks": 0, "tail": 0}
+                      "fallbacks": 0, "tail": 0, "bracket_hits": 0}
 
     def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None,
                 low: np.ndarray | None = None) -> tuple[int, int]:
@@ -240,6 +248,36 @@ class FastSampler:
             low = low.reshape(1, -1)
         return rows, low
 
+    def _decide_from_bracket(self, node: int, blocks: list[int]) -> list[int] | None:
+        """Every record's shell from a kept bracket for ``node``, or None if one is undecided.
+
+        A bracket (C_0 .. C_h, z_low, z_high) was valid bounds on this source's Z at depth h
+        when it was kept, and stays so: it depends only on the graph, the radius and the
+        powers, fixed for this sampler.  The search is then explored only as far as the
+        deepest chosen shell, which the within-shell draws need.
+        """
+        if self.brackets is None:
+            return None
+        kept = self.brackets.get(node)
+        if kept is None:
+            return None
+        shells = _decide_all(kept[0], blocks, kept[1], kept[2], self.radius)
+        if None in shells:
+            return None
+        self.stats["bracket_hits"] += 1
+        self.search.explore_to(min(max(shells), self.radius - 1) + 1)
+        return shells
+
+    def _keep_bracket(self, node: int, walk: _CompiledWalk, bound, low_row) -> None:
+        """Keep C and the bounds on Z at the depth reached, for later groups at ``node``."""
+        if len(self.brackets) >= BRACKET_SOURCES or node in self.brackets:
+            return
+        walk.sync()
+        z_low, z_high = self._bounds(walk, bound, low_row)
+        entry = (list(walk.cumulative), z_low, z_high)
+        self.brackets[node] = entry
+        self.kept_brackets.append((node, entry))
+
     def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
         """Output node for each (canonical) subject identifier whose true node is ``node``.
 
@@ -250,25 +288,31 @@ class FastSampler:
         # The first block of the shell and member sub-streams of every record: all that most
         # records ever read (LazyUniform's first block; uniform_int's first attempt).
         shell_blocks, member_blocks = context.first_blocks(subject_ids, label, (SHELL, MEMBER))
-        shift = BLOCK_BITS - _TOP_BITS
-        estimate = np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
 
         search = self.search
         search.start(node)
         radius, powers, total = self.radius, self.powers, self.total_prior
-        rows, low = self._ball_bounds(int(self.graph.node_location[node]))
-        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
-        walk = _CompiledWalk(search, powers)
-        bound = rows[best] if best >= 0 else None
-        z_low, z_high = self._bounds(walk, bound, None if low is None else low[0])
-        shells = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
         streams: dict[int, SubjectStream] = {}
-        for r, shell in enumerate(shells):
-            if shell is None:  # the bounds do not settle it: the core decides, exploring on
-                self.stats["fallbacks"] += 1
-                streams[r] = context.for_subject(subject_ids[r], label)
-                shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius, powers,
-                                         total)
+        shells = self._decide_from_bracket(node, shell_blocks)
+        if shells is None:
+            rows, low = self._ball_bounds(int(self.graph.node_location[node]))
+            shift = BLOCK_BITS - _TOP_BITS
+            estimate = np.array([u >> shift for u in shell_blocks],
+                                dtype=np.uint64) * 2.0**-_TOP_BITS
+            best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
+            walk = _CompiledWalk(search, powers)
+            bound = rows[best] if best >= 0 else None
+            low_row = None if low is None else low[0]
+            z_low, z_high = self._bounds(walk, bound, low_row)
+            shells = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
+            for r, shell in enumerate(shells):
+                if shell is None:  # the bounds do not settle it: the core decides, exploring on
+                    self.stats["fallbacks"] += 1
+                    streams[r] = context.for_subject(subject_ids[r], label)
+                    shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius,
+                                             powers, total)
+            if self.brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
+                self._keep_bracket(node, walk, bound, low_row)
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]

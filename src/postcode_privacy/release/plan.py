@@ -294,6 +294,7 @@ class ReleasePlan:
 
             self._nearest = NearestLive(graph, terminated_locations)
         self._subjects = _SubjectTracker()
+        self._brackets: dict = {}  # the engine's bounds on Z by source, kept across chunks
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
 
@@ -437,7 +438,8 @@ class ReleasePlan:
         """The single call into the engine for every release path: node numbers and the
         identifiers canonicalised once by the record checks, never looked up again.  Returns
         the released labels (an object array), each distinct output labelled once."""
-        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes)
+        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes,
+                                      brackets=self._brackets)
         distinct, where = np.unique(released, return_inverse=True)
         labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
         return labels[where.reshape(-1)]
