@@ -250,9 +250,12 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
             with context.Pool(workers, initializer=_worker_init) as pool:
                 for start, result, kept in pool.imap_unordered(_worker_task, rest):
                     out[order[start:start + result.size]] = result
-                    for node, entry in kept:
-                        if brackets is not None and len(brackets) < BRACKET_SOURCES:
-                            brackets.setdefault(node, entry)
+                    for node, entry in kept:  # the deepest bracket of each source
+                        if node in brackets:
+                            if len(entry[0]) > len(brackets[node][0]):
+                                brackets[node] = entry
+                        elif len(brackets) < BRACKET_SOURCES:
+                            brackets[node] = entry
                     if progress is not None:
                         progress(result.size)
         finally:

@@ -91,15 +91,19 @@ def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], rad
     """
     h = walk.depth - 1
     explored = walk.explored_mass
-    first, last = int(bound[h + 1]), int(bound[radius - 1])
+    rows = bound[h + 1:radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
+    first, last = rows[0], rows[-1]
     if first < explored or last > total_prior:
         return None
-    steps = np.diff(bound[h + 1:])  # exact int64: Q[j] - Q[j-1] for j = h+2 .. R-1
-    if steps.size and steps.min() < 0:
-        return None
     z = walk.cumulative[h] + powers[h + 1] * (first - explored)
-    for offset in np.flatnonzero(steps).tolist():
-        z += powers[h + 2 + offset] * int(steps[offset])
+    previous = first
+    for j, q in enumerate(rows[1:], start=h + 2):
+        step = q - previous  # Q[j] - Q[j-1]
+        if step < 0:
+            return None
+        if step:
+            z += powers[j] * step
+        previous = q
     return z + powers[radius] * (total_prior - last)
 
 
@@ -269,8 +273,12 @@ class FastSampler:
         return shells
 
     def _keep_bracket(self, node: int, walk: _CompiledWalk, bound, low_row) -> None:
-        """Keep C and the bounds on Z at the depth reached, for later groups at ``node``."""
-        if len(self.brackets) >= BRACKET_SOURCES or node in self.brackets:
+        """Keep C and the bounds on Z at the depth reached, for later groups at ``node``; a
+        deeper (tighter) bracket replaces a kept one, so misses become rarer batch by batch."""
+        kept = self.brackets.get(node)
+        if kept is None and len(self.brackets) >= BRACKET_SOURCES:
+            return
+        if kept is not None and len(kept[0]) >= walk.depth:
             return
         walk.sync()
         z_low, z_high = self._bounds(walk, bound, low_row)

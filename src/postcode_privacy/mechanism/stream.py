@@ -17,6 +17,7 @@ from .keys import Key
 
 DOMAIN = b"postcode-privacy/draw/v1"
 BLOCK_BITS = 256
+_FIRST_BLOCK_SUFFIXES: dict[tuple[bytes, ...], list[bytes]] = {}  # (label, 0, 0) encodings
 
 
 def _field(data: bytes) -> bytes:
@@ -56,7 +57,10 @@ class StreamContext:
         # overhead per call); the Python object otherwise.
         root = getattr(self._mac, "_hmac", None) or self._mac
         place = _field(postcode.encode("utf-8"))
-        suffixes = [_field(label) + _u64(0) + _u64(0) for label in labels]
+        suffixes = _FIRST_BLOCK_SUFFIXES.get(labels)
+        if suffixes is None:
+            suffixes = [_field(label) + _u64(0) + _u64(0) for label in labels]
+            _FIRST_BLOCK_SUFFIXES[labels] = suffixes
         out: list[list[int]] = [[] for _ in labels]
         from_bytes = int.from_bytes
         for subject_id in subject_ids:
