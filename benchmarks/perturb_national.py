@@ -1,24 +1,24 @@
-"""Records per second through ``postcode-privacy perturb`` on the national graph (issue 5).
+"""Issue 11's table on the national graph: records per second through ``postcode-privacy perturb``.
 
-For each epsilon (default 0.5, 1, 2) at the default radius this script
+Each row of the table (``--rows``; see ``ROWS``) is one workload at the default radius:
 
-1. writes a CSV of N records (default 100,000) whose true postcodes are distinct postcodes
-   drawn at random from the national graph, with a subject identifier per record;
-2. runs ``postcode-privacy perturb`` on it as a subprocess (all usable cores, the CLI's
-   defaults), timing the wall clock and sampling the memory of the whole process tree (the CLI
-   and its workers) every 0.1 s: the peak of the summed PSS (shared pages split fairly between
-   processes) and of the summed RSS (shared pages counted once per process);
-3. times the reference sampler (``Mechanism.perturb_reference``, the full-ball search) on a
-   subsample in this process, and the engine on the same subsample in one process, so that
-   the speed-up is measured in the same run;
-4. checks that the CLI's output equals the reference on that subsample.
+1. a CSV (id, postcode) is written: distinct random postcodes, rows over a fixed set of
+   distinct postcodes, or rows whose postcodes are drawn from the whole graph;
+2. ``postcode-privacy perturb`` runs on it as a subprocess (all usable cores, the CLI's
+   defaults), timing the wall clock and CPU time and sampling the summed PSS of the process
+   tree (the CLI and its workers) every 0.1 s;
+3. the first few outputs are checked against the reference sampler
+   (``Mechanism.perturb_reference``);
+4. for repeated postcodes, the same release runs in this process through ``perturb_frame``, so
+   the CLI's rate can be compared with it.
 
-``--profile`` adds a cProfile of the CLI itself, run in this process with one worker on a sample
-of records at epsilon 1, grouped into where the time goes.  Results are printed as a Markdown table for
-docs/performance.md.  Not a test: it takes several minutes.
+The load average before and after each run is printed with it: on a shared machine compare
+records per CPU-second, or proportions, not wall-clock rates.  ``--exploration N`` adds the
+shells and locations explored per record; ``--profile`` a cProfile of the CLI in one process.
+``--smoke`` runs two tiny rows in seconds.  Not a test: the full table takes tens of minutes.
 
-    /work/venv/bin/python benchmarks/perturb_national.py [--records 100000] [--profile]
-        [--exploration 2000] [--epsilons 0.5,1,2]
+    /work/main/.venv/bin/python benchmarks/perturb_national.py --rows all
+    /work/main/.venv/bin/python benchmarks/perturb_national.py --rows repeated-1,distinct-1
 """
 
 from __future__ import annotations
@@ -38,14 +38,13 @@ import time
 from pathlib import Path
 
 from postcode_privacy import Key, Mechanism
-from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
+from postcode_privacy.engine import FastSampler
 from postcode_privacy.engine.batch import usable_cpus
 from postcode_privacy.graph.national import default_graph
 from postcode_privacy.keyfile import write_key_file
-from postcode_privacy.mechanism.subject import canonical_subject_id
 
 CLI = str(Path(sys.executable).with_name("postcode-privacy"))
-REFERENCE_SAMPLE = {"0.5": 12, "1": 120, "2": 300}
+REFERENCE_SAMPLE = {"0.25": 3, "0.5": 12, "1": 60, "2": 200}
 
 
 def _tree(pid: int) -> list[int]:
@@ -210,71 +209,120 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
               "| |", flush=True)
 
 
-def cli_benchmark(graph, records: int, epsilons: list[str]) -> None:
-    """Steps 1 to 4 of the module docstring, for each epsilon."""
-    rng = random.Random(2026)
-    nodes = rng.sample(range(len(graph)), records)
-    ids = [f"id{rng.randrange(10**12):012d}" for _ in nodes]
-    rows = []
+# The rows of issue 11's table: name -> (workload, epsilon, records, distinct postcodes or None
+# for "all distinct").  "national" draws every record's postcode uniformly from the whole graph.
+ROWS = {
+    "distinct-1": ("100,000 distinct random postcodes", "1", 100_000, None),
+    "distinct-0.5": ("100,000 distinct random postcodes", "0.5", 100_000, None),
+    "distinct-0.25": ("100,000 distinct random postcodes", "0.25", 100_000, None),
+    "distinct-2": ("100,000 distinct random postcodes", "2", 100_000, None),
+    "repeated-1": ("1,000,000 rows over 1,000 distinct postcodes", "1", 1_000_000, 1_000),
+    "national-0.5": ("10,000,000 rows drawn from the whole graph", "0.5", 10_000_000, "graph"),
+}
+SMOKE_ROWS = {
+    "distinct-2": ("200 distinct random postcodes (smoke)", "2", 200, None),
+    "repeated-1": ("3,000 rows over 30 distinct postcodes (smoke)", "1", 3_000, 30),
+}
+
+
+def write_workload(graph, path: Path, records: int, distinct, seed: int) -> tuple[list, list]:
+    """Write the CSV (id, postcode) of one row of the table; return the first 300 (ids, nodes)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    if distinct is None:
+        nodes = rng.choice(len(graph), size=records, replace=False)
+    elif distinct == "graph":
+        nodes = rng.integers(0, len(graph), size=records)
+    else:
+        pool = rng.choice(len(graph), size=distinct, replace=False)
+        nodes = pool[rng.integers(0, distinct, size=records)]
+    labels = np.array(graph.postcodes, dtype=object)
+    ids = np.char.add("id", np.arange(records).astype(str)).astype(object)
+    pd.DataFrame({"id": ids, "postcode": labels[nodes]}).to_csv(path, index=False)
+    return ids[:300].tolist(), nodes[:300].tolist()
+
+
+def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) -> dict:
+    """One row: the CLI (wall, CPU, peak PSS), a check against the reference on a few records,
+    and for repeated postcodes the same release in process through perturb_frame."""
+    import pandas as pd
+
+    from postcode_privacy import perturb_frame
+
+    workload, eps, records, distinct = spec
+    source = tmp / f"{name}.csv"
+    ids, nodes = write_workload(graph, source, records, distinct, seed=len(name) * 7919)
+    output = tmp / f"{name}-released.csv"
+    load_before = load_average()
+    measured = run_cli([CLI, "perturb", str(source), "-o", str(output), "--key", str(key_path),
+                        "--epsilon", eps, "--id-column", "id", "--postcode-column", "postcode",
+                        "-q", "--force"])
+    row = {"name": name, "workload": workload, "eps": eps, "records": records,
+           "rate": records / measured["wall"], "cpu_rate": records / measured["cpu"],
+           "wall": measured["wall"], "pss": measured["peak_pss"] / 2**30,
+           "load": f"{load_before} → {load_average()}", "in_process": None}
+    mechanism = Mechanism(graph, eps)
+    k = REFERENCE_SAMPLE.get(eps, 5)
+    codes = [graph.label(v) for v in nodes[:k]]
+    reference = mechanism.perturb_reference(key, ids[:k], codes)
+    with open(output, newline="") as handle:
+        released = [r["postcode_dp"] for _, r in zip(range(k), csv.DictReader(handle))]
+    if released != reference:
+        raise SystemExit(f"{name}: the CLI's outputs differ from the reference sampler")
+    if distinct not in (None, "graph"):
+        frame = pd.read_csv(source, dtype=str, keep_default_na=False)
+        started = time.perf_counter()
+        result = perturb_frame(frame, key=key, epsilon=eps, id_column="id",
+                               postcode_column="postcode", graph=graph)
+        row["in_process"] = records / (time.perf_counter() - started)
+        if result["postcode_dp"].tolist()[:k] != reference:
+            raise SystemExit(f"{name}: perturb_frame differs from the reference sampler")
+    output.unlink()
+    source.unlink()
+    return row
+
+
+def table_benchmark(graph, rows: dict) -> None:
+    """Every chosen row of the issue's table, then one clean Markdown table."""
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         key_path = tmp / "bench.key"
         key = Key.generate()
         write_key_file(key, key_path)
-        source = tmp / "records.csv"
-        with open(source, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["id", "postcode"])
-            writer.writerows(zip(ids, (graph.label(v) for v in nodes)))
-        for eps in epsilons:
-            mechanism = Mechanism(graph, eps)
-            output = tmp / f"released-{eps}.csv"
-            measured = run_cli([CLI, "perturb", str(source), "-o", str(output), "--key",
-                                str(key_path), "--epsilon", eps, "--id-column", "id",
-                                "--postcode-column", "postcode", "-q", "--force"])
-            k = REFERENCE_SAMPLE.get(eps, 50)
-            sample_ids, sample_codes = ids[:k], [graph.label(v) for v in nodes[:k]]
-            started = time.perf_counter()
-            reference = mechanism.perturb_reference(key, sample_ids, sample_codes)
-            ref_rate = k / (time.perf_counter() - started)
-            canonical = [canonical_subject_id(s) for s in sample_ids]
-            perturb_nodes(mechanism, key, canonical[:1], nodes[:1], workers=1, landmarks=True)  # warm
-            started = time.perf_counter()
-            engine = perturb_many(mechanism, key, sample_ids, sample_codes, workers=1, landmarks=True)
-            engine_rate = k / (time.perf_counter() - started)
-            with open(output, newline="") as handle:
-                released = [row["postcode_dp"] for _, row in zip(range(k), csv.DictReader(handle))]
-            if not (released == reference == engine):
-                raise SystemExit(f"outputs differ from the reference at epsilon {eps}")
-            rate = records / measured["wall"]
-            rows.append((eps, mechanism.radius, rate, records / measured["cpu"],
-                         measured["peak_pss"] / 2**30, measured["peak_rss"] / 2**30,
-                         measured["wall"], ref_rate, engine_rate, k))
-            print(f"epsilon {eps}: R={mechanism.radius}, {rate:,.0f} records/s "
-                  f"({measured['wall']:.1f} s wall, {measured['cpu']:.1f} s CPU), peak PSS "
-                  f"{measured['peak_pss'] / 2**30:.2f} GiB; reference {ref_rate:.1f}/s, engine "
-                  f"in one process {engine_rate:.0f}/s on {k} records; load {load_average()}",
-                  flush=True)
-    print("\n| epsilon | R | records/s (CLI, wall) | records per CPU-second | peak PSS (tree) "
-          "| peak RSS (tree) | wall | reference sampler | engine, 1 process | speed-up (1 process) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for eps, radius, rate, cpu_rate, pss, rss, wall, ref, eng, k in rows:
-        print(f"| {eps} | {radius} | {rate:,.0f} | {cpu_rate:,.0f} | {pss:.2f} GiB | {rss:.2f} GiB "
-              f"| {wall:.0f} s | {ref:.1f}/s ({k} records) | {eng:,.0f}/s | {eng / ref:,.0f}x |")
-    print(f"\nload average at end: {load_average()}")
+        for name, spec in rows.items():
+            row = run_row(graph, name, spec, tmp, key, key_path)
+            results.append(row)
+            print(f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s), "
+                  f"load {row['load']}", flush=True)
+    print("\n| workload (CLI, CSV in and out, default radius) | ε | records/s (CLI, wall) "
+          "| records per CPU-second | in process (perturb_frame) | in process ÷ CLI | wall "
+          "| peak PSS | load average (before → after) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        inproc = f"{r['in_process']:,.0f}/s" if r["in_process"] else ""
+        ratio = f"{r['in_process'] / r['rate']:.2f}×" if r["in_process"] else ""
+        print(f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
+              f"| {inproc} | {ratio} | {r['wall']:.0f} s | {r['pss']:.2f} GiB | {r['load']} |")
+    print(f"\n{usable_cpus()} usable CPUs; load average at end: {load_average()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rows", default="distinct-1,distinct-0.5,distinct-2,repeated-1",
+                        help="comma-separated rows of issue 11's table: " + ", ".join(ROWS)
+                        + ", or 'all'")
     parser.add_argument("--smoke", action="store_true",
-                        help="a few seconds on a tiny input (200 records at epsilon 2), so the "
-                             "script cannot rot; the figures mean nothing")
-    parser.add_argument("--epsilons", default="0.5,1,2")
+                        help="a few seconds on tiny inputs (200 distinct records at epsilon 2, "
+                             "3,000 repeated at epsilon 1), so the script cannot rot; the "
+                             "figures mean nothing")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
     parser.add_argument("--exploration", type=int, default=0, metavar="N",
                         help="also report shells and locations explored on N records per epsilon")
+    parser.add_argument("--epsilons", default="0.5,1,2", help="epsilons of --exploration")
     args = parser.parse_args()
 
     graph = default_graph(progress=False)
@@ -282,10 +330,14 @@ def main() -> None:
           f"sha256 {graph.sha256[:16]}; {usable_cpus()} usable CPUs; load average "
           f"{load_average()} at start")
     if args.smoke:
-        args.records, args.epsilons, args.exploration, args.profile = 200, "2", 0, False
-        REFERENCE_SAMPLE["2"] = 3
-    if args.records > 0:
-        cli_benchmark(graph, args.records, args.epsilons.split(","))
+        REFERENCE_SAMPLE.update({"2": 3, "1": 3})
+        table_benchmark(graph, SMOKE_ROWS)
+        return
+    names = list(ROWS) if args.rows == "all" else [n for n in args.rows.split(",") if n]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error("unknown rows: " + ", ".join(unknown) + "; choose from " + ", ".join(ROWS))
+    table_benchmark(graph, {n: ROWS[n] for n in names})
     if args.exploration:
         exploration(graph, args.epsilons.split(","), args.exploration)
     if args.profile:

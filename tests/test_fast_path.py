@@ -439,3 +439,128 @@ def test_national_sample_equals_reference(national_graph):
         assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=True) == expected
         if eps == "2":
             assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=False) == expected
+
+
+def test_first_blocks_equal_the_stream_blocks():
+    """The engine's batched first blocks are the core stream's block (label, 0, 0)."""
+    from postcode_privacy.mechanism.sampler import MEMBER, SHELL, TAIL
+
+    mechanism = Mechanism(path(5), "1")
+    context = mechanism.stream_context(Key.from_bytes(bytes(range(32))))
+    ids = ["a", "x" * 300, "Zoë", "\u212b", "42", " "]
+    for postcode in ("AB1 2CD", "ÉÉ"):
+        got = context.first_blocks(ids, postcode, (SHELL, MEMBER, TAIL))
+        for j, label in enumerate((SHELL, MEMBER, TAIL)):
+            want = [int.from_bytes(context.for_subject(s, postcode).block(label, 0, 0), "big")
+                    for s in ids]
+            assert got[j] == want
+
+
+def test_decide_all_equals_decide_one_shell_at_a_time():
+    """The bisection decides exactly as ``_decide``, including U next to a boundary."""
+    from postcode_privacy.mechanism.stream import LazyUniform
+
+    class Fixed(LazyUniform):
+        def __init__(self, u):
+            self.u, self.blocks = u, 1
+
+    class Walk:
+        def __init__(self, cumulative):
+            self.cumulative = cumulative
+
+        @property
+        def depth(self):
+            return len(self.cumulative)
+
+    rng = random.Random(7)
+    top = 1 << 256
+    checked = {None: 0, "shell": 0, "tail": 0}
+    for _ in range(3000):
+        radius = rng.randint(1, 6)
+        depth = rng.randint(1, radius)
+        weights = [rng.choice([0, 1, rng.randrange(1, 2**20)]) for _ in range(depth)]
+        cumulative = list(np.cumsum(weights).tolist())
+        cumulative[0] = max(cumulative[0], 1)
+        cumulative = [max(c, cumulative[0]) for c in cumulative]
+        z_low = cumulative[-1] + rng.randrange(0, 2**18)
+        z_high = z_low if depth == radius else z_low + rng.choice([0, 1, rng.randrange(2**18)])
+        us = [rng.randrange(top)]
+        for c in cumulative:  # U placed exactly at and around each boundary C_i / Z
+            for z in (z_low, z_high):
+                edge = (c * top) // z
+                us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
+        got = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        for u, g in zip(us, got):
+            want = fast_module._decide(Walk(cumulative), Fixed(u), z_low, z_high, radius)
+            assert g == want
+            checked[None if want is None else ("tail" if want == radius else "shell")] += 1
+    assert all(checked.values())  # undecided, shell and tail answers all exercised
+
+
+def _in_batches(mechanism, key, ids, nodes, brackets, size, workers=1):
+    canonical = [canonical_subject_id(s) for s in ids]
+    parts = [engine_batch._perturb_canonical(mechanism, key, canonical[i:i + size],
+                                             nodes[i:i + size], workers=workers,
+                                             brackets=brackets)
+             for i in range(0, len(ids), size)]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_brackets_kept_across_batches_give_the_reference_outputs(seed, monkeypatch):
+    """A postcode seen again in a later batch is decided from the kept bounds on Z."""
+    monkeypatch.setattr(fast_module, "BRACKET_MIN_RECORDS", 2)
+    rng = random.Random(300 + seed)
+    counting: list[bool] = []
+    original = FastSampler._decide_from_bracket
+
+    def counted(self, node, blocks):
+        shells = original(self, node, blocks)
+        counting.append(shells is not None)
+        return shells
+
+    monkeypatch.setattr(FastSampler, "_decide_from_bracket", counted)
+    for _ in range(12):
+        mechanism, key, ids, codes = random_case(rng)
+        ids, codes = ids * 4, codes * 4  # the same sources in every batch
+        ids = [f"{s}-{i}" for i, s in enumerate(ids)]
+        nodes = np.array([mechanism.graph.index_of(c) for c in codes])
+        expected = mechanism.perturb_reference(key, ids, codes)
+        got = _in_batches(mechanism, key, ids, nodes, {}, 25)
+        assert [mechanism.graph.label(v) for v in got.tolist()] == expected
+    assert sum(counting) > 50
+
+
+def test_brackets_from_worker_processes_are_kept(monkeypatch):
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 40)
+    rng = random.Random(5)
+    graph = planar_graph(rng, 150, 180, 1.0, 20)
+    mechanism = Mechanism(graph, "0.7")
+    key = Key.from_bytes(rng.randbytes(32))
+    sources = rng.sample(range(len(graph)), 12)
+    nodes = np.array([sources[i % 12] for i in range(1200)])
+    ids = [f"w{i}" for i in range(1200)]
+    brackets: dict = {}
+    first = _in_batches(mechanism, key, ids, nodes, brackets, 600, workers=2)
+    assert len(brackets) == 12  # kept by the parent and handed back by the workers
+    expected = mechanism.perturb_reference(key, ids[:300], [graph.label(v) for v in nodes[:300]])
+    assert [graph.label(v) for v in first[:300].tolist()] == expected
+    assert np.array_equal(first, perturb_nodes(mechanism, key, ids, nodes, workers=1))
+
+
+def test_a_wrong_kept_bracket_would_be_caught():
+    """Mutation check: a bracket whose z_high is too small changes outputs, so the identity
+    tests above would notice an unsound bracket."""
+    rng = random.Random(9)
+    graph = planar_graph(rng, 120, 140, 1.0, 8)
+    mechanism = Mechanism(graph, "1")
+    key = Key.from_bytes(rng.randbytes(32))
+    nodes = np.array([3] * 400)
+    ids = [f"m{i}" for i in range(400)]
+    brackets: dict = {}
+    good = _in_batches(mechanism, key, ids, nodes, brackets, 200)
+    cumulative, z_low, z_high = brackets[3]
+    brackets[3] = (cumulative, z_low // 3, z_high // 3)
+    bad = _in_batches(mechanism, key, ids, nodes, brackets, 200)
+    assert not np.array_equal(good, bad)

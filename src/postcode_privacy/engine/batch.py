@@ -32,7 +32,7 @@ from ..errors import InputDataError, InvalidParameterError, UnknownPostcodeError
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.subject import canonical_subject_id
-from .fast import FastSampler
+from .fast import BRACKET_SOURCES, FastSampler
 from .landmarks import graph_tables
 from .profiles import profiles_for
 
@@ -125,12 +125,15 @@ def _worker_init() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
     _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"],
-                                  job["profiles"])
+                                  job["profiles"], job["brackets"])
 
 
-def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray, list]:
+    """Output nodes of one task, and the brackets this worker kept meanwhile (small)."""
     start, stop = bounds
-    return start, _run_task(_WORKER_SAMPLER, _JOB, start, stop)
+    out = _run_task(_WORKER_SAMPLER, _JOB, start, stop)
+    kept, _WORKER_SAMPLER.kept_brackets = _WORKER_SAMPLER.kept_brackets, []
+    return start, out, kept
 
 
 def _canonical_ids(ids: Sequence) -> list[str]:
@@ -173,7 +176,8 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence, nodes,
 def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
                        *, workers: int | None = None,
                        progress: Callable[[int], None] | None = None,
-                       landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
+                       landmarks: bool | None = None, profiles: bool | None = None,
+                       brackets: dict | None = None) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
     For callers inside the package that have already canonicalised every identifier (the
@@ -184,8 +188,11 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
     (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
     whether to use the ball-mass profiles (engine/profiles.py; cached on disk for large graphs);
-    ``None`` means off (the default; measured gains are modest, docs/performance.md).  None of
-    these options changes any output.
+    ``None`` means off (the default; measured gains are modest, docs/performance.md).
+    ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
+    layer keeps one per release), in which bounds on Z are kept by source so that a postcode
+    seen again in a later batch needs no deep exploration (``FastSampler._decide_from_bracket``).
+    None of these options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.
     """
@@ -216,13 +223,15 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
            "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
            "tables": tables, "landmarks": bool(landmarks),
-           "profiles": profiles_for(graph, tables.loc_mass, progress=True) if profiles else None}
+           "profiles": profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
+           "brackets": brackets}
     if workers is None:
         workers = default_workers(n)
     workers = min(workers, len(tasks))
     if workers > 1 and not _fork_available():
         workers = 1
-    sampler = FastSampler(mechanism, job["tables"], job["landmarks"], job["profiles"])
+    sampler = FastSampler(mechanism, job["tables"], job["landmarks"], job["profiles"],
+                          brackets)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
@@ -239,8 +248,14 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
         try:
             context = multiprocessing.get_context("fork")
             with context.Pool(workers, initializer=_worker_init) as pool:
-                for start, result in pool.imap_unordered(_worker_task, rest):
+                for start, result, kept in pool.imap_unordered(_worker_task, rest):
                     out[order[start:start + result.size]] = result
+                    for node, entry in kept:  # the deepest bracket of each source
+                        if node in brackets:
+                            if len(entry[0]) > len(brackets[node][0]):
+                                brackets[node] = entry
+                        elif len(brackets) < BRACKET_SOURCES:
+                            brackets[node] = entry
                     if progress is not None:
                         progress(result.size)
         finally:

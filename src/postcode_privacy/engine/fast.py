@@ -24,13 +24,14 @@ the fixed-size buffers of the search.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
-from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext
+from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch
@@ -38,6 +39,8 @@ from .search import ShellSearch
 __all__ = ["FastSampler"]
 
 _TOP_BITS = 64  # bits of U handed to the float estimate
+BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
+BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
 
 
 class _CompiledWalk:
@@ -88,15 +91,19 @@ def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], rad
     """
     h = walk.depth - 1
     explored = walk.explored_mass
-    first, last = int(bound[h + 1]), int(bound[radius - 1])
+    rows = bound[h + 1:radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
+    first, last = rows[0], rows[-1]
     if first < explored or last > total_prior:
         return None
-    steps = np.diff(bound[h + 1:])  # exact int64: Q[j] - Q[j-1] for j = h+2 .. R-1
-    if steps.size and steps.min() < 0:
-        return None
     z = walk.cumulative[h] + powers[h + 1] * (first - explored)
-    for offset in np.flatnonzero(steps).tolist():
-        z += powers[h + 2 + offset] * int(steps[offset])
+    previous = first
+    for j, q in enumerate(rows[1:], start=h + 2):
+        step = q - previous  # Q[j] - Q[j-1]
+        if step < 0:
+            return None
+        if step:
+            z += powers[j] * step
+        previous = q
     return z + powers[radius] * (total_prior - last)
 
 
@@ -146,6 +153,29 @@ def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
     return radius if h == radius - 1 else None
 
 
+def _decide_all(cumulative: list[int], blocks: list[int], z_low: int, z_high: int,
+                radius: int) -> list[int | None]:
+    """``_decide`` for many records at once, from the first 256 bits u of each U.
+
+    With U in [u / 2**256, (u + 1) / 2**256): ``decide_below`` at i is True iff
+    C_i * 2**256 >= (u + 1) * z_high, i.e. C_i >= t = ceil((u + 1) * z_high / 2**256), and False
+    iff C_i <= f = floor(u * z_low / 2**256).  C is non-decreasing, so the first True is at
+    i = bisect_left(C, t), and every earlier verdict is False exactly when C_{i-1} <= f; that is
+    ``_decide``'s answer (None where it has none), found with two products and one bisection
+    instead of one ``decide_below`` per shell.  All integer arithmetic.
+    """
+    h = len(cumulative) - 1
+    top = 1 << BLOCK_BITS
+    out: list[int | None] = []
+    for u in blocks:
+        i = bisect_left(cumulative, -(-(u + 1) * z_high // top), 0, h + 1)
+        if i == 0 or cumulative[i - 1] <= (u * z_low) >> BLOCK_BITS:
+            out.append(i if i <= h else (radius if h == radius - 1 else None))
+        else:
+            out.append(None)
+    return out
+
+
 class FastSampler:
     """Fast exact sampling for one mechanism; holds one shell search's buffers (not thread-safe).
 
@@ -155,7 +185,8 @@ class FastSampler:
     """
 
     def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
-                 landmarks: bool = False, profiles: BallProfiles | None = None):
+                 landmarks: bool = False, profiles: BallProfiles | None = None,
+                 brackets: dict | None = None):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -172,8 +203,13 @@ class FastSampler:
         self.profiles = profiles
         self._powers_decrease = all(a >= b for a, b in zip(self.powers, self.powers[1:]))
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
+        # Brackets on Z by source, shared by the caller across batches of one release (see
+        # _decide_from_bracket); kept_brackets lists those added here, for worker processes
+        # to hand back.
+        self.brackets = brackets
+        self.kept_brackets: list[tuple[int, tuple[list[int], int, int]]] = []
         self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
-                      "fallbacks": 0, "tail": 0}
+                      "fallbacks": 0, "tail": 0, "bracket_hits": 0}
 
     def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None,
                 low: np.ndarray | None = None) -> tuple[int, int]:
@@ -216,6 +252,40 @@ class FastSampler:
             low = low.reshape(1, -1)
         return rows, low
 
+    def _decide_from_bracket(self, node: int, blocks: list[int]) -> list[int] | None:
+        """Every record's shell from a kept bracket for ``node``, or None if one is undecided.
+
+        A bracket (C_0 .. C_h, z_low, z_high) was valid bounds on this source's Z at depth h
+        when it was kept, and stays so: it depends only on the graph, the radius and the
+        powers, fixed for this sampler.  The search is then explored only as far as the
+        deepest chosen shell, which the within-shell draws need.
+        """
+        if self.brackets is None:
+            return None
+        kept = self.brackets.get(node)
+        if kept is None:
+            return None
+        shells = _decide_all(kept[0], blocks, kept[1], kept[2], self.radius)
+        if None in shells:
+            return None
+        self.stats["bracket_hits"] += 1
+        self.search.explore_to(min(max(shells), self.radius - 1) + 1)
+        return shells
+
+    def _keep_bracket(self, node: int, walk: _CompiledWalk, bound, low_row) -> None:
+        """Keep C and the bounds on Z at the depth reached, for later groups at ``node``; a
+        deeper (tighter) bracket replaces a kept one, so misses become rarer batch by batch."""
+        kept = self.brackets.get(node)
+        if kept is None and len(self.brackets) >= BRACKET_SOURCES:
+            return
+        if kept is not None and len(kept[0]) >= walk.depth:
+            return
+        walk.sync()
+        z_low, z_high = self._bounds(walk, bound, low_row)
+        entry = (list(walk.cumulative), z_low, z_high)
+        self.brackets[node] = entry
+        self.kept_brackets.append((node, entry))
+
     def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
         """Output node for each (canonical) subject identifier whose true node is ``node``.
 
@@ -223,36 +293,57 @@ class FastSampler:
         are already canonical (``canonical_subject_id``), as ``Mechanism._draw`` makes them.
         """
         label = self.graph.label(node)
-        streams = [context.for_subject(sid, label) for sid in subject_ids]
-        uniforms = [LazyUniform(stream, SHELL) for stream in streams]
-        shift = BLOCK_BITS - _TOP_BITS
-        estimate = np.array([(uni.u >> shift) * 2.0**-_TOP_BITS for uni in uniforms])
+        # The first block of the shell and member sub-streams of every record: all that most
+        # records ever read (LazyUniform's first block; uniform_int's first attempt).
+        shell_blocks, member_blocks = context.first_blocks(subject_ids, label, (SHELL, MEMBER))
 
         search = self.search
         search.start(node)
         radius, powers, total = self.radius, self.powers, self.total_prior
-        rows, low = self._ball_bounds(int(self.graph.node_location[node]))
-        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
-        walk = _CompiledWalk(search, powers)
-        bound = rows[best] if best >= 0 else None
-        bounds_depth, z_low, z_high = -1, 0, 0
-        shells = []
-        for uni in uniforms:
-            if walk.depth != bounds_depth:  # bounds for the depth reached (it only grows)
-                bounds_depth = walk.depth
-                z_low, z_high = self._bounds(walk, bound, None if low is None else low[0])
-            shell = _decide(walk, uni, z_low, z_high, radius)
-            if shell is None:
-                self.stats["fallbacks"] += 1
-                shell = choose_shell(walk, uni, radius, powers, total)
-            shells.append(shell)
+        streams: dict[int, SubjectStream] = {}
+        shells = self._decide_from_bracket(node, shell_blocks)
+        if shells is None:
+            rows, low = self._ball_bounds(int(self.graph.node_location[node]))
+            shift = BLOCK_BITS - _TOP_BITS
+            estimate = np.array([u >> shift for u in shell_blocks],
+                                dtype=np.uint64) * 2.0**-_TOP_BITS
+            best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
+            walk = _CompiledWalk(search, powers)
+            bound = rows[best] if best >= 0 else None
+            low_row = None if low is None else low[0]
+            z_low, z_high = self._bounds(walk, bound, low_row)
+            shells = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
+            for r, shell in enumerate(shells):
+                if shell is None:  # the bounds do not settle it: the core decides, exploring on
+                    self.stats["fallbacks"] += 1
+                    streams[r] = context.for_subject(subject_ids[r], label)
+                    shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius,
+                                             powers, total)
+            if self.brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
+                self._keep_bracket(node, walk, bound, low_row)
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]
         if inner:
+            masses = search.masses
             picked_shells = np.array([shells[r] for r in inner], dtype=np.int64)
-            draws = np.array([streams[r].uniform_int(int(search.masses[shells[r]]), MEMBER)
-                              for r in inner], dtype=np.int64)
+            draws = np.empty(len(inner), dtype=np.int64)
+            for t, r in enumerate(inner):
+                n = int(masses[shells[r]])
+                if n < 1:
+                    raise ValueError("n must be positive")  # as uniform_int; C rules it out
+                # uniform_int(n, MEMBER): attempt 0 keeps the top bit_length(n - 1) bits of
+                # block 0; only a rejected attempt needs the stream itself.
+                drop = BLOCK_BITS - (n - 1).bit_length()
+                value = member_blocks[r] >> drop if n > 1 else 0
+                attempt = 0
+                while value >= n:  # rejected: attempt c reads block c, as uniform_int does
+                    if r not in streams:
+                        streams[r] = context.for_subject(subject_ids[r], label)
+                    stream = streams[r]
+                    attempt += 1
+                    value = int.from_bytes(stream.block(MEMBER, 0, attempt), "big") >> drop
+                draws[t] = value
             for r, y in zip(inner, search.pick(picked_shells, draws).tolist()):
                 out[r] = y
         if len(inner) < len(shells):
@@ -261,7 +352,8 @@ class FastSampler:
             prior_cumsum = self.graph.prior_cumsum
             for r, h in enumerate(shells):
                 if h == radius:
-                    out[r] = pick_in_tail(streams[r], ball, prior_cumsum, total)
+                    stream = streams.get(r) or context.for_subject(subject_ids[r], label)
+                    out[r] = pick_in_tail(stream, ball, prior_cumsum, total)
                     self.stats["tail"] += 1
 
         stats = self.stats

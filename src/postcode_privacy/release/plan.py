@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import unicodedata
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,50 @@ def _identifier(value: object) -> tuple[str | None, str | None, str | None]:
         if isinstance(value, str) and not value.strip():
             return None, "missing_identifier", "blank identifier"
         return None, "invalid_identifier", str(exc)
+
+
+_KIND = {kind: index for index, kind in enumerate(FAILURE_KINDS)}
+
+
+def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tuple[str, str]]]:
+    """Canonical text of every identifier, and ``{row: (failure kind, reason)}`` for the rest.
+
+    Exactly :func:`_identifier` row by row; the common columns (all text, as read from CSV, or
+    all Python integers, as from an integer column) take a vectorised route to the same text.
+    """
+    types = set(map(type, values))
+    if types == {str} and _all_encodable(values):
+        normalize = unicodedata.normalize
+        canonical: list[str | None] = [normalize("NFC", v).strip() for v in values]
+        blank = [i for i, text in enumerate(canonical) if not text]
+        return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
+    if types == {int}:
+        return list(map(str, values)), {}
+    canonical, failures = [], {}
+    for i, value in enumerate(values):
+        text, kind, reason = _identifier(value)
+        canonical.append(text)
+        if kind is not None:
+            failures[i] = (kind, reason)
+    return canonical, failures
+
+
+def _all_encodable(texts: list[str]) -> bool:
+    """False if any text holds a lone surrogate (the row-by-row rule refuses those)."""
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _tracker_hashes(canonical: list[str]) -> np.ndarray:
+    """64-bit hashes of canonical identifiers for the run's subject tracker (vectorised
+    SipHash of the UTF-8 text, pandas' ``hash_array``).  Used only within one run, in
+    memory: they decide nothing but which identifiers a warning counts."""
+    if not canonical:
+        return np.zeros(0, dtype=np.uint64)
+    return pd.util.hash_array(np.array(canonical, dtype=object), categorize=False)
 
 
 def subject_hash(canonical: str) -> int:
@@ -260,6 +305,7 @@ class ReleasePlan:
         # called with each chunk's releasable records, returns the positions it refuses.
         self.screen = None
         self._subjects = _SubjectTracker()
+        self._brackets: dict = {}  # the engine's bounds on Z by source, kept across chunks
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
 
@@ -290,48 +336,29 @@ class ReleasePlan:
         applies in ``FAILURE_KINDS`` order; reasons never contain a value.
         """
         n = len(df)
-        graph = self.graph
-        n_nodes = len(graph)
         check = ChunkCheck()
         counts = check.counts
         counts["records"] = n
-        ids: list[str | None] = [None] * n
-        nodes = np.full(n, -1, dtype=np.int64)
-        codes = np.full(n, -1, dtype=np.int64)
-        lookup: dict[str, tuple[int, int, bool]] = {}  # normalised postcode -> (node, code, mapped)
-        raw_ids = df[self.id_column].tolist()
-        raw_pcs = df[self.postcode_column].tolist()
-        for i in range(n):
-            canonical, kind, reason = _identifier(raw_ids[i])
-            if kind is None:
-                pc = raw_pcs[i]
-                if _is_missing(pc) or (isinstance(pc, str) and not pc.strip()):
-                    kind, reason = "missing_postcode", "missing or blank postcode"
-                else:
-                    norm = try_normalise(pc)
-                    if norm is None:
-                        kind, reason = "malformed_postcode", "not a UK postcode in form"
-                    else:
-                        hit = lookup.get(norm)
-                        if hit is None:
-                            hit = self._locate(norm, n_nodes)
-                            lookup[norm] = hit
-                        if hit[0] < 0:
-                            kind = "unknown_postcode"
-                            reason = ("postcode is well-formed but not in the graph, and the "
-                                      "postcode directory gives no location for it"
-                                      if self._nearest is not None else
-                                      "postcode is well-formed but not in the graph "
-                                      "(terminated, non-geographic, or outside its area)")
-                        else:
-                            nodes[i], codes[i] = hit[0], hit[1]
-                            counts["terminated_mapped"] += hit[2]
-            if kind is not None:
-                counts[kind] += 1
-                if len(check.row_errors) < MAX_LISTED_ERRORS:
-                    check.row_errors.append((row_offset + i + 1, reason))
-            else:
-                ids[i] = canonical
+        ids, id_failures = _canonical_identifiers(df[self.id_column].tolist())
+        # Postcodes are classified once per distinct value (files repeat them), then mapped
+        # back to the rows; a postcode is looked at only where the identifier is usable.
+        outcomes, which = self._postcode_outcomes(df[self.postcode_column].tolist())
+        kind = outcomes["kind"][which]
+        kind[list(id_failures)] = -1  # the identifier's failure comes first
+        released = kind == 0
+        nodes = np.where(released, outcomes["node"][which], -1)
+        codes = np.where(released, outcomes["code"][which], -1)
+        counts["terminated_mapped"] = int(np.count_nonzero(outcomes["mapped"][which] & released))
+        for i in np.flatnonzero(~released)[:MAX_LISTED_ERRORS].tolist():
+            check.row_errors.append((row_offset + i + 1, id_failures[i][1] if i in id_failures
+                                     else self._postcode_reason(FAILURE_KINDS[kind[i]])))
+        for failure in id_failures.values():
+            counts[failure[0]] += 1
+        by_kind = np.bincount(kind[kind > 0], minlength=len(FAILURE_KINDS))
+        for k in range(2, len(FAILURE_KINDS)):  # the postcode kinds
+            counts[FAILURE_KINDS[k]] += int(by_kind[k])
+        for i in np.flatnonzero(~released).tolist():
+            ids[i] = None
         if self.screen is not None:
             self._apply_screen(check, ids, nodes, codes, row_offset)
         failed = sum(counts[k] for k in FAILURE_KINDS)
@@ -356,6 +383,61 @@ class ReleasePlan:
         check.counts["over_budget"] += len(refused)
         check.row_errors.sort()
 
+    def _postcode_reason(self, kind: str) -> str:
+        if kind == "missing_postcode":
+            return "missing or blank postcode"
+        if kind == "malformed_postcode":
+            return "not a UK postcode in form"
+        if self._nearest is not None:
+            return ("postcode is well-formed but not in the graph, and the postcode directory "
+                    "gives no location for it")
+        return ("postcode is well-formed but not in the graph (terminated, non-geographic, or "
+                "outside its area)")
+
+    def _postcode_outcome(self, value: object) -> tuple[int, int, int, bool]:
+        """(failure kind index or 0, node to release from, true code, mapped?) for one cell.
+
+        Index 0 of FAILURE_KINDS is an identifier kind, so 0 can mean "no failure" here.
+        """
+        if _is_missing(value) or (isinstance(value, str) and not value.strip()):
+            return _KIND["missing_postcode"], -1, -1, False
+        norm = try_normalise(value)
+        if norm is None:
+            return _KIND["malformed_postcode"], -1, -1, False
+        node, code, mapped = self._locate(norm, len(self.graph))
+        if node < 0:
+            return _KIND["unknown_postcode"], -1, -1, False
+        return 0, node, code, mapped
+
+    def _postcode_outcomes(self, values: list) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Outcome arrays per distinct postcode cell and, per row, the index of its cell.
+
+        Text cells are grouped by exact equality (``pd.factorize``); any other cell (missing
+        values, numbers) is classified on its own, so grouping can never merge cells that the
+        rules treat differently.
+        """
+        if all(type(v) is str for v in values):
+            which, distinct = pd.factorize(np.array(values, dtype=object))
+            distinct = distinct.tolist()
+        else:
+            which = np.empty(len(values), dtype=np.int64)
+            distinct, position = [], {}
+            for i, value in enumerate(values):
+                if type(value) is str:
+                    at = position.setdefault(value, len(distinct))
+                    if at == len(distinct):
+                        distinct.append(value)
+                else:
+                    at = len(distinct)
+                    distinct.append(value)
+                which[i] = at
+        table = [self._postcode_outcome(v) for v in distinct]
+        outcomes = {"kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
+                    "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
+                    "code": np.array([t[2] for t in table], dtype=np.int64).reshape(-1),
+                    "mapped": np.array([t[3] for t in table], dtype=bool).reshape(-1)}
+        return outcomes, np.asarray(which, dtype=np.int64)
+
     def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
         """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""
         node = self.graph.find(norm)
@@ -377,11 +459,15 @@ class ReleasePlan:
 
     # -- releasing ----------------------------------------------------------------------------
 
-    def _perturb(self, subject_ids: list[str], nodes: np.ndarray) -> list[str]:
+    def _perturb(self, subject_ids: list[str], nodes: np.ndarray) -> np.ndarray:
         """The single call into the engine for every release path: node numbers and the
-        identifiers canonicalised once by the record checks, never looked up again."""
-        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes)
-        return [self.graph.label(y) for y in released.tolist()]
+        identifiers canonicalised once by the record checks, never looked up again.  Returns
+        the released labels (an object array), each distinct output labelled once."""
+        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes,
+                                      brackets=self._brackets)
+        distinct, where = np.unique(released, return_inverse=True)
+        labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
+        return labels[where.reshape(-1)]
 
     def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *,
                       warn: bool = True) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -404,9 +490,10 @@ class ReleasePlan:
         if counts["failed"] and self.on_error == "error":
             raise failure_error(checked.check.row_errors, counts)
         ok = np.flatnonzero(checked.nodes >= 0)
-        ok_ids = [checked.ids[i] for i in ok.tolist()]
+        ids = checked.ids
+        ok_ids = ids if ok.size == len(ids) else [ids[i] for i in ok.tolist()]
         released = self._perturb(ok_ids, checked.nodes[ok]) if ok.size else []
-        hashes = np.fromiter((subject_hash(s) for s in ok_ids), dtype=np.uint64, count=len(ok_ids))
+        hashes = _tracker_hashes(ok_ids)
         new = self._subjects.add(hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1)
         if warn and new:
             self._warned += len(new)
