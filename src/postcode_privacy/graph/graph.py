@@ -375,11 +375,16 @@ class Graph:
         """Postcodes one hop away (co-located postcodes included), in node order."""
         return [self._labels.label(i) for i in self.neighbour_indices(self.index_of(postcode))]
 
-    def coordinates(self, postcode: str) -> tuple[float, float]:
-        """(easting, northing) of a postcode's centroid, OSGB36 metres."""
+    def require_coordinates(self) -> np.ndarray:
+        """``location_coordinates`` (n_locations x 2, OSGB36 metres); GraphError if this graph
+        carries none."""
         if self.location_coordinates is None:
             raise GraphError("this graph carries no coordinates")
-        e, n = self.location_coordinates[self.node_location[self.index_of(postcode)]]
+        return self.location_coordinates
+
+    def coordinates(self, postcode: str) -> tuple[float, float]:
+        """(easting, northing) of a postcode's centroid, OSGB36 metres."""
+        e, n = self.require_coordinates()[self.node_location[self.index_of(postcode)]]
         return float(e), float(n)
 
     def prior_of(self, postcode: str) -> int:
