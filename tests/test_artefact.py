@@ -79,15 +79,15 @@ def test_round_trip(graph, saved):
 
 
 def test_lookups_on_a_loaded_graph(graph, saved, monkeypatch):
-    from postcode_privacy.graph import graph as graph_module
+    from postcode_privacy.graph import _labels
 
-    monkeypatch.setattr(graph_module, "_SEARCHES_BEFORE_INDEX", 25)
+    monkeypatch.setattr(_labels, "_SEARCHES_BEFORE_INDEX", 25)
     loaded = load_graph(saved)
     queries = graph.postcodes + ["ab1 0ae", "AB1 0AC", "ZZ9 9ZZ", "AB1 0A", "AB1 0AE\x00",
                                  "AB12 0AEE", "", "\u00e9"]
     # The first 25 lookups are binary searches, the rest go through the label dict.
     assert [loaded.find(q) for q in queries] == [graph.find(q) for q in queries]
-    assert loaded._label_index is not None
+    assert loaded._labels.index_built
 
 
 def test_resaving_a_loaded_graph_gives_identical_bytes(saved, tmp_path):

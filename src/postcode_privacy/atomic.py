@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.util
 import os
 import secrets
 import signal
@@ -33,10 +34,9 @@ from pathlib import Path
 
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
-try:  # POSIX advisory locks; released by the kernel when a process dies, even by SIGKILL.
-    import fcntl
-except ImportError:  # pragma: no cover - Windows falls back to an exclusive lock file
-    fcntl = None
+# POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
+# SIGKILL.  Windows has no fcntl module and falls back to an exclusive lock file.
+_HAVE_FLOCK = importlib.util.find_spec("fcntl") is not None
 
 __all__ = ["TempFile", "OutputClaim", "LateSignalWarning", "atomic_output", "write_atomic",
            "fsync_directory", "is_key_file"]
@@ -164,7 +164,7 @@ def _signals_held():
             signal.signal(signum, handler)
 
 
-_CLAIMS: contextvars.ContextVar[tuple] = contextvars.ContextVar("postcode_privacy_claims",
+_CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVar("postcode_privacy_claims",
                                                                  default=())
 
 
@@ -188,7 +188,7 @@ class OutputClaim:
         self.lock_path = self.targets[0].with_name(f".{self.targets[0].name}.lock")
         self._lock_fd: int | None = None
         self._temps: dict[Path, TempFile] = {}
-        self._token = None
+        self._token: contextvars.Token[tuple[OutputClaim, ...]] | None = None
 
     # -- claiming ---------------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class OutputClaim:
             "another output")
         for _ in range(10):
             try:
-                if fcntl is None:
+                if not _HAVE_FLOCK:  # pragma: no cover - Windows
                     fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 else:
                     fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -239,9 +239,11 @@ class OutputClaim:
                 raise InvalidParameterError(
                     "cannot write in the output directory: "
                     f"{exc.strerror or type(exc).__name__}") from None
-            if fcntl is None:
+            if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
                 return
+            import fcntl
+
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

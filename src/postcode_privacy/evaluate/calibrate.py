@@ -137,7 +137,7 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
     measures = _Measures(graph, nodes, progress, budget)
     bounds: dict[str, Decimal | None] = {}
     warnings: list[str] = []
-    indices: dict[str, int | None] = {}
+    found: dict[str, int] = {}  # target -> grid index of its limit, for targets that have one
     for name, value in targets.items():
         decreasing = TARGETS[name]
 
@@ -145,7 +145,8 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
             return measures(GRID[i])[name] <= value
 
         index = _search(ok, decreasing)
-        indices[name] = index
+        if index is not None:
+            found[name] = index
         bounds[name] = None if index is None else GRID[index]
         if index is None:
             edge = GRID[-1] if decreasing else GRID[0]
@@ -157,18 +158,20 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
                             "searched; a smaller epsilon may also meet it")
         elif not decreasing and index == len(GRID) - 1:
             warnings.append(f"{name} <= {value:g} is met even at epsilon 10, the largest searched")
-    lower = [indices[n] for n in targets if TARGETS[n]]
-    upper = [indices[n] for n in targets if not TARGETS[n]]
     epsilon: Decimal | None = None
-    if all(i is not None for i in indices.values()):
+    if len(found) == len(targets):
+        lower = [found[n] for n in targets if TARGETS[n]]
+        upper = [found[n] for n in targets if not TARGETS[n]]
         lo = max(lower) if lower else None
         hi = min(upper) if upper else None
         if lo is not None and hi is not None and lo > hi:
             warnings.append(
                 f"the targets conflict: they need epsilon >= {canonical_text(GRID[lo])} and "
                 f"<= {canonical_text(GRID[hi])}")
-        else:
-            epsilon = GRID[lo] if lo is not None else GRID[hi]
+        elif lo is not None:  # the smallest epsilon meeting every target
+            epsilon = GRID[lo]
+        elif hi is not None:  # only upper limits: the largest epsilon allowed
+            epsilon = GRID[hi]
     achieved = measures(epsilon) if epsilon is not None else {}
     if progress is not None:
         progress("measuring epsilon values", len(measures.cache), len(measures.cache))

@@ -42,20 +42,15 @@ class CompromiseSummary:
 def perturb_nodes(mechanism: Mechanism, key: Key, subjects, nodes) -> np.ndarray:
     """Keyed outputs (node indices) for (subject, true node) pairs.
 
-    Uses the compiled batch engine when it is available and the core's ``perturb_many``
-    otherwise; both produce exactly the mechanism's outputs.
+    Uses the compiled batch engine, whose outputs are exactly the mechanism's.  (numba is a
+    required dependency, so the engine is always there; it is imported on first use because
+    importing numba takes a moment.)
     """
+    from ..engine import perturb_nodes as engine_perturb_nodes
+
     ids = [canonical_subject_id(s) for s in subjects]
-    nodes = np.asarray(nodes, dtype=np.int64)
-    try:
-        from ..engine import perturb_nodes as engine_perturb_nodes
-    except ImportError:  # pragma: no cover - the engine ships with the package
-        engine_perturb_nodes = None
-    if engine_perturb_nodes is not None:
-        return np.asarray(engine_perturb_nodes(mechanism, key, ids, nodes), dtype=np.int64)
-    g = mechanism.graph
-    released = mechanism.perturb_many(key, ids, [g.label(int(v)) for v in nodes])
-    return np.array([g.index_of(p) for p in released], dtype=np.int64)
+    node_array = np.asarray(nodes, dtype=np.int64)
+    return np.asarray(engine_perturb_nodes(mechanism, key, ids, node_array), dtype=np.int64)
 
 
 def nearby_nodes(exact: ExactMechanism, output: int, hops: int) -> np.ndarray:

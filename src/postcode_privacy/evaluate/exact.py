@@ -152,9 +152,9 @@ class ExactMechanism:
         g = self.graph
         loc = int(g.node_location[node])
         locs, hops = self.search.ball(loc, self.radius - 1)
-        masses = np.zeros(self.radius, dtype=np.int64)
-        np.add.at(masses, hops, self.loc_mass[locs])
-        masses = masses.tolist()
+        hop_masses = np.zeros(self.radius, dtype=np.int64)
+        np.add.at(hop_masses, hops, self.loc_mass[locs])
+        masses: list[int] = hop_masses.tolist()  # exact Python integers from here on
         inner = sum(self.powers[h] * masses[h] for h in range(1, len(masses)))
         pi = int(g.prior[node])
         z, ball = self._combine(pi, masses[0], inner, sum(masses))
@@ -223,9 +223,9 @@ class ExactMechanism:
         if mm.size and int(mm.max()) * self.total_prior <= _INT64_MAX:
             everywhere = int(np.dot(mass, mm))
             ball_terms = mass[dist.locations] * mm[dist.locations]
-            per_hop = np.zeros(self.radius, dtype=np.int64)
-            np.add.at(per_hop, dist.hops, ball_terms)
-            per_hop = per_hop.tolist()
+            hop_terms = np.zeros(self.radius, dtype=np.int64)
+            np.add.at(hop_terms, dist.hops, ball_terms)
+            per_hop: list[int] = hop_terms.tolist()
         else:  # exact Python integers when int64 could overflow
             everywhere = sum(int(a) * int(b) for a, b in zip(mass.tolist(), mm.tolist()))
             per_hop = [0] * self.radius
@@ -275,9 +275,9 @@ class ExactMechanism:
             return None
         nodes, hops = self.ball_nodes(dist)
         same = area[nodes] == own
-        per_hop = np.zeros(self.radius, dtype=np.int64)
-        np.add.at(per_hop, hops[same], self.graph.prior[nodes[same]])
-        per_hop = per_hop.tolist()
+        hop_prior = np.zeros(self.radius, dtype=np.int64)
+        np.add.at(hop_prior, hops[same], self.graph.prior[nodes[same]])
+        per_hop: list[int] = hop_prior.tolist()
         p, r = self.powers, self.radius
         numerator = sum(p[h] * per_hop[h] for h in range(r))
         numerator += p[r] * (int(area_mass[own]) - sum(per_hop))

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import struct
+from typing import TypedDict
 
 import numpy as np
 
@@ -57,6 +58,15 @@ _ARRAYS = {
 }
 
 
+class _ArraySpec(TypedDict):
+    """Where one array sits in the data section, as the JSON header records it."""
+
+    dtype: str
+    shape: list[int]
+    offset: int
+    nbytes: int
+
+
 def _marker(version: int = FORMAT_VERSION) -> bytes:
     return MAGIC + str(version).encode("ascii") + b"\n"
 
@@ -68,16 +78,6 @@ def _align(x: int) -> int:
 # -- save ---------------------------------------------------------------------------------------
 
 
-def _label_bytes(graph: Graph) -> np.ndarray:
-    if graph._label_bytes is not None:  # loaded from an artefact: already in this form
-        return np.ascontiguousarray(graph._label_bytes)
-    encoded = [label.encode("utf-8") for label in graph._postcodes]
-    if any(b"\x00" in label for label in encoded):
-        raise GraphError("a node label contains a NUL character and cannot be stored")
-    width = max(8, max(len(label) for label in encoded))  # S8 holds every postcode
-    return np.array(encoded, dtype=f"S{width}")
-
-
 def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     """Write ``graph`` to ``path`` atomically (replacing any existing file).
 
@@ -87,9 +87,8 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     """
     if graph._content_hash() != graph.sha256:
         raise GraphError("the graph's arrays have changed since its sha256 was computed")
-    labels = _label_bytes(graph)
     arrays = {
-        "postcodes": labels,
+        "postcodes": graph.label_bytes(),
         "node_location": np.ascontiguousarray(graph.node_location, dtype="<i4"),
         "loc_indptr": np.ascontiguousarray(graph.loc_indptr, dtype="<i8"),
         "loc_indices": np.ascontiguousarray(graph.loc_indices, dtype="<i4"),
@@ -99,7 +98,8 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
         arrays["location_coordinates"] = np.ascontiguousarray(
             graph.location_coordinates, dtype="<f8"
         )
-    specs, offset = {}, 0
+    specs: dict[str, _ArraySpec] = {}
+    offset = 0
     for name, arr in arrays.items():
         specs[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset,
                        "nbytes": int(arr.nbytes)}
@@ -130,7 +130,7 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
         for name, arr in arrays.items():
             pad = data_start + specs[name]["offset"] - out.tell()
             out.write(bytes(pad))
-            out.write(memoryview(arr.reshape(-1).view(np.uint8)))
+            out.write(arr.reshape(-1).view(np.uint8).data)  # a view of the bytes, no copy
 
 
 def _sha256(data) -> bytes:
@@ -172,13 +172,11 @@ def load_graph(path: str | os.PathLike) -> Graph:
         raise ArtefactError(f"graph artefact holds an invalid graph: {exc}") from exc
     except ValueError as exc:  # e.g. labels that are not UTF-8, invalid prior values
         raise ArtefactError(f"graph artefact holds an invalid graph: {exc}") from exc
-    computed = graph._content_hash()
-    if not hmac.compare_digest(computed, header["sha256"]):
+    if not hmac.compare_digest(graph.sha256, header["sha256"]):
         raise ArtefactError(
             "graph artefact content does not match its recorded sha256: "
             "the file is corrupted or has been edited"
         )
-    graph.sha256 = computed
     return graph
 
 

@@ -379,8 +379,8 @@ def _length_summary(lengths: np.ndarray, percentiles=_PERCENTILES) -> dict:
     return out
 
 
-def _versions() -> dict:
-    out = {"python": platform.python_version()}
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for dist in ("postcode-privacy", "numpy", "scipy", "triangle"):
         try:
             out[dist] = metadata.version(dist)

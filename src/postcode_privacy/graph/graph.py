@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import GraphError, InvalidParameterError, UnknownPostcodeError
 from ..postcodes import try_normalise
+from ._labels import ByteLabels, ListLabels, NodeLabels
 
 GRAPH_HASH_DOMAIN = b"postcode-privacy/graph/v1"
 MAX_TOTAL_PRIOR = 2**62
-_SEARCHES_BEFORE_INDEX = 10_000  # label lookups by binary search on a loaded graph
 
 
 def _label(text: object) -> str:
@@ -117,22 +119,11 @@ class Graph:
         loc_indices: np.ndarray,
         prior: np.ndarray | Sequence[int] | None = None,
         coordinates: np.ndarray | None = None,
-        params: dict | None = None,
-        provenance: dict | None = None,
+        params: dict[str, Any] | None = None,
+        provenance: dict[str, Any] | None = None,
     ):
-        labels = list(postcodes)
-        n = len(labels)
-        if n == 0:
-            raise GraphError("a graph needs at least one node")
-        index = {label: i for i, label in enumerate(labels)}
-        if len(index) != n:
-            raise GraphError("postcodes must be unique")
-        self._n = n
-        self._labels: list[str] | None = labels
-        self._label_index: dict[str, int] | None = index
-        self._label_bytes: np.ndarray | None = None
-        self._sorted_label_bytes = False
-        self._label_searches = 0
+        self._labels: NodeLabels = ListLabels(list(postcodes))
+        self._n = n = len(self._labels)
         self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
         self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
         self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
@@ -151,7 +142,12 @@ class Graph:
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def from_edges(cls, postcodes: Iterable[str], edges: Iterable[tuple], prior=None) -> Graph:
+    def from_edges(
+        cls,
+        postcodes: Iterable[str],
+        edges: Iterable[tuple[object, object]],
+        prior: np.ndarray | Sequence[int] | None = None,
+    ) -> Graph:
         """A graph whose nodes are ``postcodes`` in the given order, each its own location.
 
         ``edges`` are pairs of labels (or of node indices).  Self loops and repeated edges are
@@ -162,7 +158,7 @@ class Graph:
         if len(index) != len(labels):
             raise GraphError("postcodes must be unique")
         n = len(labels)
-        pairs = []
+        pairs: list[tuple[int, int]] = []
         for edge in edges:
             u, v = edge
             pairs.append((cls._edge_end(u, index, n), cls._edge_end(v, index, n)))
@@ -171,15 +167,16 @@ class Graph:
         return cls(labels, np.arange(n, dtype=np.int32), indptr, indices, prior)
 
     @staticmethod
-    def _edge_end(end, index: dict, n: int) -> int:
+    def _edge_end(end: object, index: dict[str, int], n: int) -> int:
         if isinstance(end, (int, np.integer)) and not isinstance(end, bool):
             if not 0 <= int(end) < n:
                 raise GraphError("edge refers to a node index out of range")
             return int(end)
-        label = end if end in index else (try_normalise(end) if isinstance(end, str) else None)
-        if label not in index:
-            raise GraphError("edge refers to a postcode that is not a node")
-        return index[label]
+        if isinstance(end, str):
+            label = end if end in index else try_normalise(end)
+            if label is not None and label in index:
+                return index[label]
+        raise GraphError("edge refers to a postcode that is not a node")
 
     @classmethod
     def _from_verified_arrays(
@@ -190,32 +187,25 @@ class Graph:
         loc_indices: np.ndarray,
         prior: np.ndarray,
         coordinates: np.ndarray | None,
-        params: dict,
-        provenance: dict,
+        params: dict[str, Any],
+        provenance: dict[str, Any],
     ) -> Graph:
         """Fast construction for a graph read back from an artefact (graph/artefact.py).
 
         ``label_bytes`` holds the labels UTF-8 encoded in a fixed-width ``S`` array (no label
-        contains a NUL).  The labels stay in that array until first asked for: the list and the
-        label index are built lazily, so loading the national graph costs no per-label Python
-        objects.  Every structural check runs; symmetry is checked by a compiled binary search
-        for each reversed edge instead of the O(E log E) sort; label uniqueness is checked by strict
-        order when the labels are sorted (as built graphs are), else through the index.
+        contains a NUL).  The labels stay in that array (``ByteLabels``), so loading the national
+        graph costs no per-label Python objects.  Every structural check runs; symmetry is
+        checked by a compiled binary search for each reversed edge instead of the O(E log E)
+        sort; label uniqueness is checked by strict order when the labels are sorted (as built
+        graphs are), else through the label index.
 
-        Precondition: the caller compares ``_content_hash()`` with the hash recorded when the
-        graph was built (and fully validated), and sets ``sha256`` only if they agree.
+        Postcondition: ``sha256`` is the content hash of the arrays as given.  The caller must
+        compare it with the hash recorded when the graph was built (and fully validated), and
+        refuse the graph if they differ.
         """
         self = cls.__new__(cls)
-        if label_bytes.ndim != 1 or label_bytes.dtype.kind != "S" or label_bytes.size == 0:
-            raise GraphError("node labels must be a non-empty fixed-width byte array")
-        self._n = int(label_bytes.size)
-        self._labels = None
-        self._label_index = None
-        self._label_bytes = label_bytes
-        self._label_searches = 0
-        self._sorted_label_bytes = bool(self._n == 1 or np.all(label_bytes[1:] > label_bytes[:-1]))
-        if not self._sorted_label_bytes and len(self._index) != self._n:
-            raise GraphError("postcodes must be unique")
+        self._labels = ByteLabels(label_bytes)
+        self._n = len(self._labels)
         self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
         self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
         self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
@@ -237,23 +227,8 @@ class Graph:
         self._members_indptr, self._members = self._location_members()
         self.total_prior = int(self.prior.sum(dtype=np.int64))
         self.prior_cumsum = np.cumsum(self.prior, dtype=np.int64)
-        self.sha256 = None
+        self.sha256 = self._content_hash()
         return self
-
-    @property
-    def _postcodes(self) -> list[str]:
-        if self._labels is None:
-            self._labels = [b.decode("utf-8") for b in self._label_bytes.tolist()]
-        return self._labels
-
-    @property
-    def _index(self) -> dict[str, int]:
-        if self._label_index is None:
-            index = {label: i for i, label in enumerate(self._postcodes)}
-            if len(index) != self._n:
-                raise GraphError("postcodes must be unique")
-            self._label_index = index
-        return self._label_index
 
     def _check_structure(self, full: bool = True) -> None:
         n = self._n
@@ -303,16 +278,8 @@ class Graph:
 
     def canonical_sections(self) -> list[tuple[str, bytes]]:
         """The byte sections the content hash covers, in order (docs/spec.md, "Graph hash")."""
-        if self._labels is None:  # loaded from an artefact: same bytes, without the list
-            width = self._label_bytes.dtype.itemsize
-            table = np.full((self._n, width + 1), ord("\n"), dtype=np.uint8)
-            table[:, :width] = self._label_bytes.view(np.uint8).reshape(self._n, width)
-            flat = table.reshape(-1)
-            labels = flat[flat != 0][:-1].tobytes()
-        else:
-            labels = "\n".join(self._labels).encode("utf-8")
         sections = [
-            ("postcodes", labels),
+            ("postcodes", self._labels.hash_bytes()),
             ("node_location", _le_bytes(self.node_location, "<i4")),
             ("loc_indptr", _le_bytes(self.loc_indptr, "<i8")),
             ("loc_indices", _le_bytes(self.loc_indices, "<i4")),
@@ -345,7 +312,7 @@ class Graph:
 
     @property
     def postcodes(self) -> list[str]:
-        return list(self._postcodes)
+        return list(self._labels.as_list())
 
     @property
     def n_locations(self) -> int:
@@ -356,34 +323,22 @@ class Graph:
         return self.loc_indices.size // 2
 
     def label(self, node: int) -> str:
-        if self._labels is None:
-            return self._label_bytes[node].decode("utf-8")
-        return self._labels[node]
+        return self._labels.label(node)
+
+    def label_bytes(self) -> np.ndarray:
+        """The labels as a fixed-width ``S`` array (the artefact's form); GraphError if a label
+        contains NUL."""
+        return self._labels.fixed_width()
 
     def find(self, postcode: object) -> int | None:
         """Node index of a label or postcode (any case and spacing), or None."""
         if isinstance(postcode, str):
-            i = self._lookup(postcode)
+            i = self._labels.lookup(postcode)
             if i is None:
                 norm = try_normalise(postcode)
-                i = self._lookup(norm) if norm else None
+                i = self._labels.lookup(norm) if norm else None
             return i
         return None
-
-    def _lookup(self, label: str) -> int | None:
-        """Exact label lookup.  A graph loaded from an artefact answers its first lookups by
-        binary search in the sorted label bytes, and builds the label dict (about a second for
-        the national graph) only once it is clearly in bulk use."""
-        if self._label_index is None and self._sorted_label_bytes:
-            if self._label_searches < _SEARCHES_BEFORE_INDEX:
-                self._label_searches += 1
-                key = label.encode("utf-8")
-                arr = self._label_bytes
-                if len(key) > arr.dtype.itemsize or b"\0" in key:
-                    return None
-                j = int(np.searchsorted(arr, key))
-                return j if j < self._n and arr[j] == key else None
-        return self._index.get(label)
 
     def index_of(self, postcode: object) -> int:
         i = self.find(postcode)
@@ -418,13 +373,18 @@ class Graph:
 
     def neighbours(self, postcode: str) -> list[str]:
         """Postcodes one hop away (co-located postcodes included), in node order."""
-        return [self._postcodes[i] for i in self.neighbour_indices(self.index_of(postcode))]
+        return [self._labels.label(i) for i in self.neighbour_indices(self.index_of(postcode))]
+
+    def require_coordinates(self) -> np.ndarray:
+        """``location_coordinates`` (n_locations x 2, OSGB36 metres); GraphError if this graph
+        carries none."""
+        if self.location_coordinates is None:
+            raise GraphError("this graph carries no coordinates")
+        return self.location_coordinates
 
     def coordinates(self, postcode: str) -> tuple[float, float]:
         """(easting, northing) of a postcode's centroid, OSGB36 metres."""
-        if self.location_coordinates is None:
-            raise GraphError("this graph carries no coordinates")
-        e, n = self.location_coordinates[self.node_location[self.index_of(postcode)]]
+        e, n = self.require_coordinates()[self.node_location[self.index_of(postcode)]]
         return float(e), float(n)
 
     def prior_of(self, postcode: str) -> int:
@@ -432,13 +392,13 @@ class Graph:
 
     # -- persistence (implemented in graph/artefact.py) -----------------------------------------
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         from .artefact import save_graph
 
         save_graph(self, path)
 
     @classmethod
-    def load(cls, path) -> Graph:
+    def load(cls, path: str | os.PathLike[str]) -> Graph:
         from .artefact import load_graph
 
         return load_graph(path)

@@ -31,6 +31,7 @@ import re
 import warnings
 import zlib
 from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import pandas as pd
 
@@ -65,7 +66,7 @@ def table_format(path: str | os.PathLike) -> str:
         ".xz), .parquet or .pq")
 
 
-def _open_binary(path: str) -> io.BufferedIOBase:
+def _open_binary(path: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedReader:
     lower = path.lower()
     if lower.endswith(".gz"):
         return gzip.open(path, "rb")
@@ -99,7 +100,7 @@ class TableReader:
         self.format = table_format(self.path)
         self.chunk_size = int(chunk_size)
         self.num_rows: int | None = None
-        self.arrow_schema = None
+        self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
         if self.format == "csv":
             self.columns = self._csv_header()
         else:
@@ -210,11 +211,12 @@ class TableReader:
                 raise InputDataError(_too_many_columns(handle.metadata.num_columns))
             # pandas metadata would turn stored columns into an index: every stored column is
             # an ordinary column here (module docstring).
-            self.arrow_schema = handle.schema_arrow.remove_metadata()
+            schema = handle.schema_arrow.remove_metadata()
             self.num_rows = int(handle.metadata.num_rows)
         finally:
             handle.close()
-        return _bounded_columns(list(self.arrow_schema.names))
+        self.arrow_schema = schema
+        return _bounded_columns(list(schema.names))
 
     def _parquet_chunks(self) -> Iterator[pd.DataFrame]:
         import pyarrow as pa
@@ -403,23 +405,26 @@ def _quote_minimally(text: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _compressor(handle: BinaryIO,
+                name: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
+    lower = name.lower()
+    if lower.endswith(".gz"):
+        return gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0)
+    if lower.endswith(".bz2"):
+        return bz2.BZ2File(handle, "wb")
+    if lower.endswith(".xz"):
+        return lzma.LZMAFile(handle, "wb")
+    return None
+
+
 class _CsvWriter:
     """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical)."""
 
-    def __init__(self, handle, name: str):
-        lower = name.lower()
-        self._inner = None
-        if lower.endswith(".gz"):
-            self._inner = gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0)
-            raw = self._inner
-        elif lower.endswith(".bz2"):
-            self._inner = bz2.BZ2File(handle, "wb")
-            raw = self._inner
-        elif lower.endswith(".xz"):
-            self._inner = lzma.LZMAFile(handle, "wb")
-            raw = self._inner
-        else:
-            raw = handle
+    def __init__(self, handle: BinaryIO, name: str):
+        # The compressing layer the name asks for (None: plain CSV); closed here, since closing
+        # it writes the compressed stream's trailer.
+        self._inner = _compressor(handle, name)
+        raw = handle if self._inner is None else self._inner
         self._text = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
         self._header_written = False
 

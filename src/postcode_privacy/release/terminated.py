@@ -23,8 +23,10 @@ import hashlib
 import io
 import os
 import threading
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,6 +62,14 @@ def bundled_terminated_locations() -> pd.DataFrame:
         return _bundled
 
 
+@dataclass(frozen=True)
+class _TerminatedTable:
+    """The usable rows of a terminated-postcode table, as :class:`NearestLive` reads them."""
+
+    rows: pd.Series  # normalised postcode -> table row (first row wins)
+    xy: np.ndarray  # easting, northing of every table row (NaN where missing)
+
+
 class NearestLive:
     """Look up terminated postcodes and map them to the nearest live node of ``graph``.
 
@@ -74,14 +84,18 @@ class NearestLive:
             raise InvalidParameterError(
                 "terminated='nearest' needs a graph with coordinates; this graph has none")
         self._graph = graph
+        self._live_xy: np.ndarray = graph.location_coordinates
         self._source = table
-        self._rows: pd.Series | None = None  # normalised postcode -> table row
-        self._xy: np.ndarray | None = None
-        self._tree = None
+        self._table: _TerminatedTable | None = None  # read on first use
+        # scipy cKDTree over the live locations, built on first use (scipy ships no types).
+        self._tree: Any = None
 
-    def _load(self) -> None:
-        if self._rows is not None:
-            return
+    def _loaded(self) -> _TerminatedTable:
+        if self._table is None:
+            self._table = self._read_table()
+        return self._table
+
+    def _read_table(self) -> _TerminatedTable:
         if self._source is None:  # already normalised, unique and located
             table = bundled_terminated_locations()
             codes = table["postcode"].to_numpy(dtype=object)
@@ -97,13 +111,11 @@ class NearestLive:
         usable = np.flatnonzero(pd.notna(codes) & np.isfinite(xy).all(axis=1))
         index = pd.Index(codes[usable])
         first = ~index.duplicated(keep="first")
-        self._rows = pd.Series(usable[first], index=index[first])
-        self._xy = xy
+        return _TerminatedTable(rows=pd.Series(usable[first], index=index[first]), xy=xy)
 
     def row_of(self, postcode: str) -> int | None:
         """Row of a normalised postcode in the terminated table (a stable code), or None."""
-        self._load()
-        row = self._rows.get(postcode)
+        row = self._loaded().rows.get(postcode)
         return None if row is None else int(row)
 
     def nearest_node(self, row: int) -> int:
@@ -111,14 +123,14 @@ class NearestLive:
         if self._tree is None:
             from scipy.spatial import cKDTree
 
-            self._tree = cKDTree(self._graph.location_coordinates)
-        point = self._xy[row]
+            self._tree = cKDTree(self._live_xy)
+        point = self._loaded().xy[row]
         distance, _ = self._tree.query(point)
         # Every location within a hair of the nearest distance, then an exact-as-floats choice:
         # smallest squared distance, then smallest location number.
         candidates = np.asarray(
             self._tree.query_ball_point(point, distance * (1 + 1e-9) + 1e-6), dtype=np.int64)
-        delta = self._graph.location_coordinates[candidates] - point
+        delta = self._live_xy[candidates] - point
         squared = delta[:, 0] * delta[:, 0] + delta[:, 1] * delta[:, 1]
         best = candidates[np.lexsort((candidates, squared))[0]]
         return int(self._graph.members(int(best))[0])

@@ -76,7 +76,7 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
     hist = np.zeros(int(exact.max_distance_m()) + 2)
     exact.add_displacement_histogram(dist, hist, distances)
     neighbours = g.location_neighbours(dist.location)
-    xy = g.location_coordinates
+    xy = g.require_coordinates()
     spacing = (float(np.hypot(*(xy[neighbours] - xy[dist.location]).T).mean())
                if neighbours.size else math.nan)
     summary = {

@@ -33,7 +33,7 @@ def _district_node(graph: Graph, district: str) -> int | None:
 
 def local_spacing_m(graph: Graph) -> np.ndarray:
     """Mean distance in metres from each location to its graph neighbours (NaN if isolated)."""
-    xy = graph.location_coordinates
+    xy = graph.require_coordinates()
     ip, ix = graph.loc_indptr, graph.loc_indices
     counts = np.diff(ip)
     rows = np.repeat(np.arange(graph.n_locations), counts)

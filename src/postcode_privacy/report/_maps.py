@@ -47,7 +47,7 @@ def geography(graph: Graph) -> Geography:
     cached = _cache.get(graph)
     if cached is not None:
         return cached
-    xy = graph.location_coordinates
+    xy = graph.require_coordinates()
     counts = np.diff(graph.members_indptr).astype(np.int64)
     lo, hi = xy.min(axis=0), xy.max(axis=0)
     side = float(max(hi - lo)) or 1.0
@@ -152,7 +152,7 @@ def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
 
     # Inset: the whole country, with this frame marked.
-    inset = ax.inset_axes([0.0, 0.7, 0.2, 0.3])
+    inset = ax.inset_axes((0.0, 0.7, 0.2, 0.3))
     inset.imshow(np.ma.masked_equal(geo.national.T, 0), origin="lower",
                  extent=geo.national_extent, cmap="Greys", norm=LogNorm(vmin=0.5), alpha=0.9,
                  interpolation="nearest")

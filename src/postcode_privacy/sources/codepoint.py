@@ -15,6 +15,7 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -113,7 +114,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
 
 
 def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
-    compression = "gzip" if name.lower().endswith(".gz") else None
+    compression: Literal["gzip"] | None = "gzip" if name.lower().endswith(".gz") else None
     with files.open(name) as handle:
         try:
             return pd.read_csv(handle, header=None, usecols=usecols, dtype=dtype,

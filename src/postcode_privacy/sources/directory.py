@@ -126,11 +126,12 @@ def _positions(postcodes: Iterable[str]) -> np.ndarray:
     index = _load().index
     values = np.asarray(postcodes if isinstance(postcodes, np.ndarray) else list(postcodes),
                         dtype=object)
-    where = index.get_indexer(values)
+    # pd.Index(...) is what get_indexer makes of an array itself (pandas' ensure_index).
+    where = index.get_indexer(pd.Index(values))
     missing = np.flatnonzero(where < 0)
     if missing.size:
         retried = normalise_postcodes(values[missing])
-        where[missing] = index.get_indexer(np.where(pd.isna(retried), "", retried))
+        where[missing] = index.get_indexer(pd.Index(np.where(pd.isna(retried), "", retried)))
     return where
 
 

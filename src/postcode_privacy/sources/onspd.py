@@ -96,7 +96,7 @@ def _coordinates(chunk: pd.DataFrame, column: str, label: str) -> np.ndarray:
     values = pd.to_numeric(text.where(text != ""), errors="coerce").to_numpy(dtype="float64")
     bad = np.isnan(values) & (text != "").to_numpy()
     if bad.any():
-        line = int(chunk.index[np.argmax(bad)]) + 2  # +1 for the header, +1 for 1-based lines
+        line = int(chunk.index[int(np.argmax(bad))]) + 2  # +1 for the header, +1 for 1-based lines
         raise SourceDataError(f"{label}: line {line}: column {column!r} is not a number")
     return values
 
@@ -138,7 +138,8 @@ def read_onspd(path: str | os.PathLike, gb_only: bool = False,
     reasons = ["malformed_postcode", "channel_islands_isle_of_man", "terminated",
                "northern_ireland", "grid_quality_9", "no_grid_reference"]
     dropped = dict.fromkeys(reasons, 0)
-    live, dead = [], []
+    live: list[pd.DataFrame] = []
+    dead: list[pd.DataFrame] = []
     with _open(path, member) as handle:
         reader = pd.read_csv(handle, usecols=list(wanted.values()), dtype=str,
                              keep_default_na=False, chunksize=_CHUNK_ROWS, encoding="utf-8-sig")
@@ -148,15 +149,16 @@ def read_onspd(path: str | os.PathLike, gb_only: bool = False,
             reader = tqdm(reader, desc=f"reading {os.path.basename(path)}", unit=" chunks")
         try:
             for chunk in reader:
-                kept, terminated = _filter_chunk(chunk.fillna(""), wanted, dropped, gb_only, label)
+                kept, located_dead = _filter_chunk(chunk.fillna(""), wanted, dropped, gb_only,
+                                                   label)
                 live.append(kept)
-                dead.append(terminated)
+                dead.append(located_dead)
         except (pd.errors.ParserError, UnicodeDecodeError) as exc:
             # pandas' own messages name line numbers, not field values.
             raise SourceDataError(f"{label}: {exc}") from None
 
-    frame = pd.concat(live, ignore_index=True) if live else None
-    if frame is None or frame.empty:
+    frame = pd.concat(live, ignore_index=True) if live else pd.DataFrame()
+    if frame.empty:
         frame = pd.DataFrame({"postcode": [], "easting": [], "northing": [], "laua": []})
     terminated = pd.concat(dead, ignore_index=True) if dead else None
     sources = [{"path": os.path.abspath(path), "sha256": file_sha256(path)}]
@@ -213,8 +215,9 @@ def _filter_chunk(chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, 
     kept = pd.DataFrame({"postcode": postcode[remaining], "easting": easting[remaining],
                          "northing": northing[remaining]})
     if "laua" in cols:
-        laua = chunk[cols["laua"]].str.strip().to_numpy(dtype=object)[remaining]
-        kept["laua"] = np.where(laua == "", None, laua)
+        laua = chunk[cols["laua"]].str.strip().to_numpy(dtype=object)[remaining]  # a copy
+        laua[laua == ""] = None  # blank: no local authority
+        kept["laua"] = laua
     dead = pd.DataFrame({"postcode": postcode[keep_terminated],
                          "easting": easting[keep_terminated],
                          "northing": northing[keep_terminated]})

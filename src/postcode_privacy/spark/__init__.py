@@ -398,6 +398,14 @@ def _partition_id() -> int:
 # -- the check pass -------------------------------------------------------------------------------
 
 
+def _accepted_hash(subject: str | None) -> int:
+    """``subject_hash`` of an accepted record's identifier: check_records gives every record it
+    accepts (node >= 0) its canonical identifier, and None to the others."""
+    if subject is None:
+        raise AssertionError("an accepted record has no identifier")
+    return subject_hash(subject)
+
+
 def _check_partition(options: _Options, batches):
     """Apply the input rules to one partition: yield its summary and its (subject, postcode) pairs.
 
@@ -413,7 +421,7 @@ def _check_partition(options: _Options, batches):
         check.merge(checked.check)
         ok = np.flatnonzero(checked.nodes >= 0)
         if ok.size:
-            hashes = np.fromiter((subject_hash(checked.ids[i]) for i in ok.tolist()),
+            hashes = np.fromiter((_accepted_hash(checked.ids[i]) for i in ok.tolist()),
                                  dtype=np.uint64, count=ok.size).view(np.int64)
             pairs = pd.DataFrame({"h": hashes, "c": checked.codes[ok],
                                   "r": ok.astype(np.int64) + seen + 1})
