@@ -95,7 +95,7 @@ class ReleaseAccount:
         # they stay in the ledger if that release is abandoned.
         self.pending_held: set[bytes] = set()
         self.borrowed: list[tuple[bytes, bytes, bytes]] = []
-        self.records = Counter()
+        self.records: Counter[str] = Counter()  # releasable records by category
 
     def needs(self, subjects: Iterable[bytes]) -> set[bytes]:
         """Subjects whose ledger spend has not been loaded yet."""

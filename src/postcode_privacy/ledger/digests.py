@@ -93,7 +93,9 @@ class Digester:
         d_in = self._draw.inner.copy()
         d_in.update(params.encode())
         d_out = self._draw.outer
-        subject_out, pair_out, draw_out = [], [], []
+        subject_out: list[bytes] = []
+        pair_out: list[bytes] = []
+        draw_out: list[bytes] = []
         add_s, add_p, add_d = subject_out.append, pair_out.append, draw_out.append
         pack = _LEN.pack
         for sid, pc in zip(subjects, postcodes):

@@ -64,7 +64,8 @@ class Store:
         raise NotImplementedError
 
     def close(self) -> None:
-        self.conn.close()
+        """Close the connection (each backend holds its own driver's)."""
+        raise NotImplementedError
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -127,6 +128,9 @@ class SqliteStore(Store):
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)
 
+    def close(self):
+        self.conn.close()
+
     def bulk_insert(self, table, columns, rows):
         marks = ", ".join("?" for _ in columns)
         self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
@@ -186,6 +190,9 @@ class PostgresStore(Store):
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql.replace("?", "%s"), params)
+
+    def close(self):
+        self.conn.close()
 
     def bulk_insert(self, table, columns, rows):
         with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
