@@ -419,3 +419,24 @@ def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_pa
     assert [r["state"] for r in summary["releases"]] == ["abandoned", "committed"]
     assert summary["draws"] == 2 and spends(summary["subjects"]) == {"1": 2}
     assert ledger.store.query("SELECT COUNT(*) FROM shared_draws") == [(0,)]
+
+
+def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_path):
+    from postcode_privacy.ledger import LedgerError
+    from postcode_privacy.release import ReleasePlan
+
+    with pytest.raises(LedgerError, match="not attached"):
+        LedgerRecorder(ledger).start()
+    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
+                       graph=GRAPH, on_error="null")
+    recorder = LedgerRecorder(ledger).attach(plan)
+    with pytest.raises(LedgerError, match="not screened"):
+        recorder.report()
+    with pytest.raises(LedgerError, match="not screened"):
+        recorder.prepare(tmp_path / "out.csv", "0" * 64)
+    plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
+    assert recorder.report()["new_draws"] == 1
+    with pytest.raises(LedgerError, match="not recorded in the ledger before its renames"):
+        recorder.commit()
+    recorder.finish()  # nothing pending, so nothing to settle
+    assert ledger.summary()["releases"] == []

@@ -61,6 +61,26 @@ class DrawParameters(tuple):
         return super().__new__(cls, (key_fingerprint, graph_sha256, epsilon, int(radius),
                                      output_stability_version))
 
+    @property
+    def key_fingerprint(self) -> str:
+        return self[0]
+
+    @property
+    def graph_sha256(self) -> str:
+        return self[1]
+
+    @property
+    def epsilon(self) -> str:
+        return self[2]
+
+    @property
+    def radius(self) -> int:
+        return self[3]
+
+    @property
+    def output_stability_version(self) -> str:
+        return self[4]
+
     def encode(self) -> bytes:
         return b"".join(_field(str(part)) for part in self)
 

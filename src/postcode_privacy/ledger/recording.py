@@ -23,8 +23,10 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +35,9 @@ from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, ReleaseAccount, dist
 from .digests import DrawParameters
 from .errors import LedgerError
 from .ledger import Ledger, now, owner_tag, sha256_file
+
+if TYPE_CHECKING:
+    from ..graph.graph import Graph
 
 __all__ = ["LedgerRecorder", "OVER_BUDGET_REASON", "TEST_PAUSE_ENV"]
 
@@ -49,39 +54,72 @@ def _pause_for_tests(stage: str) -> None:
         time.sleep(3600)
 
 
+@dataclass(frozen=True)
+class _Binding:
+    """What attaching to a release plan fixes for the whole release."""
+
+    params: DrawParameters  # the release-wide conditions of every draw
+    epsilon: Fraction
+    graph: Graph  # labels the nodes records are released from
+
+
+@dataclass(frozen=True)
+class _PendingEntry:
+    """The release's row in the ledger, once ``prepare`` has recorded it."""
+
+    rid: int
+    uid: str
+    output_path: str  # absolute
+    output_sha256: str
+
+
 class LedgerRecorder:
     """One release's link to a ledger.  Use one recorder per release.
 
     ``budget``: refuse (as a failing record, handled by the release's ``on_error`` policy)
     every record whose new draw would take its subject's cumulative spend above it.
+
+    States, in order: created; attached (:meth:`attach`); screened (:meth:`start`, called by
+    the first screened chunk); pending (:meth:`prepare`); committed (:meth:`commit`).  A step
+    taken before the state it needs raises :class:`LedgerError`.
     """
 
     def __init__(self, ledger: Ledger, budget: Fraction | None = None):
         self.ledger = ledger
         self.budget = budget
-        self.account: ReleaseAccount | None = None
-        self.params: DrawParameters | None = None
         self.records = 0
-        self._graph = None
-        self._rid: int | None = None
-        self._uid: str | None = None
+        self._binding: _Binding | None = None
+        self._account: ReleaseAccount | None = None
+        self._entry: _PendingEntry | None = None
         self._committed = False
+
+    @property
+    def account(self) -> ReleaseAccount:
+        """The current pass's account (state: screened or later)."""
+        if self._account is None:
+            raise LedgerError("the release was not screened by the ledger")
+        return self._account
+
+    def _bound(self) -> _Binding:
+        if self._binding is None:
+            raise LedgerError("the ledger recorder is not attached to a release plan")
+        return self._binding
 
     # -- step 1: screening --------------------------------------------------------------------
 
     def attach(self, plan) -> LedgerRecorder:
         """Bind to a :class:`~postcode_privacy.release.ReleasePlan` and become its screen."""
         m = plan.mechanism
-        self.params = DrawParameters(plan.key.fingerprint, plan.graph.sha256, m.epsilon.text,
-                                     m.radius, OUTPUT_STABILITY_VERSION)
-        self.epsilon = m.epsilon.fraction
-        self._graph = plan.graph
+        self._binding = _Binding(
+            DrawParameters(plan.key.fingerprint, plan.graph.sha256, m.epsilon.text, m.radius,
+                           OUTPUT_STABILITY_VERSION),
+            m.epsilon.fraction, plan.graph)
         plan.screen = self.screen
         return self
 
     def start(self) -> None:
         """Begin a pass over the input (forgetting any earlier pass)."""
-        self.account = ReleaseAccount(self.epsilon, self.budget)
+        self._account = ReleaseAccount(self._bound().epsilon, self.budget)
         self.records = 0
 
     def screen(self, ids: list, nodes: np.ndarray, row_offset: int) -> list[int]:
@@ -95,13 +133,14 @@ class LedgerRecorder:
         if row_offset == 0:
             self.start()
         account = self.account
+        binding = self._bound()
         self.records += len(nodes)
         ok = np.flatnonzero(nodes >= 0).tolist()
         if not ok:
             return []
-        label = self._graph.label
+        label = binding.graph.label
         subjects, pairs, draws = self.ledger.digester.digests(
-            self.params, [ids[i] for i in ok], [label(int(nodes[i])) for i in ok])
+            binding.params, [ids[i] for i in ok], [label(int(nodes[i])) for i in ok])
         fresh = account.needs(subjects)
         known, pending, spend = self.ledger.lookup(draws, fresh)
         account.load(known, spend, fresh, pending)
@@ -113,34 +152,31 @@ class LedgerRecorder:
     def prepare(self, output_path: str | os.PathLike, output_sha256: str) -> None:
         """Record the release as pending (durably), re-checking the budget first."""
         account = self.account
-        if account is None:
-            raise LedgerError("the release was not screened by the ledger")
+        p = self._bound().params
         store = self.ledger.store
-        self._uid = secrets.token_hex(16)
+        uid = secrets.token_hex(16)
+        path = os.path.abspath(output_path)
         new = account.new_draws + account.borrowed
         with store.write():
             if self.budget is not None and new:
-                self._recheck_budget()
+                self._recheck_budget(account, self.budget)
             rid = (store.query("SELECT COALESCE(MAX(id), 0) FROM releases")[0][0] or 0) + 1
-            p = self.params
             store.execute(
                 "INSERT INTO releases (id, uid, state, created, owner, output_path, "
                 "output_sha256, epsilon, radius, graph_sha256, key_fingerprint, "
                 "output_stability_version, records, new_draws, budget) "
                 "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rid, self._uid, now(), owner_tag(), os.path.abspath(output_path), output_sha256,
-                 p[2], p[3], p[1], p[0], p[4], self.records, len(account.new_draws),
-                 None if self.budget is None else str(self.budget)))
+                (rid, uid, now(), owner_tag(), path, output_sha256, p.epsilon, p.radius,
+                 p.graph_sha256, p.key_fingerprint, p.output_stability_version, self.records,
+                 len(account.new_draws), None if self.budget is None else str(self.budget)))
             added = self.ledger._record_rows(rid, new)
             if added != len(account.new_draws):
                 store.execute("UPDATE releases SET new_draws = ? WHERE id = ?", (added, rid))
-        self._rid = rid
-        self._output = (os.path.abspath(output_path), output_sha256)
+        self._entry = _PendingEntry(rid, uid, path, output_sha256)
         _pause_for_tests("prepared")
 
-    def _recheck_budget(self) -> None:
+    def _recheck_budget(self, account: ReleaseAccount, budget: Fraction) -> None:
         """Inside the write transaction: would any subject now exceed the budget?"""
-        account = self.account
         rows = account.new_draws + account.borrowed
         known, _, spend = self.ledger.lookup_in_transaction(
             (d for d, _, _ in rows), {s for _, s, _ in rows})
@@ -149,26 +185,29 @@ class LedgerRecorder:
             if draw not in known:
                 added[subject] = added.get(subject, 0) + 1
         for subject, count in added.items():
-            if spend.get(subject, 0) + count * self.epsilon > self.budget:
+            if spend.get(subject, 0) + count * account.epsilon > budget:
                 raise LedgerError(
                     "another release recorded in the ledger since this one was checked would "
                     "take some subjects over the budget; nothing was released, run it again")
 
     def commit(self) -> None:
-        """Mark the (now renamed) release committed."""
+        """Mark the (now renamed) release committed (state: pending)."""
+        entry = self._entry
+        if entry is None:
+            raise LedgerError("the release was not recorded in the ledger before its renames")
         _pause_for_tests("renamed")
         store = self.ledger.store
         with store.write():
             state = store.query("SELECT state FROM releases WHERE id = ? AND uid = ?",
-                                (self._rid, self._uid))
+                                (entry.rid, entry.uid))
             if state and state[0][0] == "abandoned":
                 # Another process judged this release dead before its renames (possible only
                 # across machines, after the grace period): the files exist now, so restore.
-                self.ledger._record_rows(self._rid,
-                                         self.account.new_draws + self.account.borrowed)
+                account = self.account
+                self.ledger._record_rows(entry.rid, account.new_draws + account.borrowed)
                 state = [("pending",)]
             if state and state[0][0] == "pending":
-                self.ledger._commit_rows(self._rid)
+                self.ledger._commit_rows(entry.rid)
             elif not state:
                 raise LedgerError("the ledger entry of this release was removed while it was "
                                   "being written; run `postcode-privacy ledger show` to check")
@@ -176,18 +215,19 @@ class LedgerRecorder:
 
     def finish(self) -> None:
         """After success or failure: settle this release's entry if it is still pending."""
-        if self._rid is None or self._committed:
+        entry = self._entry
+        if entry is None or self._committed:
             return
-        path, sha = self._output
         store = self.ledger.store
         with store.write():
-            state = store.query("SELECT state FROM releases WHERE id = ?", (self._rid,))
+            state = store.query("SELECT state FROM releases WHERE id = ?", (entry.rid,))
             if not state or state[0][0] != "pending":
                 return
-            if os.path.isfile(path) and sha256_file(path) == sha:
-                self.ledger._commit_rows(self._rid)
+            if (os.path.isfile(entry.output_path)
+                    and sha256_file(entry.output_path) == entry.output_sha256):
+                self.ledger._commit_rows(entry.rid)
             else:
-                self.ledger._abandon_rows(self._rid)
+                self.ledger._abandon_rows(entry.rid)
 
     # -- the preview --------------------------------------------------------------------------
 
