@@ -297,6 +297,49 @@ def test_the_database_holds_no_identifier_or_postcode(tmp_path):
     assert KEY._material not in data and b"PERSON" not in data
 
 
+# Every column of the database, as docs/ledger.md ("What the ledger stores", "Tables") lists
+# them: a column added without the docs saying what it reveals fails here.
+DOCUMENTED_COLUMNS = {
+    "ledger_meta": ["name", "value"],
+    "releases": ["id", "uid", "state", "created", "committed", "owner", "output_path",
+                 "output_sha256", "epsilon", "radius", "graph_sha256", "key_fingerprint",
+                 "output_stability_version", "records", "new_draws", "budget"],
+    "draws": ["draw", "subject", "pair", "release"],
+    "shared_draws": ["release", "draw", "subject", "pair"],
+}
+
+
+def test_every_column_is_documented_and_digests_are_all_the_draws_hold(tmp_path):
+    import socket
+
+    from postcode_privacy import read_key_file
+
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where).close()
+    src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
+    with Ledger.open(where) as ledger:
+        release(ledger, src, tmp_path / "out.csv", budget=Fraction(4))
+        store = ledger.store
+        tables = [t for (t,) in store.query("SELECT name FROM sqlite_master WHERE type = "
+                                            "'table' ORDER BY name")]
+        assert sorted(tables) == sorted(DOCUMENTED_COLUMNS)
+        for table, columns in DOCUMENTED_COLUMNS.items():
+            assert [r[1] for r in store.query(f"PRAGMA table_info({table})")] == columns
+        assert dict(store.query("SELECT name, value FROM ledger_meta")).keys() == {
+            "format", "schema_version", "secret_fingerprint", "created"}
+        for row in store.query("SELECT draw, subject, pair, release FROM draws"):
+            assert [type(v) for v in row] == [bytes, bytes, bytes, int]
+            assert [len(v) for v in row[:3]] == [16, 16, 16]
+        (row,) = store.query("SELECT uid, owner, output_path, key_fingerprint, records, "
+                             "new_draws, budget FROM releases")
+    assert row[1:] == (f"{socket.gethostname()}:{os.getpid()}",
+                       os.path.abspath(tmp_path / "out.csv"), KEY.fingerprint, 2, 2, "4")
+    assert len(row[0]) == 32 and int(row[0], 16) >= 0  # random hex
+    secret = read_key_file(where + ".key")
+    data = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*") if p.suffix != ".key")
+    assert secret._material not in data and secret.fingerprint.encode() in data
+
+
 # -- concurrency and crashes (separate processes) ---------------------------------------------
 
 def _cli_process(args, env_extra=None):
