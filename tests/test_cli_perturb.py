@@ -434,9 +434,11 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     joined = records.assign(released=release["postcode_dp"])
     assert joined.groupby("person_id")["released"].nunique().max() == 1
     assert records["person_id"].duplicated().sum() >= 3
-    # Keys are throwaway: the output directory holds only the release, its manifest and audit.
-    assert only(out_dir, "records_dp.csv", "records_dp.csv.manifest.json",
+    # Keys are throwaway: the output directory holds only the example input (left beside its
+    # release for comparison), the release, its manifest and audit file.
+    assert only(out_dir, "records.csv", "records_dp.csv", "records_dp.csv.manifest.json",
                 "records_dp.csv.audit.json")
+    assert (out_dir / "records.csv").read_bytes() == example.read_bytes()
     before = (out_dir / "records_dp.csv").read_bytes()
     assert main(["demo", "-o", str(out_dir), "-q"]) == 5  # an earlier demo is not replaced
     assert (out_dir / "records_dp.csv").read_bytes() == before
