@@ -330,9 +330,9 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
     calls = []
     original = plan_module._perturb_canonical
 
-    def counting(mechanism, k, ids, nodes):
+    def counting(mechanism, k, ids, nodes, **options):  # options: the plan's kept brackets
         calls.append((list(ids), list(nodes)))
-        return original(mechanism, k, ids, nodes)
+        return original(mechanism, k, ids, nodes, **options)
 
     monkeypatch.setattr(plan_module, "_perturb_canonical", counting)
     plan.process_chunk(frame(["1", "", "3", "4"], codes[:4]), 0)
