@@ -330,7 +330,7 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
     calls = []
     original = plan_module._perturb_canonical
 
-    def counting(mechanism, k, ids, nodes, **options):
+    def counting(mechanism, k, ids, nodes, **options):  # options: the plan's kept brackets
         calls.append((list(ids), list(nodes)))
         return original(mechanism, k, ids, nodes, **options)
 
