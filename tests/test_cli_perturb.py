@@ -512,3 +512,18 @@ def test_a_key_file_readable_by_others_is_refused(setup, tmp_path, capsys):
     assert code == 4
     assert "chmod 600" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("module", ["postcode_privacy", "postcode_privacy.cli"])
+def test_python_dash_m_runs_the_command_line(module):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "output-stability" in result.stdout
+    listed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                            text=True, timeout=120).stdout
+    for command in ("perturb", "keygen", "report", "ledger"):
+        assert command in listed

@@ -125,3 +125,10 @@ def entry_point() -> None:
 # Sub-commands register themselves on ``cli`` from their own modules; importing them here keeps
 # the whole command surface visible in one place.
 from . import commands  # noqa: E402,F401
+
+if __name__ == "__main__":
+    # ``python -m postcode_privacy.cli``: run the package's own copy of this module, on which the
+    # sub-commands registered themselves (this file, run as __main__, is a second copy).
+    from postcode_privacy.cli import entry_point as _package_entry_point
+
+    _package_entry_point()
