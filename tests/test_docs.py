@@ -346,3 +346,13 @@ def test_data_sources_are_credited(page):
     for phrase in ("Crown copyright and database right", "Ordnance Survey",
                    "Open Government Licence", "ONS Postcode Directory", "Royal Mail"):
         assert phrase in text, f"{page} does not credit {phrase}"
+
+
+def test_no_page_names_a_developer_machine_path():
+    """Commands in the docs use the activated environment's ``python``, never a path that only
+    exists on the machine the page was written on."""
+    pages = [*_pages(), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    found = [f"{p.name}:{n}" for p in pages
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"(?<![\w.])/(?:work|home|root|Users)/", line)]
+    assert not found, found
