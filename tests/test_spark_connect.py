@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import sys
 import warnings
 
@@ -58,6 +59,10 @@ def spark(server):
         yield session
     finally:
         session.stop()
+        # builder.remote() switches this whole process to Spark Connect through an environment
+        # variable; later classic sessions (and child processes) must not inherit it.
+        for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+            os.environ.pop(name, None)
 
 
 def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):

@@ -29,6 +29,8 @@ def test_the_local_example_in_the_docs_runs(tmp_path):
     script = tmp_path / "example.py"
     script.write_text(local_example())
     env = dict(os.environ, PYTHONPATH=source_path())
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+        env.pop(name, None)  # a reader's fresh shell: no Spark Connect switch inherited
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

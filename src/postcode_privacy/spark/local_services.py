@@ -99,9 +99,10 @@ def _start(name: str, command: list[str], workdir: Path, port: int,
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name.replace(' ', '-')}.log"
     # spark-class and spark-submit exec the JVM, so the process id is the JVM's.
-    process = subprocess.Popen(command, cwd=workdir, env=_environment(env),
-                               stdin=subprocess.DEVNULL, stdout=log.open("wb"),
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    with log.open("wb") as output:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(command, cwd=workdir, env=_environment(env),
+                                   stdin=subprocess.DEVNULL, stdout=output,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     return Service(name, process, log, port)
 
 
