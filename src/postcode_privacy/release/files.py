@@ -26,7 +26,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -43,11 +45,11 @@ from .manifest import (
     encode,
     manifest_path_for,
 )
+from .options import ReleaseOptions
 from .plan import (
     COUNT_KEYS,
     ChunkCheck,
     ReleasePlan,
-    check_columns,
     failure_error,
     merge_counts,
 )
@@ -107,22 +109,24 @@ def _no_records(reader: TableReader) -> InputDataError:
 
 
 def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, *, key: Key,
-                 epsilon, id_column: str, postcode_column: str, graph: Graph | None = None,
-                 radius: int | None = None, on_error: str = "error",
-                 out_column: str = "postcode_dp", keep_source_postcode: bool = False,
-                 terminated: str = "error", force: bool = False,
+                 graph: Graph | Callable[[], Graph] | None = None,
+                 options: ReleaseOptions | None = None, force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
-                 terminated_locations: pd.DataFrame | None = None, ledger=None) -> dict:
+                 terminated_locations: pd.DataFrame | None = None, ledger=None,
+                 **option_kwargs: Any) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
     manifest.
 
-    Options are those of :func:`~postcode_privacy.perturb_frame`, plus ``force`` (replace an
-    existing output and manifest), ``chunk_size`` (records held in memory at once; the output
-    does not depend on it) and ``progress`` (tqdm bars on stderr).  ``graph=None`` loads the
-    embedded national graph, after the cheap checks on paths, options and columns.
-    ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`) screens records against a
-    budget and records the release, atomically with its files (docs/ledger.md).
+    The release options are a :class:`ReleaseOptions` given as ``options=``, or its fields as
+    keywords (as for :func:`~postcode_privacy.perturb_frame`); they are validated before any
+    file is touched.  Also ``force`` (replace an existing output and manifest), ``chunk_size``
+    (records held in memory at once; the output does not depend on it) and ``progress`` (tqdm
+    bars on stderr).  ``graph=None`` loads the embedded national graph, after the cheap checks
+    on paths, options and columns.  ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`)
+    screens records against a budget and records the release, atomically with its files
+    (docs/ledger.md).
     """
+    options = ReleaseOptions.build(options, **option_kwargs)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
@@ -130,33 +134,24 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
     with claim:
-        return _release(claim, input_path, output_path, manifest_path, key=key, epsilon=epsilon,
-                        id_column=id_column, postcode_column=postcode_column, graph=graph,
-                        radius=radius, on_error=on_error, out_column=out_column,
-                        keep_source_postcode=keep_source_postcode, terminated=terminated,
-                        chunk_size=chunk_size, progress=progress,
+        return _release(claim, input_path, output_path, manifest_path, key=key, options=options,
+                        graph=graph, chunk_size=chunk_size, progress=progress,
                         terminated_locations=terminated_locations, ledger=ledger)
 
 
 def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
-             key, epsilon, id_column, postcode_column, graph, radius, on_error, out_column,
-             keep_source_postcode, terminated, chunk_size, progress,
+             key: Key, options: ReleaseOptions, graph, chunk_size: int, progress: bool,
              terminated_locations, ledger) -> dict:
     """The work of :func:`release_file`, inside its claim on the output's names."""
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
-    check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
-                  out_column=out_column)
+    options.check_columns(reader.columns)
 
     writer = None
     try:
         out_tmp = claim.temp(output_path)
-        plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
-                           postcode_column=postcode_column, graph=graph, radius=radius,
-                           on_error=on_error, out_column=out_column,
-                           keep_source_postcode=keep_source_postcode, terminated=terminated,
+        plan = ReleasePlan(key=key, options=options, graph=graph,
                            terminated_locations=terminated_locations)
-        plan.check_columns(reader.columns)
         if ledger is not None:
             ledger.attach(plan)
         input_sha256 = _sha256_file(input_path)
@@ -177,7 +172,7 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
             total = check.counts["records"]
 
         columns = plan.output_columns(reader.columns)
-        schema = reader.output_schema(columns, out_column) if table_format(output_path) == "parquet" else None
+        schema = reader.output_schema(columns, options.out_column) if table_format(output_path) == "parquet" else None
         writer = open_writer(out_tmp.handle, output_path.name, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "releasing") as bar:

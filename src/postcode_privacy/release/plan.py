@@ -23,28 +23,27 @@ import math
 import numbers
 import unicodedata
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..engine.batch import _perturb_canonical
-from ..errors import DuplicateSubjectWarning, InputDataError, InvalidParameterError, option
+from ..errors import DuplicateSubjectWarning, InputDataError, option
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
-from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.subject import canonical_subject_id
 from ..postcodes import try_normalise
 from ..version import OUTPUT_STABILITY_VERSION, __version__
+from .options import ON_ERROR_POLICIES, TERMINATED_POLICIES, ReleaseOptions
 
 __all__ = ["ReleasePlan", "ChunkCheck", "DuplicateSubjectWarning", "perturb_frame",
            "COUNT_KEYS", "FAILURE_KINDS", "MAX_LISTED_ERRORS", "ON_ERROR_POLICIES",
-           "TERMINATED_POLICIES", "check_columns", "merge_counts", "failure_error"]
+           "TERMINATED_POLICIES", "merge_counts", "failure_error"]
 
-ON_ERROR_POLICIES = ("error", "null", "drop")
-TERMINATED_POLICIES = ("error", "nearest")
 MAX_LISTED_ERRORS = 20
 _WARN_ROWS = 5
 
@@ -239,9 +238,11 @@ class _SubjectTracker:
 class ReleasePlan:
     """A mechanism, a key and validated release options, ready to process chunks of records.
 
-    Parameters are those of :func:`perturb_frame`, except that ``graph`` may also be a function
-    of no arguments returning the graph, called once after the options have been checked (so
-    that a slow load comes after the quick failures).  ``terminated_locations`` replaces the bundled
+    ``options`` is a :class:`ReleaseOptions` (validated when it was built).  Loose option
+    keywords (``epsilon=...``) are still accepted and go through :meth:`ReleaseOptions.build`,
+    the one validation, for callers not yet passing the object.  ``graph`` is as for
+    :func:`perturb_frame`, or a function of no arguments returning the graph, called once after
+    the options have been checked (so that a slow load comes after the quick failures).  ``terminated_locations`` replaces the bundled
     postcode directory as the source of terminated postcodes' coordinates (a DataFrame with
     columns postcode, easting, northing), for graphs from other sources and for tests.
 
@@ -249,34 +250,16 @@ class ReleasePlan:
     run-wide state (the subject tracker), so use one plan per release.
     """
 
-    def __init__(self, *, key: Key, epsilon, id_column: str, postcode_column: str,
-                 graph: Graph | None = None, radius: int | None = None,
-                 on_error: str = "error", out_column: str = "postcode_dp",
-                 keep_source_postcode: bool = False, terminated: str = "error",
-                 terminated_locations: pd.DataFrame | None = None):
+    def __init__(self, *, key: Key, options: ReleaseOptions | None = None,
+                 graph: Graph | Callable[[], Graph] | None = None,
+                 terminated_locations: pd.DataFrame | None = None, **option_kwargs: Any):
         if not isinstance(key, Key):
             raise TypeError("key must be a postcode_privacy.Key")
         if graph is not None and not isinstance(graph, Graph) and not callable(graph):
             raise TypeError("graph must be a postcode_privacy.Graph, a function returning one, "
                             "or None")
-        for name, value in (("id_column", id_column), ("postcode_column", postcode_column),
-                            ("out_column", out_column)):
-            if not isinstance(value, str) or not value:
-                raise InvalidParameterError(f"{name} must be a non-empty column name")
-        if id_column == postcode_column:
-            raise InvalidParameterError("the identifier and postcode columns must differ")
-        if out_column in (id_column, postcode_column):
-            raise InvalidParameterError(
-                "the output column must have its own name, different from the identifier and "
-                "true postcode columns, so the released postcode cannot be mistaken for the truth")
-        if on_error not in ON_ERROR_POLICIES:
-            raise InvalidParameterError("on_error must be one of: " + ", ".join(ON_ERROR_POLICIES))
-        if terminated not in TERMINATED_POLICIES:
-            raise InvalidParameterError(
-                "terminated must be one of: " + ", ".join(TERMINATED_POLICIES))
-        if not isinstance(keep_source_postcode, bool):
-            raise InvalidParameterError("keep_source_postcode must be True or False")
-        parse_epsilon(epsilon)  # fail before an expensive graph load
+        # Built (and so validated) before an expensive graph load.
+        self.options = options = ReleaseOptions.build(options, **option_kwargs)
         if graph is None:
             from ..graph.national import default_graph
 
@@ -286,13 +269,13 @@ class ReleasePlan:
             if not isinstance(graph, Graph):
                 raise TypeError("the graph loader did not return a postcode_privacy.Graph")
         self.key = key
-        self.id_column = id_column
-        self.postcode_column = postcode_column
-        self.out_column = out_column
-        self.on_error = on_error
-        self.keep_source_postcode = keep_source_postcode
-        self.terminated = terminated
-        self.mechanism = Mechanism(graph, epsilon, radius)
+        self.id_column = options.id_column
+        self.postcode_column = options.postcode_column
+        self.out_column = options.out_column
+        self.on_error = options.on_error
+        self.keep_source_postcode = options.keep_source_postcode
+        self.terminated = terminated = options.terminated
+        self.mechanism = Mechanism(graph, options.epsilon, options.radius)
         self.graph = graph
         self._nearest = None
         if terminated == "nearest":
@@ -316,14 +299,12 @@ class ReleasePlan:
     # -- columns --------------------------------------------------------------------------------
 
     def check_columns(self, columns: Iterable) -> None:
-        """Refuse an input whose columns cannot be released (see :func:`check_columns`)."""
-        check_columns(columns, id_column=self.id_column, postcode_column=self.postcode_column,
-                      out_column=self.out_column)
+        """Refuse an input whose columns cannot be released (:meth:`ReleaseOptions.check_columns`)."""
+        self.options.check_columns(columns)
 
     def output_columns(self, columns: Iterable) -> list:
         """The output's columns, in order, for an input with ``columns``."""
-        kept = [c for c in columns if self.keep_source_postcode or c != self.postcode_column]
-        return kept + [self.out_column]
+        return self.options.output_columns(columns)
 
     # -- checking -----------------------------------------------------------------------------
 
@@ -552,27 +533,6 @@ class ReleasePlan:
         }
 
 
-def check_columns(columns: Iterable, *, id_column: str, postcode_column: str,
-                  out_column: str) -> None:
-    """Refuse duplicate column names, a missing identifier or postcode column, and an output
-    column name the input already uses.  Messages name columns, never cell values."""
-    names = list(columns)
-    seen = set(names)
-    if len(seen) != len(names):
-        from .tables import duplicate_columns_message
-
-        raise InputDataError(duplicate_columns_message(names))
-    missing = [c for c in (id_column, postcode_column) if c not in seen]
-    if missing:
-        # The header's own cells are not echoed: without a header line they are a record.
-        raise InputDataError(
-            "the input has no column " + " or ".join(repr(c) for c in missing)
-            + f" (it has {len(names)} columns; does the file start with a header line?)")
-    if out_column in seen:
-        raise InputDataError(f"the input already has a column named {out_column!r}; "
-                             "choose another output column name")
-
-
 def warn_duplicate_subjects(count: int, rows: list[int], *, stacklevel: int) -> None:
     where = ", ".join(str(r) for r in rows[:_WARN_ROWS])
     warnings.warn(
@@ -621,13 +581,13 @@ def _file_entry(value) -> dict:
     return entry
 
 
-def perturb_frame(df: pd.DataFrame, *, key: Key, epsilon, id_column: str, postcode_column: str,
-                  graph: Graph | None = None, radius: int | None = None, on_error: str = "error",
-                  out_column: str = "postcode_dp", keep_source_postcode: bool = False,
-                  terminated: str = "error", row_offset: int = 0,
-                  progress: bool = False) -> pd.DataFrame:
+def perturb_frame(df: pd.DataFrame, *, key: Key, graph: Graph | None = None,
+                  options: ReleaseOptions | None = None, row_offset: int = 0,
+                  progress: bool = False, **option_kwargs: Any) -> pd.DataFrame:
     """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
 
+    The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
+    keywords (``epsilon=1, id_column="person_id", postcode_column="postcode"``, ...), not both.
     Returns a new frame with every column of ``df`` except ``postcode_column`` (kept when
     ``keep_source_postcode``) followed by the released postcode in ``out_column``; ``df`` is not
     modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
@@ -644,10 +604,7 @@ def perturb_frame(df: pd.DataFrame, *, key: Key, epsilon, id_column: str, postco
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError("df must be a pandas DataFrame")
-    plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
-                       postcode_column=postcode_column, graph=graph, radius=radius,
-                       on_error=on_error, out_column=out_column,
-                       keep_source_postcode=keep_source_postcode, terminated=terminated)
+    plan = ReleasePlan(key=key, options=ReleaseOptions.build(options, **option_kwargs), graph=graph)
     plan.check_columns(df.columns)
     step = 10_000 if progress else max(len(df), 1)
     if plan.on_error == "error" and len(df) > step:
