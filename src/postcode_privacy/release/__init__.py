@@ -39,12 +39,12 @@ __all__ = [
 
 # Where each public name lives.
 _HOMES = {
-    "COUNT_KEYS": ".plan",
-    "MAX_LISTED_ERRORS": ".plan",
-    "DuplicateSubjectWarning": ".plan",
+    "COUNT_KEYS": ".records",
+    "MAX_LISTED_ERRORS": ".records",
+    "DuplicateSubjectWarning": ".subjects",
     "ReleaseOptions": ".options",
     "ReleasePlan": ".plan",
-    "perturb_frame": ".plan",
+    "perturb_frame": ".frame",
     "release_file": ".files",
 }
 

@@ -46,13 +46,8 @@ from .manifest import (
     manifest_path_for,
 )
 from .options import ReleaseOptions
-from .plan import (
-    COUNT_KEYS,
-    ChunkCheck,
-    ReleasePlan,
-    failure_error,
-    merge_counts,
-)
+from .plan import ReleasePlan
+from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
 from .tables import TableReader, open_writer, table_format
 
 __all__ = ["release_file", "manifest_path_for", "audit_path_for", "MANIFEST_FORMAT",

@@ -70,14 +70,9 @@ from ..graph.artefact import load_graph, save_graph
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..release.options import ReleaseOptions
-from ..release.plan import (
-    MAX_LISTED_ERRORS,
-    ChunkCheck,
-    ReleasePlan,
-    failure_error,
-    subject_hash,
-    warn_duplicate_subjects,
-)
+from ..release.plan import ReleasePlan
+from ..release.records import MAX_LISTED_ERRORS, ChunkCheck, failure_error
+from ..release.subjects import subject_hash, warn_duplicate_subjects
 
 __all__ = ["perturb", "check", "SparkCheck", "ExecutorEnvironmentError", "ARTEFACT_PREFIX"]
 
