@@ -158,7 +158,7 @@ def perturb_command(input_path: str, output_path: str, key_path: str | None,
             manifest = release_file(
                 input_path, output_path, key=key, options=options,
                 graph=graph_loader(graph_path, progress), force=force, chunk_size=chunk_size,
-                progress=progress, terminated_locations=terminated_locations, ledger=recorder)
+                progress=not quiet, terminated_locations=terminated_locations, ledger=recorder)
     if not quiet:
         echo_summary(manifest, output_path)
         if recorder is not None:
@@ -183,10 +183,26 @@ def terminated_locations_for(terminated: str, graph_path: str | None):
     return None
 
 
+def echo_run_line(audit: dict, counts: dict) -> None:
+    """One line on stderr: elapsed time, rate, and how far released postcodes moved (from the
+    private audit file: it describes the true data, so it is never in the manifest)."""
+    run = audit.get("run") or {}
+    seconds = float(run.get("seconds") or 0.0)
+    rate = counts["records"] / seconds if seconds > 0 else float("inf")
+    line = f"perturb: {counts['records']:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+    moved = run.get("displacement_m")
+    if moved:
+        line += (f"; displacement over {moved['records']:,} released records: median "
+                 f"{moved['median']:,} m, 95th percentile {moved['p95']:,} m")
+    click.echo(line, err=True)
+
+
 def echo_summary(manifest: dict, output_path: str) -> None:
     from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
-    counts = read_audit(output_path)["counts"]  # private counts: shown to the operator only
+    audit = read_audit(output_path)  # private: shown to the operator only
+    counts = audit["counts"]
+    echo_run_line(audit, counts)
     echo_status(f"released {counts['released']} of {counts['records']} records to "
                 f"{click.format_filename(output_path)}")
     if counts["failed"]:

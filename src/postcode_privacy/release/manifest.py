@@ -45,8 +45,9 @@ MANIFEST_SUFFIX = ".manifest.json"
 AUDIT_FORMAT = "postcode-privacy-audit"
 AUDIT_VERSION = 1
 AUDIT_SUFFIX = ".audit.json"
-AUDIT_WARNING = ("PRIVATE: do not publish. Exact statistics of the true input (its sha256 and "
-                 "counts of failed, dropped, nulled and moved records); publishing them can "
+AUDIT_WARNING = ("PRIVATE: do not publish. Exact statistics of the true input (its sha256, "
+                 "counts of failed, dropped, nulled and moved records, and how far released "
+                 "postcodes moved); publishing them can "
                  "reveal true postcodes. Publish only the release and its manifest.")
 
 # Every top-level field of a version-2 manifest, in order.  Each is a release parameter or a
@@ -102,12 +103,16 @@ def build_manifest(description: dict, *, output_path: Path, output_format: str,
 
 
 def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sha256: str,
-                counts: dict) -> dict:
+                counts: dict, run: dict | None = None) -> dict:
     """The private audit record of a release: the true input's digest and every count.
 
     It names the manifest's output (path and sha256) so the two are seen to belong together.
+    ``run`` (optional) describes the run for the operator: elapsed ``seconds`` and
+    ``displacement_m``, the median and 95th percentile distance between true and released
+    postcodes over released records (release/displacement.py).  It describes the true data,
+    so it is here and never in the manifest.
     """
-    return {
+    audit = {
         "WARNING": AUDIT_WARNING,
         "format": AUDIT_FORMAT,
         "format_version": AUDIT_VERSION,
@@ -118,6 +123,9 @@ def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sh
                   "records": int(counts["records"])},
         "counts": {key: int(value) for key, value in counts.items()},
     }
+    if run is not None:
+        audit["run"] = run
+    return audit
 
 
 def encode(document: dict) -> bytes:

@@ -19,6 +19,7 @@ import pandas as pd
 from ..engine.batch import _perturb_canonical
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
+from .displacement import Displacement
 from .options import ReleaseOptions
 from .records import CheckedRecords, ChunkCheck, RecordRules, Screen, failure_error
 from .subjects import WARN_ROWS, _SubjectTracker, _tracker_hashes, warn_duplicate_subjects
@@ -83,6 +84,8 @@ class ReleasePlan:
         self._brackets: dict = {}  # the engine's bounds on Z by source, kept across chunks
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
+        # Optional, for the operator only (release/displacement.py): never in a manifest.
+        self.displacement: Displacement | None = None
 
     def __repr__(self) -> str:
         return (f"<ReleasePlan epsilon={self.mechanism.epsilon.text} radius={self.mechanism.radius}"
@@ -115,18 +118,22 @@ class ReleasePlan:
 
     # -- releasing ----------------------------------------------------------------------------
 
-    def _perturb(self, subject_ids: list[str], nodes: np.ndarray) -> np.ndarray:
+    def _perturb(self, subject_ids: list[str], nodes: np.ndarray,
+                 progress: Callable[[int], None] | None = None) -> np.ndarray:
         """The single call into the engine for every release path: node numbers and the
         identifiers canonicalised once by the record checks, never looked up again.  Returns
         the released labels (an object array), each distinct output labelled once."""
         released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes,
-                                      brackets=self._brackets)
+                                      brackets=self._brackets, progress=progress)
+        if self.displacement is not None:
+            self.displacement.add(nodes, released)
         distinct, where = np.unique(released, return_inverse=True)
         labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
         return labels[where.reshape(-1)]
 
-    def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *,
-                      warn: bool = True) -> tuple[pd.DataFrame, dict[str, int]]:
+    def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *, warn: bool = True,
+                      progress: Callable[[int], None] | None = None,
+                      ) -> tuple[pd.DataFrame, dict[str, int]]:
         """Check and release one chunk of records; return ``(output frame, counts)``.
 
         ``row_offset`` is the number of records before this chunk, so that reported record
@@ -138,7 +145,9 @@ class ReleasePlan:
         listing them, before anything is perturbed.  With ``warn``, a
         :class:`DuplicateSubjectWarning` reports identifiers seen with a second postcode in this
         chunk (compared with every earlier chunk of this plan); otherwise they are kept for
-        :meth:`warn_subjects`.
+        :meth:`warn_subjects`.  ``progress``, if given, is called with numbers of records as
+        the engine finishes them (per engine task, not per chunk), and once with the records
+        not perturbed; the calls add up to ``len(df)``.
         """
         self.check_columns(df.columns)
         checked = self.check_records(df, int(row_offset))
@@ -150,7 +159,10 @@ class ReleasePlan:
         ok_ids = ids if ok.size == len(ids) else [ids[i] for i in ok.tolist()]
         # Accepted records always have a canonical identifier (RecordRules.check_records).
         accepted: list[str] = [i for i in ok_ids if i is not None]
-        released: np.ndarray | list = self._perturb(accepted, checked.nodes[ok]) if ok.size else []
+        released: np.ndarray | list = (self._perturb(accepted, checked.nodes[ok], progress)
+                                       if ok.size else [])
+        if progress is not None and len(df) > ok.size:
+            progress(len(df) - int(ok.size))
         hashes = _tracker_hashes(accepted)
         new = self._subjects.add(hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1)
         if warn and new:
