@@ -189,7 +189,7 @@ def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monke
     df.loc[24, "pc"] = "NOPE"
     src = write_csv(df, tmp_path / "in.csv")
     calls = []
-    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes: calls.append(1))
+    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes, *rest: calls.append(1))
     with pytest.raises(InputDataError):
         run(src, tmp_path / "out.csv", graph, key, chunk_size=5)
     assert calls == []
@@ -201,11 +201,11 @@ def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch):
     original = ReleasePlan._perturb
     calls = []
 
-    def interrupt_second_chunk(self, ids, nodes):
+    def interrupt_second_chunk(self, ids, nodes, *rest):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, ids, nodes)
+        return original(self, ids, nodes, *rest)
 
     monkeypatch.setattr(ReleasePlan, "_perturb", interrupt_second_chunk)
     with pytest.raises(KeyboardInterrupt):
@@ -267,10 +267,10 @@ def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatc
     src = write_csv(records(codes), tmp_path / "in.csv")
     original = ReleasePlan._perturb
 
-    def tamper(self, ids, nodes):
+    def tamper(self, ids, nodes, *rest):
         with open(src, "ab") as handle:
             handle.write(b"99999,LS1 1AA,\n")
-        return original(self, ids, nodes)
+        return original(self, ids, nodes, *rest)
 
     monkeypatch.setattr(ReleasePlan, "_perturb", tamper)
     with pytest.raises(InputDataError, match="changed"):
