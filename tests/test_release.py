@@ -17,7 +17,8 @@ from postcode_privacy import (
 )
 from postcode_privacy.graph.build import build_graph
 from postcode_privacy.release import DuplicateSubjectWarning, ReleasePlan
-from postcode_privacy.release.plan import MAX_LISTED_ERRORS, _SubjectTracker
+from postcode_privacy.release.records import MAX_LISTED_ERRORS
+from postcode_privacy.release.subjects import _SubjectTracker
 
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 

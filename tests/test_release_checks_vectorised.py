@@ -19,7 +19,7 @@ from postcode_privacy import Key
 from postcode_privacy.mechanism.subject import canonical_subject_id
 from postcode_privacy.postcodes import try_normalise
 from postcode_privacy.release import ReleasePlan
-from postcode_privacy.release.plan import MAX_LISTED_ERRORS, _canonical_identifiers
+from postcode_privacy.release.records import MAX_LISTED_ERRORS, _canonical_identifiers
 
 
 def oracle(plan: ReleasePlan, df: pd.DataFrame):
@@ -106,8 +106,8 @@ def test_repeated_postcodes_are_classified_once(plan, monkeypatch):
     df = pd.DataFrame({"id": [f"s{i}" for i in range(1000)],
                        "postcode": [codes[i % 5] for i in range(1000)]})
     calls = []
-    original = plan._postcode_outcome
-    monkeypatch.setattr(plan, "_postcode_outcome", lambda v: calls.append(v) or original(v))
+    original = plan.rules._postcode_outcome
+    monkeypatch.setattr(plan.rules, "_postcode_outcome", lambda v: calls.append(v) or original(v))
     checked = plan.check_records(df, 0)
     assert len(calls) == 5
     assert checked.nodes.tolist() == [plan.graph.find(codes[i % 5]) for i in range(1000)]

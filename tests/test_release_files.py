@@ -189,7 +189,7 @@ def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monke
     df.loc[24, "pc"] = "NOPE"
     src = write_csv(df, tmp_path / "in.csv")
     calls = []
-    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes: calls.append(1))
+    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes, *rest: calls.append(1))
     with pytest.raises(InputDataError):
         run(src, tmp_path / "out.csv", graph, key, chunk_size=5)
     assert calls == []
@@ -201,11 +201,11 @@ def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch):
     original = ReleasePlan._perturb
     calls = []
 
-    def interrupt_second_chunk(self, ids, nodes):
+    def interrupt_second_chunk(self, ids, nodes, *rest):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, ids, nodes)
+        return original(self, ids, nodes, *rest)
 
     monkeypatch.setattr(ReleasePlan, "_perturb", interrupt_second_chunk)
     with pytest.raises(KeyboardInterrupt):
@@ -267,10 +267,10 @@ def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatc
     src = write_csv(records(codes), tmp_path / "in.csv")
     original = ReleasePlan._perturb
 
-    def tamper(self, ids, nodes):
+    def tamper(self, ids, nodes, *rest):
         with open(src, "ab") as handle:
             handle.write(b"99999,LS1 1AA,\n")
-        return original(self, ids, nodes)
+        return original(self, ids, nodes, *rest)
 
     monkeypatch.setattr(ReleasePlan, "_perturb", tamper)
     with pytest.raises(InputDataError, match="changed"):
@@ -411,3 +411,49 @@ def test_an_interruption_after_the_manifest_leaves_no_manifest_without_its_outpu
     # The manifest and audit file went first and were taken back when the output could not follow.
     assert sorted(moved) == ["out.csv.audit.json", "out.csv.manifest.json"]
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["in.csv"]
+
+
+def test_displacement_and_run_time_go_to_the_audit_file_only(tmp_path, grid):
+    """Issue 13 item 9: the displacement summary describes the true data: private audit only."""
+    from postcode_privacy.release.displacement import Displacement
+    from postcode_privacy.release.manifest import read_audit
+
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    pd.DataFrame({"id": [str(i) for i in range(60)],
+                  "pc": [codes[i % len(codes)] for i in range(60)]}).to_csv(src, index=False)
+    out = tmp_path / "out.csv"
+    manifest = release_file(src, out, key=Key.generate(), epsilon=1, id_column="id",
+                            postcode_column="pc", graph=graph)
+    run = read_audit(out)["run"]
+    released = pd.read_csv(out, dtype=str)["postcode_dp"]
+    truth = pd.read_csv(src, dtype=str)["pc"]
+    measured = Displacement(graph)
+    measured.add(np.array([graph.index_of(t) for t in truth]),
+                 np.array([graph.index_of(r) for r in released]))
+    assert run["displacement_m"] == measured.summary()
+    assert run["displacement_m"]["records"] == 60 and run["seconds"] >= 0
+    text = (tmp_path / "out.csv.manifest.json").read_text()
+    assert "displacement" not in text and "run" not in manifest
+
+
+def test_progress_moves_per_engine_batch_and_adds_up(grid):
+    graph, codes = grid
+    plan = ReleasePlan(key=Key.generate(), epsilon=1, id_column="id", postcode_column="pc",
+                       graph=graph, on_error="null")
+    frame = pd.DataFrame({"id": [str(i) for i in range(50)],
+                          "pc": [codes[i % len(codes)] for i in range(49)] + ["nonsense"]})
+    steps: list[int] = []
+    plan.process_chunk(frame, 0, progress=steps.append)
+    assert sum(steps) == 50 and steps[-1] == 1  # the unreleasable record is counted too
+
+
+def test_displacement_quantiles_are_to_the_nearest_bin(grid):
+    from postcode_privacy.release.displacement import BIN_METRES, Displacement
+
+    graph, _ = grid
+    d = Displacement(graph)
+    assert d.summary() is None
+    d._bins[[0, 5, 100]] = [10, 5, 5]
+    d.count = 20
+    assert d.quantile(0.5) == 0 and d.quantile(0.95) == 100 * BIN_METRES

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pickle
 import random
 import sys
 import uuid
@@ -33,7 +34,13 @@ from spark_helpers import (  # noqa: E402
 )
 from spark_helpers import small_graph as make_small_graph  # noqa: E402
 
-from postcode_privacy import InputDataError, InvalidParameterError, Key, perturb_frame  # noqa: E402
+from postcode_privacy import (  # noqa: E402
+    InputDataError,
+    InvalidParameterError,
+    Key,
+    ReleaseOptions,
+    perturb_frame,
+)
 from postcode_privacy import spark as pps  # noqa: E402  (imports PySpark)
 from postcode_privacy.errors import ArtefactError, DuplicateSubjectWarning  # noqa: E402
 
@@ -350,11 +357,11 @@ def test_key_never_appears_in_plans_event_log_or_configuration(spark, small_grap
 def test_closure_is_small_and_carries_no_graph(small_graph):
     graph, _ = small_graph
     ref = pps._GraphRef(pps._artefact_name(graph.sha256), graph.sha256)
-    options = pps._Options(graph=ref, epsilon=EPSILON, radius=None, expected_radius=3,
-                           id_column="sid", postcode_column="pc", on_error="null",
-                           out_column="postcode_dp", keep_source_postcode=False,
-                           terminated="error")
-    pickled = cloudpickle.dumps(pps._release_function(options, pps._SealedKey(Key.generate()),
+    options = ReleaseOptions(epsilon=EPSILON, id_column="sid", postcode_column="pc",
+                             on_error="null")
+    assert pickle.loads(pickle.dumps(options)) == options  # plain values, no key
+    spec = pps._TaskSpec(graph=ref, options=options, expected_radius=3)
+    pickled = cloudpickle.dumps(pps._release_function(spec, pps._SealedKey(Key.generate()),
                                                       [0, 10, 20]))
     assert len(pickled) < 16_000
     assert graph.label(5).encode() not in pickled  # no node label, so no graph, in the closure

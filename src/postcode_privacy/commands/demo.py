@@ -69,7 +69,8 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from ..graph.national import default_graph
     from ..keyfile import read_key_file, write_key_file
     from ..mechanism import Key
-    from ..release import release_file
+    from ..mechanism.epsilon import parse_epsilon
+    from ..release import ReleaseOptions, release_file
     from .perturb import echo_library_warnings, show_progress, sigterm_as_interrupt
 
     progress = show_progress(quiet)
@@ -91,11 +92,12 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         graph = default_graph(progress=not quiet)
         source = out_dir / "records.csv"
         _copy_example(source, force=force)
-        manifest = release_file(source, output, key=key, epsilon=DEMO_EPSILON,
-                                id_column="person_id", postcode_column="postcode",
-                                graph=graph, force=force, progress=progress)
-        truth = pd.read_csv(source, dtype=str, keep_default_na=False)["postcode"]
-    released = pd.read_csv(output, dtype=str, keep_default_na=False)["postcode_dp"]
+        options = ReleaseOptions(epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id",
+                                 postcode_column="postcode")
+        manifest = release_file(source, output, key=key, options=options, graph=graph,
+                                force=force, progress=progress)
+        truth = pd.read_csv(source, dtype=str, keep_default_na=False)[options.postcode_column]
+    released = pd.read_csv(output, dtype=str, keep_default_na=False)[options.out_column]
     median, same = median_displacement(graph, truth.tolist(), released.tolist())
     from ..release.manifest import read_audit
 

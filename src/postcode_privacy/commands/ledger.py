@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from ..cli import cli
+from ..release.options import ReleaseOptions, click_options, pop_release_options
 
 LEDGER_SECRET_HELP = ("The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
                       "ledger; required for a PostgreSQL URL.")
@@ -73,28 +75,28 @@ def echo_summary(summary: dict) -> None:
 @click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
 @click.option("--key", "key_path", metavar="KEYFILE",
               help="Release key file (default: $POSTCODE_PRIVACY_KEY).")
-@click.option("--epsilon", required=True, metavar="E", help="Epsilon of the planned release.")
-@click.option("--id-column", required=True, metavar="C", help="Column of subject identifiers.")
-@click.option("--postcode-column", required=True, metavar="P", help="Column of true postcodes.")
-@click.option("--radius", type=int, default=None, metavar="R", help="Hop cap (as for perturb).")
+@click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
 @click.option("--graph", "graph_path", metavar="ARTEFACT",
               help="Graph artefact (default: the embedded national graph).")
-@click.option("--terminated", type=click.Choice(["error", "nearest"]), default="error",
-              show_default=True, help="As for perturb.")
 @click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
               metavar="N", help="Records held in memory at once.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def check_command(input_path, location, secret, key_path, epsilon, id_column, postcode_column,
-                  radius, graph_path, terminated, budget, chunk_size, as_json) -> None:
+def check_command(input_path: str, location: str, secret: str | None, key_path: str | None,
+                  graph_path: str | None, budget: str | None, chunk_size: int, as_json: bool,
+                  **release_options: Any) -> None:
     """Preview a release of INPUT against the ledger, without making it."""
-    report = run_check(input_path, location, secret, key_path, epsilon, id_column,
-                       postcode_column, radius, graph_path, terminated, budget, chunk_size)
+    options = pop_release_options(release_options)
+    report = run_check(input_path, location, secret, key_path, options, graph_path, budget,
+                       chunk_size)
     echo_check(report, as_json)
 
 
-def run_check(input_path, location, secret, key_path, epsilon, id_column, postcode_column,
-              radius, graph_path, terminated, budget, chunk_size) -> dict:
+def run_check(input_path: str, location: str, secret: str | None, key_path: str | None,
+              options: ReleaseOptions, graph_path: str | None, budget: str | None,
+              chunk_size: int) -> dict:
+    """The ledger preview of a release with ``options`` (its error policy is the ledger's own:
+    a record that cannot be released is counted, not an error)."""
     from ..ledger import check_release, parse_budget
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
@@ -102,10 +104,10 @@ def run_check(input_path, location, secret, key_path, epsilon, id_column, postco
     limit = None if budget is None else parse_budget(budget)
     with open_ledger(location, secret) as ledger:
         return check_release(
-            ledger, input_path, key=key, epsilon=epsilon, id_column=id_column,
-            postcode_column=postcode_column, graph=graph_loader(graph_path, False),
-            radius=radius, terminated=terminated,
-            terminated_locations=terminated_locations_for(terminated, graph_path),
+            ledger, input_path, key=key, epsilon=options.epsilon, id_column=options.id_column,
+            postcode_column=options.postcode_column, graph=graph_loader(graph_path, False),
+            radius=options.radius, terminated=options.terminated,
+            terminated_locations=terminated_locations_for(options.terminated, graph_path),
             budget=limit, chunk_size=chunk_size)
 
 

@@ -7,10 +7,12 @@ import signal
 import sys
 import threading
 import warnings
+from typing import Any
 
 import click
 
 from ..cli import cli, echo_status
+from ..release.options import click_options, pop_release_options
 
 
 def resolve_key(key_path: str | None):
@@ -105,26 +107,9 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option("--key", "key_path", metavar="KEYFILE",
               help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
                    "read from $POSTCODE_PRIVACY_KEY.")
-@click.option("--epsilon", required=True, metavar="E",
-              help="Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).")
-@click.option("--id-column", required=True, metavar="C", help="Column of subject identifiers.")
-@click.option("--postcode-column", required=True, metavar="P", help="Column of true postcodes.")
-@click.option("--radius", type=int, default=None, metavar="R",
-              help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.")
+@click_options
 @click.option("--graph", "graph_path", metavar="ARTEFACT",
               help="Graph artefact to use instead of the embedded national graph.")
-@click.option("--on-error", type=click.Choice(["error", "null", "drop"]), default="error",
-              show_default=True,
-              help="Records that cannot be released: fail listing them (nothing written), "
-                   "leave the released cell empty, or drop the row.")
-@click.option("--out-column", default="postcode_dp", show_default=True, metavar="NAME",
-              help="Name of the released postcode column.")
-@click.option("--keep-source-postcode", is_flag=True,
-              help="Keep the true postcode column in the output (it is dropped by default).")
-@click.option("--terminated", type=click.Choice(["error", "nearest"]), default="error",
-              show_default=True,
-              help="Postcodes not in the graph: an error, or (nearest) map a terminated postcode "
-                   "with known coordinates to the nearest live postcode first.")
 @click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
               metavar="N", help="Records held in memory at once (does not change the output).")
@@ -138,10 +123,10 @@ def graph_loader(graph_path: str | None, progress: bool):
                    "handled by --on-error.")
 @click.option("--dry-run", is_flag=True,
               help="With --ledger: report what the release would record, write nothing.")
-def perturb_command(input_path, output_path, key_path, epsilon, id_column, postcode_column,
-                    radius, graph_path, on_error, out_column, keep_source_postcode, terminated,
-                    force, chunk_size, quiet, ledger_location, ledger_secret, budget,
-                    dry_run) -> None:
+def perturb_command(input_path: str, output_path: str, key_path: str | None,
+                    graph_path: str | None, force: bool, chunk_size: int, quiet: bool,
+                    ledger_location: str | None, ledger_secret: str | None, budget: str | None,
+                    dry_run: bool, **release_options: Any) -> None:
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
@@ -149,18 +134,18 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
     """
     from ..release import release_file
 
+    options = pop_release_options(release_options)  # validated here, once
     if ledger_location is None and (budget is not None or dry_run or ledger_secret is not None):
         raise click.UsageError("--budget, --dry-run and --ledger-secret need --ledger")
-    if dry_run:
+    if dry_run and ledger_location is not None:
         from .ledger import echo_check, run_check
 
-        echo_check(run_check(input_path, ledger_location, ledger_secret, key_path, epsilon,
-                             id_column, postcode_column, radius, graph_path, terminated, budget,
-                             chunk_size), as_json=False)
+        echo_check(run_check(input_path, ledger_location, ledger_secret, key_path, options,
+                             graph_path, budget, chunk_size), as_json=False)
         return
     key = resolve_key(key_path)
     progress = show_progress(quiet)
-    terminated_locations = terminated_locations_for(terminated, graph_path)
+    terminated_locations = terminated_locations_for(options.terminated, graph_path)
     with contextlib.ExitStack() as stack:
         recorder = None
         if ledger_location is not None:
@@ -171,19 +156,17 @@ def perturb_command(input_path, output_path, key_path, epsilon, id_column, postc
             recorder = LedgerRecorder(ledger, limit)
         with sigterm_as_interrupt(), echo_library_warnings():
             manifest = release_file(
-                input_path, output_path, key=key, epsilon=epsilon, id_column=id_column,
-                postcode_column=postcode_column, graph=graph_loader(graph_path, progress),
-                radius=radius, on_error=on_error, out_column=out_column,
-                keep_source_postcode=keep_source_postcode, terminated=terminated, force=force,
-                chunk_size=chunk_size, progress=progress,
-                terminated_locations=terminated_locations, ledger=recorder)
+                input_path, output_path, key=key, options=options,
+                graph=graph_loader(graph_path, progress), force=force, chunk_size=chunk_size,
+                progress=not quiet, terminated_locations=terminated_locations, ledger=recorder)
     if not quiet:
         echo_summary(manifest, output_path)
         if recorder is not None:
             from ..release.manifest import read_audit
 
             over = read_audit(output_path)["counts"].get("over_budget", 0)  # private count
-            echo_status(f"  ledger: {len(recorder.account.new_draws)} new draws recorded"
+            drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
+            echo_status(f"  ledger: {drawn} new draws recorded"
                         + (f", {over} records over budget" if budget is not None else ""))
 
 
@@ -200,10 +183,26 @@ def terminated_locations_for(terminated: str, graph_path: str | None):
     return None
 
 
+def echo_run_line(audit: dict, counts: dict) -> None:
+    """One line on stderr: elapsed time, rate, and how far released postcodes moved (from the
+    private audit file: it describes the true data, so it is never in the manifest)."""
+    run = audit.get("run") or {}
+    seconds = float(run.get("seconds") or 0.0)
+    rate = counts["records"] / seconds if seconds > 0 else float("inf")
+    line = f"perturb: {counts['records']:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+    moved = run.get("displacement_m")
+    if moved:
+        line += (f"; displacement over {moved['records']:,} released records: median "
+                 f"{moved['median']:,} m, 95th percentile {moved['p95']:,} m")
+    click.echo(line, err=True)
+
+
 def echo_summary(manifest: dict, output_path: str) -> None:
     from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
-    counts = read_audit(output_path)["counts"]  # private counts: shown to the operator only
+    audit = read_audit(output_path)  # private: shown to the operator only
+    counts = audit["counts"]
+    echo_run_line(audit, counts)
     echo_status(f"released {counts['released']} of {counts['records']} records to "
                 f"{click.format_filename(output_path)}")
     if counts["failed"]:

@@ -26,14 +26,19 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from .._progress import stderr_is_terminal
 from ..atomic import OutputClaim
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism import Key
+from .displacement import Displacement
 from .manifest import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
@@ -43,14 +48,9 @@ from .manifest import (
     encode,
     manifest_path_for,
 )
-from .plan import (
-    COUNT_KEYS,
-    ChunkCheck,
-    ReleasePlan,
-    check_columns,
-    failure_error,
-    merge_counts,
-)
+from .options import ReleaseOptions
+from .plan import ReleasePlan
+from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
 from .tables import TableReader, open_writer, table_format
 
 __all__ = ["release_file", "manifest_path_for", "audit_path_for", "MANIFEST_FORMAT",
@@ -93,11 +93,45 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
             raise OutputExistsError("refusing to write over the input file; choose another output")
 
 
+class _StageLines:
+    """Progress as plain lines on stderr, for a log rather than a terminal: one line when a
+    stage starts, at each quarter of a known total, and at its end (``_progress.py``)."""
+
+    def __init__(self, total: int | None, desc: str):
+        self.total, self.desc, self.done = total, desc, 0
+        self._started = time.perf_counter()
+        self._next = 0 if total else None
+        self._say(f"{desc}...")
+
+    def _say(self, text: str) -> None:
+        print(f"perturb: {text}", file=sys.stderr, flush=True)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self._next is not None and self.total and self.done >= self._next \
+                and self.done < self.total:
+            elapsed = time.perf_counter() - self._started
+            self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({elapsed:.1f} s)")
+            self._next = self.done + max(1, -(-self.total // 4))
+
+    def __enter__(self) -> _StageLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            elapsed = time.perf_counter() - self._started
+            self._say(f"{self.desc} done: {self.done:,} records in {elapsed:.1f} s")
+
+
 def _bar(progress: bool, total: int | None, desc: str):
+    """Feedback for one pass over the records: a tqdm bar (rate and, with a total, ETA) on a
+    terminal, plain stage lines otherwise, nothing without ``progress``."""
     from tqdm import tqdm
 
+    if progress and not stderr_is_terminal():
+        return _StageLines(total, desc)
     return tqdm(total=total, disable=not progress, file=sys.stderr, unit=" records", desc=desc,
-                dynamic_ncols=True, leave=False)
+                dynamic_ncols=True, leave=False, unit_scale=True, smoothing=0.1)
 
 
 def _no_records(reader: TableReader) -> InputDataError:
@@ -107,22 +141,25 @@ def _no_records(reader: TableReader) -> InputDataError:
 
 
 def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, *, key: Key,
-                 epsilon, id_column: str, postcode_column: str, graph: Graph | None = None,
-                 radius: int | None = None, on_error: str = "error",
-                 out_column: str = "postcode_dp", keep_source_postcode: bool = False,
-                 terminated: str = "error", force: bool = False,
+                 graph: Graph | Callable[[], Graph] | None = None,
+                 options: ReleaseOptions | None = None, force: bool = False,
                  chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
-                 terminated_locations: pd.DataFrame | None = None, ledger=None) -> dict:
+                 terminated_locations: pd.DataFrame | None = None, ledger=None,
+                 **option_kwargs: Any) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
     manifest.
 
-    Options are those of :func:`~postcode_privacy.perturb_frame`, plus ``force`` (replace an
-    existing output and manifest), ``chunk_size`` (records held in memory at once; the output
-    does not depend on it) and ``progress`` (tqdm bars on stderr).  ``graph=None`` loads the
-    embedded national graph, after the cheap checks on paths, options and columns.
-    ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`) screens records against a
-    budget and records the release, atomically with its files (docs/ledger.md).
+    The release options are a :class:`ReleaseOptions` given as ``options=``, or its fields as
+    keywords (as for :func:`~postcode_privacy.perturb_frame`); they are validated before any
+    file is touched.  Also ``force`` (replace an existing output and manifest), ``chunk_size``
+    (records held in memory at once; the output does not depend on it) and ``progress``
+    (feedback on stderr: tqdm bars moving per engine batch on a terminal, plain stage lines
+    otherwise).  ``graph=None`` loads the embedded national graph, after the cheap checks
+    on paths, options and columns.  ``ledger`` (a :class:`~postcode_privacy.ledger.LedgerRecorder`)
+    screens records against a budget and records the release, atomically with its files
+    (docs/ledger.md).
     """
+    options = ReleaseOptions.build(options, **option_kwargs)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
@@ -130,35 +167,28 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
     with claim:
-        return _release(claim, input_path, output_path, manifest_path, key=key, epsilon=epsilon,
-                        id_column=id_column, postcode_column=postcode_column, graph=graph,
-                        radius=radius, on_error=on_error, out_column=out_column,
-                        keep_source_postcode=keep_source_postcode, terminated=terminated,
-                        chunk_size=chunk_size, progress=progress,
+        return _release(claim, input_path, output_path, manifest_path, key=key, options=options,
+                        graph=graph, chunk_size=chunk_size, progress=progress,
                         terminated_locations=terminated_locations, ledger=ledger)
 
 
 def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
-             key, epsilon, id_column, postcode_column, graph, radius, on_error, out_column,
-             keep_source_postcode, terminated, chunk_size, progress,
+             key: Key, options: ReleaseOptions, graph, chunk_size: int, progress: bool,
              terminated_locations, ledger) -> dict:
     """The work of :func:`release_file`, inside its claim on the output's names."""
+    started = time.perf_counter()
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
-    check_columns(reader.columns, id_column=id_column, postcode_column=postcode_column,
-                  out_column=out_column)
+    options.check_columns(reader.columns)
 
     writer = None
     try:
         out_tmp = claim.temp(output_path)
-        plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
-                           postcode_column=postcode_column, graph=graph, radius=radius,
-                           on_error=on_error, out_column=out_column,
-                           keep_source_postcode=keep_source_postcode, terminated=terminated,
+        plan = ReleasePlan(key=key, options=options, graph=graph,
                            terminated_locations=terminated_locations)
-        plan.check_columns(reader.columns)
         if ledger is not None:
             ledger.attach(plan)
+        plan.displacement = Displacement(plan.graph)  # for the private audit file only
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 
@@ -177,17 +207,17 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
             total = check.counts["records"]
 
         columns = plan.output_columns(reader.columns)
-        schema = reader.output_schema(columns, out_column) if table_format(output_path) == "parquet" else None
+        schema = reader.output_schema(columns, options.out_column) if table_format(output_path) == "parquet" else None
         writer = open_writer(out_tmp.handle, output_path.name, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "releasing") as bar:
             offset = 0
             for chunk in reader.chunks():
-                out, part = plan.process_chunk(chunk, offset, warn=False)
+                # The bar moves as the engine finishes each batch, not once per chunk.
+                out, part = plan.process_chunk(chunk, offset, warn=False, progress=bar.update)
                 writer.write(out)
                 merge_counts(counts, part)
                 offset += len(chunk)
-                bar.update(len(chunk))
         if counts["records"] == 0:
             raise _no_records(reader)
         writer.close(columns)
@@ -204,7 +234,9 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
                                   output_sha256=_sha256_file(out_tmp.path),
                                   rows=counts["rows_out"])
         audit = build_audit(manifest, input_path=input_path, input_format=reader.format,
-                            input_sha256=input_sha256, counts=counts)
+                            input_sha256=input_sha256, counts=counts,
+                            run={"seconds": round(time.perf_counter() - started, 3),
+                                 "displacement_m": plan.displacement.summary()})
         man_tmp = claim.temp(manifest_path)
         man_tmp.handle.write(encode(manifest))
         man_tmp.finish()

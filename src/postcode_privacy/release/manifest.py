@@ -13,19 +13,31 @@ published".
   (0600), and its first field says it must not be published.  It holds what the data custodian
   needs to audit the run: the input's name and sha256 and every count by outcome.
 
-This module builds both documents; ``files.py`` writes them, atomically, with the release.
+This module describes a release (:func:`describe`) and builds both documents; ``files.py`` writes them, atomically, with the release.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
+from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..version import OUTPUT_STABILITY_VERSION, __version__
+
+if TYPE_CHECKING:
+    from ..graph.graph import Graph
+    from .plan import ReleasePlan
 
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "AUDIT_FORMAT", "AUDIT_VERSION",
            "PUBLISHABLE_FIELDS", "AUDIT_WARNING", "manifest_path_for", "audit_path_for",
-           "build_manifest", "build_audit", "encode", "read_audit"]
+           "build_manifest", "build_audit", "encode", "read_audit", "describe", "prior_kind",
+           "provenance_summary"]
 
 MANIFEST_FORMAT = "postcode-privacy-manifest"
 MANIFEST_VERSION = 2
@@ -33,8 +45,9 @@ MANIFEST_SUFFIX = ".manifest.json"
 AUDIT_FORMAT = "postcode-privacy-audit"
 AUDIT_VERSION = 1
 AUDIT_SUFFIX = ".audit.json"
-AUDIT_WARNING = ("PRIVATE: do not publish. Exact statistics of the true input (its sha256 and "
-                 "counts of failed, dropped, nulled and moved records); publishing them can "
+AUDIT_WARNING = ("PRIVATE: do not publish. Exact statistics of the true input (its sha256, "
+                 "counts of failed, dropped, nulled and moved records, and how far released "
+                 "postcodes moved); publishing them can "
                  "reveal true postcodes. Publish only the release and its manifest.")
 
 # Every top-level field of a version-2 manifest, in order.  Each is a release parameter or a
@@ -90,12 +103,16 @@ def build_manifest(description: dict, *, output_path: Path, output_format: str,
 
 
 def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sha256: str,
-                counts: dict) -> dict:
+                counts: dict, run: dict | None = None) -> dict:
     """The private audit record of a release: the true input's digest and every count.
 
     It names the manifest's output (path and sha256) so the two are seen to belong together.
+    ``run`` (optional) describes the run for the operator: elapsed ``seconds`` and
+    ``displacement_m``, the median and 95th percentile distance between true and released
+    postcodes over released records (release/displacement.py).  It describes the true data,
+    so it is here and never in the manifest.
     """
-    return {
+    audit = {
         "WARNING": AUDIT_WARNING,
         "format": AUDIT_FORMAT,
         "format_version": AUDIT_VERSION,
@@ -106,6 +123,9 @@ def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sh
                   "records": int(counts["records"])},
         "counts": {key: int(value) for key, value in counts.items()},
     }
+    if run is not None:
+        audit["run"] = run
+    return audit
 
 
 def encode(document: dict) -> bytes:
@@ -116,3 +136,70 @@ def encode(document: dict) -> bytes:
 def read_audit(output_path: str | os.PathLike) -> dict:
     """The audit document written beside ``output_path``."""
     return json.loads(audit_path_for(output_path).read_text(encoding="utf-8"))
+
+
+def describe(plan: ReleasePlan) -> dict:
+    """The release's parameters, as the publishable manifest records them: nothing here is
+    computed from the records (never the key itself, never a count)."""
+    from .terminated import describe_source
+
+    m = plan.mechanism
+    bound: Fraction = m.teleport_bound
+    return {
+        "library_version": __version__,
+        "output_stability_version": OUTPUT_STABILITY_VERSION,
+        "graph": {"sha256": plan.graph.sha256, "nodes": len(plan.graph),
+                  "params": dict(plan.graph.params),
+                  "provenance": provenance_summary(plan.graph.provenance)},
+        "epsilon": m.epsilon.text,
+        "radius": m.radius,
+        "teleport_bound": {"exact": f"{bound.numerator}/{bound.denominator}",
+                           "approx": float(bound)},
+        "prior": prior_kind(plan.graph),
+        "key_fingerprint": plan.key.fingerprint,
+        "on_error": plan.on_error,
+        "terminated": plan.terminated,
+        "terminated_locations": describe_source(plan.terminated, plan.terminated_locations),
+        "columns": {"id": plan.id_column, "postcode": plan.postcode_column,
+                    "out": plan.out_column,
+                    "source_postcode_kept": plan.keep_source_postcode},
+    }
+
+
+def prior_kind(graph: Graph) -> str:
+    """The prior's kind as the graph records it, else ``"uniform"`` or ``"custom"``."""
+    kind = graph.params.get("prior")
+    if isinstance(kind, str) and kind:
+        return kind
+    return "uniform" if bool(np.all(graph.prior == 1)) else "custom"
+
+
+def provenance_summary(provenance: dict) -> dict:
+    """A manifest-sized summary of a graph's provenance (file names, not paths; no long lists)."""
+    out: dict = {}
+    for key, value in provenance.items():
+        if key == "build" and isinstance(value, dict):
+            out[key] = {k: value[k] for k in ("nodes", "locations", "location_edges") if k in value}
+        elif key == "sources" and isinstance(value, list):
+            files = [_file_entry(v) for v in value]
+            if len(files) <= 5:
+                out[key] = files
+            else:
+                digest = hashlib.sha256()
+                for entry in sorted(files, key=lambda e: (str(e.get("file")), str(e.get("sha256")))):
+                    digest.update(f"{entry.get('file')}\0{entry.get('sha256')}\n".encode())
+                out[key] = {"files": len(files), "sha256_of_list": digest.hexdigest()}
+        elif isinstance(value, dict) and "path" in value:
+            out[key] = _file_entry(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _file_entry(value: Any) -> dict:
+    if not isinstance(value, dict):
+        return {"file": str(value)}
+    entry = {k: v for k, v in value.items() if k != "path"}
+    if "path" in value:
+        entry = {"file": str(value["path"]).replace("\\", "/").rsplit("/", 1)[-1], **entry}
+    return entry

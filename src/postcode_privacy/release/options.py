@@ -11,11 +11,12 @@ Validation happens once, when the object is built; everything below may rely on 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import numbers
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidParameterError
+from ..errors import SURFACE, InputDataError, InvalidParameterError
 from ..mechanism.epsilon import Epsilon, parse_epsilon
 
 __all__ = ["DEFAULT_OUT_COLUMN", "ON_ERROR_POLICIES", "TERMINATED_POLICIES", "ReleaseOptions",
@@ -75,11 +76,13 @@ class ReleaseOptions:
                 f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ")
         if self.out_column in (self.id_column, self.postcode_column):
             raise InvalidParameterError(
-                f"{self.flag('out_column')} must differ from the identifier and true postcode "
-                "columns, so the released postcode cannot be mistaken for the truth")
-        if self.radius is not None and (isinstance(self.radius, bool)
-                                        or not isinstance(self.radius, int)):
-            raise InvalidParameterError(f"{self.flag('radius')} must be a whole number of hops")
+                f"{self.flag('out_column')} must be the output column's own name, different from "
+                "the identifier and true postcode columns, so the released postcode cannot be "
+                "mistaken for the truth")
+        if self.radius is not None:
+            if isinstance(self.radius, bool) or not isinstance(self.radius, numbers.Integral):
+                raise InvalidParameterError(f"{self.flag('radius')} must be a whole number of hops")
+            object.__setattr__(self, "radius", int(self.radius))  # numpy integers too
         self._check_choice("on_error", ON_ERROR_POLICIES)
         self._check_choice("terminated", TERMINATED_POLICIES)
         if not isinstance(self.keep_source_postcode, bool):
@@ -91,8 +94,34 @@ class ReleaseOptions:
 
     @staticmethod
     def flag(name: str) -> str:
-        """How an option is named in messages: its command-line flag (``--on-error``)."""
-        return _FIELDS[name].metadata["flag"]
+        """How an option is named in messages: its flag (``--on-error``) on the command line,
+        its keyword (``on_error``) from Python (``errors.SURFACE``)."""
+        return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
+
+    def check_columns(self, columns: Iterable) -> None:
+        """Refuse an input whose columns cannot be released: duplicate names, no identifier or
+        postcode column, or a column already named like the output.  Messages name columns,
+        never cell values."""
+        names = list(columns)
+        seen = set(names)
+        if len(seen) != len(names):
+            from .tables import duplicate_columns_message
+
+            raise InputDataError(duplicate_columns_message(names))
+        missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
+        if missing:
+            # The header's own cells are not echoed: without a header line they are a record.
+            raise InputDataError(
+                "the input has no column " + " or ".join(repr(c) for c in missing)
+                + f" (it has {len(names)} columns; does the file start with a header line?)")
+        if self.out_column in seen:
+            raise InputDataError(f"the input already has a column named {self.out_column!r}; "
+                                 f"choose another {self.flag('out_column')}")
+
+    def output_columns(self, columns: Iterable) -> list:
+        """The output's columns, in order, for an input with ``columns``."""
+        kept = [c for c in columns if self.keep_source_postcode or c != self.postcode_column]
+        return kept + [self.out_column]
 
     @classmethod
     def build(cls, options: ReleaseOptions | None = None, **kwargs: Any) -> ReleaseOptions:
@@ -122,29 +151,40 @@ class ReleaseOptions:
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
 
 
-def click_options(command: Callable) -> Callable:
+def click_options(command: Callable | None = None, *,
+                  only: tuple[str, ...] | None = None) -> Callable:
     """Decorate a click command with one flag per release option, in declaration order.
 
-    The command receives the values as keyword arguments named like the fields; pass them to
-    ``ReleaseOptions(**...)`` (see :func:`pop_release_options`).
+    Use as ``@click_options``, or ``@click_options(only=("epsilon", ...))`` for a command that
+    takes some of the options.  The command receives the values as keyword arguments named like
+    the fields; :func:`pop_release_options` turns them into a :class:`ReleaseOptions`.
     """
     import click
 
-    for f in reversed(dataclasses.fields(ReleaseOptions)):
-        meta = f.metadata
-        kwargs = dict(meta["click"])
-        choices = kwargs.pop("choices", None)
-        if choices is not None:
-            kwargs["type"] = click.Choice(list(choices))
-            kwargs["show_default"] = True
-        if not kwargs.get("required") and not kwargs.get("is_flag") and f.default is not None:
-            kwargs.setdefault("show_default", True)
-        if not kwargs.get("required"):
-            kwargs["default"] = f.default
-        command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
-    return command
+    names = tuple(_FIELDS) if only is None else only
+    unknown = sorted(set(names) - set(_FIELDS))
+    if unknown:
+        raise TypeError("unknown release option(s): " + ", ".join(unknown))
+
+    def decorate(command: Callable) -> Callable:
+        for f in reversed([_FIELDS[name] for name in _FIELDS if name in names]):
+            meta = f.metadata
+            kwargs = dict(meta["click"])
+            choices = kwargs.pop("choices", None)
+            if choices is not None:
+                kwargs["type"] = click.Choice(list(choices))
+                kwargs["show_default"] = True
+            if not kwargs.get("required") and not kwargs.get("is_flag") and f.default is not None:
+                kwargs.setdefault("show_default", True)
+            if not kwargs.get("required"):
+                kwargs["default"] = f.default
+            command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
+        return command
+
+    return decorate if command is None else decorate(command)
 
 
 def pop_release_options(kwargs: dict[str, Any]) -> ReleaseOptions:
-    """Take the release options out of a click command's keyword arguments and build them."""
-    return ReleaseOptions(**{name: kwargs.pop(name) for name in _FIELDS})
+    """Take the release options out of a click command's keyword arguments and build them
+    (options the command does not offer keep their defaults)."""
+    return ReleaseOptions(**{name: kwargs.pop(name) for name in _FIELDS if name in kwargs})

@@ -8,7 +8,8 @@ own record (key, subject, postcode, graph, epsilon, radius).  So the released co
 
 How a release runs (:func:`perturb`):
 
-1. On the driver, the key's type, epsilon and the columns are checked, then the graph is
+1. On the driver, the key's type, the options (:class:`ReleaseOptions`) and the columns are
+   checked, then the graph is
    resolved (``None`` is the national graph's cached artefact, a path is an artefact file, and a
    :class:`Graph` object is saved once to a temporary artefact) and a :class:`ReleasePlan` is
    built, which checks the other options.  So bad options fail before any Spark job.
@@ -48,6 +49,7 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,17 +68,11 @@ from ..engine.batch import WORKERS_ENV
 from ..errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
 from ..graph.artefact import load_graph, save_graph
 from ..graph.graph import Graph
-from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
-from ..release.plan import (
-    MAX_LISTED_ERRORS,
-    ChunkCheck,
-    ReleasePlan,
-    check_columns,
-    failure_error,
-    subject_hash,
-    warn_duplicate_subjects,
-)
+from ..release.options import ReleaseOptions
+from ..release.plan import ReleasePlan
+from ..release.records import MAX_LISTED_ERRORS, ChunkCheck, failure_error
+from ..release.subjects import subject_hash, warn_duplicate_subjects
 
 __all__ = ["perturb", "check", "SparkCheck", "ExecutorEnvironmentError", "ARTEFACT_PREFIX"]
 
@@ -90,6 +86,7 @@ RELEASE_CHUNK = 50_000  # records handed to process_chunk at once (Arrow batches
 # (identifier hash, true postcode) pair of a partition (``h``, ``c`` and its first record ``r``).
 _CHECK_SCHEMA = "p int, r long, h long, c long, s string"
 _CHECK_ID, _CHECK_POSTCODE = "id", "postcode"  # the two columns the check pass reads, renamed
+_CHECK_OUT = "released"
 
 
 # -- the key inside a closure ---------------------------------------------------------------------
@@ -330,33 +327,23 @@ def _probe_executors(session) -> None:
 
 
 @dataclass(frozen=True)
-class _Options:
-    """Everything a worker needs to rebuild the driver's plan, except the key."""
+class _TaskSpec:
+    """Everything a worker needs to rebuild the driver's plan, except the key: the shipped
+    graph, the release options (a :class:`ReleaseOptions`, which pickles as plain values) and
+    the radius the driver resolved, checked again on the worker."""
 
     graph: _GraphRef
-    epsilon: object
-    radius: int | None
+    options: ReleaseOptions
     expected_radius: int
-    id_column: str
-    postcode_column: str
-    on_error: str
-    out_column: str
-    keep_source_postcode: bool
-    terminated: str
 
 
-def _worker_plan(options: _Options, key: Key) -> ReleasePlan:
-    graph = _worker_graph(options.graph)
+def _worker_plan(spec: _TaskSpec, key: Key) -> ReleasePlan:
+    graph = _worker_graph(spec.graph)
     with warnings.catch_warnings():
         # An explicit radius short of the teleport target was already reported on the driver.
         warnings.simplefilter("ignore", TeleportWarning)
-        plan = ReleasePlan(key=key, epsilon=options.epsilon, id_column=options.id_column,
-                           postcode_column=options.postcode_column, graph=graph,
-                           radius=options.radius, on_error=options.on_error,
-                           out_column=options.out_column,
-                           keep_source_postcode=options.keep_source_postcode,
-                           terminated=options.terminated)
-    if plan.mechanism.radius != options.expected_radius:
+        plan = ReleasePlan(key=key, options=spec.options, graph=graph)
+    if plan.mechanism.radius != spec.expected_radius:
         raise InvalidParameterError("the radius on this executor differs from the driver's")
     return plan
 
@@ -406,13 +393,13 @@ def _accepted_hash(subject: str | None) -> int:
     return subject_hash(subject)
 
 
-def _check_partition(options: _Options, batches):
+def _check_partition(spec: _TaskSpec, batches):
     """Apply the input rules to one partition: yield its summary and its (subject, postcode) pairs.
 
     Record numbers here are 1-based within the partition; the driver adds the partition's offset.
     No key is involved: the plan is built with a throwaway key and never draws.
     """
-    plan = _worker_plan(options, Key.generate())
+    plan = _worker_plan(spec, Key.generate())
     partition = _partition_id()
     check = ChunkCheck()
     seen = 0
@@ -477,9 +464,13 @@ def _quoted(name: str):
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _run_check(df: DataFrame, options: _Options) -> SparkCheck:
+def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
     """One Spark job: the check pass, merged on the driver in partition order."""
-    renamed = replace(options, id_column=_CHECK_ID, postcode_column=_CHECK_POSTCODE)
+    options = spec.options
+    # The pass reads the two columns under fixed names; it writes no output column, so that
+    # name only has to differ from them.
+    renamed = replace(spec, options=options.replace(
+        id_column=_CHECK_ID, postcode_column=_CHECK_POSTCODE, out_column=_CHECK_OUT))
 
     def postcode_privacy_check(batches):
         return _check_partition(renamed, batches)
@@ -564,14 +555,14 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return frame
 
 
-def _release_partition(options: _Options, sealed: _SealedKey, offsets: list[int], batches,
+def _release_partition(spec: _TaskSpec, sealed: _SealedKey, offsets: list[int], batches,
                        chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
     """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``.
 
     With ``names``, the batches arrive under positional names (:func:`_release_frame`): they get
     their real names back for ``process_chunk``, and its output leaves under positional names.
     """
-    plan = _worker_plan(options, sealed.open())
+    plan = _worker_plan(spec, sealed.open())
     partition = _partition_id()
     offset = offsets[partition] if partition < len(offsets) else 0
     cpus = _task_cpus()
@@ -599,7 +590,7 @@ def _positional(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(count)]
 
 
-def _output_fields(df: DataFrame, options: _Options) -> list[StructField]:
+def _output_fields(df: DataFrame, options: ReleaseOptions) -> list[StructField]:
     fields = [f for f in df.schema.fields
               if options.keep_source_postcode or f.name != options.postcode_column]
     return fields + [StructField(options.out_column, StringType(), True)]
@@ -608,54 +599,48 @@ def _output_fields(df: DataFrame, options: _Options) -> list[StructField]:
 # -- public recipes -------------------------------------------------------------------------------
 
 
-def _prepare(df, *, key, epsilon, id_column, postcode_column, graph, radius, on_error,
-             out_column, keep_source_postcode, terminated) -> _Options:
+def _prepare(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | None = None,
+             **option_kwargs: Any) -> _TaskSpec:
+    """Driver side: options, columns and graph checked, executors probed, graph shipped."""
     if not isinstance(df, DataFrame):
         raise TypeError("df must be a pyspark.sql.DataFrame")
     if not isinstance(key, Key):
         raise TypeError("key must be a postcode_privacy.Key")
     # Cheap checks first, so that a typo fails before the graph is loaded.
-    parse_epsilon(epsilon)
-    check_columns(df.columns, id_column=id_column, postcode_column=postcode_column,
-                  out_column=out_column)
+    options = ReleaseOptions.build(options, **option_kwargs)
+    options.check_columns(df.columns)
     resolved, path = _resolve_graph(graph)
-    plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
-                       postcode_column=postcode_column, graph=resolved, radius=radius,
-                       on_error=on_error, out_column=out_column,
-                       keep_source_postcode=keep_source_postcode, terminated=terminated)
+    plan = ReleasePlan(key=key, options=options, graph=resolved)
     session = df.sparkSession
     _probe_executors(session)
     ref = _ship_graph(session, resolved, path)
-    return _Options(graph=ref, epsilon=plan.mechanism.epsilon, radius=radius,
-                    expected_radius=plan.mechanism.radius, id_column=id_column,
-                    postcode_column=postcode_column, on_error=on_error, out_column=out_column,
-                    keep_source_postcode=keep_source_postcode, terminated=terminated)
+    return _TaskSpec(graph=ref, options=options, expected_radius=plan.mechanism.radius)
 
 
-def check(df: DataFrame, *, id_column: str, postcode_column: str, graph=None,
-          on_error: str = "error", out_column: str = "postcode_dp",
-          terminated: str = "error") -> SparkCheck:
+def check(df: DataFrame, *, graph=None, options: ReleaseOptions | None = None,
+          **option_kwargs: Any) -> SparkCheck:
     """Apply the release's input rules to a Spark DataFrame without releasing anything.
 
-    Runs one Spark job and returns the counts ``perturb_frame`` would report (``"nulled"`` and
-    ``"dropped"`` follow ``on_error``), the first failing records with global 1-based numbers,
-    and the records per partition.  Never raises for failing records; ``result.error()`` is the
-    exception ``perturb`` would raise under ``on_error="error"``.  No key is needed.
+    The options are a :class:`ReleaseOptions` or its fields as keywords (``id_column``,
+    ``postcode_column``, and optionally ``on_error``, ``out_column``, ``terminated``; epsilon
+    does not matter here and defaults to 1).  Runs one Spark job and returns the counts
+    ``perturb_frame`` would report (``"nulled"`` and ``"dropped"`` follow ``on_error``), the
+    first failing records with global 1-based numbers, and the records per partition.  Never
+    raises for failing records; ``result.error()`` is the exception ``perturb`` would raise
+    under ``on_error="error"``.  No key is needed.
     """
-    options = _prepare(df, key=Key.generate(), epsilon="1", id_column=id_column,
-                       postcode_column=postcode_column, graph=graph, radius=None,
-                       on_error=on_error, out_column=out_column, keep_source_postcode=False,
-                       terminated=terminated)
-    return _run_check(df, options)
+    if options is None:
+        option_kwargs.setdefault("epsilon", 1)  # no draw is made: any valid epsilon will do
+    spec = _prepare(df, key=Key.generate(), graph=graph, options=options, **option_kwargs)
+    return _run_check(df, spec)
 
 
-def perturb(df: DataFrame, *, key: Key, epsilon, id_column: str, postcode_column: str,
-            graph=None, radius: int | None = None, on_error: str = "error",
-            out_column: str = "postcode_dp", keep_source_postcode: bool = False,
-            terminated: str = "error") -> DataFrame:
+def perturb(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | None = None,
+            **option_kwargs: Any) -> DataFrame:
     """Release the postcodes of a Spark DataFrame: ``perturb_frame`` on every partition.
 
-    Options mean what they mean for :func:`postcode_privacy.perturb_frame`.  ``graph`` is a
+    Options mean what they mean for :func:`postcode_privacy.perturb_frame`: a
+    :class:`ReleaseOptions` as ``options=``, or its fields as keywords.  ``graph`` is a
     :class:`Graph`, the path of a graph artefact file (a local or mounted path the driver can
     read), or ``None`` for the national graph.  The result has every column of ``df`` except
     ``postcode_column`` (kept when ``keep_source_postcode``), in order, then ``out_column``
@@ -667,40 +652,37 @@ def perturb(df: DataFrame, *, key: Key, epsilon, id_column: str, postcode_column
     lazy: it runs when the returned DataFrame is written or collected.  Every released value
     depends only on its own record, so it is the same whatever the partitioning.
     """
-    options = _prepare(df, key=key, epsilon=epsilon, id_column=id_column,
-                       postcode_column=postcode_column, graph=graph, radius=radius,
-                       on_error=on_error, out_column=out_column,
-                       keep_source_postcode=keep_source_postcode, terminated=terminated)
-    checked = _run_check(df, options)
-    if checked.failed and on_error == "error":
+    spec = _prepare(df, key=key, graph=graph, options=options, **option_kwargs)
+    checked = _run_check(df, spec)
+    if checked.failed and spec.options.on_error == "error":
         raise checked.error()
     conflicts = checked.counts["identifiers_with_several_postcodes"]
     if conflicts:
         warn_duplicate_subjects(conflicts, checked.conflict_rows, stacklevel=2)
-    return _release_frame(df, options, _SealedKey(key), checked.offsets)
+    return _release_frame(df, spec, _SealedKey(key), checked.offsets)
 
 
-def _release_function(options: _Options, sealed: _SealedKey, offsets: list[int],
+def _release_function(spec: _TaskSpec, sealed: _SealedKey, offsets: list[int],
                       chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
     """The function ``mapInPandas`` runs; its closure holds only small values (no graph)."""
     def postcode_privacy_release(batches):
-        return _release_partition(options, sealed, offsets, batches, chunk, names)
+        return _release_partition(spec, sealed, offsets, batches, chunk, names)
 
     return postcode_privacy_release
 
 
-def _release_frame(df: DataFrame, options: _Options, sealed: _SealedKey, offsets: list[int],
+def _release_frame(df: DataFrame, spec: _TaskSpec, sealed: _SealedKey, offsets: list[int],
                    chunk: int = RELEASE_CHUNK) -> DataFrame:
     """The release pass, lazily.  Spark parses the column names at a ``mapInPandas``, so a
     name holding a dot or a backtick would fail there: the columns cross it under positional
     names and get their own back on both sides (issue 14, item 4)."""
     names = list(df.columns)
-    fields = _output_fields(df, options)
+    fields = _output_fields(df, spec.options)
     positional = df.select(*[_quoted(name).alias(alias)
                              for name, alias in zip(names, _positional("c", len(names)))])
     schema = StructType([StructField(alias, f.dataType, f.nullable)
                          for f, alias in zip(fields, _positional("o", len(fields)))])
     released = positional.mapInPandas(
-        _release_function(options, sealed, offsets, chunk, names), schema)
+        _release_function(spec, sealed, offsets, chunk, names), schema)
     return released.select(*[F.col(alias).alias(f.name)
                              for f, alias in zip(fields, _positional("o", len(fields)))])

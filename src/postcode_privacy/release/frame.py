@@ -1,0 +1,72 @@
+"""The pandas recipe: :func:`perturb_frame`, the Python form of ``postcode-privacy perturb``
+(docs/release.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..graph.graph import Graph
+from ..mechanism import Key
+from .options import ReleaseOptions
+from .plan import ReleasePlan
+from .records import ChunkCheck, _empty_counts, failure_error, merge_counts
+
+__all__ = ["perturb_frame"]
+
+
+def perturb_frame(df: pd.DataFrame, *, key: Key, graph: Graph | None = None,
+                  options: ReleaseOptions | None = None, row_offset: int = 0,
+                  progress: bool = False, **option_kwargs: Any) -> pd.DataFrame:
+    """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
+
+    The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
+    keywords (``epsilon=1, id_column="person_id", postcode_column="postcode"``, ...), not both.
+    Returns a new frame with every column of ``df`` except ``postcode_column`` (kept when
+    ``keep_source_postcode``) followed by the released postcode in ``out_column``; ``df`` is not
+    modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
+    radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
+    every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
+    ``"drop"`` (leave the row out).  ``terminated="nearest"`` maps located terminated postcodes
+    to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
+
+    Counts per outcome are in ``result.attrs["postcode_privacy"]["counts"]``, with the plan's
+    description (epsilon, radius, graph hash, key fingerprint).  The counts are PRIVATE: exact
+    statistics of the true records, for the custodian only; do not publish them with the
+    result (docs/release.md, "The manifest").  An identifier seen with two
+    different postcodes gives one :class:`DuplicateSubjectWarning`.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError("df must be a pandas DataFrame")
+    plan = ReleasePlan(key=key, options=ReleaseOptions.build(options, **option_kwargs), graph=graph)
+    plan.check_columns(df.columns)
+    step = 10_000 if progress else max(len(df), 1)
+    if plan.on_error == "error" and len(df) > step:
+        check = ChunkCheck()
+        for start in range(0, len(df), step):
+            check.merge(plan.check_chunk(df.iloc[start:start + step], row_offset + start))
+        if check.failed:
+            raise failure_error(check.row_errors, check.counts)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(df), unit=" records", desc="releasing")
+    parts, counts = [], _empty_counts()
+    try:
+        for start in range(0, max(len(df), 1), step):
+            out, part = plan.process_chunk(df.iloc[start:start + step], row_offset + start,
+                                           warn=False)
+            parts.append(out)
+            merge_counts(counts, part)
+            if bar is not None:
+                bar.update(part["records"])
+    finally:
+        if bar is not None:
+            bar.close()
+    result = parts[0] if len(parts) == 1 else pd.concat(parts)
+    counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
+    plan.warn_subjects(stacklevel=2)
+    result.attrs["postcode_privacy"] = {**plan.describe(), "counts": counts}
+    return result

@@ -1,0 +1,305 @@
+"""The per-record release rules (docs/release.md, "Records that cannot be released").
+
+Every way of releasing records goes through :meth:`RecordRules.check_records`, via
+:meth:`ReleasePlan.check_records <postcode_privacy.release.plan.ReleasePlan.check_records>`:
+
+* each row needs a subject identifier, turned into its canonical text by
+  :func:`~postcode_privacy.mechanism.subject.canonical_subject_id`;
+* each row needs a postcode that is a UK postcode in form after case and whitespace
+  normalisation and is a node of the graph; with ``terminated="nearest"`` a located terminated
+  postcode is first mapped to the nearest live node (``terminated.py``);
+* a row that fails is counted under the first failure kind that applies; the error policy
+  (``on_error``) decides what happens to it (``plan.py``).
+
+Reasons name 1-based record numbers (the header is not a record), never the identifier or
+postcode values.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputDataError, option
+from ..graph.graph import Graph
+from ..mechanism.subject import canonical_subject_id
+from ..postcodes import try_normalise
+from .options import ReleaseOptions
+
+if TYPE_CHECKING:
+    from .terminated import NearestLive
+
+__all__ = ["COUNT_KEYS", "FAILURE_KINDS", "MAX_LISTED_ERRORS", "ChunkCheck", "CheckedRecords",
+           "RecordRules", "Screen", "failure_error", "merge_counts"]
+
+# The ledger's budget screen (ledger/recording.py): releasable records in, refused positions out.
+Screen = Callable[[list, np.ndarray, int], Sequence[int]]
+
+MAX_LISTED_ERRORS = 20
+
+# Why a row cannot be released, in the order they are tested (the first that applies counts).
+FAILURE_KINDS = ("missing_identifier", "invalid_identifier", "missing_postcode",
+                 "malformed_postcode", "unknown_postcode", "over_budget")
+_FAILURE_LABELS = {
+    "missing_identifier": "missing or blank identifier",
+    "invalid_identifier": "unusable identifier",
+    "missing_postcode": "missing or blank postcode",
+    "malformed_postcode": "malformed postcode",
+    "unknown_postcode": "postcode not in the graph",
+    "over_budget": "privacy budget exceeded (ledger)",
+}
+COUNT_KEYS = ("records", "released", "terminated_mapped", *FAILURE_KINDS, "failed", "nulled",
+              "dropped", "rows_out")
+
+
+def _empty_counts() -> dict[str, int]:
+    return dict.fromkeys(COUNT_KEYS, 0)
+
+
+def merge_counts(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
+    """Add ``part`` into ``total`` (in place) and return it."""
+    for key, value in part.items():
+        total[key] = total.get(key, 0) + int(value)
+    return total
+
+
+def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int]) -> InputDataError:
+    """The error for records that cannot be released under ``on_error="error"``."""
+    failed = counts.get("failed", 0)
+    reasons = ", ".join(f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k))
+    return InputDataError(
+        f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
+        f"with {option('on_error', 'error')} nothing is released",
+        row_errors=list(row_errors[:MAX_LISTED_ERRORS]), total_errors=failed)
+
+
+def _is_missing(value: object) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return math.isnan(float(value))
+    return False
+
+
+def _identifier(value: object) -> tuple[str | None, str | None, str]:
+    """(canonical id, failure kind, reason); the reason never contains the value."""
+    if _is_missing(value):
+        return None, "missing_identifier", "missing identifier"
+    try:
+        return canonical_subject_id(value), None, ""
+    except ValueError as exc:
+        if isinstance(value, str) and not value.strip():
+            return None, "missing_identifier", "blank identifier"
+        return None, "invalid_identifier", str(exc)
+
+
+_KIND = {kind: index for index, kind in enumerate(FAILURE_KINDS)}
+
+
+def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tuple[str, str]]]:
+    """Canonical text of every identifier, and ``{row: (failure kind, reason)}`` for the rest.
+
+    Exactly :func:`_identifier` row by row; the common columns (all text, as read from CSV, or
+    all Python integers, as from an integer column) take a vectorised route to the same text.
+    """
+    types = set(map(type, values))
+    if types == {str} and _all_encodable(values):
+        normalize = unicodedata.normalize
+        canonical: list[str | None] = [normalize("NFC", v).strip() for v in values]
+        blank = [i for i, text in enumerate(canonical) if not text]
+        return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
+    if types == {int}:
+        return list(map(str, values)), {}
+    canonical = []
+    failures: dict[int, tuple[str, str]] = {}
+    for i, value in enumerate(values):
+        text, kind, reason = _identifier(value)
+        canonical.append(text)
+        if kind is not None:
+            failures[i] = (kind, reason)
+    return canonical, failures
+
+
+def _all_encodable(texts: list[str]) -> bool:
+    """False if any text holds a lone surrogate (the row-by-row rule refuses those)."""
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+
+@dataclass
+class ChunkCheck:
+    """What checking a chunk found: counts by outcome and the failing rows (first few listed).
+
+    ``row_errors`` lists at most :data:`MAX_LISTED_ERRORS` ``(record number, reason)`` pairs;
+    ``counts["failed"]`` is the full number.
+    """
+
+    counts: dict[str, int] = field(default_factory=_empty_counts)
+    row_errors: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+    def merge(self, other: ChunkCheck) -> ChunkCheck:
+        merge_counts(self.counts, other.counts)
+        room = MAX_LISTED_ERRORS - len(self.row_errors)
+        if room > 0:
+            self.row_errors.extend(other.row_errors[:room])
+        return self
+
+
+@dataclass
+class CheckedRecords:
+    check: ChunkCheck
+    ids: list[str | None]
+    nodes: np.ndarray  # node to perturb from, -1 for a failed row
+    codes: np.ndarray  # the true postcode as a number (node, or len(graph) + terminated row)
+
+
+
+
+class RecordRules:
+    """The release rules for one graph and one set of options: which records can be released,
+    from which node, and why the others cannot.  Holds no run-wide state."""
+
+    def __init__(self, graph: Graph, options: ReleaseOptions, nearest: NearestLive | None = None):
+        self.graph = graph
+        self.options = options
+        self._nearest = nearest
+
+    def check_records(self, df: pd.DataFrame, row_offset: int, screen: Screen | None = None) -> CheckedRecords:
+        """Classify every record of ``df``: the release rules, in one place.
+
+        Precondition: ``df`` has the identifier and postcode columns (``check_columns``).
+        Postcondition: for each record either ``nodes[i] >= 0`` (releasable, from that node,
+        with canonical identifier ``ids[i]``) or exactly one failure is counted, the first that
+        applies in ``FAILURE_KINDS`` order; reasons never contain a value.
+        """
+        n = len(df)
+        check = ChunkCheck()
+        counts = check.counts
+        counts["records"] = n
+        ids, id_failures = _canonical_identifiers(df[self.options.id_column].tolist())
+        # Postcodes are classified once per distinct value (files repeat them), then mapped
+        # back to the rows; a postcode is looked at only where the identifier is usable.
+        outcomes, which = self._postcode_outcomes(df[self.options.postcode_column].tolist())
+        kind = outcomes["kind"][which]
+        kind[list(id_failures)] = -1  # the identifier's failure comes first
+        released = kind == 0
+        nodes = np.where(released, outcomes["node"][which], -1)
+        codes = np.where(released, outcomes["code"][which], -1)
+        counts["terminated_mapped"] = int(np.count_nonzero(outcomes["mapped"][which] & released))
+        for i in np.flatnonzero(~released)[:MAX_LISTED_ERRORS].tolist():
+            check.row_errors.append((row_offset + i + 1, id_failures[i][1] if i in id_failures
+                                     else self._postcode_reason(FAILURE_KINDS[kind[i]])))
+        for failure in id_failures.values():
+            counts[failure[0]] += 1
+        by_kind = np.bincount(kind[kind > 0], minlength=len(FAILURE_KINDS))
+        for k in range(2, len(FAILURE_KINDS)):  # the postcode kinds
+            counts[FAILURE_KINDS[k]] += int(by_kind[k])
+        for i in np.flatnonzero(~released).tolist():
+            ids[i] = None
+        if screen is not None:
+            self._apply_screen(screen, check, ids, nodes, codes, row_offset)
+        failed = sum(counts[k] for k in FAILURE_KINDS)
+        counts["failed"] = failed
+        counts["released"] = n - failed
+        if self.options.on_error == "null":
+            counts["nulled"] = failed
+        elif self.options.on_error == "drop":
+            counts["dropped"] = failed
+        counts["rows_out"] = n - counts["dropped"]
+        return CheckedRecords(check, ids, nodes, codes)
+
+    def _apply_screen(self, screen: Screen, check: ChunkCheck, ids: list, nodes: np.ndarray, codes: np.ndarray,
+                      row_offset: int) -> None:
+        """Fail the records the ledger's budget refuses (docs/ledger.md, "Budgets")."""
+        refused = screen(ids, nodes, row_offset)
+        for i in refused:
+            nodes[i] = codes[i] = -1
+            ids[i] = None
+            if len(check.row_errors) < MAX_LISTED_ERRORS:
+                check.row_errors.append((row_offset + i + 1, _FAILURE_LABELS["over_budget"]))
+        check.counts["over_budget"] += len(refused)
+        check.row_errors.sort()
+
+    def _postcode_reason(self, kind: str) -> str:
+        if kind == "missing_postcode":
+            return "missing or blank postcode"
+        if kind == "malformed_postcode":
+            return "not a UK postcode in form"
+        if self._nearest is not None:
+            return ("postcode is well-formed but not in the graph, and the postcode directory "
+                    "gives no location for it")
+        return ("postcode is well-formed but not in the graph (terminated, non-geographic, or "
+                "outside its area)")
+
+    def _postcode_outcome(self, value: object) -> tuple[int, int, int, bool]:
+        """(failure kind index or 0, node to release from, true code, mapped?) for one cell.
+
+        Index 0 of FAILURE_KINDS is an identifier kind, so 0 can mean "no failure" here.
+        """
+        if _is_missing(value) or (isinstance(value, str) and not value.strip()):
+            return _KIND["missing_postcode"], -1, -1, False
+        norm = try_normalise(value)
+        if norm is None:
+            return _KIND["malformed_postcode"], -1, -1, False
+        node, code, mapped = self._locate(norm, len(self.graph))
+        if node < 0:
+            return _KIND["unknown_postcode"], -1, -1, False
+        return 0, node, code, mapped
+
+    def _postcode_outcomes(self, values: list) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Outcome arrays per distinct postcode cell and, per row, the index of its cell.
+
+        Text cells are grouped by exact equality (``pd.factorize``); any other cell (missing
+        values, numbers) is classified on its own, so grouping can never merge cells that the
+        rules treat differently.
+        """
+        distinct: list[Any]
+        if all(type(v) is str for v in values):
+            which, uniques = pd.factorize(np.array(values, dtype=object))
+            distinct = uniques.tolist()
+        else:
+            which = np.empty(len(values), dtype=np.int64)
+            distinct = []
+            position: dict[str, int] = {}
+            for i, value in enumerate(values):
+                if type(value) is str:
+                    at = position.setdefault(value, len(distinct))
+                    if at == len(distinct):
+                        distinct.append(value)
+                else:
+                    at = len(distinct)
+                    distinct.append(value)
+                which[i] = at
+        table = [self._postcode_outcome(v) for v in distinct]
+        outcomes = {"kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
+                    "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
+                    "code": np.array([t[2] for t in table], dtype=np.int64).reshape(-1),
+                    "mapped": np.array([t[3] for t in table], dtype=bool).reshape(-1)}
+        return outcomes, np.asarray(which, dtype=np.int64)
+
+    def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
+        """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""
+        node = self.graph.find(norm)
+        if node is not None:
+            return node, node, False
+        if self._nearest is not None:
+            row = self._nearest.row_of(norm)
+            if row is not None:
+                return self._nearest.nearest_node(row), n_nodes + row, True
+        return -1, -1, False
+
