@@ -25,7 +25,6 @@ from ..errors import InvalidParameterError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
-from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .adversary import AdversaryOutcome, distinct_draws, posterior_outcome, summarise
 from .calibrate import calibrate
 from .compromise import key_compromise, perturb_nodes
@@ -227,11 +226,4 @@ def adversary_scenarios(mechanism: Mechanism, exact: ExactMechanism, nodes: np.n
 
 def identify_mechanism(mechanism) -> dict:
     """What a machine-readable report must carry to say which release it describes."""
-    return {
-        "library_version": __version__,
-        "output_stability_version": OUTPUT_STABILITY_VERSION,
-        "graph_sha256": mechanism.graph.sha256,
-        "graph_postcodes": len(mechanism.graph),
-        "epsilon": mechanism.epsilon.text,
-        "radius": mechanism.radius,
-    }
+    return mechanism.identity()

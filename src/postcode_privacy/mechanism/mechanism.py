@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import InvalidParameterError, TeleportWarning
 from ..graph.graph import Graph
 from ..graph.shells import hop_distances, iter_node_shells
-from ..version import OUTPUT_STABILITY_VERSION
+from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .epsilon import Epsilon, parse_epsilon
 from .keys import Key
 from .powers import MAX_RADIUS, powers
@@ -92,6 +92,23 @@ class Mechanism:
             z += self.powers[h] * mass
         tail = self.powers[self.radius] * (self.graph.total_prior - inside)
         return Fraction(tail, z + tail)
+
+    def identity(self) -> dict[str, object]:
+        """Which release this mechanism makes, as every machine-readable output states it.
+
+        The manifest, ``evaluate`` and ``report`` all carry this block, so a reader can tell
+        whether two files describe the same draws: together with the key's fingerprint these
+        are the output-defining inputs of docs/threat-model.md, "When repeated releases count as
+        one".
+        """
+        return {
+            "library_version": __version__,
+            "output_stability_version": OUTPUT_STABILITY_VERSION,
+            "graph_sha256": self.graph.sha256,
+            "graph_postcodes": len(self.graph),
+            "epsilon": self.epsilon.text,
+            "radius": self.radius,
+        }
 
     # -- sampling ----------------------------------------------------------------------------
 

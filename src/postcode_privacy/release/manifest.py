@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..version import OUTPUT_STABILITY_VERSION, __version__
-
 if TYPE_CHECKING:
     from ..graph.graph import Graph
     from .plan import ReleasePlan
@@ -145,14 +143,15 @@ def describe(plan: ReleasePlan) -> dict:
 
     m = plan.mechanism
     bound: Fraction = m.teleport_bound
+    identity = m.identity()  # the block evaluate and report carry too
     return {
-        "library_version": __version__,
-        "output_stability_version": OUTPUT_STABILITY_VERSION,
-        "graph": {"sha256": plan.graph.sha256, "nodes": len(plan.graph),
+        "library_version": identity["library_version"],
+        "output_stability_version": identity["output_stability_version"],
+        "graph": {"sha256": identity["graph_sha256"], "nodes": identity["graph_postcodes"],
                   "params": dict(plan.graph.params),
                   "provenance": provenance_summary(plan.graph.provenance)},
-        "epsilon": m.epsilon.text,
-        "radius": m.radius,
+        "epsilon": identity["epsilon"],
+        "radius": identity["radius"],
         "teleport_bound": {"exact": f"{bound.numerator}/{bound.denominator}",
                            "approx": float(bound)},
         "prior": prior_kind(plan.graph),
