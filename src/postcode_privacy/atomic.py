@@ -338,8 +338,7 @@ class OutputClaim:
                     f"run; nothing was written ({option('force')} replaces it)") from None
             except OSError as exc:
                 self._undo(done)
-                raise PostcodePrivacyError(
-                    f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+                raise write_failure(exc) from None
             except BaseException:
                 self._undo(done)  # whatever stopped the step, no companion stays without its file
                 raise
@@ -362,8 +361,7 @@ class OutputClaim:
             temp.handle.write(data)
             temp.finish()
         except OSError as exc:
-            raise PostcodePrivacyError(
-                f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+            raise write_failure(exc) from None
         self.commit()
 
 
@@ -374,6 +372,12 @@ def _active_claim(target: Path) -> OutputClaim | None:
     return None
 
 
+def write_failure(exc: OSError) -> PostcodePrivacyError:
+    """The one error for a write that failed once the work was done (exit code 1 in the CLI),
+    whichever helper was writing: it names the system's reason, never the data."""
+    return PostcodePrivacyError(f"cannot write the output: {exc.strerror or type(exc).__name__}")
+
+
 @contextlib.contextmanager
 def atomic_output(target: str | os.PathLike):
     """A binary handle whose contents replace ``target`` only if the block completes."""
@@ -382,6 +386,9 @@ def atomic_output(target: str | os.PathLike):
         yield temp.handle
         temp.finish()
         temp.commit()
+    except OSError as exc:
+        temp.discard()
+        raise write_failure(exc) from None
     except BaseException:
         temp.discard()
         raise

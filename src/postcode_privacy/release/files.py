@@ -34,8 +34,8 @@ from typing import Any
 import pandas as pd
 
 from .._progress import stderr_is_terminal
-from ..atomic import OutputClaim
-from ..errors import InputDataError, InvalidParameterError, OutputExistsError, PostcodePrivacyError
+from ..atomic import OutputClaim, write_failure
+from ..errors import InputDataError, InvalidParameterError, OutputExistsError
 from ..graph.graph import Graph
 from ..mechanism import Key
 from .displacement import Displacement
@@ -252,8 +252,7 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
             ledger.commit()
         return manifest
     except OSError as exc:
-        raise PostcodePrivacyError(
-            f"cannot write the output: {exc.strerror or type(exc).__name__}") from None
+        raise write_failure(exc) from None
     finally:
         if writer is not None:
             writer.abort()

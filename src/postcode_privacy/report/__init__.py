@@ -13,7 +13,7 @@ from ._data import FORMAT, FORMAT_VERSION, Report, build_report, place_summary
 from ._examples import example_postcodes, local_spacing_m
 from ._manifest import ReleaseFacts, read_manifest
 from ._render import render_html
-from ._write import write_atomic, write_report
+from ._write import write_report
 
 __all__ = [
     "FORMAT",
@@ -26,6 +26,5 @@ __all__ = [
     "place_summary",
     "read_manifest",
     "render_html",
-    "write_atomic",
     "write_report",
 ]
