@@ -26,8 +26,11 @@ from postcode_privacy import Key, perturb_frame
 from postcode_privacy import spark as pps
 from postcode_privacy.spark import local_services
 
+# The generated records reuse identifiers at several postcodes, which warns by design (its
+# own test is in test_spark.py).
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.filterwarnings(PANDAS3_NOTICE),
-              pytest.mark.filterwarnings(PANDAS3_COPY)]
+              pytest.mark.filterwarnings(PANDAS3_COPY),
+              pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning")]
 
 
 @pytest.fixture(scope="module")
