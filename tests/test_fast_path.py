@@ -288,6 +288,19 @@ def test_landmark_rows_bound_every_ball(seed):
                 assert row == sorted(row) and row[-1] <= graph.total_prior
 
 
+def test_landmarks_of_a_freed_graph_are_refused_clearly():
+    """The tables hold their graph weakly: once it is gone, building landmarks is a clear error
+    (not an AttributeError on None deep inside the build)."""
+    import gc
+
+    graph = planar_graph(random.Random(3), 10, 12, 1.0, 5)
+    tables = engine_landmarks.GraphTables(graph)
+    del graph
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        tables.ensure_landmarks()
+
+
 @pytest.mark.parametrize("cover", [0, 1, 3])
 def test_profile_rows_bound_every_ball(cover):
     rng = random.Random(70 + cover)
