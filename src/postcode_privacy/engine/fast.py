@@ -44,7 +44,7 @@ BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each
 
 
 class _CompiledWalk:
-    """The part of ``sampler.ShellWalk`` that ``choose_shell`` reads, over a ``ShellSearch``.
+    """``sampler.ExploredShells`` (what ``choose_shell`` reads) over a ``ShellSearch``.
 
     ``cumulative[h]`` is C_h = sum_{g <= h} P_g * pi(S_g) as an exact integer, and
     ``explored_mass`` is pi(S_0) + ... + pi(S_{depth-1}), both for the shells the search has
