@@ -502,7 +502,10 @@ def test_decide_all_equals_decide_one_shell_at_a_time():
             for z in (z_low, z_high):
                 edge = (c * top) // z
                 us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
-        got = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        assert undecided == sorted(set(undecided))
+        got = [None if r in undecided else h for r, h in enumerate(shells)]
+        assert all(shells[r] == fast_module._UNDECIDED for r in undecided)
         for u, g in zip(us, got):
             want = fast_module._decide(Walk(cumulative), Fixed(u), z_low, z_high, radius)
             assert g == want
@@ -574,6 +577,6 @@ def test_a_wrong_kept_bracket_would_be_caught():
     brackets: dict = {}
     good = _in_batches(mechanism, key, ids, nodes, brackets, 200)
     cumulative, z_low, z_high = brackets[3]
-    brackets[3] = (cumulative, z_low // 3, z_high // 3)
+    brackets[3] = fast_module.Bracket(cumulative, z_low // 3, z_high // 3)
     bad = _in_batches(mechanism, key, ids, nodes, brackets, 200)
     assert not np.array_equal(good, bad)
