@@ -288,6 +288,19 @@ def test_landmark_rows_bound_every_ball(seed):
                 assert row == sorted(row) and row[-1] <= graph.total_prior
 
 
+def test_landmarks_of_a_freed_graph_are_refused_clearly():
+    """The tables hold their graph weakly: once it is gone, building landmarks is a clear error
+    (not an AttributeError on None deep inside the build)."""
+    import gc
+
+    graph = planar_graph(random.Random(3), 10, 12, 1.0, 5)
+    tables = engine_landmarks.GraphTables(graph)
+    del graph
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        tables.ensure_landmarks()
+
+
 @pytest.mark.parametrize("cover", [0, 1, 3])
 def test_profile_rows_bound_every_ball(cover):
     rng = random.Random(70 + cover)
@@ -489,7 +502,10 @@ def test_decide_all_equals_decide_one_shell_at_a_time():
             for z in (z_low, z_high):
                 edge = (c * top) // z
                 us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
-        got = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        assert undecided == sorted(set(undecided))
+        got = [None if r in undecided else h for r, h in enumerate(shells)]
+        assert all(shells[r] == fast_module._UNDECIDED for r in undecided)
         for u, g in zip(us, got):
             want = fast_module._decide(Walk(cumulative), Fixed(u), z_low, z_high, radius)
             assert g == want
@@ -561,6 +577,6 @@ def test_a_wrong_kept_bracket_would_be_caught():
     brackets: dict = {}
     good = _in_batches(mechanism, key, ids, nodes, brackets, 200)
     cumulative, z_low, z_high = brackets[3]
-    brackets[3] = (cumulative, z_low // 3, z_high // 3)
+    brackets[3] = fast_module.Bracket(cumulative, z_low // 3, z_high // 3)
     bad = _in_batches(mechanism, key, ids, nodes, brackets, 200)
     assert not np.array_equal(good, bad)

@@ -25,16 +25,18 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputDataError, InvalidParameterError, UnknownPostcodeError
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
-from .fast import BRACKET_SOURCES, FastSampler
-from .landmarks import graph_tables
-from .profiles import profiles_for
+from .fast import Bracket, Brackets, FastSampler, wants_bracket
+from .landmarks import GraphTables, graph_tables
+from .profiles import BallProfiles, profiles_for
 
 __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "WORKERS_ENV"]
 
@@ -45,9 +47,35 @@ WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 _ROW_ERRORS_SHOWN = 20
 
-# The job being run, set by the parent just before it forks its workers; never pickled.
-_JOB: dict | None = None
-_WORKER_SAMPLER: FastSampler | None = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One call's sorted records and everything needed to sample them (see _perturb_canonical)."""
+
+    mechanism: Mechanism
+    context: StreamContext
+    sorted_nodes: np.ndarray
+    order: np.ndarray  # sorted position -> input position
+    ids: Sequence[str]  # canonical, in input order
+    tables: GraphTables
+    landmarks: bool
+    profiles: BallProfiles | None
+    brackets: Brackets | None
+
+
+@dataclass(frozen=True)
+class _Worker:
+    """A worker process's job (inherited through fork) and its own sampler buffers."""
+
+    job: _Job
+    sampler: FastSampler
+
+
+# In the parent: the job being run, set just before it forks its workers; never pickled.
+_JOB: _Job | None = None
+# In each worker: set by _worker_init, which the pool runs before the worker's first task.
+_WORKER: _Worker | None = None
 _PARALLEL_LOCK = threading.Lock()
 
 
@@ -101,9 +129,9 @@ def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
     return tasks
 
 
-def _run_task(sampler: FastSampler, job: dict, start: int, stop: int) -> np.ndarray:
+def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndarray:
     """Output nodes of sorted records start .. stop - 1, in that order."""
-    nodes, order, ids, context = job["sorted_nodes"], job["order"], job["ids"], job["context"]
+    nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     out = np.empty(stop - start, dtype=np.int64)
     i = start
     while i < stop:
@@ -117,22 +145,26 @@ def _run_task(sampler: FastSampler, job: dict, start: int, stop: int) -> np.ndar
 
 def _worker_init() -> None:
     """In each worker: leave interrupts to the parent, and build this worker's buffers."""
-    global _WORKER_SAMPLER
+    global _WORKER
     # The parent turns Ctrl-C (and, in the CLI, SIGTERM) into KeyboardInterrupt and then
     # terminates the pool; workers must neither raise it themselves nor keep the parent's
     # handlers, which were inherited through fork.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
-    _WORKER_SAMPLER = FastSampler(job["mechanism"], job["tables"], job["landmarks"],
-                                  job["profiles"], job["brackets"])
+    assert job is not None, "workers are forked only while _perturb_canonical has set _JOB"
+    _WORKER = _Worker(job, FastSampler(job.mechanism, job.tables, job.landmarks, job.profiles,
+                                       job.brackets))
 
 
-def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray, list]:
+def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray, list[tuple[int, Bracket]]]:
     """Output nodes of one task, and the brackets this worker kept meanwhile (small)."""
+    worker = _WORKER
+    assert worker is not None, "the pool runs _worker_init in each worker before any task"
     start, stop = bounds
-    out = _run_task(_WORKER_SAMPLER, _JOB, start, stop)
-    kept, _WORKER_SAMPLER.kept_brackets = _WORKER_SAMPLER.kept_brackets, []
+    sampler = worker.sampler
+    out = _run_task(sampler, worker.job, start, stop)
+    kept, sampler.kept_brackets = sampler.kept_brackets, []
     return start, out, kept
 
 
@@ -177,7 +209,7 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
                        *, workers: int | None = None,
                        progress: Callable[[int], None] | None = None,
                        landmarks: bool | None = None, profiles: bool | None = None,
-                       brackets: dict | None = None) -> np.ndarray:
+                       brackets: Brackets | None = None) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
     For callers inside the package that have already canonicalised every identifier (the
@@ -220,18 +252,17 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     tables = graph_tables(graph)
     if profiles is None:  # opt-in: measured gains are modest (docs/performance.md)
         profiles = False
-    job = {"mechanism": mechanism, "context": mechanism.stream_context(key),
-           "sorted_nodes": sorted_nodes, "order": order, "ids": subject_ids,
-           "tables": tables, "landmarks": bool(landmarks),
-           "profiles": profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
-           "brackets": brackets}
+    job = _Job(mechanism=mechanism, context=mechanism.stream_context(key),
+               sorted_nodes=sorted_nodes, order=order, ids=subject_ids, tables=tables,
+               landmarks=bool(landmarks),
+               profiles=profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
+               brackets=brackets)
     if workers is None:
         workers = default_workers(n)
     workers = min(workers, len(tasks))
     if workers > 1 and not _fork_available():
         workers = 1
-    sampler = FastSampler(mechanism, job["tables"], job["landmarks"], job["profiles"],
-                          brackets)
+    sampler = FastSampler(mechanism, job.tables, job.landmarks, job.profiles, brackets)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
@@ -250,12 +281,10 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
             with context.Pool(workers, initializer=_worker_init) as pool:
                 for start, result, kept in pool.imap_unordered(_worker_task, rest):
                     out[order[start:start + result.size]] = result
-                    for node, entry in kept:  # the deepest bracket of each source
-                        if node in brackets:
-                            if len(entry[0]) > len(brackets[node][0]):
+                    if brackets is not None:  # workers keep brackets only when given some
+                        for node, entry in kept:  # the deepest bracket of each source
+                            if wants_bracket(brackets, node, len(entry.cumulative)):
                                 brackets[node] = entry
-                        elif len(brackets) < BRACKET_SOURCES:
-                            brackets[node] = entry
                     if progress is not None:
                         progress(result.size)
         finally:

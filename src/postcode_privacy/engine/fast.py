@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,15 +37,36 @@ from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch
 
-__all__ = ["FastSampler"]
+__all__ = ["Bracket", "Brackets", "FastSampler", "wants_bracket"]
 
 _TOP_BITS = 64  # bits of U handed to the float estimate
 BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
 BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
+_UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real shell
+
+
+class Bracket(NamedTuple):
+    """Valid bounds on one source's Z at depth h, kept across batches (``_decide_from_bracket``)."""
+
+    cumulative: list[int]  # C_0 .. C_h
+    z_low: int
+    z_high: int
+
+
+Brackets = dict[int, Bracket]  # by source node
+
+
+def wants_bracket(brackets: Brackets, node: int, depth: int) -> bool:
+    """Whether a bracket of ``depth`` shells for ``node`` is worth keeping: it is deeper (so
+    tighter) than the one kept, or none is kept and there is room for another source."""
+    kept = brackets.get(node)
+    if kept is None:
+        return len(brackets) < BRACKET_SOURCES
+    return depth > len(kept.cumulative)
 
 
 class _CompiledWalk:
-    """The part of ``sampler.ShellWalk`` that ``choose_shell`` reads, over a ``ShellSearch``.
+    """``sampler.ExploredShells`` (what ``choose_shell`` reads) over a ``ShellSearch``.
 
     ``cumulative[h]`` is C_h = sum_{g <= h} P_g * pi(S_g) as an exact integer, and
     ``explored_mass`` is pi(S_0) + ... + pi(S_{depth-1}), both for the shells the search has
@@ -154,8 +176,12 @@ def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
 
 
 def _decide_all(cumulative: list[int], blocks: list[int], z_low: int, z_high: int,
-                radius: int) -> list[int | None]:
+                radius: int) -> tuple[list[int], list[int]]:
     """``_decide`` for many records at once, from the first 256 bits u of each U.
+
+    Returns (shells, undecided): ``undecided`` lists, in increasing order, the records r for
+    which ``_decide`` has no answer (there ``shells[r]`` is ``_UNDECIDED``, for the caller to
+    replace); every other ``shells[r]`` is ``_decide``'s answer.
 
     With U in [u / 2**256, (u + 1) / 2**256): ``decide_below`` at i is True iff
     C_i * 2**256 >= (u + 1) * z_high, i.e. C_i >= t = ceil((u + 1) * z_high / 2**256), and False
@@ -166,14 +192,19 @@ def _decide_all(cumulative: list[int], blocks: list[int], z_low: int, z_high: in
     """
     h = len(cumulative) - 1
     top = 1 << BLOCK_BITS
-    out: list[int | None] = []
-    for u in blocks:
+    tail = radius if h == radius - 1 else _UNDECIDED  # past C_h: the tail once Z is exact
+    shells: list[int] = []
+    undecided: list[int] = []
+    for r, u in enumerate(blocks):
         i = bisect_left(cumulative, -(-(u + 1) * z_high // top), 0, h + 1)
         if i == 0 or cumulative[i - 1] <= (u * z_low) >> BLOCK_BITS:
-            out.append(i if i <= h else (radius if h == radius - 1 else None))
+            shell = i if i <= h else tail
         else:
-            out.append(None)
-    return out
+            shell = _UNDECIDED
+        if shell == _UNDECIDED:
+            undecided.append(r)
+        shells.append(shell)
+    return shells, undecided
 
 
 class FastSampler:
@@ -186,7 +217,7 @@ class FastSampler:
 
     def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
                  landmarks: bool = False, profiles: BallProfiles | None = None,
-                 brackets: dict | None = None):
+                 brackets: Brackets | None = None):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -207,7 +238,7 @@ class FastSampler:
         # _decide_from_bracket); kept_brackets lists those added here, for worker processes
         # to hand back.
         self.brackets = brackets
-        self.kept_brackets: list[tuple[int, tuple[list[int], int, int]]] = []
+        self.kept_brackets: list[tuple[int, Bracket]] = []
         self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
                       "fallbacks": 0, "tail": 0, "bracket_hits": 0}
 
@@ -265,25 +296,24 @@ class FastSampler:
         kept = self.brackets.get(node)
         if kept is None:
             return None
-        shells = _decide_all(kept[0], blocks, kept[1], kept[2], self.radius)
-        if None in shells:
+        shells, undecided = _decide_all(kept.cumulative, blocks, kept.z_low, kept.z_high,
+                                        self.radius)
+        if undecided:
             return None
         self.stats["bracket_hits"] += 1
         self.search.explore_to(min(max(shells), self.radius - 1) + 1)
         return shells
 
-    def _keep_bracket(self, node: int, walk: _CompiledWalk, bound, low_row) -> None:
+    def _keep_bracket(self, brackets: Brackets, node: int, walk: _CompiledWalk,
+                      bound: np.ndarray | None, low_row: np.ndarray | None) -> None:
         """Keep C and the bounds on Z at the depth reached, for later groups at ``node``; a
         deeper (tighter) bracket replaces a kept one, so misses become rarer batch by batch."""
-        kept = self.brackets.get(node)
-        if kept is None and len(self.brackets) >= BRACKET_SOURCES:
-            return
-        if kept is not None and len(kept[0]) >= walk.depth:
+        if not wants_bracket(brackets, node, walk.depth):
             return
         walk.sync()
         z_low, z_high = self._bounds(walk, bound, low_row)
-        entry = (list(walk.cumulative), z_low, z_high)
-        self.brackets[node] = entry
+        entry = Bracket(list(walk.cumulative), z_low, z_high)
+        brackets[node] = entry
         self.kept_brackets.append((node, entry))
 
     def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
@@ -309,18 +339,18 @@ class FastSampler:
                                 dtype=np.uint64) * 2.0**-_TOP_BITS
             best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
             walk = _CompiledWalk(search, powers)
-            bound = rows[best] if best >= 0 else None
+            # explore_guided names a row (best >= 0) only when it was given rows
+            bound = rows[best] if rows is not None and best >= 0 else None
             low_row = None if low is None else low[0]
             z_low, z_high = self._bounds(walk, bound, low_row)
-            shells = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
-            for r, shell in enumerate(shells):
-                if shell is None:  # the bounds do not settle it: the core decides, exploring on
-                    self.stats["fallbacks"] += 1
-                    streams[r] = context.for_subject(subject_ids[r], label)
-                    shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius,
-                                             powers, total)
+            shells, undecided = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
+            for r in undecided:  # the bounds do not settle it: the core decides, exploring on
+                self.stats["fallbacks"] += 1
+                streams[r] = context.for_subject(subject_ids[r], label)
+                shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius,
+                                         powers, total)
             if self.brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
-                self._keep_bracket(node, walk, bound, low_row)
+                self._keep_bracket(self.brackets, node, walk, bound, low_row)
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]

@@ -106,9 +106,14 @@ class GraphTables:
         self.landmarks: LandmarkBounds | None = None
 
     def ensure_landmarks(self) -> LandmarkBounds:
+        """The landmark tables, built on first use from the graph, which must still be alive
+        (the tables hold it only weakly, so that ``graph_tables``'s cache never keeps a graph)."""
         with _LOCK:
             if self.landmarks is None:
-                self.landmarks = LandmarkBounds(self._graph(), self.loc_mass)
+                graph = self._graph()
+                if graph is None:
+                    raise RuntimeError("the graph these tables were derived from no longer exists")
+                self.landmarks = LandmarkBounds(graph, self.loc_mass)
             return self.landmarks
 
 

@@ -15,6 +15,8 @@ explore.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -156,6 +158,25 @@ def _multi_bfs_masses(indptr, indices, loc_mass, sources, max_hops, seen, fronti
 WORDS = 1  # sources per sweep: 64 * WORDS (wider sweeps measured no faster)
 
 
+class _SweepWorkspace(NamedTuple):
+    """The scratch arrays of ``_multi_bfs_masses``, in its argument order (zero between sweeps)."""
+
+    seen: np.ndarray  # (locations, words) uint64
+    frontier: np.ndarray  # (locations, words) uint64
+    nxt: np.ndarray  # (locations, words) uint64
+    queued: np.ndarray  # (locations,) uint8
+    active: np.ndarray  # (locations,) int64
+    fresh: np.ndarray  # (locations,) int64
+    touched: np.ndarray  # (locations,) int64
+
+    @classmethod
+    def allocate(cls, n: int, words: int) -> _SweepWorkspace:
+        return cls(np.zeros((n, words), dtype=np.uint64), np.zeros((n, words), dtype=np.uint64),
+                   np.zeros((n, words), dtype=np.uint64), np.zeros(n, dtype=np.uint8),
+                   np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                   np.empty(n, dtype=np.int64))
+
+
 class LocationSearch:
     """Bounded breadth-first searches over one graph's locations, reusing two workspaces.
 
@@ -168,7 +189,7 @@ class LocationSearch:
         n = graph.n_locations
         self._hops = np.full(n, -1, dtype=np.int32)
         self._order = np.empty(n, dtype=np.int64)
-        self._multi: tuple[np.ndarray, ...] | None = None
+        self._multi: _SweepWorkspace | None = None  # allocated by the first sweep
 
     def ball(self, source: int, max_hops: int) -> tuple[np.ndarray, np.ndarray]:
         """(locations, hop distances) of every location within ``max_hops`` of ``source``."""
@@ -201,15 +222,11 @@ class LocationSearch:
         sources = np.asarray(sources, dtype=np.int64)
         out = np.zeros((sources.size, int(max_hops) + 1), dtype=np.int64)
         words = max(1, min(WORDS, -(-sources.size // 64)))
-        if self._multi is None or self._multi[0].shape[1] < words:
-            n = self._hops.size
-            self._multi = (np.zeros((n, words), dtype=np.uint64),
-                           np.zeros((n, words), dtype=np.uint64),
-                           np.zeros((n, words), dtype=np.uint64), np.zeros(n, dtype=np.uint8),
-                           np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-                           np.empty(n, dtype=np.int64))
-        width = 64 * self._multi[0].shape[1]
+        workspace = self._multi
+        if workspace is None or workspace.seen.shape[1] < words:
+            workspace = self._multi = _SweepWorkspace.allocate(self._hops.size, words)
+        width = 64 * workspace.seen.shape[1]
         for start in range(0, sources.size, width):
             _multi_bfs_masses(self._indptr, self._indices, loc_mass, sources[start:start + width],
-                              int(max_hops), *self._multi, out[start:start + width])
+                              int(max_hops), *workspace, out[start:start + width])
         return out

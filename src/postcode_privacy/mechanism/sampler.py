@@ -20,7 +20,8 @@ explores all R shells first.  Both call the same decision rule, so they agree by
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +44,26 @@ def decide_below(uniform: LazyUniform, c: int, z_low: int, z_high: int) -> bool 
     if uniform.u * z_low >= scaled:
         return False
     return None
+
+
+class ExploredShells(Protocol):
+    """What ``choose_shell`` reads and extends: the shells explored so far from one source.
+
+    ``cumulative[h]`` is C_h for h < ``depth``, ``explored_mass`` is the prior mass of those
+    shells, and ``explore()`` adds the next shell.  ``ShellWalk`` is the reference one; the
+    engine has its own over the compiled search (engine/fast.py).
+    """
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def cumulative(self) -> Sequence[int]: ...
+
+    @property
+    def explored_mass(self) -> int: ...
+
+    def explore(self) -> None: ...
 
 
 class ShellWalk:
@@ -71,8 +92,8 @@ class ShellWalk:
         self.explored_mass += mass
 
 
-def choose_shell(walk: ShellWalk, uniform: LazyUniform, radius: int, powers: tuple[int, ...],
-                 total_prior: int) -> int:
+def choose_shell(walk: ExploredShells, uniform: LazyUniform, radius: int,
+                 powers: tuple[int, ...], total_prior: int) -> int:
     """Index of the chosen shell in 0 .. radius - 1, or ``radius`` for the tail (step 1).
 
     Invariant: every candidate before ``i`` has been decided "U >= C_i / Z".  Bounds on Z after

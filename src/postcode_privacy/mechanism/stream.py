@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 
 from .keys import Key
 
@@ -45,7 +46,8 @@ class StreamContext:
         mac.update(_field(postcode.encode("utf-8")))
         return SubjectStream(mac)
 
-    def first_blocks(self, subject_ids, postcode: str, labels: tuple[bytes, ...]) -> list[list[int]]:
+    def first_blocks(self, subject_ids: Iterable[str], postcode: str,
+                     labels: tuple[bytes, ...]) -> list[list[int]]:
         """For many subjects at one postcode: block (label, 0, 0) of each label, as integers.
 
         ``result[j][r]`` equals ``int.from_bytes(self.for_subject(subject_ids[r],
