@@ -45,8 +45,11 @@ def smoke_source(workdir: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-edge-km", type=float, default=50.0)
-    parser.add_argument("--smoke", action="store_true",
-                        help="build from three small areas only, to check the script runs")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="build from three small areas only, to check the script runs",
+    )
     args = parser.parse_args(argv)
 
     from postcode_privacy.graph.artefact import load_graph, save_graph
@@ -77,24 +80,33 @@ def main(argv: list[str] | None = None) -> int:
 
     b = graph.provenance["build"]
     lengths = b["edge_length_m"]
-    print(f"read Code-Point Open ({'3 areas' if args.smoke else 'bundled'}): {t_read:6.2f} s   dropped "
-          f"{graph.provenance['dropped']}")
+    print(
+        f"read Code-Point Open ({'3 areas' if args.smoke else 'bundled'}): {t_read:6.2f} s   dropped "
+        f"{graph.provenance['dropped']}"
+    )
     print(f"build_graph:                    {t_build:6.2f} s")
     print(f"read + build (wall):            {t_total:6.2f} s")
     print(f"peak RSS after build:           {rss_build:8.0f} MB")
     print(f"save artefact:                  {t_save:6.2f} s   ({size_mb:.1f} MB)")
     print(f"load artefact (5 runs):         min {min(loads):.3f} s  max {max(loads):.3f} s")
-    print(f"nodes {b['nodes']:,}  locations {b['locations']:,}  "
-          f"largest location {b['largest_location']:,} postcodes")
-    print(f"Delaunay edges {b['delaunay_edges']:,}  cut (> {args.max_edge_km:g} km) "
-          f"{b['cut_edges']:,}  components after cut {b['components_after_cut']:,}  "
-          f"restored {b['restored_edges']:,}")
-    print(f"location edges {b['location_edges']:,}  node edges (cliques included) "
-          f"{b['node_edges']:,}")
+    print(
+        f"nodes {b['nodes']:,}  locations {b['locations']:,}  "
+        f"largest location {b['largest_location']:,} postcodes"
+    )
+    print(
+        f"Delaunay edges {b['delaunay_edges']:,}  cut (> {args.max_edge_km:g} km) "
+        f"{b['cut_edges']:,}  components after cut {b['components_after_cut']:,}  "
+        f"restored {b['restored_edges']:,}"
+    )
+    print(
+        f"location edges {b['location_edges']:,}  node edges (cliques included) {b['node_edges']:,}"
+    )
     print("edge length (m): " + "  ".join(f"{k} {v:,}" for k, v in lengths.items()))
     if b["restored_edges"]:
-        print("restored edge length (m): " + "  ".join(
-            f"{k} {v:,}" for k, v in b["restored_edge_length_m"].items()))
+        print(
+            "restored edge length (m): "
+            + "  ".join(f"{k} {v:,}" for k, v in b["restored_edge_length_m"].items())
+        )
     print(f"sha256 {graph.sha256}")
     print(f"versions {b['versions']}")
     return 0

@@ -44,11 +44,17 @@ def _places(graph, epsilon, examples):
     out = []
     for example in examples:
         summary, _, _ = place_summary(exact, example["node"])
-        out.append({"kind": example["kind"], "postcode": summary["postcode"],
-                    "expected_m": summary["expected_displacement_m"]["approx"],
-                    "median_m": summary["median_m"], "p95_m": summary["p95_m"],
-                    "self_probability": summary["self_probability"]["approx"],
-                    "within_1km": summary["probability_within_1km"]})
+        out.append(
+            {
+                "kind": example["kind"],
+                "postcode": summary["postcode"],
+                "expected_m": summary["expected_displacement_m"]["approx"],
+                "median_m": summary["median_m"],
+                "p95_m": summary["p95_m"],
+                "self_probability": summary["self_probability"]["approx"],
+                "within_1km": summary["probability_within_1km"],
+            }
+        )
     return out
 
 
@@ -61,8 +67,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out")
     parser.add_argument("--figure")
-    parser.add_argument("--smoke", action="store_true",
-                        help="one epsilon, a tiny sample, a small graph: checks the script runs")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one epsilon, a tiny sample, a small graph: checks the script runs",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.epsilons, args.utility_epsilons, args.sample, args.releases = "4", "4", 4, 2
@@ -79,17 +88,28 @@ def main() -> None:
         t0 = time.perf_counter()
         mechanism = Mechanism(graph, epsilon)
         summary = measure_utility(ExactMechanism(mechanism), nodes, areas.codes, areas.mass)
-        utilities.append({"epsilon": mechanism.epsilon.text, "radius": mechanism.radius,
-                          "utility": summary.to_json(),
-                          "places": _places(graph, epsilon, examples),
-                          "seconds": round(time.perf_counter() - t0, 1)})
+        utilities.append(
+            {
+                "epsilon": mechanism.epsilon.text,
+                "radius": mechanism.radius,
+                "utility": summary.to_json(),
+                "places": _places(graph, epsilon, examples),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
         print(f"utility at epsilon {epsilon}: {utilities[-1]['seconds']} s", flush=True)
 
     runs = []
     for i, epsilon in enumerate(epsilons):
         t0 = time.perf_counter()
-        result = evaluate_release(graph, epsilon, sample=args.sample, releases=args.releases,
-                                  seed=args.seed, match_truncation=(i == 0))
+        result = evaluate_release(
+            graph,
+            epsilon,
+            sample=args.sample,
+            releases=args.releases,
+            seed=args.seed,
+            match_truncation=(i == 0),
+        )
         result["seconds"] = round(time.perf_counter() - t0, 1)
         runs.append(result)
         print(f"epsilon {epsilon}: {result['seconds']} s", flush=True)
@@ -100,67 +120,93 @@ def main() -> None:
     k = args.releases
     first = runs[0] if runs else None
     print()
-    print(f"graph {graph.sha256} ({len(graph):,} postcodes); sample "
-          f"{len(nodes)} drawn by prior, seed {args.seed}; {k} releases; "
-          f"{platform.python_version()}, {time.perf_counter() - started:.0f} s in all")
+    print(
+        f"graph {graph.sha256} ({len(graph):,} postcodes); sample "
+        f"{len(nodes)} drawn by prior, seed {args.seed}; {k} releases; "
+        f"{platform.python_version()}, {time.perf_counter() - started:.0f} s in all"
+    )
     print()
-    print("| epsilon | R | median km | 95th pct km | same LA | median P(unchanged) "
-          "| max P(unchanged) |")
+    print(
+        "| epsilon | R | median km | 95th pct km | same LA | median P(unchanged) "
+        "| max P(unchanged) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in utilities:
         u = r["utility"]
         share = u["same_local_authority_share"]
-        print(f"| {r['epsilon']} | {r['radius']} | {u['median_displacement_km']:.3f} "
-              f"| {u['p95_displacement_km']:.2f} | {'n/a' if share is None else f'{share:.1%}'} "
-              f"| {u['median_self_probability']:.3g} | {u['max_self_probability']:.3g} |")
+        print(
+            f"| {r['epsilon']} | {r['radius']} | {u['median_displacement_km']:.3f} "
+            f"| {u['p95_displacement_km']:.2f} | {'n/a' if share is None else f'{share:.1%}'} "
+            f"| {u['median_self_probability']:.3g} | {u['max_self_probability']:.3g} |"
+        )
     print()
-    print("| epsilon | place | postcode | expected m | median m | 95th pct m | within 1 km "
-          "| P(unchanged) |")
+    print(
+        "| epsilon | place | postcode | expected m | median m | 95th pct m | within 1 km "
+        "| P(unchanged) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in utilities:
         for p in r["places"]:
-            print(f"| {r['epsilon']} | {p['kind']} | {p['postcode']} | {p['expected_m']:,.0f} "
-                  f"| {p['median_m']:,} | {p['p95_m']:,} | {p['within_1km']:.1%} "
-                  f"| {p['self_probability']:.3g} |")
+            print(
+                f"| {r['epsilon']} | {p['kind']} | {p['postcode']} | {p['expected_m']:,.0f} "
+                f"| {p['median_m']:,} | {p['p95_m']:,} | {p['within_1km']:.1%} "
+                f"| {p['self_probability']:.3g} |"
+            )
     print()
     print("| epsilon | releases seen | identified | median rank | median P(truth) |")
     print("|---|---|---|---|---|")
     for r in runs:
         a = r["adversary"]
-        for name, label in (("one_release", "one"), ("independent_draws", f"{k} independent"),
-                            ("keyed_releases", f"{k} keyed")):
+        for name, label in (
+            ("one_release", "one"),
+            ("independent_draws", f"{k} independent"),
+            ("keyed_releases", f"{k} keyed"),
+        ):
             s = a[name]
-            print(f"| {r['epsilon']} | {label} | {s['identified']:g} / {s['subjects']} "
-                  f"| {s['median_rank']:g} | {s['median_posterior']:.3g} |")
+            print(
+                f"| {r['epsilon']} | {label} | {s['identified']:g} / {s['subjects']} "
+                f"| {s['median_rank']:g} | {s['median_posterior']:.3g} |"
+            )
     print()
-    print("| epsilon | other nearby postcodes mapping to the output: subjects | mean | max "
-          "| postcodes searched (median) |")
+    print(
+        "| epsilon | other nearby postcodes mapping to the output: subjects | mean | max "
+        "| postcodes searched (median) |"
+    )
     print("|---|---|---|---|---|")
     for r in runs:
         c = r["key_compromise"]
         hist = ", ".join(f"{n}: {m}" for n, m in c["histogram"].items())
-        print(f"| {r['epsilon']} | {hist} | {c['mean_collisions']:.2f} | {c['max_collisions']} "
-              f"| {c['median_searched']:g} |")
+        print(
+            f"| {r['epsilon']} | {hist} | {c['mean_collisions']:.2f} | {c['max_collisions']} "
+            f"| {c['median_searched']:g} |"
+        )
     print()
-    print("| release | median km | 95th pct km | same LA | identified | median rank "
-          "| median P(truth) | matching epsilon |")
+    print(
+        "| release | median km | 95th pct km | same LA | identified | median rank "
+        "| median P(truth) | matching epsilon |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for level, t in (first["truncation"] if first else {}).items():
         share = t["same_local_authority_share"]
-        print(f"| {level} | {t['median_displacement_km']:.3f} | {t['p95_displacement_km']:.2f} "
-              f"| {'n/a' if share is None else f'{share:.1%}'} "
-              f"| {t['identification_rate'] * t['sample_size']:.2f} / {t['sample_size']} "
-              f"| {t['median_rank']:g} | {t['median_posterior']:.3g} "
-              f"| {t.get('matching_epsilon')} |")
+        print(
+            f"| {level} | {t['median_displacement_km']:.3f} | {t['p95_displacement_km']:.2f} "
+            f"| {'n/a' if share is None else f'{share:.1%}'} "
+            f"| {t['identification_rate'] * t['sample_size']:.2f} / {t['sample_size']} "
+            f"| {t['median_rank']:g} | {t['median_posterior']:.3g} "
+            f"| {t.get('matching_epsilon')} |"
+        )
     print()
     for km, c in calibrations.items():
-        print(f"calibrate median-displacement-km={km}: epsilon {c['epsilon']} "
-              f"(achieved {c['achieved']}) {'; '.join(c['warnings'])}")
+        print(
+            f"calibrate median-displacement-km={km}: epsilon {c['epsilon']} "
+            f"(achieved {c['achieved']}) {'; '.join(c['warnings'])}"
+        )
 
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as handle:
-            json.dump({"utility": utilities, "runs": runs, "calibrations": calibrations},
-                      handle, indent=2)
+            json.dump(
+                {"utility": utilities, "runs": runs, "calibrations": calibrations}, handle, indent=2
+            )
     if args.figure:
         _figure(utilities, args.figure)
 
@@ -188,10 +234,19 @@ def _figure(utilities, path) -> None:
         expected = [r["places"][i]["expected_m"] / 1000 for r in utilities]
         label = f"{kind} ({utilities[0]['places'][i]['postcode']}), expected"
         ax.plot(eps, expected, marker="o", label=label)
-    medians = [(e, r["utility"]["median_displacement_km"]) for e, r in zip(eps, utilities)
-               if r["utility"]["median_displacement_km"] > 0]
-    ax.plot([e for e, _ in medians], [m for _, m in medians], marker="s", linestyle="--",
-            color="black", label="median over the sample")
+    medians = [
+        (e, r["utility"]["median_displacement_km"])
+        for e, r in zip(eps, utilities)
+        if r["utility"]["median_displacement_km"] > 0
+    ]
+    ax.plot(
+        [e for e, _ in medians],
+        [m for _, m in medians],
+        marker="s",
+        linestyle="--",
+        color="black",
+        label="median over the sample",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(eps, [r["epsilon"] for r in utilities])

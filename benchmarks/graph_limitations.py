@@ -38,15 +38,27 @@ def districts(prefix: str, numbers) -> set[str]:
 # Each estuary: (name, districts/areas on one shore, on the other).  Areas are given as
 # "AREA:" and match every district of that area.
 ESTUARIES = [
-    ("Humber (Hull and East Riding to north Lincolnshire)",
-     {"HU:"}, districts("DN", [15, 16, 17, 18, 19, 20, *range(31, 42)])),
-    ("Severn estuary and Bristol Channel (south Wales to Bristol, Somerset, Devon)",
-     {"CF:", "NP:", "SA:"}, {"BS:", "TA:", "EX:"}),
-    ("Outer Thames estuary (Southend and Essex coast to north Kent)",
-     {"SS:", "CM:"}, {"ME:", "CT:", "DA:"}),
+    (
+        "Humber (Hull and East Riding to north Lincolnshire)",
+        {"HU:"},
+        districts("DN", [15, 16, 17, 18, 19, 20, *range(31, 42)]),
+    ),
+    (
+        "Severn estuary and Bristol Channel (south Wales to Bristol, Somerset, Devon)",
+        {"CF:", "NP:", "SA:"},
+        {"BS:", "TA:", "EX:"},
+    ),
+    (
+        "Outer Thames estuary (Southend and Essex coast to north Kent)",
+        {"SS:", "CM:"},
+        {"ME:", "CT:", "DA:"},
+    ),
     ("Firth of Forth (Edinburgh and Lothians to Fife)", {"EH:"}, {"KY:"}),
-    ("Firth of Tay (Dundee and Angus to north Fife)",
-     districts("DD", [1, 2, 3, 4, 5, 7, 8, 9, 10, 11]), {"KY:", "DD6"}),
+    (
+        "Firth of Tay (Dundee and Angus to north Fife)",
+        districts("DD", [1, 2, 3, 4, 5, 7, 8, 9, 10, 11]),
+        {"KY:", "DD6"},
+    ),
     ("Mersey (Liverpool to the Wirral)", {"L:"}, {"CH:"}),
 ]
 
@@ -85,8 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200, help="sources per region")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--smoke", action="store_true",
-                        help="a graph of three small areas, to check the script runs")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a graph of three small areas, to check the script runs",
+    )
     args = parser.parse_args(argv)
 
     from postcode_privacy.graph.national import build_from_sources, default_graph
@@ -100,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         args.samples = min(args.samples, 10)
     else:
         g = default_graph(progress=True)
-    print(f"graph {g.sha256[:16]}  {len(g):,} postcodes  {g.n_locations:,} locations  "
-          f"{g.n_location_edges:,} edges  params {g.params}")
+    print(
+        f"graph {g.sha256[:16]}  {len(g):,} postcodes  {g.n_locations:,} locations  "
+        f"{g.n_location_edges:,} edges  params {g.params}"
+    )
 
     n_loc = g.n_locations
     first = g.members_flat[g.members_indptr[:-1]]  # first member of each location
@@ -120,10 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     print("longest edges:")
     for i in np.argsort(-length, kind="stable")[:15]:
         print(f"  {length[i] / 1000:6.1f} km  {loc_district[a[i]]:>5} - {loc_district[b[i]]:<5}")
-    over10 = Counter(tuple(sorted((loc_area[i], loc_area[j])))
-                     for i, j in zip(a[length > 10_000], b[length > 10_000], strict=True))
-    print("area pairs with most edges over 10 km:",
-          ", ".join(f"{p}-{q} {c}" for (p, q), c in over10.most_common(12)))
+    over10 = Counter(
+        tuple(sorted((loc_area[i], loc_area[j])))
+        for i, j in zip(a[length > 10_000], b[length > 10_000], strict=True)
+    )
+    print(
+        "area pairs with most edges over 10 km:",
+        ", ".join(f"{p}-{q} {c}" for (p, q), c in over10.most_common(12)),
+    )
 
     # -- what the 50 km cut removed --------------------------------------------------------------
     import triangle
@@ -132,53 +153,74 @@ def main(argv: list[str] | None = None) -> int:
     te, marker = tri["edges"], tri["edge_markers"].ravel()
     tlen = np.hypot(*(xy[te[:, 0]] - xy[te[:, 1]]).T)
     cut = tlen > g.params["max_edge_km"] * 1000
-    print(f"\n== Edges cut at {g.params['max_edge_km']:g} km: {int(cut.sum())}, of which "
-          f"{int((marker[cut] == 1).sum())} on the convex hull; lengths min "
-          f"{tlen[cut].min() / 1000:.1f} km, median {np.median(tlen[cut]) / 1000:.1f} km, max "
-          f"{tlen[cut].max() / 1000:.1f} km")
+    print(
+        f"\n== Edges cut at {g.params['max_edge_km']:g} km: {int(cut.sum())}, of which "
+        f"{int((marker[cut] == 1).sum())} on the convex hull; lengths min "
+        f"{tlen[cut].min() / 1000:.1f} km, median {np.median(tlen[cut]) / 1000:.1f} km, max "
+        f"{tlen[cut].max() / 1000:.1f} km"
+    )
     cut_pairs = Counter(tuple(sorted((loc_area[i], loc_area[j]))) for i, j in te[cut])
-    print("   most frequent area pairs:",
-          ", ".join(f"{p}-{q} {c}" for (p, q), c in cut_pairs.most_common(12)))
+    print(
+        "   most frequent area pairs:",
+        ", ".join(f"{p}-{q} {c}" for (p, q), c in cut_pairs.most_common(12)),
+    )
 
     # -- smaller cut limits --------------------------------------------------------------------
     print("\n== Pieces after cutting at smaller limits (each needs one restored edge to mend)")
     sizes = np.diff(g.members_indptr)
     for km in (2, 5, 10, 20, 30, 40, 50):
         keep = length <= km * 1000
-        adj = csr_matrix((np.ones(int(keep.sum()), dtype=np.int8), (a[keep], b[keep])),
-                         shape=(n_loc, n_loc))
+        adj = csr_matrix(
+            (np.ones(int(keep.sum()), dtype=np.int8), (a[keep], b[keep])), shape=(n_loc, n_loc)
+        )
         count, label = connected_components(adj, directed=False)
         pc = np.bincount(label, weights=sizes).astype(np.int64)
         outside = int(pc.sum() - pc.max())
-        print(f"max_edge_km {km:>2}: {count:>6,} components, {outside:>7,} postcodes outside "
-              f"the largest")
+        print(
+            f"max_edge_km {km:>2}: {count:>6,} components, {outside:>7,} postcodes outside "
+            f"the largest"
+        )
         if 10 <= km < 50:
             main_piece = int(np.argmax(pc))
             pieces = sorted((int(pc[c]), c) for c in range(count) if c != main_piece)[::-1]
-            print("   pieces (postcodes, main district): " + ", ".join(
-                f"{size} {Counter(loc_district[label == c]).most_common(1)[0][0]}"
-                for size, c in pieces[:10]))
+            print(
+                "   pieces (postcodes, main district): "
+                + ", ".join(
+                    f"{size} {Counter(loc_district[label == c]).most_common(1)[0][0]}"
+                    for size, c in pieces[:10]
+                )
+            )
 
     # -- estuaries ----------------------------------------------------------------------------
     print("\n== Edges across estuaries (by districts on each shore)")
     for name, one, other in ESTUARIES:
-        in_one = np.array([member_of(d, ar, one) for d, ar in zip(loc_district, loc_area,
-                                                                   strict=True)])
-        in_other = np.array([member_of(d, ar, other) for d, ar in zip(loc_district, loc_area,
-                                                                       strict=True)])
+        in_one = np.array(
+            [member_of(d, ar, one) for d, ar in zip(loc_district, loc_area, strict=True)]
+        )
+        in_other = np.array(
+            [member_of(d, ar, other) for d, ar in zip(loc_district, loc_area, strict=True)]
+        )
         cross = (in_one[a] & in_other[b]) | (in_other[a] & in_one[b])
         lens = length[cross]
         print(f"{name}: {lens.size} edges", end="")
         if lens.size:
-            print(f", length median {np.median(lens) / 1000:.1f} km, max "
-                  f"{lens.max() / 1000:.1f} km, over 5 km {np.count_nonzero(lens > 5000)}")
-            pairs = Counter(tuple(sorted((loc_district[i], loc_district[j])))
-                            for i, j in zip(a[cross], b[cross], strict=True))
-            print("   most frequent district pairs:",
-                  ", ".join(f"{p}-{q} {c}" for (p, q), c in pairs.most_common(6)))
+            print(
+                f", length median {np.median(lens) / 1000:.1f} km, max "
+                f"{lens.max() / 1000:.1f} km, over 5 km {np.count_nonzero(lens > 5000)}"
+            )
+            pairs = Counter(
+                tuple(sorted((loc_district[i], loc_district[j])))
+                for i, j in zip(a[cross], b[cross], strict=True)
+            )
+            print(
+                "   most frequent district pairs:",
+                ", ".join(f"{p}-{q} {c}" for (p, q), c in pairs.most_common(6)),
+            )
             i = np.flatnonzero(cross)[np.argmax(lens)]
-            print(f"   longest: {g.label(int(first[a[i]]))} - {g.label(int(first[b[i]]))} "
-                  f"({length[i] / 1000:.1f} km)")
+            print(
+                f"   longest: {g.label(int(first[a[i]]))} - {g.label(int(first[b[i]]))} "
+                f"({length[i] / 1000:.1f} km)"
+            )
         else:
             print()
 
@@ -189,21 +231,30 @@ def main(argv: list[str] | None = None) -> int:
         leave = inside[a] != inside[b]
         lens = length[leave]
         n_pc = int(sizes[inside].sum())
-        sub = csr_matrix((np.ones(int((inside[a] & inside[b]).sum()), dtype=np.int8),
-                          (a[inside[a] & inside[b]], b[inside[a] & inside[b]])),
-                         shape=(n_loc, n_loc))[inside][:, inside]
+        sub = csr_matrix(
+            (
+                np.ones(int((inside[a] & inside[b]).sum()), dtype=np.int8),
+                (a[inside[a] & inside[b]], b[inside[a] & inside[b]]),
+            ),
+            shape=(n_loc, n_loc),
+        )[inside][:, inside]
         pieces = connected_components(sub, directed=False)[0] if inside.any() else 0
-        print(f"{name}: {n_pc:,} postcodes, {pieces} internal piece(s), {lens.size} edges out",
-              end="")
+        print(
+            f"{name}: {n_pc:,} postcodes, {pieces} internal piece(s), {lens.size} edges out", end=""
+        )
         if lens.size:
             far = Counter(loc_district[np.where(inside[a[leave]], b[leave], a[leave])])
-            print(f", length min {lens.min() / 1000:.1f} km, median {np.median(lens) / 1000:.1f}"
-                  f" km, max {lens.max() / 1000:.1f} km; far ends: "
-                  + ", ".join(f"{d} {c}" for d, c in far.most_common(6)))
+            print(
+                f", length min {lens.min() / 1000:.1f} km, median {np.median(lens) / 1000:.1f}"
+                f" km, max {lens.max() / 1000:.1f} km; far ends: "
+                + ", ".join(f"{d} {c}" for d, c in far.most_common(6))
+            )
             out = np.flatnonzero(leave)
             for tag, i in (("shortest", out[np.argmin(lens)]), ("longest", out[np.argmax(lens)])):
-                print(f"   {tag}: {g.label(int(first[a[i]]))} - {g.label(int(first[b[i]]))} "
-                      f"({length[i] / 1000:.1f} km)")
+                print(
+                    f"   {tag}: {g.label(int(first[a[i]]))} - {g.label(int(first[b[i]]))} "
+                    f"({length[i] / 1000:.1f} km)"
+                )
         else:
             print()
 
@@ -237,32 +288,48 @@ def main(argv: list[str] | None = None) -> int:
             radius.append(d.max())
             reach.append(int(sizes[within].sum()))
             r1.append(np.hypot(*(xy[shells[1]] - xy[src]).T).max() if shells[1].size else 0.0)
-        print(f"{name}: {int(sizes[locs].sum()):,} postcodes; median edge {med_edge:,.0f} m; "
-              f"1-hop radius median {np.median(r1):,.0f} m; 6-hop radius median "
-              f"{np.median(radius) / 1000:.1f} km (p10 {np.percentile(radius, 10) / 1000:.1f}, "
-              f"p90 {np.percentile(radius, 90) / 1000:.1f}); postcodes within 6 hops median "
-              f"{np.median(reach):,.0f}")
+        print(
+            f"{name}: {int(sizes[locs].sum()):,} postcodes; median edge {med_edge:,.0f} m; "
+            f"1-hop radius median {np.median(r1):,.0f} m; 6-hop radius median "
+            f"{np.median(radius) / 1000:.1f} km (p10 {np.percentile(radius, 10) / 1000:.1f}, "
+            f"p90 {np.percentile(radius, 90) / 1000:.1f}); postcodes within 6 hops median "
+            f"{np.median(reach):,.0f}"
+        )
 
     # -- co-location and positional quality ----------------------------------------------------
     print("\n== Co-located postcodes")
     shared = sizes > 1
-    print(f"postcodes sharing a location: {int(sizes[shared].sum()):,} at {int(shared.sum()):,} "
-          f"locations; locations with 100 or more: {int((sizes >= 100).sum())} holding "
-          f"{int(sizes[sizes >= 100].sum()):,}")
+    print(
+        f"postcodes sharing a location: {int(sizes[shared].sum()):,} at {int(shared.sum()):,} "
+        f"locations; locations with 100 or more: {int((sizes >= 100).sum())} holding "
+        f"{int(sizes[sizes >= 100].sum()):,}"
+    )
     for loc in np.argsort(-sizes, kind="stable")[:6]:
         members = g.members(int(loc))
         top = Counter(g.label(int(m)).split(" ")[0] for m in members).most_common(3)
-        print(f"   {sizes[loc]:>5} postcodes at ({xy[loc, 0]:.0f}, {xy[loc, 1]:.0f}): "
-              + ", ".join(f"{d} {c}" for d, c in top))
+        print(
+            f"   {sizes[loc]:>5} postcodes at ({xy[loc, 0]:.0f}, {xy[loc, 1]:.0f}): "
+            + ", ".join(f"{d} {c}" for d, c in top)
+        )
     quality = _bundled_quality()
     node_quality = np.array([quality.get(p, -1) for p in g.postcodes])
     node_shared = sizes[g.node_location] > 1
-    print("positional quality of the graph's postcodes: " + ", ".join(
-        f"{q}: {int(np.count_nonzero(node_quality == q)):,}" for q in sorted(set(quality.values()))
-        if np.any(node_quality == q)))
-    print("   of those sharing a location: " + ", ".join(
-        f"{q}: {int(np.count_nonzero(node_shared & (node_quality == q))):,}"
-        for q in sorted(set(quality.values())) if np.any(node_shared & (node_quality == q))))
+    print(
+        "positional quality of the graph's postcodes: "
+        + ", ".join(
+            f"{q}: {int(np.count_nonzero(node_quality == q)):,}"
+            for q in sorted(set(quality.values()))
+            if np.any(node_quality == q)
+        )
+    )
+    print(
+        "   of those sharing a location: "
+        + ", ".join(
+            f"{q}: {int(np.count_nonzero(node_shared & (node_quality == q))):,}"
+            for q in sorted(set(quality.values()))
+            if np.any(node_shared & (node_quality == q))
+        )
+    )
     return 0
 
 
@@ -276,13 +343,18 @@ def _bundled_quality() -> dict[str, int]:
     from postcode_privacy.postcodes import try_normalise
     from postcode_privacy.sources.codepoint import bundled_codepoint_dir
 
-    frames = [pd.read_csv(f, header=None, usecols=[0, 1], names=["postcode", "quality"],
-                          dtype={"postcode": str, "quality": "int64"})
-              for f in sorted(glob.glob(os.path.join(bundled_codepoint_dir(), "Data", "CSV",
-                                                     "*.csv.gz")))]
+    frames = [
+        pd.read_csv(
+            f,
+            header=None,
+            usecols=[0, 1],
+            names=["postcode", "quality"],
+            dtype={"postcode": str, "quality": "int64"},
+        )
+        for f in sorted(glob.glob(os.path.join(bundled_codepoint_dir(), "Data", "CSV", "*.csv.gz")))
+    ]
     frame = pd.concat(frames, ignore_index=True)
-    return dict(zip(map(try_normalise, frame["postcode"]), frame["quality"].tolist(),
-                    strict=True))
+    return dict(zip(map(try_normalise, frame["postcode"]), frame["quality"].tolist(), strict=True))
 
 
 if __name__ == "__main__":

@@ -66,8 +66,11 @@ class Lap(tuple):
 def grid_graph(side: int = 50):
     from postcode_privacy.graph.build import build_graph
 
-    codes = [f"LS{1 + r} {1 + (c // 400) % 9}{UNITS[c % 20]}{UNITS[(c // 20) % 20]}"
-             for r in range(side) for c in range(side)]
+    codes = [
+        f"LS{1 + r} {1 + (c // 400) % 9}{UNITS[c % 20]}{UNITS[(c // 20) % 20]}"
+        for r in range(side)
+        for c in range(side)
+    ]
     east = [400000.0 + 100 * (i % side) for i in range(side * side)]
     north = [430000.0 + 100 * (i // side) for i in range(side * side)]
     return build_graph(codes, east, north), codes
@@ -78,8 +81,9 @@ def prefill(ledger, prior_draws: int, n: int, pool: int) -> None:
 
     releases = max(1, prior_draws // n)
     params = DrawParameters("0" * 16, "0" * 64, "1", 1, "1")
-    subject_digests = ledger.digester.digests(params, [f"s{i}" for i in range(pool)],
-                                              ["X"] * pool)[0]
+    subject_digests = ledger.digester.digests(params, [f"s{i}" for i in range(pool)], ["X"] * pool)[
+        0
+    ]
     rng = random.Random(1)
     store = ledger.store
     first = store.query("SELECT COALESCE(MAX(id), 0) FROM releases")[0][0] + 1
@@ -92,11 +96,14 @@ def prefill(ledger, prior_draws: int, n: int, pool: int) -> None:
                 "output_stability_version, records, new_draws) VALUES "
                 "(?, ?, 'committed', '2026-01-01T00:00:00+00:00', 'bench:0', '/nonexistent', "
                 "'', ?, 10, '', '', '1', ?, ?)",
-                (rid, f"bench{rid}", f"0.{r + 1:02d}", n, n))
+                (rid, f"bench{rid}", f"0.{r + 1:02d}", n, n),
+            )
             members = rng.sample(range(pool), n)
-            store.bulk_insert("draws", ("draw", "subject", "pair", "release"),
-                              ((os.urandom(16), subject_digests[i], os.urandom(16), rid)
-                               for i in members))
+            store.bulk_insert(
+                "draws",
+                ("draw", "subject", "pair", "release"),
+                ((os.urandom(16), subject_digests[i], os.urandom(16), rid) for i in members),
+            )
         print(f"  prefilled release {r + 1}/{releases}", flush=True)
 
 
@@ -105,8 +112,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--prior-draws", type=int, default=10_000_000)
-    parser.add_argument("--ledger", help="a postgresql:// URL of an empty database "
-                                         "(default: a SQLite file in a temporary directory)")
+    parser.add_argument(
+        "--ledger",
+        help="a postgresql:// URL of an empty database "
+        "(default: a SQLite file in a temporary directory)",
+    )
     args = parser.parse_args()
     n, prior = (2_000, 20_000) if args.smoke else (args.records, args.prior_draws)
 
@@ -129,12 +139,19 @@ def main() -> None:
         rng = random.Random(2)
         people = [f"s{i}" for i in rng.sample(range(pool), n)]
         src = tmp / "release.csv"
-        pd.DataFrame({"person": people, "pc": [codes[rng.randrange(len(codes))]
-                                               for _ in range(n)]}).to_csv(src, index=False)
+        pd.DataFrame(
+            {"person": people, "pc": [codes[rng.randrange(len(codes))] for _ in range(n)]}
+        ).to_csv(src, index=False)
 
         def plan():
-            return ReleasePlan(key=key, epsilon="1", id_column="person", postcode_column="pc",
-                               graph=graph, on_error="null")
+            return ReleasePlan(
+                key=key,
+                epsilon="1",
+                id_column="person",
+                postcode_column="pc",
+                graph=graph,
+                on_error="null",
+            )
 
         def check_pass(p):
             offset = 0
@@ -155,10 +172,12 @@ def main() -> None:
         recorder.prepare(output, hashlib.sha256(b"").hexdigest())
         recorder.commit()
         stored = clock.lap()
-        print(f"recording {n:,} records: digests and screen {screened - bare} "
-              f"(check pass {bare} without the ledger, {screened} with it), "
-              f"pending + commit {stored}; the ledger adds {screened - bare + stored}",
-              flush=True)
+        print(
+            f"recording {n:,} records: digests and screen {screened - bare} "
+            f"(check pass {bare} without the ledger, {screened} with it), "
+            f"pending + commit {stored}; the ledger adds {screened - bare + stored}",
+            flush=True,
+        )
 
         # 2. check against a ledger holding `prior` more draws
         ledger.close()
@@ -166,12 +185,21 @@ def main() -> None:
             prefill(ledger, prior, n, pool)
             total = ledger.store.query("SELECT COUNT(*) FROM draws")[0][0]
             clock = Clock()
-            report = check_release(ledger, src, key=Key.generate(), epsilon="0.75",
-                                   id_column="person", postcode_column="pc", graph=graph)
+            report = check_release(
+                ledger,
+                src,
+                key=Key.generate(),
+                epsilon="0.75",
+                id_column="person",
+                postcode_column="pc",
+                graph=graph,
+            )
             elapsed = clock.lap()
-        print(f"check of {n:,} records against {total:,} draws: {elapsed} "
-              f"({report['known_subjects_drawn_again']:,} known subjects, "
-              f"{report['new_subjects']:,} new)")
+        print(
+            f"check of {n:,} records against {total:,} draws: {elapsed} "
+            f"({report['known_subjects_drawn_again']:,} known subjects, "
+            f"{report['new_subjects']:,} new)"
+        )
         if location.endswith(".db"):
             size = sum(f.stat().st_size for f in tmp.glob("ledger.db*"))
             print(f"SQLite ledger size: {size / 2**20:.0f} MiB")

@@ -111,18 +111,34 @@ def load_average() -> str:
 
 PROFILE_PARTS = [  # (label, predicate on (file, function)), first match wins
     ("shell exploration (compiled search)", lambda f, n: n == "_explore_guided"),
-    ("landmark tables, built once per process", lambda f, n: "landmarks.py" in f
-     or n in ("_location_distances", "pair_table")),
-    ("graph load and postcode index", lambda f, n: f.endswith(("graph/graph.py", "artefact.py",
-                                                               "bundled.py"))),
-    ("keyed stream (HMAC-SHA256)", lambda f, n: f.endswith(("hmac.py", "stream.py"))
-     or n in ("digest", "copy", "update", "new") and "hashlib" in f),
-    ("exact decision (integers)", lambda f, n: f.endswith("sampler.py")
-     or n in ("_decide", "_z_high", "sync", "_bounds")),
-    ("other engine work (rows, picks, grouping)", lambda f, n: "/engine/" in f
-     or f.endswith("compiled.py")),
-    ("release checks, CSV reading and writing", lambda f, n: "/release/" in f or "pandas" in f
-     or "csv" in f),
+    (
+        "landmark tables, built once per process",
+        lambda f, n: "landmarks.py" in f or n in ("_location_distances", "pair_table"),
+    ),
+    (
+        "graph load and postcode index",
+        lambda f, n: f.endswith(("graph/graph.py", "artefact.py", "bundled.py")),
+    ),
+    (
+        "keyed stream (HMAC-SHA256)",
+        lambda f, n: (
+            f.endswith(("hmac.py", "stream.py"))
+            or n in ("digest", "copy", "update", "new")
+            and "hashlib" in f
+        ),
+    ),
+    (
+        "exact decision (integers)",
+        lambda f, n: f.endswith("sampler.py") or n in ("_decide", "_z_high", "sync", "_bounds"),
+    ),
+    (
+        "other engine work (rows, picks, grouping)",
+        lambda f, n: "/engine/" in f or f.endswith("compiled.py"),
+    ),
+    (
+        "release checks, CSV reading and writing",
+        lambda f, n: "/release/" in f or "pandas" in f or "csv" in f,
+    ),
 ]
 
 
@@ -147,9 +163,23 @@ def profile_cli(graph, records: int, eps: str) -> None:
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
-        code = cli_main(["perturb", str(source), "-o", str(tmp / "out.csv"), "--key",
-                         str(key_path), "--epsilon", eps, "--id-column", "id",
-                         "--postcode-column", "postcode", "-q"])
+        code = cli_main(
+            [
+                "perturb",
+                str(source),
+                "-o",
+                str(tmp / "out.csv"),
+                "--key",
+                str(key_path),
+                "--epsilon",
+                eps,
+                "--id-column",
+                "id",
+                "--postcode-column",
+                "postcode",
+                "-q",
+            ]
+        )
         profiler.disable()
         elapsed = time.perf_counter() - started
         del os.environ["POSTCODE_PRIVACY_WORKERS"]
@@ -162,14 +192,18 @@ def profile_cli(graph, records: int, eps: str) -> None:
             if match(filename, name):
                 totals[label] += tottime
                 break
-    print(f"\nProfile: `postcode-privacy perturb`, {records:,} records with distinct postcodes, "
-          f"epsilon {eps}, one process (POSTCODE_PRIVACY_WORKERS=1), graph already in memory; "
-          f"{elapsed:.1f} s under cProfile, load average {load_average()}\n")
+    print(
+        f"\nProfile: `postcode-privacy perturb`, {records:,} records with distinct postcodes, "
+        f"epsilon {eps}, one process (POSTCODE_PRIVACY_WORKERS=1), graph already in memory; "
+        f"{elapsed:.1f} s under cProfile, load average {load_average()}\n"
+    )
     print("| part | seconds | share |\n|---|---|---|")
     for label, seconds in totals.items():
         print(f"| {label} | {seconds:.1f} | {100 * seconds / elapsed:.0f}% |")
     rest = elapsed - sum(totals.values())
-    print(f"| everything else (Python glue, numpy calls, labels) | {rest:.1f} | {100 * rest / elapsed:.0f}% |")
+    print(
+        f"| everything else (Python glue, numpy calls, labels) | {rest:.1f} | {100 * rest / elapsed:.0f}% |"
+    )
     stats.sort_stats("tottime").print_stats(15)
 
 
@@ -179,7 +213,9 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
     nodes = rng.sample(range(len(graph)), records)
     key = Key.generate()
     print(f"\nExploration per record ({records:,} records with distinct postcodes, one process)\n")
-    print("| epsilon | R | bound on Z | mean shells | mean locations | records/s |\n|---|---|---|---|---|---|")
+    print(
+        "| epsilon | R | bound on Z | mean shells | mean locations | records/s |\n|---|---|---|---|---|---|"
+    )
     for eps in epsilons:
         mechanism = Mechanism(graph, eps)
         context = mechanism.stream_context(key)
@@ -192,9 +228,12 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
                 sampler.sample_group(context, node, [f"e{i}"])
             rate = records / (time.perf_counter() - started)
             stats = sampler.stats
-            print(f"| {eps} | {mechanism.radius} | {'landmark pairs' if landmarks else 'core'} "
-                  f"| {stats['shells_explored'] / records:.1f} "
-                  f"| {stats['locations_explored'] / records:,.0f} | {rate:,.0f} |", flush=True)
+            print(
+                f"| {eps} | {mechanism.radius} | {'landmark pairs' if landmarks else 'core'} "
+                f"| {stats['shells_explored'] / records:.1f} "
+                f"| {stats['locations_explored'] / records:,.0f} | {rate:,.0f} |",
+                flush=True,
+            )
         # The reference explores the whole ball (R shells) for every record.
         search = sampler.search
         sizes, postcodes = [], []
@@ -203,10 +242,13 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
             search.explore_to(mechanism.radius)
             sizes.append(search.locations_explored)
             postcodes.append(search.ball().size)
-        print(f"| {eps} | {mechanism.radius} | none (full ball, as the reference) "
-              f"| {mechanism.radius} | {sum(sizes) / records:,.0f} (median "
-              f"{sorted(sizes)[records // 2]:,}; median postcodes {sorted(postcodes)[records // 2]:,}) "
-              "| |", flush=True)
+        print(
+            f"| {eps} | {mechanism.radius} | none (full ball, as the reference) "
+            f"| {mechanism.radius} | {sum(sizes) / records:,.0f} (median "
+            f"{sorted(sizes)[records // 2]:,}; median postcodes {sorted(postcodes)[records // 2]:,}) "
+            "| |",
+            flush=True,
+        )
 
 
 # The rows of issue 11's table: name -> (workload, epsilon, records, distinct postcodes or None
@@ -256,13 +298,37 @@ def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) 
     ids, nodes = write_workload(graph, source, records, distinct, seed=len(name) * 7919)
     output = tmp / f"{name}-released.csv"
     load_before = load_average()
-    measured = run_cli([CLI, "perturb", str(source), "-o", str(output), "--key", str(key_path),
-                        "--epsilon", eps, "--id-column", "id", "--postcode-column", "postcode",
-                        "-q", "--force"])
-    row = {"name": name, "workload": workload, "eps": eps, "records": records,
-           "rate": records / measured["wall"], "cpu_rate": records / measured["cpu"],
-           "wall": measured["wall"], "pss": measured["peak_pss"] / 2**30,
-           "load": f"{load_before} → {load_average()}", "in_process": None}
+    measured = run_cli(
+        [
+            CLI,
+            "perturb",
+            str(source),
+            "-o",
+            str(output),
+            "--key",
+            str(key_path),
+            "--epsilon",
+            eps,
+            "--id-column",
+            "id",
+            "--postcode-column",
+            "postcode",
+            "-q",
+            "--force",
+        ]
+    )
+    row = {
+        "name": name,
+        "workload": workload,
+        "eps": eps,
+        "records": records,
+        "rate": records / measured["wall"],
+        "cpu_rate": records / measured["cpu"],
+        "wall": measured["wall"],
+        "pss": measured["peak_pss"] / 2**30,
+        "load": f"{load_before} → {load_average()}",
+        "in_process": None,
+    }
     mechanism = Mechanism(graph, eps)
     k = REFERENCE_SAMPLE.get(eps, 5)
     codes = [graph.label(v) for v in nodes[:k]]
@@ -274,8 +340,9 @@ def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) 
     if distinct not in (None, "graph"):
         frame = pd.read_csv(source, dtype=str, keep_default_na=False)
         started = time.perf_counter()
-        result = perturb_frame(frame, key=key, epsilon=eps, id_column="id",
-                               postcode_column="postcode", graph=graph)
+        result = perturb_frame(
+            frame, key=key, epsilon=eps, id_column="id", postcode_column="postcode", graph=graph
+        )
         row["in_process"] = records / (time.perf_counter() - started)
         if result["postcode_dp"].tolist()[:k] != reference:
             raise SystemExit(f"{name}: perturb_frame differs from the reference sampler")
@@ -295,40 +362,59 @@ def table_benchmark(graph, rows: dict) -> None:
         for name, spec in rows.items():
             row = run_row(graph, name, spec, tmp, key, key_path)
             results.append(row)
-            print(f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s), "
-                  f"load {row['load']}", flush=True)
-    print("\n| workload (CLI, CSV in and out, default radius) | ε | records/s (CLI, wall) "
-          "| records per CPU-second | in process (perturb_frame) | in process ÷ CLI | wall "
-          "| peak PSS | load average (before → after) |")
+            print(
+                f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s), "
+                f"load {row['load']}",
+                flush=True,
+            )
+    print(
+        "\n| workload (CLI, CSV in and out, default radius) | ε | records/s (CLI, wall) "
+        "| records per CPU-second | in process (perturb_frame) | in process ÷ CLI | wall "
+        "| peak PSS | load average (before → after) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         inproc = f"{r['in_process']:,.0f}/s" if r["in_process"] else ""
         ratio = f"{r['in_process'] / r['rate']:.2f}×" if r["in_process"] else ""
-        print(f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
-              f"| {inproc} | {ratio} | {r['wall']:.0f} s | {r['pss']:.2f} GiB | {r['load']} |")
+        print(
+            f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
+            f"| {inproc} | {ratio} | {r['wall']:.0f} s | {r['pss']:.2f} GiB | {r['load']} |"
+        )
     print(f"\n{usable_cpus()} usable CPUs; load average at end: {load_average()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="distinct-1,distinct-0.5,distinct-2,repeated-1",
-                        help="comma-separated rows of issue 11's table: " + ", ".join(ROWS)
-                        + ", or 'all'")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a few seconds on tiny inputs (200 distinct records at epsilon 2, "
-                             "3,000 repeated at epsilon 1), so the script cannot rot; the "
-                             "figures mean nothing")
+    parser.add_argument(
+        "--rows",
+        default="distinct-1,distinct-0.5,distinct-2,repeated-1",
+        help="comma-separated rows of issue 11's table: " + ", ".join(ROWS) + ", or 'all'",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a few seconds on tiny inputs (200 distinct records at epsilon 2, "
+        "3,000 repeated at epsilon 1), so the script cannot rot; the "
+        "figures mean nothing",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
-    parser.add_argument("--exploration", type=int, default=0, metavar="N",
-                        help="also report shells and locations explored on N records per epsilon")
+    parser.add_argument(
+        "--exploration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also report shells and locations explored on N records per epsilon",
+    )
     parser.add_argument("--epsilons", default="0.5,1,2", help="epsilons of --exploration")
     args = parser.parse_args()
 
     graph = default_graph(progress=False)
-    print(f"graph: {len(graph):,} postcodes, {graph.n_locations:,} locations, "
-          f"sha256 {graph.sha256[:16]}; {usable_cpus()} usable CPUs; load average "
-          f"{load_average()} at start")
+    print(
+        f"graph: {len(graph):,} postcodes, {graph.n_locations:,} locations, "
+        f"sha256 {graph.sha256[:16]}; {usable_cpus()} usable CPUs; load average "
+        f"{load_average()} at start"
+    )
     if args.smoke:
         REFERENCE_SAMPLE.update({"2": 3, "1": 3})
         table_benchmark(graph, SMOKE_ROWS)

@@ -13,9 +13,29 @@ from decimal import Context, Decimal
 
 from postcode_privacy.mechanism.powers import powers
 
-CTX = Context(prec=320, Emax=10**6, Emin=-10**6)  # P_h reach 2^800 at eps = 5, R = 200
-EPSILONS = [Decimal(x) for x in ("0.01", "0.02", "0.05", "0.1", "0.2", "0.3", "0.5", "0.7", "1",
-                                  "1.5", "2", "2.5", "3", "3.5", "4", "4.5", "5")]
+CTX = Context(prec=320, Emax=10**6, Emin=-(10**6))  # P_h reach 2^800 at eps = 5, R = 200
+EPSILONS = [
+    Decimal(x)
+    for x in (
+        "0.01",
+        "0.02",
+        "0.05",
+        "0.1",
+        "0.2",
+        "0.3",
+        "0.5",
+        "0.7",
+        "1",
+        "1.5",
+        "2",
+        "2.5",
+        "3",
+        "3.5",
+        "4",
+        "4.5",
+        "5",
+    )
+]
 RADII = (1, 2, 5, 10, 30, 60, 100, 150, 200)
 
 
@@ -38,7 +58,9 @@ def worst_deviation(epsilons=EPSILONS, radii=RADII) -> tuple[Decimal, Decimal, i
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="a tiny grid, to check the script runs")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a tiny grid, to check the script runs"
+    )
     args = parser.parse_args(argv)
     epsilons, radii = (EPSILONS[::8], RADII[:2]) if args.smoke else (EPSILONS, RADII)
     dev, eps, radius, h = worst_deviation(epsilons, radii)

@@ -40,7 +40,7 @@ def _escape(text: str) -> str:
     """Escape Markdown and HTML specials outside code spans; keep code spans verbatim."""
     out, pos = [], 0
     for match in _CODE_SPAN.finditer(text):
-        out.append(_escape_plain(text[pos:match.start()]))
+        out.append(_escape_plain(text[pos : match.start()]))
         out.append(match.group(0))
         pos = match.end()
     out.append(_escape_plain(text[pos:]))
@@ -179,7 +179,9 @@ def generate() -> str:
     lines += ["## Commands", "", "| Command | Summary |", "| --- | --- |"]
     for command, ctx in commands[1:]:
         anchor = _anchor(ctx.command_path)
-        lines.append(f"| [`{ctx.command_path}`](#{anchor}) | {_cell(command.get_short_help_str(limit=200))} |")
+        lines.append(
+            f"| [`{ctx.command_path}`](#{anchor}) | {_cell(command.get_short_help_str(limit=200))} |"
+        )
     lines += [
         "",
         "## Exit codes",

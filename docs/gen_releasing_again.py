@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-EXE = [sys.executable, "-c", "import sys; from postcode_privacy.cli import main; "
-                             "sys.exit(main(sys.argv[1:]))"]
+EXE = [
+    sys.executable,
+    "-c",
+    "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))",
+]
 
 
 def district_graph(national, prefixes):
@@ -33,10 +36,12 @@ def district_graph(national, prefixes):
 def run(workdir: Path, line: str) -> str:
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = dict(os.environ, PYTHONPATH=src, COLUMNS="100")
-    result = subprocess.run(EXE + shlex.split(line)[1:], cwd=workdir, capture_output=True,
-                            text=True, env=env)
+    result = subprocess.run(
+        EXE + shlex.split(line)[1:], cwd=workdir, capture_output=True, text=True, env=env
+    )
     return f"$ {line}\n{result.stdout}{result.stderr}" + (
-        f"(exit code {result.returncode})\n" if result.returncode else "")
+        f"(exit code {result.returncode})\n" if result.returncode else ""
+    )
 
 
 def main() -> None:
@@ -51,27 +56,44 @@ def main() -> None:
     quarters = {"q1": dict(home)}
     quarters["q2"] = dict(home, S004=ls6[5], S009=ls6[11])  # two people move
     quarters["q3"] = dict(quarters["q2"])  # nobody moves; the graph is rebuilt
-    quarters["q4"] = dict(quarters["q3"], S002=ls6[29], S004=ls6[17], S013=ls6[23])  # moves; a recruit
+    quarters["q4"] = dict(
+        quarters["q3"], S002=ls6[29], S004=ls6[17], S013=ls6[23]
+    )  # moves; a recruit
     for name, people in quarters.items():
-        pd.DataFrame({"study_id": list(people), "postcode": list(people.values()),
-                      "visits": [len(p) % 5 for p in people]}).to_csv(work / f"{name}.csv",
-                                                                    index=False)
+        pd.DataFrame(
+            {
+                "study_id": list(people),
+                "postcode": list(people.values()),
+                "visits": [len(p) % 5 for p in people],
+            }
+        ).to_csv(work / f"{name}.csv", index=False)
     common = "--key study.key --epsilon 1 --id-column study_id --postcode-column postcode"
     steps = {
-        "setup": ["postcode-privacy keygen -o study.key", "postcode-privacy ledger init study-ledger.db"],
-        "q1": [f"postcode-privacy ledger check q1.csv --ledger study-ledger.db {common} --graph ls6.ppgraph",
-               f"postcode-privacy perturb q1.csv -o q1-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db -q",
-               "postcode-privacy ledger show study-ledger.db"],
-        "q2": [f"postcode-privacy perturb q2.csv -o q2-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db --dry-run",
-               f"postcode-privacy perturb q2.csv -o q2-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db -q",
-               "postcode-privacy ledger show study-ledger.db"],
-        "q3": [f"postcode-privacy ledger check q3.csv --ledger study-ledger.db {common} --graph ls4-ls6.ppgraph",
-               f"postcode-privacy perturb q3.csv -o q3-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db -q",
-               "postcode-privacy ledger show study-ledger.db"],
-        "q4": [f"postcode-privacy ledger check q4.csv --ledger study-ledger.db {common} --graph ls4-ls6.ppgraph --budget 3",
-               f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3",
-               f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3 --on-error null -q",
-               "postcode-privacy ledger show study-ledger.db"],
+        "setup": [
+            "postcode-privacy keygen -o study.key",
+            "postcode-privacy ledger init study-ledger.db",
+        ],
+        "q1": [
+            f"postcode-privacy ledger check q1.csv --ledger study-ledger.db {common} --graph ls6.ppgraph",
+            f"postcode-privacy perturb q1.csv -o q1-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db -q",
+            "postcode-privacy ledger show study-ledger.db",
+        ],
+        "q2": [
+            f"postcode-privacy perturb q2.csv -o q2-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db --dry-run",
+            f"postcode-privacy perturb q2.csv -o q2-release.csv {common} --graph ls6.ppgraph --ledger study-ledger.db -q",
+            "postcode-privacy ledger show study-ledger.db",
+        ],
+        "q3": [
+            f"postcode-privacy ledger check q3.csv --ledger study-ledger.db {common} --graph ls4-ls6.ppgraph",
+            f"postcode-privacy perturb q3.csv -o q3-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db -q",
+            "postcode-privacy ledger show study-ledger.db",
+        ],
+        "q4": [
+            f"postcode-privacy ledger check q4.csv --ledger study-ledger.db {common} --graph ls4-ls6.ppgraph --budget 3",
+            f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3",
+            f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3 --on-error null -q",
+            "postcode-privacy ledger show study-ledger.db",
+        ],
     }
     for name, lines in steps.items():
         print(f"<!-- {name} -->\n```text")

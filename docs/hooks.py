@@ -50,7 +50,9 @@ def latex_to_mathml(html: str) -> str:
         return convert(unescape(match.group(1)).strip(), display="inline")
 
     def display(match: re.Match) -> str:
-        return f'<div class="math">{convert(unescape(match.group(1)).strip(), display="block")}</div>'
+        return (
+            f'<div class="math">{convert(unescape(match.group(1)).strip(), display="block")}</div>'
+        )
 
     return _INLINE_MATH.sub(inline, _DISPLAY_MATH.sub(display, html))
 

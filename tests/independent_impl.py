@@ -14,12 +14,14 @@ from fractions import Fraction
 
 
 def q_hat(epsilon: str) -> Fraction:
-    ctx = Context(prec=60, rounding=ROUND_HALF_EVEN, Emin=-10**6, Emax=10**6)
+    ctx = Context(prec=60, rounding=ROUND_HALF_EVEN, Emin=-(10**6), Emax=10**6)
     half = Context(prec=100).divide(Decimal(epsilon), 2)  # exact, whatever the ambient context
     r = ctx.exp(half.copy_negate())
     upper = Fraction(r) + Fraction(10) ** (r.adjusted() - 59)
     scaled = upper * 2**256
-    numerator = scaled.numerator // scaled.denominator + (scaled.numerator % scaled.denominator != 0)
+    numerator = scaled.numerator // scaled.denominator + (
+        scaled.numerator % scaled.denominator != 0
+    )
     return Fraction(numerator, 2**256)
 
 
@@ -73,23 +75,42 @@ def distances(nodes, adjacency, source):
     return dist
 
 
-def perturb(key: bytes, version: str, graph_sha: str, epsilon: str, radius: int,
-            nodes: list[str], adjacency: dict, prior: dict, subject: str, postcode: str) -> str:
+def perturb(
+    key: bytes,
+    version: str,
+    graph_sha: str,
+    epsilon: str,
+    radius: int,
+    nodes: list[str],
+    adjacency: dict,
+    prior: dict,
+    subject: str,
+    postcode: str,
+) -> str:
     p = powers(epsilon, radius)
-    context = [b"postcode-privacy/draw/v1", version.encode(), graph_sha.encode(), epsilon.encode(),
-               str(radius).encode(), subject.encode(), postcode.encode()]
+    context = [
+        b"postcode-privacy/draw/v1",
+        version.encode(),
+        graph_sha.encode(),
+        epsilon.encode(),
+        str(radius).encode(),
+        subject.encode(),
+        postcode.encode(),
+    ]
     dist = distances(nodes, adjacency, postcode)
     shells = [[y for y in nodes if dist.get(y) == h] for h in range(radius)]
     total = sum(prior.values())
     weights = [p[h] * sum(prior[y] for y in shells[h]) for h in range(radius)]
     inside = sum(prior[y] for sh in shells for y in sh)
     z = sum(weights) + p[radius] * (total - inside)
+
     # U's first 256 * m bits, extended until the comparison with each C_h / Z is decided.
     def bits(m):
         u = 0
         for c in range(m):
             u = (u << 256) | int.from_bytes(block(key, context, b"shell", 0, c), "big")
         return u
+
     chosen, cumulative = radius, 0
     for h in range(radius):
         cumulative += weights[h]

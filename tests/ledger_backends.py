@@ -39,13 +39,38 @@ class PostgresServer:
         self.user = "postgres" if os.getuid() == 0 else None
         if self.user:
             shutil.chown(self.root, self.user)
-        self._run([os.path.join(bindir, "initdb"), "-D", self.data, "-U", "postgres",
-                   "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self._run(
+            [
+                os.path.join(bindir, "initdb"),
+                "-D",
+                self.data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
+        )
         self.proc = subprocess.Popen(
-            self._as_user([os.path.join(bindir, "postgres"), "-D", self.data, "-p",
-                           str(self.port), "-h", "127.0.0.1", "-k", self.root,
-                           "-c", "fsync=off"]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._as_user(
+                [
+                    os.path.join(bindir, "postgres"),
+                    "-D",
+                    self.data,
+                    "-p",
+                    str(self.port),
+                    "-h",
+                    "127.0.0.1",
+                    "-k",
+                    self.root,
+                    "-c",
+                    "fsync=off",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -61,8 +86,9 @@ class PostgresServer:
         return ["runuser", "-u", self.user, "--", *argv] if self.user else argv
 
     def _run(self, argv: list[str]) -> None:
-        subprocess.run(self._as_user(argv), check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+        subprocess.run(
+            self._as_user(argv), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
 
     def new_database(self) -> str:
         import psycopg

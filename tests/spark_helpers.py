@@ -24,13 +24,19 @@ def source_path() -> str:
     (the worker report below is pickled by reference to this module)."""
     import postcode_privacy
 
-    return os.pathsep.join([str(Path(postcode_privacy.__file__).parent.parent),
-                            str(Path(__file__).parent)])
+    return os.pathsep.join(
+        [str(Path(postcode_privacy.__file__).parent.parent), str(Path(__file__).parent)]
+    )
 
 
 def small_codes() -> list[str]:
-    return [f"LS{d} {s}{a}{b}" for d in range(1, 4) for s in range(1, 3)
-            for a in LETTERS[:4] for b in LETTERS[:5]]
+    return [
+        f"LS{d} {s}{a}{b}"
+        for d in range(1, 4)
+        for s in range(1, 3)
+        for a in LETTERS[:4]
+        for b in LETTERS[:5]
+    ]
 
 
 def small_graph(directory: Path) -> tuple[Graph, Path]:
@@ -52,8 +58,9 @@ def small_records(n: int, seed: int) -> pd.DataFrame:
     for i in range(n):
         code = rng.choice(codes)
         code = rng.choice([code, code.lower(), code.replace(" ", ""), f"  {code} "])
-        rows.append({"sid": f"S{rng.randrange(n // 2):05d}", "pc": code, "x": i * 3,
-                     "w": rng.random()})
+        rows.append(
+            {"sid": f"S{rng.randrange(n // 2):05d}", "pc": code, "x": i * 3, "w": rng.random()}
+        )
     for i, bad in ((7, "not a postcode"), (n // 2, None), (n - 3, "ZZ9 9ZZ")):
         rows[i]["pc"] = bad
     rows[n // 3]["sid"] = "   "
@@ -62,8 +69,10 @@ def small_records(n: int, seed: int) -> pd.DataFrame:
 
 def records(frame: pd.DataFrame) -> list[tuple]:
     """Rows as tuples with every kind of missing value as None, for exact comparison."""
-    return [tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v
-                  for v in row) for row in frame.itertuples(index=False)]
+    return [
+        tuple(None if (v is None or (not isinstance(v, str) and pd.isna(v))) else v for v in row)
+        for row in frame.itertuples(index=False)
+    ]
 
 
 def assert_same_release(spark_out: pd.DataFrame, local_out: pd.DataFrame) -> None:
@@ -92,15 +101,23 @@ def ancestors() -> list[int]:
 def worker_report(spark, partitions: int, sha256: str) -> pd.DataFrame:
     """Per task of a small job: the Python worker's id, its ancestors, how often it loaded the
     graph ``sha256`` and how many tasks it has served with a graph."""
+
     def report(batches):
         from postcode_privacy import spark as pps
 
         for _ in batches:
             pass
-        yield pd.DataFrame({"pid": [os.getpid()],
-                            "ancestors": [" ".join(map(str, ancestors()))],
-                            "loads": [pps.worker_graph_loads().get(sha256, 0)],
-                            "tasks": [pps.worker_graph_tasks()]})
+        yield pd.DataFrame(
+            {
+                "pid": [os.getpid()],
+                "ancestors": [" ".join(map(str, ancestors()))],
+                "loads": [pps.worker_graph_loads().get(sha256, 0)],
+                "tasks": [pps.worker_graph_tasks()],
+            }
+        )
 
-    return spark.range(0, partitions * 2, 1, partitions).mapInPandas(
-        report, "pid long, ancestors string, loads long, tasks long").toPandas()
+    return (
+        spark.range(0, partitions * 2, 1, partitions)
+        .mapInPandas(report, "pid long, ancestors string, loads long, tasks long")
+        .toPandas()
+    )

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from postcode_privacy import ArtefactError, Graph, GraphError
+from postcode_privacy import ArtefactError, Graph, GraphError, PostcodePrivacyError
 from postcode_privacy.graph import artefact
 from postcode_privacy.graph.artefact import MAGIC, load_graph, save_graph
 from postcode_privacy.graph.build import build_graph
@@ -25,8 +25,14 @@ def graph() -> Graph:
     xy = rng.integers(0, 3000, size=(len(labels), 2)).astype(float)
     xy[3] = xy[4] = xy[5]  # co-located postcodes
     prior = rng.integers(1, 1000, size=len(labels))
-    return build_graph(labels, xy[:, 0], xy[:, 1], prior, params_extra={"source": "test"},
-                       provenance={"note": "fixture"})
+    return build_graph(
+        labels,
+        xy[:, 0],
+        xy[:, 1],
+        prior,
+        params_extra={"source": "test"},
+        provenance={"note": "fixture"},
+    )
 
 
 @pytest.fixture
@@ -47,20 +53,25 @@ def assert_same(a: Graph, b: Graph) -> None:
 
 def header_of(data: bytes) -> tuple[int, int, dict]:
     pos = data.index(b"\n") + 1
-    (length,) = struct.unpack("<Q", data[pos:pos + 8])
+    (length,) = struct.unpack("<Q", data[pos : pos + 8])
     start = pos + 8 + 32
-    return pos, start, json.loads(data[start:start + length])
+    return pos, start, json.loads(data[start : start + length])
 
 
 def rewrite_header(data: bytes, edit) -> bytes:
     """Apply ``edit`` to the JSON header and re-sign it with a correct header checksum."""
     pos, start, header = header_of(data)
-    old_len = struct.unpack("<Q", data[pos:pos + 8])[0]
+    old_len = struct.unpack("<Q", data[pos : pos + 8])[0]
     edit(header)
     new = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     assert len(new) == old_len, "test edits must keep the header length"
-    return (data[:pos] + struct.pack("<Q", len(new)) + hashlib.sha256(new).digest() + new
-            + data[start + old_len:])
+    return (
+        data[:pos]
+        + struct.pack("<Q", len(new))
+        + hashlib.sha256(new).digest()
+        + new
+        + data[start + old_len :]
+    )
 
 
 # -- round trip -----------------------------------------------------------------------------------
@@ -83,8 +94,16 @@ def test_lookups_on_a_loaded_graph(graph, saved, monkeypatch):
 
     monkeypatch.setattr(_labels, "_SEARCHES_BEFORE_INDEX", 25)
     loaded = load_graph(saved)
-    queries = graph.postcodes + ["ab1 0ae", "AB1 0AC", "ZZ9 9ZZ", "AB1 0A", "AB1 0AE\x00",
-                                 "AB12 0AEE", "", "\u00e9"]
+    queries = graph.postcodes + [
+        "ab1 0ae",
+        "AB1 0AC",
+        "ZZ9 9ZZ",
+        "AB1 0A",
+        "AB1 0AE\x00",
+        "AB12 0AEE",
+        "",
+        "\u00e9",
+    ]
     # The first 25 lookups are binary searches, the rest go through the label dict.
     assert [loaded.find(q) for q in queries] == [graph.find(q) for q in queries]
     assert loaded._labels.index_built
@@ -100,7 +119,7 @@ def test_layout(saved):
     data = saved.read_bytes()
     assert data.startswith(MAGIC + b"1\n")
     pos, start, header = header_of(data)
-    data_start = -(-(start + struct.unpack("<Q", data[pos:pos + 8])[0]) // 64) * 64
+    data_start = -(-(start + struct.unpack("<Q", data[pos : pos + 8])[0]) // 64) * 64
     assert header["format"] == 1
     for name, spec in header["arrays"].items():
         assert (data_start + spec["offset"]) % 64 == 0, name
@@ -109,8 +128,11 @@ def test_layout(saved):
 
 
 def test_graph_without_coordinates_and_unusual_labels(tmp_path):
-    g = Graph.from_edges(["a", "b\u00e9", "c c", "AB1 0AA"], [("a", "b\u00e9"), ("c c", "a"),
-                                                             (3, 0)], prior=[1, 2, 3, 4])
+    g = Graph.from_edges(
+        ["a", "b\u00e9", "c c", "AB1 0AA"],
+        [("a", "b\u00e9"), ("c c", "a"), (3, 0)],
+        prior=[1, 2, 3, 4],
+    )
     save_graph(g, tmp_path / "x")
     loaded = load_graph(tmp_path / "x")
     assert_same(g, loaded)
@@ -145,7 +167,7 @@ def test_write_is_atomic_and_leaves_no_temporary_file(graph, tmp_path, monkeypat
 
     monkeypatch.setattr(artefact.os, "replace", failing_replace)
     other = Graph.from_edges(["a", "b"], [(0, 1)])
-    with pytest.raises(OSError):
+    with pytest.raises(PostcodePrivacyError, match="cannot write the output"):
         save_graph(other, path)
     assert [p.name for p in tmp_path.iterdir()] == ["g.ppgraph"]
     assert path.read_bytes() == before
@@ -169,7 +191,7 @@ def test_every_single_byte_corruption_is_refused(saved, tmp_path):
                 pass
             else:
                 accepted.append(i)
-            os.pwrite(handle.fileno(), data[i:i + 1], i)
+            os.pwrite(handle.fileno(), data[i : i + 1], i)
     assert accepted == []
     assert load_graph(bad).sha256 == load_graph(saved).sha256
 
@@ -178,7 +200,7 @@ def test_every_single_byte_corruption_is_refused(saved, tmp_path):
 def test_truncated_files_are_refused(saved, tmp_path, keep):
     data = saved.read_bytes()
     bad = tmp_path / "bad"
-    bad.write_bytes(data[:keep] if keep >= 0 else data[:len(data) + keep])
+    bad.write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
     with pytest.raises(ArtefactError):
         load_graph(bad)
 
@@ -190,10 +212,17 @@ def test_extended_file_is_refused(saved, tmp_path):
         load_graph(bad)
 
 
-@pytest.mark.parametrize("content", [
-    b"", b"hello world\n", json.dumps({"sha256": "0" * 64}).encode(), os.urandom(4096),
-    b"\x93NUMPY\x01\x00" + b"\x00" * 100, b"PK\x03\x04" + b"\x00" * 100,
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"hello world\n",
+        json.dumps({"sha256": "0" * 64}).encode(),
+        os.urandom(4096),
+        b"\x93NUMPY\x01\x00" + b"\x00" * 100,
+        b"PK\x03\x04" + b"\x00" * 100,
+    ],
+)
 def test_foreign_files_are_refused(tmp_path, content):
     bad = tmp_path / "bad"
     bad.write_bytes(content)
@@ -209,7 +238,7 @@ def test_missing_file_is_refused(tmp_path):
 def test_future_format_version_is_refused(saved, tmp_path):
     data = saved.read_bytes()
     bad = tmp_path / "bad"
-    bad.write_bytes(MAGIC + b"2" + data[len(MAGIC) + 1:])
+    bad.write_bytes(MAGIC + b"2" + data[len(MAGIC) + 1 :])
     with pytest.raises(ArtefactError, match="version 2"):
         load_graph(bad)
 
@@ -244,6 +273,7 @@ def test_missing_or_extra_arrays_are_refused(saved, tmp_path):
     def rename(old, new):
         def edit(h):
             h["arrays"][new] = h["arrays"].pop(old)
+
         return edit
 
     for edit in (rename("prior", "prioR"), rename("loc_indptr", "loc_Indptr")):
@@ -257,8 +287,10 @@ def test_arrays_swapped_in_the_header_are_refused(saved, tmp_path):
 
     def swap(h):
         a = h["arrays"]
-        a["node_location"]["offset"], a["prior"]["offset"] = (a["prior"]["offset"],
-                                                              a["node_location"]["offset"])
+        a["node_location"]["offset"], a["prior"]["offset"] = (
+            a["prior"]["offset"],
+            a["node_location"]["offset"],
+        )
 
     bad = tmp_path / "bad"
     bad.write_bytes(rewrite_header(data, swap))

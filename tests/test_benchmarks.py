@@ -42,10 +42,17 @@ def test_every_benchmark_declares_smoke():
 def test_benchmark_smoke_run(script, tmp_path):
     # The scripts import the package under test, wherever the tests import it from.
     src = str(Path(postcode_privacy.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (src, os.environ.get("PYTHONPATH")) if p))
-    result = subprocess.run([sys.executable, "-W", "error", str(script), "--smoke"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "error", str(script), "--smoke"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip(), "a smoke run printed nothing"
     assert list(tmp_path.iterdir()) == []  # results go to stdout or to files asked for

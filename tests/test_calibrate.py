@@ -35,9 +35,17 @@ def test_grid_is_two_significant_figures_from_001_to_10():
     assert max(ratios) <= 1.1 + 1e-12 and min(ratios) > 1.01  # log-spaced within a decade
 
 
-@pytest.mark.parametrize("text", ["median-displacement-km", "median-displacement-km=x",
-                                  "nonsense=2", "median-displacement-km=-1",
-                                  "max-self-probability=1.5", "median-displacement-km=inf"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "median-displacement-km",
+        "median-displacement-km=x",
+        "nonsense=2",
+        "median-displacement-km=-1",
+        "max-self-probability=1.5",
+        "median-displacement-km=inf",
+    ],
+)
 def test_bad_targets_are_refused(text):
     with pytest.raises(InvalidParameterError):
         parse_target(text)
@@ -71,8 +79,14 @@ def test_unreachable_and_conflicting_targets_warn(setup):
     assert not unreachable.met and unreachable.epsilon is None
     assert any("cannot be met" in w for w in unreachable.warnings)
     loose = _measure(graph, nodes, "0.3")
-    conflict = calibrate(graph, {"median-displacement-km": _measure(graph, nodes, "3").median_displacement_km,
-                                 "max-self-probability": loose.max_self_probability}, nodes)
+    conflict = calibrate(
+        graph,
+        {
+            "median-displacement-km": _measure(graph, nodes, "3").median_displacement_km,
+            "max-self-probability": loose.max_self_probability,
+        },
+        nodes,
+    )
     assert conflict.epsilon is None and any("conflict" in w for w in conflict.warnings)
 
 
@@ -80,20 +94,60 @@ def test_cli_calibrate(setup, tmp_path, capsys):
     graph, _ = setup
     path = tmp_path / "g.ppg"
     graph.save(path)
-    assert main(["calibrate", "--graph", str(path), "--sample", "6",
-                 "--target", "median-displacement-km=1", "--json", "-q"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--graph",
+                str(path),
+                "--sample",
+                "6",
+                "--target",
+                "median-displacement-km=1",
+                "--json",
+                "-q",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "postcode-privacy-calibration"
     assert data["graph_sha256"] == graph.sha256
     assert data["met"] and Decimal(data["epsilon"]) in GRID
     # No epsilon meets the target: say why and exit non-zero, so a script cannot carry on.
-    assert main(["calibrate", "--graph", str(path), "--target", "max-self-probability=0.000000001",
-                 "--sample", "4"]) == 1
+    assert (
+        main(
+            [
+                "calibrate",
+                "--graph",
+                str(path),
+                "--target",
+                "max-self-probability=0.000000001",
+                "--sample",
+                "4",
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert "warning:" in captured.err and "error: no epsilon" in captured.err
     assert captured.out == ""
-    assert main(["calibrate", "--graph", str(path), "--target", "max-self-probability=0.000000001",
-                 "--sample", "4", "--json", "-q"]) == 1
+    assert (
+        main(
+            [
+                "calibrate",
+                "--graph",
+                str(path),
+                "--target",
+                "max-self-probability=0.000000001",
+                "--sample",
+                "4",
+                "--json",
+                "-q",
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert json.loads(captured.out)["met"] is False and "error: no epsilon" in captured.err
     assert main(["calibrate", "--graph", str(path), "--target", "bogus=1"]) == 8

@@ -16,8 +16,18 @@ FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 
 def test_build_from_onspd_with_population_and_terminated_sidecar(tmp_path, capsys):
     out = tmp_path / "g.ppgraph"
-    code = main(["build", "--onspd", str(FIXTURES / "ONSPD_FEB_2024_UK.csv"),
-                 "--population", str(FIXTURES / "population.csv"), "-o", str(out), "--quiet"])
+    code = main(
+        [
+            "build",
+            "--onspd",
+            str(FIXTURES / "ONSPD_FEB_2024_UK.csv"),
+            "--population",
+            str(FIXTURES / "population.csv"),
+            "-o",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     graph = Graph.load(out)
     assert graph.params["prior"] == "population"
@@ -43,18 +53,34 @@ def test_gb_only_drops_northern_ireland_and_build_is_reproducible(tmp_path):
 
 def test_build_from_codepoint_directory(tmp_path):
     out = tmp_path / "cp.ppgraph"
-    assert main(["build", "--codepoint", str(FIXTURES / "codepoint"), "-o", str(out), "--quiet"]) == 0
+    assert (
+        main(["build", "--codepoint", str(FIXTURES / "codepoint"), "-o", str(out), "--quiet"]) == 0
+    )
     assert len(Graph.load(out)) > 3
 
 
 def test_build_refuses_existing_output_and_needs_one_source(tmp_path, capsys):
     out = tmp_path / "x.ppgraph"
     out.write_bytes(b"keep me")
-    assert main(["build", "--codepoint", str(FIXTURES / "codepoint"), "-o", str(out), "--quiet"]) == 5
+    assert (
+        main(["build", "--codepoint", str(FIXTURES / "codepoint"), "-o", str(out), "--quiet"]) == 5
+    )
     assert out.read_bytes() == b"keep me"
     assert main(["build", "-o", str(tmp_path / "y.ppgraph")]) == 8
-    assert main(["build", "--codepoint", str(FIXTURES / "codepoint"), "--onspd",
-                 str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "-o", str(tmp_path / "z.ppgraph")]) == 8
+    assert (
+        main(
+            [
+                "build",
+                "--codepoint",
+                str(FIXTURES / "codepoint"),
+                "--onspd",
+                str(FIXTURES / "ONSPD_FEB_2024_UK.csv"),
+                "-o",
+                str(tmp_path / "z.ppgraph"),
+            ]
+        )
+        == 8
+    )
 
 
 @pytest.mark.slow  # reads the bundled ONS directory of every postcode
@@ -65,21 +91,47 @@ def test_terminated_postcodes_of_an_onspd_build_map_to_the_nearest_live_one(tmp_
     from postcode_privacy.keyfile import write_key_file
 
     graph_path = tmp_path / "g.ppgraph"
-    assert main(["build", "--onspd", str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "--gb-only",
-                 "-o", str(graph_path), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--onspd",
+                str(FIXTURES / "ONSPD_FEB_2024_UK.csv"),
+                "--gb-only",
+                "-o",
+                str(graph_path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert terminated_sidecar(graph_path).exists()
     key_path = tmp_path / "k.key"
     write_key_file(Key.generate(), key_path)
     records = tmp_path / "in.csv"
     records.write_text("id,pc\n1,AB1 0AA\n2,EH1 1YZ\n", encoding="utf-8")
-    base = ["perturb", str(records), "--key", str(key_path), "--epsilon", "1", "--id-column", "id",
-            "--postcode-column", "pc", "--graph", str(graph_path), "-q"]
+    base = [
+        "perturb",
+        str(records),
+        "--key",
+        str(key_path),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "id",
+        "--postcode-column",
+        "pc",
+        "--graph",
+        str(graph_path),
+        "-q",
+    ]
     assert main(base + ["-o", str(tmp_path / "strict.csv")]) == 3  # unknown postcode by default
     assert not (tmp_path / "strict.csv").exists()
     assert main(base + ["-o", str(tmp_path / "out.csv"), "--terminated", "nearest"]) == 0
     out = pd.read_csv(tmp_path / "out.csv", dtype=str)
     assert len(out) == 2 and out["postcode_dp"].notna().all()
     import json
+
     manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8"))
     audit = json.loads((tmp_path / "out.csv.audit.json").read_text(encoding="utf-8"))
     assert audit["counts"]["terminated_mapped"] == 1
@@ -87,8 +139,10 @@ def test_terminated_postcodes_of_an_onspd_build_map_to_the_nearest_live_one(tmp_
     import hashlib
 
     assert manifest["terminated_locations"] == {
-        "source": "sidecar", "file": sidecar.name,
-        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest()}
+        "source": "sidecar",
+        "file": sidecar.name,
+        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest(),
+    }
 
 
 def _onspd_artefact_and_records(tmp_path):
@@ -96,15 +150,43 @@ def _onspd_artefact_and_records(tmp_path):
     from postcode_privacy.keyfile import write_key_file
 
     graph_path = tmp_path / "g.ppgraph"
-    assert main(["build", "--onspd", str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "--gb-only",
-                 "-o", str(graph_path), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "--onspd",
+                str(FIXTURES / "ONSPD_FEB_2024_UK.csv"),
+                "--gb-only",
+                "-o",
+                str(graph_path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     key_path = tmp_path / "k.key"
     write_key_file(Key.generate(), key_path)
     records = tmp_path / "in.csv"
     records.write_text("id,pc\n1,AB1 0AA\n2,EH1 1YZ\n", encoding="utf-8")
-    args = ["perturb", str(records), "--key", str(key_path), "--epsilon", "1", "--id-column",
-            "id", "--postcode-column", "pc", "--graph", str(graph_path), "-q",
-            "--terminated", "nearest", "-o", str(tmp_path / "out.csv")]
+    args = [
+        "perturb",
+        str(records),
+        "--key",
+        str(key_path),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "id",
+        "--postcode-column",
+        "pc",
+        "--graph",
+        str(graph_path),
+        "-q",
+        "--terminated",
+        "nearest",
+        "-o",
+        str(tmp_path / "out.csv"),
+    ]
     return graph_path, args
 
 

@@ -42,8 +42,13 @@ def setup(tmp_path_factory):
     key_a, key_b = base / "a.key", base / "b.key"
     write_key_file(Key.generate(), key_a)
     write_key_file(Key.generate(), key_b)
-    return {"graph": str(base / "small.ppgraph"), "codes": codes, "key": str(key_a),
-            "other_key": str(key_b), "graph_obj": graph}
+    return {
+        "graph": str(base / "small.ppgraph"),
+        "codes": codes,
+        "key": str(key_a),
+        "other_key": str(key_b),
+        "graph_obj": graph,
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +57,13 @@ def no_env_key(monkeypatch):
 
 
 def write_records(path: Path, codes, n=30, overrides=None):
-    df = pd.DataFrame({"subject": [f"{i:04d}" for i in range(n)],
-                       "postcode": [codes[(3 * i) % len(codes)] for i in range(n)],
-                       "visit": [f"2025-01-{1 + i % 28:02d}" for i in range(n)]})
+    df = pd.DataFrame(
+        {
+            "subject": [f"{i:04d}" for i in range(n)],
+            "postcode": [codes[(3 * i) % len(codes)] for i in range(n)],
+            "visit": [f"2025-01-{1 + i % 28:02d}" for i in range(n)],
+        }
+    )
     for (row, column), value in (overrides or {}).items():
         df.loc[row, column] = value
     df.to_csv(path, index=False)
@@ -62,8 +71,21 @@ def write_records(path: Path, codes, n=30, overrides=None):
 
 
 def perturb(setup, src, out, *extra, key=True):
-    args = ["perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "subject",
-            "--postcode-column", "postcode", "--graph", setup["graph"], "--quiet"]
+    args = [
+        "perturb",
+        str(src),
+        "-o",
+        str(out),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "subject",
+        "--postcode-column",
+        "postcode",
+        "--graph",
+        setup["graph"],
+        "--quiet",
+    ]
     if key:
         args += ["--key", setup["key"]]
     return main(args + list(extra))
@@ -82,9 +104,28 @@ def test_same_key_gives_byte_identical_releases_and_another_key_does_not(setup, 
     assert perturb(setup, src, tmp_path / "two.csv", "--chunk-size", "7") == 0
     one, two = (tmp_path / "one.csv").read_bytes(), (tmp_path / "two.csv").read_bytes()
     assert one == two
-    assert main(["perturb", str(src), "-o", str(tmp_path / "three.csv"), "--epsilon", "1",
-                 "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", setup["graph"], "--key", setup["other_key"], "-q"]) == 0
+    assert (
+        main(
+            [
+                "perturb",
+                str(src),
+                "-o",
+                str(tmp_path / "three.csv"),
+                "--epsilon",
+                "1",
+                "--id-column",
+                "subject",
+                "--postcode-column",
+                "postcode",
+                "--graph",
+                setup["graph"],
+                "--key",
+                setup["other_key"],
+                "-q",
+            ]
+        )
+        == 0
+    )
     three = (tmp_path / "three.csv").read_bytes()
     assert three != one
     released_one = pd.read_csv(tmp_path / "one.csv", dtype=str)["postcode_dp"]
@@ -107,9 +148,27 @@ def test_parquet_release_is_byte_identical_too(setup, tmp_path):
 def test_summary_and_keep_source_postcode(setup, tmp_path, capsys):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=5)
     out = tmp_path / "out.csv"
-    code = main(["perturb", str(src), "-o", str(out), "--key", setup["key"], "--epsilon", "0.5",
-                 "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", setup["graph"], "--keep-source-postcode", "--out-column", "released"])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(out),
+            "--key",
+            setup["key"],
+            "--epsilon",
+            "0.5",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+            "--keep-source-postcode",
+            "--out-column",
+            "released",
+        ]
+    )
     assert code == 0
     stdout = capsys.readouterr().out
     assert "released 5 of 5 records" in stdout and "epsilon 0.5" in stdout
@@ -140,8 +199,12 @@ def test_no_key_at_all(setup, tmp_path, capsys):
 
 
 def test_on_error_null_and_drop_through_the_cli(setup, tmp_path):
-    src = write_records(tmp_path / "in.csv", setup["codes"], n=10,
-                        overrides={(2, "postcode"): "garbage", (5, "subject"): "  "})
+    src = write_records(
+        tmp_path / "in.csv",
+        setup["codes"],
+        n=10,
+        overrides={(2, "postcode"): "garbage", (5, "subject"): "  "},
+    )
     assert perturb(setup, src, tmp_path / "null.csv", "--on-error", "null") == 0
     nulled = pd.read_csv(tmp_path / "null.csv", dtype=str, keep_default_na=False)
     assert len(nulled) == 10 and nulled["postcode_dp"][2] == "" and nulled["postcode_dp"][5] == ""
@@ -156,8 +219,9 @@ def test_on_error_null_and_drop_through_the_cli(setup, tmp_path):
 
 
 def test_duplicate_subject_warning_is_printed(setup, tmp_path, capsys):
-    src = write_records(tmp_path / "in.csv", setup["codes"], n=6,
-                        overrides={(4, "subject"): "0001"})  # 0001 again, at another postcode
+    src = write_records(
+        tmp_path / "in.csv", setup["codes"], n=6, overrides={(4, "subject"): "0001"}
+    )  # 0001 again, at another postcode
     assert perturb(setup, src, tmp_path / "out.csv") == 0
     err = capsys.readouterr().err
     assert "warning: 1 subject identifier(s) appear with more than one postcode" in err
@@ -189,15 +253,16 @@ def test_header_only(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("subject,postcode,visit\n")
     check_failure(setup, tmp_path, capsys, src, 3, "header but no records")
-    check_failure(setup, tmp_path, capsys, src, 3, "header but no records",
-                  extra=("--on-error", "drop"))
+    check_failure(
+        setup, tmp_path, capsys, src, 3, "header but no records", extra=("--on-error", "drop")
+    )
 
 
 def test_missing_column(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("subject,post_code\n1,BD1 1AA\n")
     err = check_failure(setup, tmp_path, capsys, src, 3, "no column 'postcode'", "it has 2 columns")
-    assert 'BD1 1AA' not in err
+    assert "BD1 1AA" not in err
 
 
 def test_duplicate_column_names(setup, tmp_path, capsys):
@@ -215,27 +280,55 @@ def test_bytes_that_are_not_utf8(setup, tmp_path, capsys):
 def test_ragged_rows(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("subject,postcode\n1,BD1 1AA\n2,BD1 1AB,extra\n")
-    check_failure(setup, tmp_path, capsys, src, 3, "record 2 (starting on line 3 of the file) has 3 fields")
+    check_failure(
+        setup, tmp_path, capsys, src, 3, "record 2 (starting on line 3 of the file) has 3 fields"
+    )
     src.write_text("subject,postcode\n1,BD1 1AA,extra\n2,BD1 1AB\n")
     check_failure(setup, tmp_path, capsys, src, 3, "first record has more fields")
 
 
 def test_blank_and_whitespace_only_identifiers(setup, tmp_path, capsys):
-    src = write_records(tmp_path / "in.csv", setup["codes"], n=8,
-                        overrides={(1, "subject"): "", (6, "subject"): " \t "})
-    err = check_failure(setup, tmp_path, capsys, src, 3, "2 of 8 records cannot be released",
-                        "row 2: blank identifier", "row 7: blank identifier")
+    src = write_records(
+        tmp_path / "in.csv",
+        setup["codes"],
+        n=8,
+        overrides={(1, "subject"): "", (6, "subject"): " \t "},
+    )
+    err = check_failure(
+        setup,
+        tmp_path,
+        capsys,
+        src,
+        3,
+        "2 of 8 records cannot be released",
+        "row 2: blank identifier",
+        "row 7: blank identifier",
+    )
     assert "nothing is released" in err
 
 
 def test_invalid_and_unknown_postcodes(setup, tmp_path, capsys):
-    src = write_records(tmp_path / "in.csv", setup["codes"], n=8,
-                        overrides={(0, "postcode"): "B D 1", (3, "postcode"): SECRET_PC,
-                                   (5, "postcode"): "", (5, "subject"): SECRET_ID})
-    err = check_failure(setup, tmp_path, capsys, src, 3,
-                        "row 1: not a UK postcode in form",
-                        "row 4: postcode is well-formed but not in the graph",
-                        "row 6: missing or blank postcode")
+    src = write_records(
+        tmp_path / "in.csv",
+        setup["codes"],
+        n=8,
+        overrides={
+            (0, "postcode"): "B D 1",
+            (3, "postcode"): SECRET_PC,
+            (5, "postcode"): "",
+            (5, "subject"): SECRET_ID,
+        },
+    )
+    err = check_failure(
+        setup,
+        tmp_path,
+        capsys,
+        src,
+        3,
+        "row 1: not a UK postcode in form",
+        "row 4: postcode is well-formed but not in the graph",
+        "row 6: missing or blank postcode",
+    )
     assert SECRET_PC not in err and SECRET_ID not in err and "B D 1" not in err
 
 
@@ -250,9 +343,25 @@ def test_many_failing_rows_are_capped(setup, tmp_path, capsys):
 def test_bad_epsilon(setup, tmp_path, capsys, epsilon):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
     out = tmp_path / "out.csv"
-    code = main(["perturb", str(src), "-o", str(out), "--key", setup["key"],
-                 "--epsilon", epsilon, "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", setup["graph"], "-q"])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(out),
+            "--key",
+            setup["key"],
+            "--epsilon",
+            epsilon,
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+            "-q",
+        ]
+    )
     assert code == 8
     assert "epsilon" in capsys.readouterr().err
     assert only(tmp_path, "in.csv")
@@ -293,11 +402,14 @@ def test_output_directory_that_cannot_be_written(setup, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content,phrase", [
-    (b"", "empty"),
-    (None, "truncated"),
-    ("hex", "not a postcode-privacy key file"),
-])
+@pytest.mark.parametrize(
+    "content,phrase",
+    [
+        (b"", "empty"),
+        (None, "truncated"),
+        ("hex", "not a postcode-privacy key file"),
+    ],
+)
 def test_bad_key_files(setup, tmp_path, capsys, content, phrase):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
     good = Path(setup["key"]).read_bytes()
@@ -308,9 +420,25 @@ def test_bad_key_files(setup, tmp_path, capsys, content, phrase):
     bad = tmp_path / "bad.key"
     bad.write_bytes(content)
     bad.chmod(0o600)
-    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(bad),
-                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", setup["graph"], "-q"])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(tmp_path / "out.csv"),
+            "--key",
+            str(bad),
+            "--epsilon",
+            "1",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+            "-q",
+        ]
+    )
     assert code == 4
     assert phrase in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
@@ -318,15 +446,45 @@ def test_bad_key_files(setup, tmp_path, capsys, content, phrase):
 
 def test_missing_key_file_and_corrupt_graph(setup, tmp_path, capsys):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
-    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key",
-                 str(tmp_path / "nope.key"), "--epsilon", "1", "--id-column", "subject",
-                 "--postcode-column", "postcode", "--graph", setup["graph"]])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(tmp_path / "out.csv"),
+            "--key",
+            str(tmp_path / "nope.key"),
+            "--epsilon",
+            "1",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+        ]
+    )
     assert code == 4
     junk = tmp_path / "junk.ppgraph"
     junk.write_bytes(b"not a graph")
-    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"],
-                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", str(junk)])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(tmp_path / "out.csv"),
+            "--key",
+            setup["key"],
+            "--epsilon",
+            "1",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            str(junk),
+        ]
+    )
     assert code == 6
     assert only(tmp_path, "in.csv", "junk.ppgraph")
 
@@ -334,19 +492,41 @@ def test_missing_key_file_and_corrupt_graph(setup, tmp_path, capsys):
 def test_sigterm_leaves_no_partial_output(setup, tmp_path):
     codes = setup["codes"]
     n = 40_000
-    pd.DataFrame({"subject": [str(i) for i in range(n)],
-                  "postcode": [codes[i % len(codes)] for i in range(n)]}).to_csv(
-        tmp_path / "in.csv", index=False)
+    pd.DataFrame(
+        {
+            "subject": [str(i) for i in range(n)],
+            "postcode": [codes[i % len(codes)] for i in range(n)],
+        }
+    ).to_csv(tmp_path / "in.csv", index=False)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    script = ("import sys; from postcode_privacy.cli import main; "
-              "sys.exit(main(sys.argv[1:]))")
+    script = "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, "perturb", str(tmp_path / "in.csv"), "-o",
-         str(out_dir / "out.csv"), "--key", setup["key"], "--epsilon", "1", "--id-column",
-         "subject", "--postcode-column", "postcode", "--graph", setup["graph"],
-         "--chunk-size", "500", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            script,
+            "perturb",
+            str(tmp_path / "in.csv"),
+            "-o",
+            str(out_dir / "out.csv"),
+            "--key",
+            setup["key"],
+            "--epsilon",
+            "1",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+            "--chunk-size",
+            "500",
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -385,6 +565,7 @@ def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys, nationa
     xy = national.location_coordinates[national.node_location[nodes]]
     graph = build_graph([national.label(m) for m in nodes], xy[:, 0], xy[:, 1])
     graph.save(tmp_path / "local.ppgraph")
+
     # Independent answer: brute force over the nodes, smallest distance then smallest index.
     def squared(i):
         e, n = graph.coordinates(graph.label(i))
@@ -394,10 +575,25 @@ def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys, nationa
     key = tmp_path / "k.key"
     write_key_file(Key.generate(), key)
     pd.DataFrame({"subject": ["a", "b"], "postcode": [row["postcode"], graph.label(best)]}).to_csv(
-        tmp_path / "in.csv", index=False)
-    args = ["perturb", str(tmp_path / "in.csv"), "-o", str(tmp_path / "out.csv"), "--key",
-            str(key), "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
-            "--graph", str(tmp_path / "local.ppgraph"), "-q"]
+        tmp_path / "in.csv", index=False
+    )
+    args = [
+        "perturb",
+        str(tmp_path / "in.csv"),
+        "-o",
+        str(tmp_path / "out.csv"),
+        "--key",
+        str(key),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "subject",
+        "--postcode-column",
+        "postcode",
+        "--graph",
+        str(tmp_path / "local.ppgraph"),
+        "-q",
+    ]
     assert main(args) == 3
     assert "not in the graph" in capsys.readouterr().err
     assert main(args + ["--terminated", "nearest"]) == 0
@@ -436,8 +632,13 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     assert records["person_id"].duplicated().sum() >= 3
     # Keys are throwaway: the output directory holds only the example input (left beside its
     # release for comparison), the release, its manifest and audit file.
-    assert only(out_dir, "records.csv", "records_dp.csv", "records_dp.csv.manifest.json",
-                "records_dp.csv.audit.json")
+    assert only(
+        out_dir,
+        "records.csv",
+        "records_dp.csv",
+        "records_dp.csv.manifest.json",
+        "records_dp.csv.audit.json",
+    )
     assert (out_dir / "records.csv").read_bytes() == example.read_bytes()
     before = (out_dir / "records_dp.csv").read_bytes()
     assert main(["demo", "-o", str(out_dir), "-q"]) == 5  # an earlier demo is not replaced
@@ -463,8 +664,10 @@ def test_records_with_too_few_fields_are_padded_with_empty_cells(setup, tmp_path
     """Documented behaviour (docs/release.md): a short record's missing trailing fields are empty
     cells; a missing identifier or postcode is then an ordinary blank-value error."""
     src = tmp_path / "short.csv"
-    src.write_text(f"subject,postcode,visit\n0001,{setup['codes'][0]}\n0002,{setup['codes'][1]},x\n",
-                   encoding="utf-8")
+    src.write_text(
+        f"subject,postcode,visit\n0001,{setup['codes'][0]}\n0002,{setup['codes'][1]},x\n",
+        encoding="utf-8",
+    )
     assert perturb(setup, src, tmp_path / "out.csv") == 0
     out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert out["visit"].tolist() == ["", "x"]
@@ -479,7 +682,9 @@ def test_parquet_output_bytes_do_not_depend_on_chunk_size(setup, tmp_path):
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
 
 
-def test_forced_run_that_fails_between_renames_leaves_no_mismatched_manifest(setup, tmp_path, monkeypatch):
+def test_forced_run_that_fails_between_renames_leaves_no_mismatched_manifest(
+    setup, tmp_path, monkeypatch
+):
     from postcode_privacy import atomic
 
     src = write_records(tmp_path / "in.csv", setup["codes"], n=20)
@@ -506,9 +711,25 @@ def test_a_key_file_readable_by_others_is_refused(setup, tmp_path, capsys):
     loose = tmp_path / "loose.key"
     loose.write_bytes(Path(setup["key"]).read_bytes())
     loose.chmod(0o644)
-    code = main(["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(loose),
-                 "--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode",
-                 "--graph", setup["graph"], "-q"])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(tmp_path / "out.csv"),
+            "--key",
+            str(loose),
+            "--epsilon",
+            "1",
+            "--id-column",
+            "subject",
+            "--postcode-column",
+            "postcode",
+            "--graph",
+            setup["graph"],
+            "-q",
+        ]
+    )
     assert code == 4
     assert "chmod 600" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
@@ -519,11 +740,13 @@ def test_python_dash_m_runs_the_command_line(module):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "output-stability" in result.stdout
-    listed = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
-                            text=True, timeout=120).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120
+    ).stdout
     for command in ("perturb", "keygen", "report", "ledger"):
         assert command in listed

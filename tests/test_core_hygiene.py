@@ -50,7 +50,11 @@ def test_core_does_no_io_and_draws_no_ambient_randomness(name):
     assert "random" not in imported, name
     if name != "keys.py":  # key generation is the one place the OS CSPRNG is read
         assert "secrets" not in imported, name
-    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    calls = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     assert "open" not in calls, name
     # Also imports inside functions and relative ones: the core cannot reach I/O through the
     # rest of the package (a key method delegating to the key-file module once did).
@@ -65,8 +69,16 @@ def test_relative_import_check_sees_imports_inside_functions():
 @pytest.mark.parametrize("name", OUTPUT_DEFINING)
 def test_output_defining_arithmetic_has_no_floats(name):
     tree = _tree(name)
-    floats = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, float)]
+    floats = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, float)
+    ]
     assert floats == [], name
-    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    calls = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     assert "float" not in calls or name == "subject.py", name  # subject.py only inspects inputs
     assert "math" not in _imports(tree) or name == "subject.py", name

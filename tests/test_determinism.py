@@ -23,7 +23,9 @@ VECTORS = Path(__file__).parent / "vectors"
 sys.path.insert(0, str(VECTORS))
 import make_golden  # noqa: E402
 
-GOLDEN = json.loads((VECTORS / f"golden_v{OUTPUT_STABILITY_VERSION}.json").read_text(encoding="utf-8"))
+GOLDEN = json.loads(
+    (VECTORS / f"golden_v{OUTPUT_STABILITY_VERSION}.json").read_text(encoding="utf-8")
+)
 KEY = Key.from_bytes(bytes.fromhex(GOLDEN["key_hex"]))
 
 
@@ -52,8 +54,17 @@ def test_independent_implementation_confirms_vectors():
         g = graphs[case["graph"]]
         prior = dict(zip(g.postcodes, g.prior.tolist()))
         out = independent_impl.perturb(
-            key, GOLDEN["output_stability_version"], g.sha256, case["epsilon"], case["radius"],
-            g.postcodes, _node_adjacency(g), prior, case["subject_id"], case["postcode"])
+            key,
+            GOLDEN["output_stability_version"],
+            g.sha256,
+            case["epsilon"],
+            case["radius"],
+            g.postcodes,
+            _node_adjacency(g),
+            prior,
+            case["subject_id"],
+            case["postcode"],
+        )
         assert out == case["output"], case
 
 
@@ -61,6 +72,7 @@ def test_independent_powers_match():
     from decimal import Decimal
 
     from postcode_privacy.mechanism.powers import powers
+
     for eps in ("0.01", "0.3", "1", "5"):
         for radius in (1, 7, 60):
             assert tuple(independent_impl.powers(eps, radius)) == powers(Decimal(eps), radius)
@@ -74,9 +86,16 @@ def test_fresh_process_gives_the_same_outputs():
         "m = Mechanism(g['path'], '1');"
         "print(json.dumps([m.perturb(k, s, 'LS1 1AA') for s in ['1', '2', '3', 'alice', 'Zoë']]))"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(VECTORS)], capture_output=True,
-                            text=True, check=True, encoding="utf-8")
-    expected = [c["output"] for c in GOLDEN["cases"] if c["graph"] == "path" and c["epsilon"] == "1"]
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(VECTORS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        encoding="utf-8",
+    )
+    expected = [
+        c["output"] for c in GOLDEN["cases"] if c["graph"] == "path" and c["epsilon"] == "1"
+    ]
     assert json.loads(result.stdout) == expected
 
 
@@ -101,7 +120,9 @@ BASE = Mechanism(GRAPH, "1", radius=3)
 
 def test_same_everything_is_identical():
     ids = [str(i) for i in range(500)]
-    assert BASE.perturb_many(KEY, ids, ["LS1 1AE"] * 500) == BASE.perturb_many(KEY, ids, ["LS1 1AE"] * 500)
+    assert BASE.perturb_many(KEY, ids, ["LS1 1AE"] * 500) == BASE.perturb_many(
+        KEY, ids, ["LS1 1AE"] * 500
+    )
 
 
 def test_other_key_is_an_independent_draw():
@@ -117,8 +138,11 @@ def test_other_radius_is_an_independent_draw():
 
 
 def test_other_graph_is_an_independent_draw():
-    other = Graph.from_edges(make_golden.PATH_CODES, make_golden.PATH_EDGES,
-                             [p + 1 if i == 9 else p for i, p in enumerate(make_golden.PATH_PRIOR)])
+    other = Graph.from_edges(
+        make_golden.PATH_CODES,
+        make_golden.PATH_EDGES,
+        [p + 1 if i == 9 else p for i, p in enumerate(make_golden.PATH_PRIOR)],
+    )
     assert other.sha256 != GRAPH.sha256
     _agreement_is_independent(BASE, KEY, Mechanism(other, "1", radius=3), KEY, "LS1 1AE")
 

@@ -98,17 +98,37 @@ def site(tmp_path_factory) -> Path:
     """The site built once for this module with ``mkdocs build --strict``."""
     site = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-         str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return site
 
 
 def test_mkdocs_build_strict(site):
-    for page in ("index", "methods", "threat-model", "how-it-works", "getting-started", "cli",
-                 "changelog", "api"):
+    for page in (
+        "index",
+        "methods",
+        "threat-model",
+        "how-it-works",
+        "getting-started",
+        "cli",
+        "changelog",
+        "api",
+    ):
         assert (site / f"{page}.html").is_file(), page
     # Self-contained: no page loads a script, style sheet or font from another host, and the
     # formulas arrive as MathML made at build time, not as LaTeX for a script to typeset.
@@ -116,7 +136,7 @@ def test_mkdocs_build_strict(site):
     for html_file in sorted(site.glob("*.html")):
         text = html_file.read_text(encoding="utf-8")
         assert not external.search(text), f"{html_file.name} loads something from the network"
-        assert "class=\"arithmatex\"" not in text, f"{html_file.name} has untypeset maths"
+        assert 'class="arithmatex"' not in text, f"{html_file.name} has untypeset maths"
     methods = (site / "methods.html").read_text(encoding="utf-8")
     assert methods.count("<math") >= 20
     for css in sorted(site.rglob("*.css")):
@@ -141,7 +161,8 @@ def _static_all(module_file: Path) -> list[str]:
 
     for node in ast.parse(module_file.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
             return list(ast.literal_eval(node.value))
     raise AssertionError(f"{module_file} has no __all__")
 
@@ -184,8 +205,11 @@ def test_api_page_renders_no_private_name(site):
     assert not missing, f"not rendered: {sorted(missing)}"
     # Private = a leading underscore; a dunder is private too unless __all__ lists it.
     exported = {identifier.rpartition(".")[2] for identifier in identifiers}
-    private = [i for i in ids
-               if any(part.startswith("_") and part not in exported for part in i.split("."))]
+    private = [
+        i
+        for i in ids
+        if any(part.startswith("_") and part not in exported for part in i.split("."))
+    ]
     assert not private, f"private names on the API page: {private}"
     assert len(ids) > len(identifiers), "no members rendered: is mkdocstrings configured?"
     assert not re.search(r":(?:class|meth|func|data|attr|exc):<code>", html)
@@ -244,17 +268,21 @@ def test_changelog_page_mirrors_changelog():
 
 def test_changelog_link_rewrite():
     hooks = _load(DOCS / "hooks.py", "docs_hooks")
-    text = ("See [the model](docs/threat-model.md#keys) and [spec](./docs/spec.md), "
-            "[site](https://example.org/docs/x.md).\n[ref]: docs/methods.md\n")
+    text = (
+        "See [the model](docs/threat-model.md#keys) and [spec](./docs/spec.md), "
+        "[site](https://example.org/docs/x.md).\n[ref]: docs/methods.md\n"
+    )
     assert hooks.rewrite_changelog_links(text) == (
         "See [the model](threat-model.md#keys) and [spec](spec.md), "
-        "[site](https://example.org/docs/x.md).\n[ref]: methods.md\n")
+        "[site](https://example.org/docs/x.md).\n[ref]: methods.md\n"
+    )
 
 
 def test_cli_reference_is_current():
     generator = _load(DOCS / "gen_cli_reference.py", "gen_cli_reference")
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == generator.generate(), (
-        "docs/cli.md is stale: run python docs/gen_cli_reference.py")
+        "docs/cli.md is stale: run python docs/gen_cli_reference.py"
+    )
 
 
 def _all_commands(command: click.Command, path: str):
@@ -307,8 +335,11 @@ def test_every_relative_link_resolves():
 def test_link_checker_sees_broken_links(tmp_path):
     """The checker's parsing finds inline, image and reference links, and ignores code."""
     page = tmp_path / "p.md"
-    page.write_text("# Title\n\n[a](x.md) ![b](img.png \"t\") `[c](code.md)`\n\n```\n[d](e.md)\n```\n"
-                    "[ref]: y.md#z\n", encoding="utf-8")
+    page.write_text(
+        '# Title\n\n[a](x.md) ![b](img.png "t") `[c](code.md)`\n\n```\n[d](e.md)\n```\n'
+        "[ref]: y.md#z\n",
+        encoding="utf-8",
+    )
     assert [t for _, t in _links(page)] == ["x.md", "img.png", "y.md#z"]
     assert _anchors(page) == {"title"}
     page.write_text("# `code` title\n\n## Same\n\n## Same\n", encoding="utf-8")
@@ -316,7 +347,9 @@ def test_link_checker_sees_broken_links(tmp_path):
 
 
 # Section names the code cites, e.g. (docs/methods.md, "Choosing the radius").
-CITATION = re.compile(r"docs/(methods|threat-model|spec|graph|limitations|release)\.md,?\s*(?:section\s+)?\"([^\"]+)\"")
+CITATION = re.compile(
+    r"docs/(methods|threat-model|spec|graph|limitations|release)\.md,?\s*(?:section\s+)?\"([^\"]+)\""
+)
 
 
 def _citations():
@@ -334,17 +367,24 @@ def test_sections_cited_by_the_code_exist():
     citations = list(_citations())
     cited_pages = {page for _, page, _ in citations}
     assert {"methods.md", "threat-model.md", "spec.md"} <= cited_pages
-    missing = [f"{src} cites {page} \"{section}\""
-               for src, page, section in citations
-               if section not in _headings(DOCS / page)]
+    missing = [
+        f'{src} cites {page} "{section}"'
+        for src, page, section in citations
+        if section not in _headings(DOCS / page)
+    ]
     assert not missing, "\n".join(missing)
 
 
 @pytest.mark.parametrize("page", ["index.md", "how-it-works.md"])
 def test_data_sources_are_credited(page):
     text = (DOCS / page).read_text(encoding="utf-8")
-    for phrase in ("Crown copyright and database right", "Ordnance Survey",
-                   "Open Government Licence", "ONS Postcode Directory", "Royal Mail"):
+    for phrase in (
+        "Crown copyright and database right",
+        "Ordnance Survey",
+        "Open Government Licence",
+        "ONS Postcode Directory",
+        "Royal Mail",
+    ):
         assert phrase in text, f"{page} does not credit {phrase}"
 
 
@@ -352,7 +392,10 @@ def test_no_page_names_a_developer_machine_path():
     """Commands in the docs use the activated environment's ``python``, never a path that only
     exists on the machine the page was written on."""
     pages = [*_pages(), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
-    found = [f"{p.name}:{n}" for p in pages
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             if re.search(r"(?<![\w.])/(?:work|home|root|Users)/", line)]
+    found = [
+        f"{p.name}:{n}"
+        for p in pages
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"(?<![\w.])/(?:work|home|root|Users)/", line)
+    ]
     assert not found, found

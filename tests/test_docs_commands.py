@@ -73,7 +73,8 @@ def page_script(page: str, workdir: Path) -> str:
                 if command.startswith(SETUP_PREFIX):
                     if "pytest" in command:
                         assert command == ci_test_command(), (
-                            f"{page}: the test command differs from .ci/run's")
+                            f"{page}: the test command differs from .ci/run's"
+                        )
                         continue
                     assert command.endswith("&& .venv/bin/postcode-privacy demo"), command
                     command = ".venv/bin/postcode-privacy demo"
@@ -93,9 +94,12 @@ def reader_environment() -> dict[str, str]:
     env = dict(os.environ)
     venv_bin = str(Path(sys.prefix) / "bin")
     env["PATH"] = os.pathsep.join(
-        p for p in env.get("PATH", "").split(os.pathsep)
-        if p and os.path.realpath(p) != os.path.realpath(venv_bin)
-        and not (Path(p) / "postcode-privacy").exists())
+        p
+        for p in env.get("PATH", "").split(os.pathsep)
+        if p
+        and os.path.realpath(p) != os.path.realpath(venv_bin)
+        and not (Path(p) / "postcode-privacy").exists()
+    )
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -115,8 +119,15 @@ def test_page_runs_as_written(page, tmp_path):
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     script = page_script(page, tmp_path)
     assert "postcode-privacy" in script
-    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=reader_environment(),
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=reader_environment(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, (
-        f"{page} does not run as written:\n{script}\n--- stderr ---\n{result.stderr[-3000:]}")
+        f"{page} does not run as written:\n{script}\n--- stderr ---\n{result.stderr[-3000:]}"
+    )
     assert (tmp_path / "postcode-privacy-demo" / "records.csv").is_file()

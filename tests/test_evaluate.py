@@ -147,14 +147,16 @@ def test_collision_counts_match_brute_force(geo):
     key = Key.from_bytes(b"k" * 32)
     truths = [1, 30, 64, 99, 140]
     subjects = [f"p{i}" for i in range(len(truths))]
-    outputs = [graph.index_of(mechanism.perturb(key, s, graph.label(t)))
-               for s, t in zip(subjects, truths)]
+    outputs = [
+        graph.index_of(mechanism.perturb(key, s, graph.label(t))) for s, t in zip(subjects, truths)
+    ]
     summary = key_compromise(exact, key, subjects, truths, outputs, hops=3)
     expected = []
     for s, t, y in zip(subjects, truths, outputs):
         near = {c for c in range(len(graph)) if c != t and exact.node_hops(y, [c])[0] <= 3}
-        expected.append(sum(1 for c in near
-                            if mechanism.perturb(key, s, graph.label(c)) == graph.label(y)))
+        expected.append(
+            sum(1 for c in near if mechanism.perturb(key, s, graph.label(c)) == graph.label(y))
+        )
     hist: dict[int, int] = {}
     for c in expected:
         hist[c] = hist.get(c, 0) + 1
@@ -186,7 +188,9 @@ def test_truncation_matches_hand_computation(geo):
             tied = sum(1 for m in members if graph.prior[m] == graph.prior[x])
             ranks.append(greater + (tied + 1) / 2)
             ident.append(Fraction(1, tied) if greater == 0 else Fraction(0))
-            same.append(Fraction(int(sum(graph.prior[m] for m in members if laua[m] == laua[x])), total))
+            same.append(
+                Fraction(int(sum(graph.prior[m] for m in members if laua[m] == laua[x])), total)
+            )
         assert summary.median_displacement_km == pytest.approx(sorted(disp)[1] / 1000)
         assert summary.p95_displacement_km == pytest.approx(max(disp) / 1000)
         assert summary.median_posterior == pytest.approx(float(np.median([float(p) for p in post])))
@@ -234,8 +238,9 @@ def test_evaluate_release_is_reproducible_and_keyed_equals_one(geo):
 
 def test_independent_draws_leak_more_than_keyed_releases():
     graph, laua = postcode_graph(200, seed=2, colocated=0)
-    result = evaluate_release(graph, "2", sample=25, releases=12, seed=1, laua=laua,
-                              match_truncation=False)
+    result = evaluate_release(
+        graph, "2", sample=25, releases=12, seed=1, laua=laua, match_truncation=False
+    )
     adv = result["adversary"]
     assert adv["independent_draws"]["identified"] > adv["keyed_releases"]["identified"]
     assert adv["independent_draws"]["median_posterior"] > adv["keyed_releases"]["median_posterior"]
@@ -258,8 +263,9 @@ def test_keyed_determinism_failure_is_detected(geo, monkeypatch):
 
     monkeypatch.setattr(run, "perturb_nodes", flaky)
     with pytest.raises(PostcodePrivacyError, match="determinism"):
-        evaluate_release(graph, "1", sample=3, releases=3, seed=0, laua=laua,
-                         match_truncation=False)
+        evaluate_release(
+            graph, "1", sample=3, releases=3, seed=0, laua=laua, match_truncation=False
+        )
 
 
 def test_evaluate_notes_what_it_skips():
@@ -299,8 +305,23 @@ def test_cli_evaluate_json(geo, tmp_path, no_directory):
     path = tmp_path / "g.ppg"
     graph.save(path)
     out = tmp_path / "eval.json"
-    code = main(["evaluate", "--epsilon", "1.5", "--graph", str(path), "--sample", "5",
-                 "--releases", "2", "--no-matching-epsilon", "-o", str(out), "-q"])
+    code = main(
+        [
+            "evaluate",
+            "--epsilon",
+            "1.5",
+            "--graph",
+            str(path),
+            "--sample",
+            "5",
+            "--releases",
+            "2",
+            "--no-matching-epsilon",
+            "-o",
+            str(out),
+            "-q",
+        ]
+    )
     assert code == 0
     data = json.loads(out.read_text())
     assert data["epsilon"] == "1.5" and data["sample_size"] == 5
@@ -314,7 +335,24 @@ def test_cli_evaluate_text_and_bad_epsilon(geo, tmp_path, capsys, no_directory):
     path = tmp_path / "g.ppg"
     graph.save(path)
     assert main(["evaluate", "--epsilon", "0", "--graph", str(path)]) == 8
-    assert main(["evaluate", "--epsilon", "2", "--graph", str(path), "--sample", "4",
-                 "--releases", "2", "--no-matching-epsilon"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--epsilon",
+                "2",
+                "--graph",
+                str(path),
+                "--sample",
+                "4",
+                "--releases",
+                "2",
+                "--no-matching-epsilon",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    assert "Bayesian adversary" in text and "keyed releases" in text and "truncation to sector" in text
+    assert (
+        "Bayesian adversary" in text and "keyed releases" in text and "truncation to sector" in text
+    )

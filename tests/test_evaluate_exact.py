@@ -95,8 +95,9 @@ def test_exact_distribution_matches_mechanism(geo, epsilon, radius):
         # per-location probabilities (floats for plotting) sum the exact node probabilities
         per_loc = np.zeros(graph.n_locations)
         np.add.at(per_loc, graph.node_location, [float(p) for p in probs])
-        assert np.allclose(exact.location_probabilities_everywhere(dist), per_loc,
-                           rtol=1e-12, atol=1e-300)
+        assert np.allclose(
+            exact.location_probabilities_everywhere(dist), per_loc, rtol=1e-12, atol=1e-300
+        )
         ball_probs = exact.location_probabilities(dist)
         assert np.allclose(ball_probs, per_loc[dist.locations], rtol=1e-12, atol=1e-300)
 
@@ -139,8 +140,9 @@ def test_colocated_graph_node_hops():
             assert [exact.probability(x, y) for y in range(len(graph))] == probs
             dist = exact.distribution(x)
             nodes, hops = exact.ball_nodes(dist)
-            assert sorted(nodes.tolist()) == [y for y in range(len(graph))
-                                              if exact.node_hops(x, [y])[0] < radius]
+            assert sorted(nodes.tolist()) == [
+                y for y in range(len(graph)) if exact.node_hops(x, [y])[0] < radius
+            ]
 
 
 def test_no_coordinates_is_a_graph_error():

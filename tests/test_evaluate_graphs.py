@@ -11,8 +11,14 @@ from postcode_privacy.postcodes import try_normalise
 UNIT_LETTERS = "ABDEFGHJLNPQRSTUWXYZ"
 
 
-def postcode_graph(n: int = 240, seed: int = 0, districts=("AB1", "AB2", "CD3", "CD4"),
-                   colocated: int = 6, prior_high: int = 20, span_m: float = 8000.0):
+def postcode_graph(
+    n: int = 240,
+    seed: int = 0,
+    districts=("AB1", "AB2", "CD3", "CD4"),
+    colocated: int = 6,
+    prior_high: int = 20,
+    span_m: float = 8000.0,
+):
     """A Delaunay graph of ``n`` random points labelled as real-form postcodes.
 
     District by quadrant (in ``districts`` order: SW, SE, NW, NE), sector digit by a 3 x 3 split

@@ -32,8 +32,9 @@ from postcode_privacy.mechanism.subject import canonical_subject_id
 EPSILONS = ["0.05", "0.3", "0.7", "1", "2", "4.5"]
 
 
-def planar_graph(rng: random.Random, n_locations: int, n_nodes: int, keep: float,
-                 max_prior_bits: int) -> Graph:
+def planar_graph(
+    rng: random.Random, n_locations: int, n_nodes: int, keep: float, max_prior_bits: int
+) -> Graph:
     """Delaunay graph of random points, edges kept with probability ``keep`` (so it may fall
     apart), ``n_nodes - n_locations`` extra postcodes sharing points, priors up to 2**bits."""
     points = np.array([[rng.random(), rng.random()] for _ in range(n_locations)])
@@ -48,7 +49,9 @@ def planar_graph(rng: random.Random, n_locations: int, n_nodes: int, keep: float
     pairs = sorted(p for p in pairs if rng.random() < keep)
     # Every location gets a member; the rest of the postcodes join random locations.  Then
     # renumber locations by first member, as Graph requires.
-    assign = list(range(n_locations)) + [rng.randrange(n_locations) for _ in range(n_nodes - n_locations)]
+    assign = list(range(n_locations)) + [
+        rng.randrange(n_locations) for _ in range(n_nodes - n_locations)
+    ]
     rng.shuffle(assign)
     renumber: dict[int, int] = {}
     for loc in assign:
@@ -57,16 +60,22 @@ def planar_graph(rng: random.Random, n_locations: int, n_nodes: int, keep: float
     a = np.array([renumber[u] for u, _ in pairs], dtype=np.int64)
     b = np.array([renumber[v] for _, v in pairs], dtype=np.int64)
     indptr, indices = _csr_from_pairs(n_locations, a, b)
-    prior = [rng.randrange(1, 2 ** rng.randrange(1, max_prior_bits + 1) + 1) for _ in range(n_nodes)]
+    prior = [
+        rng.randrange(1, 2 ** rng.randrange(1, max_prior_bits + 1) + 1) for _ in range(n_nodes)
+    ]
     names = [f"P{i:03d}" for i in range(n_nodes)]
     return Graph(names, node_location, indptr, indices, prior)
 
 
 def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
     n_loc = rng.randrange(1, 45)
-    graph = planar_graph(rng, n_loc, n_loc + rng.choice([0, 0, 3, 12]),
-                         keep=rng.choice([1.0, 1.0, 0.8, 0.45]),
-                         max_prior_bits=rng.choice([1, 8, 40]))
+    graph = planar_graph(
+        rng,
+        n_loc,
+        n_loc + rng.choice([0, 0, 3, 12]),
+        keep=rng.choice([1.0, 1.0, 0.8, 0.45]),
+        max_prior_bits=rng.choice([1, 8, 40]),
+    )
     radius = rng.choice([1, 2, 3, 5, 8, None])
     eps = rng.choice(EPSILONS if radius is not None else ["1", "2", "4.5"])
     mechanism = Mechanism(graph, eps, radius=radius)  # small radii: TeleportWarning (ignored)
@@ -91,10 +100,21 @@ def test_engine_equals_reference_on_generated_graphs(seed, monkeypatch):
     for case in range(30):
         mechanism, key, ids, codes = random_case(rng)
         expected = mechanism.perturb_reference(key, ids, codes)
-        for use_landmarks, use_profiles in ((False, False), (True, False), (False, True),
-                                            (True, True)):
-            got = perturb_many(mechanism, key, ids, codes, workers=1, landmarks=use_landmarks,
-                               profiles=use_profiles)
+        for use_landmarks, use_profiles in (
+            (False, False),
+            (True, False),
+            (False, True),
+            (True, True),
+        ):
+            got = perturb_many(
+                mechanism,
+                key,
+                ids,
+                codes,
+                workers=1,
+                landmarks=use_landmarks,
+                profiles=use_profiles,
+            )
             assert got == expected, (seed, case, use_landmarks, use_profiles)
         records += len(ids)
     assert records > 1000
@@ -123,10 +143,12 @@ def test_cases_cover_tail_groups_and_teleport_above_a_tenth():
 def test_tail_heavy_graphs_match_reference():
     """Teleport probability above 0.1 on a path, a disconnected graph and co-located groups."""
     key = Key.from_bytes(bytes(range(32)))
-    cases = [(path(30, [1 + i % 4 for i in range(30)]), "0.2", 2, "N10"),
-             (disconnected([3, 1, 1, 2, 5, 1, 1, 4]), "0.5", 1, "N00"),
-             (colocated([2**40, 1, 7, 3, 2**20, 1, 9, 2, 5]), "0.1", 1, "N06"),
-             (colocated([1, 1, 1, 1, 1, 1, 1, 1, 1]), "0.3", 2, "N04")]
+    cases = [
+        (path(30, [1 + i % 4 for i in range(30)]), "0.2", 2, "N10"),
+        (disconnected([3, 1, 1, 2, 5, 1, 1, 4]), "0.5", 1, "N00"),
+        (colocated([2**40, 1, 7, 3, 2**20, 1, 9, 2, 5]), "0.1", 1, "N06"),
+        (colocated([1, 1, 1, 1, 1, 1, 1, 1, 1]), "0.3", 2, "N04"),
+    ]
     for graph, eps, radius, source in cases:
         mechanism = Mechanism(graph, eps, radius=radius)
         assert mechanism.teleport_probability(source) > 0.1
@@ -149,9 +171,14 @@ def test_exact_fallback_when_the_estimate_stops_too_early(monkeypatch):
         sampler = FastSampler(mechanism, landmarks=True)
         context = mechanism.stream_context(key)
         expected = mechanism.perturb_reference(key, ids, codes)
-        got = [mechanism.graph.label(sampler.sample_group(
-            context, mechanism.graph.index_of(c), [canonical_subject_id(s)])[0])
-            for s, c in zip(ids, codes)]
+        got = [
+            mechanism.graph.label(
+                sampler.sample_group(
+                    context, mechanism.graph.index_of(c), [canonical_subject_id(s)]
+                )[0]
+            )
+            for s, c in zip(ids, codes)
+        ]
         assert got == expected
         fallbacks += sampler.stats["fallbacks"]
     assert fallbacks > 50
@@ -160,6 +187,7 @@ def test_exact_fallback_when_the_estimate_stops_too_early(monkeypatch):
 def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
     """Mutation check: bounds that understate the ball mass change outputs, and the identity
     comparison above detects it (so passing it says something about the real bound)."""
+
     def off_by_one(self, location, radius):  # squares of half-width j - 1 instead of j
         rows = original(self, location, radius)
         return np.concatenate([rows[:, :1], rows[:, :-1]], axis=1)
@@ -185,8 +213,9 @@ def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
         graph = planar_graph(rng, 30, 40, rng.choice([1.0, 0.6]), rng.choice([1, 40]))
         mechanism = Mechanism(graph, rng.choice(["0.3", "0.7", "1"]))
         radius, powers = mechanism.radius, mechanism.powers
-        table = engine_profiles.build_profiles(graph, engine_landmarks.GraphTables(graph).loc_mass,
-                                               cover=cover, depth=4)
+        table = engine_profiles.build_profiles(
+            graph, engine_landmarks.GraphTables(graph).loc_mass, cover=cover, depth=4
+        )
         sampler = FastSampler(mechanism, profiles=table)
         for source in range(len(graph)):
             shells = node_shells(graph, source, radius - 1)
@@ -201,7 +230,9 @@ def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
                 walk = fast_module._CompiledWalk(search, powers)
                 z_low, z_high = sampler._bounds(walk, rows[0], low[0])
                 assert z_low <= z <= z_high
-                core_low = walk.cumulative[-1] + powers[radius] * (graph.total_prior - walk.explored_mass)
+                core_low = walk.cumulative[-1] + powers[radius] * (
+                    graph.total_prior - walk.explored_mass
+                )
                 raised += z_low > core_low
                 checked += 1
     assert checked > 200 and raised > 20
@@ -210,6 +241,7 @@ def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
 def test_an_understated_profile_would_be_caught(monkeypatch):
     """Mutation check for the ball-mass profiles: a row shifted one hop too far in (so it
     understates some ball masses) changes outputs, and the identity comparison detects it."""
+
     def off_by_one(self, location, radius):
         high, low = original(self, location, radius)
         return np.concatenate([high[:1], high[:-1]]), low
@@ -250,7 +282,9 @@ def test_shell_search_gives_the_reference_shells(seed):
             search.start(source)
             for k in range(2, depth + 1):
                 search.explore_to(k)
-            assert [int(m) for m in search.masses[:depth]] == [int(graph.prior[s].sum()) for s in reference]
+            assert [int(m) for m in search.masses[:depth]] == [
+                int(graph.prior[s].sum()) for s in reference
+            ]
 
 
 def test_pick_follows_cumulative_prior_in_node_order():
@@ -282,7 +316,9 @@ def test_landmark_rows_bound_every_ball(seed):
         radius = 9
         for source in range(len(graph)):
             rows = bounds.bounds_for(int(graph.node_location[source]), radius)
-            balls = np.cumsum([int(graph.prior[s].sum()) for s in node_shells(graph, source, radius - 1)])
+            balls = np.cumsum(
+                [int(graph.prior[s].sum()) for s in node_shells(graph, source, radius - 1)]
+            )
             for row in rows.tolist():
                 assert all(q >= b for q, b in zip(row, balls.tolist()))
                 assert row == sorted(row) and row[-1] <= graph.total_prior
@@ -338,12 +374,17 @@ def test_cached_profiles_are_verified_and_rebuilt(tmp_path, monkeypatch):
         engine_profiles.BallProfiles.load(path, graph, 2, 6)
     tampered = table.cumulative.copy()
     tampered[0, -1] += 1
-    engine_profiles.BallProfiles(2, 5, table.centre_of, table.offset, tampered,
-                                 graph.total_prior).save(path, graph.sha256)
+    engine_profiles.BallProfiles(
+        2, 5, table.centre_of, table.offset, tampered, graph.total_prior
+    ).save(path, graph.sha256)
     data = dict(np.load(path))
-    np.savez(path, header=engine_profiles.np.frombuffer(
-        bytes(np.load(path)["header"]), dtype=np.uint8),
-        centre_of=data["centre_of"], offset=data["offset"], cumulative=table.cumulative + 0)
+    np.savez(
+        path,
+        header=engine_profiles.np.frombuffer(bytes(np.load(path)["header"]), dtype=np.uint8),
+        centre_of=data["centre_of"],
+        offset=data["offset"],
+        cumulative=table.cumulative + 0,
+    )
     # the header's hash is of the tampered table, the arrays are the true ones: refused
     with pytest.raises(ValueError, match="content hash"):
         engine_profiles.BallProfiles.load(path, graph, 2, 5)
@@ -355,8 +396,9 @@ def test_cached_profiles_are_verified_and_rebuilt(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="refused"):
         rebuilt = engine_profiles.profiles_for(graph, loc_mass)
     assert np.array_equal(rebuilt.cumulative, table.cumulative)
-    assert np.array_equal(engine_profiles.BallProfiles.load(path, graph, 2, 5).cumulative,
-                          table.cumulative)
+    assert np.array_equal(
+        engine_profiles.BallProfiles.load(path, graph, 2, 5).cumulative, table.cumulative
+    )
     path.write_bytes(b"not a table")
     fresh = planar_graph(random.Random(3), 40, 50, 1.0, 8)  # same content, new object
     with pytest.warns(RuntimeWarning, match="refused"):
@@ -379,17 +421,21 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     monkeypatch.setattr(engine_batch, "TASK_RECORDS", 37)
     monkeypatch.setattr(engine_batch, "MAX_GROUP", 5)
     done = []
-    again = perturb_nodes(mechanism, key, ids, nodes, workers=2, progress=done.append,
-                          landmarks=False)
+    again = perturb_nodes(
+        mechanism, key, ids, nodes, workers=2, progress=done.append, landmarks=False
+    )
     assert np.array_equal(base, again) and sum(done) == n and len(done) > 10
     sample = slice(0, 400)
-    expected = mechanism.perturb_reference(key, ids[sample], [graph.label(v) for v in nodes[sample]])
+    expected = mechanism.perturb_reference(
+        key, ids[sample], [graph.label(v) for v in nodes[sample]]
+    )
     assert [graph.label(v) for v in base[sample]] == expected
 
 
 def test_core_perturb_many_does_not_use_the_engine(monkeypatch):
     """The core stays free of the engine: Mechanism.perturb_many runs with the engine's entry
     points disabled and still equals the reference."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the core called the engine")
 
@@ -398,7 +444,9 @@ def test_core_perturb_many_does_not_use_the_engine(monkeypatch):
     mechanism = Mechanism(colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "1")
     key = Key.from_bytes(bytes(range(1, 33)))
     codes = ["N00", "N03", "N08"] * 5
-    assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(key, list(range(15)), codes)
+    assert mechanism.perturb_many(key, range(15), codes) == mechanism.perturb_reference(
+        key, list(range(15)), codes
+    )
 
 
 def test_public_perturb_nodes_canonicalises_identifiers_like_perturb():
@@ -464,8 +512,10 @@ def test_first_blocks_equal_the_stream_blocks():
     for postcode in ("AB1 2CD", "ÉÉ"):
         got = context.first_blocks(ids, postcode, (SHELL, MEMBER, TAIL))
         for j, label in enumerate((SHELL, MEMBER, TAIL)):
-            want = [int.from_bytes(context.for_subject(s, postcode).block(label, 0, 0), "big")
-                    for s in ids]
+            want = [
+                int.from_bytes(context.for_subject(s, postcode).block(label, 0, 0), "big")
+                for s in ids
+            ]
             assert got[j] == want
 
 
@@ -515,10 +565,17 @@ def test_decide_all_equals_decide_one_shell_at_a_time():
 
 def _in_batches(mechanism, key, ids, nodes, brackets, size, workers=1):
     canonical = [canonical_subject_id(s) for s in ids]
-    parts = [engine_batch._perturb_canonical(mechanism, key, canonical[i:i + size],
-                                             nodes[i:i + size], workers=workers,
-                                             brackets=brackets)
-             for i in range(0, len(ids), size)]
+    parts = [
+        engine_batch._perturb_canonical(
+            mechanism,
+            key,
+            canonical[i : i + size],
+            nodes[i : i + size],
+            workers=workers,
+            brackets=brackets,
+        )
+        for i in range(0, len(ids), size)
+    ]
     return np.concatenate(parts)
 
 

@@ -36,16 +36,21 @@ def edge_coordinates(graph: Graph) -> set[tuple[tuple[float, float], tuple[float
 
 def is_connected(graph: Graph) -> bool:
     n = graph.n_locations
-    adj = csr_matrix((np.ones(graph.loc_indices.size), graph.loc_indices, graph.loc_indptr),
-                     shape=(n, n))
+    adj = csr_matrix(
+        (np.ones(graph.loc_indices.size), graph.loc_indices, graph.loc_indptr), shape=(n, n)
+    )
     return connected_components(adj, directed=False)[0] == 1
 
 
 def same_graph(a: Graph, b: Graph) -> bool:
-    return (a.sha256 == b.sha256 and a.postcodes == b.postcodes
-            and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in
-                    ("node_location", "loc_indptr", "loc_indices", "prior",
-                     "location_coordinates")))
+    return (
+        a.sha256 == b.sha256
+        and a.postcodes == b.postcodes
+        and all(
+            np.array_equal(getattr(a, k), getattr(b, k))
+            for k in ("node_location", "loc_indptr", "loc_indices", "prior", "location_coordinates")
+        )
+    )
 
 
 def grid_points(w: int, h: int, step: float = 100.0, origin=(0.0, 0.0)):
@@ -67,8 +72,17 @@ def test_node_order_is_sorted_normalised_postcodes():
 
 def test_co_located_postcodes_form_one_location_with_clique_distances():
     # Three postcodes at one point, two at another, and four single ones around them.
-    pts = [(0, 0), (0, 0), (0, 0), (300, 40), (300, 40), (-250, 200), (90, -310), (500, 500),
-           (-400, -380)]
+    pts = [
+        (0, 0),
+        (0, 0),
+        (0, 0),
+        (300, 40),
+        (300, 40),
+        (-250, 200),
+        (90, -310),
+        (500, 500),
+        (-400, -380),
+    ]
     labels = names(len(pts))
     g = build_graph(labels, [p[0] for p in pts], [p[1] for p in pts])
     assert g.n_locations == 6
@@ -163,7 +177,9 @@ def test_long_edges_cut_and_the_shortest_restored_between_two_clusters():
     bridges = [(a, c) for a, c in location_edges(g) if far[a] != far[c]]
     assert len(bridges) == 1
     # The restored edge is the closest pair between the clusters (always a Delaunay edge).
-    d = np.hypot(xy[~far][:, None, 0] - xy[far][None, :, 0], xy[~far][:, None, 1] - xy[far][None, :, 1])
+    d = np.hypot(
+        xy[~far][:, None, 0] - xy[far][None, :, 0], xy[~far][:, None, 1] - xy[far][None, :, 1]
+    )
     a, c = bridges[0]
     assert np.isclose(np.hypot(*(xy[a] - xy[c])), d.min())
     assert b["restored_edge_length_m"]["max"] == pytest.approx(d.min(), abs=0.1)
@@ -223,21 +239,45 @@ def test_input_order_does_not_matter():
 
 
 def test_params_and_provenance():
-    g = build_graph(names(4), [0, 1, 0, 1], [0, 0, 1, 1], max_edge_km=25,
-                    params_extra={"source": "test"}, provenance={"sources": ["x"]})
-    assert g.params == {"builder": "delaunay-triangle", "max_edge_km": 25.0, "format": 1,
-                        "source": "test"}
+    g = build_graph(
+        names(4),
+        [0, 1, 0, 1],
+        [0, 0, 1, 1],
+        max_edge_km=25,
+        params_extra={"source": "test"},
+        provenance={"sources": ["x"]},
+    )
+    assert g.params == {
+        "builder": "delaunay-triangle",
+        "max_edge_km": 25.0,
+        "format": 1,
+        "source": "test",
+    }
     assert g.provenance["sources"] == ["x"]
     b = g.provenance["build"]
-    for key in ("nodes", "locations", "location_edges", "node_edges", "cut_edges",
-                "restored_edges", "edge_length_m", "versions", "seconds"):
+    for key in (
+        "nodes",
+        "locations",
+        "location_edges",
+        "node_edges",
+        "cut_edges",
+        "restored_edges",
+        "edge_length_m",
+        "versions",
+        "seconds",
+    ):
         assert key in b
     assert b["edge_length_m"]["p50"] >= 1.0
     # An integer limit hashes like the same float: the params are normalised.
-    assert build_graph(names(4), [0, 1, 0, 1], [0, 0, 1, 1], max_edge_km=25,
-                       params_extra={"source": "test"}).sha256 == g.sha256
-    other = build_graph(names(4), [0, 1, 0, 1], [0, 0, 1, 1], max_edge_km=26,
-                        params_extra={"source": "test"})
+    assert (
+        build_graph(
+            names(4), [0, 1, 0, 1], [0, 0, 1, 1], max_edge_km=25, params_extra={"source": "test"}
+        ).sha256
+        == g.sha256
+    )
+    other = build_graph(
+        names(4), [0, 1, 0, 1], [0, 0, 1, 1], max_edge_km=26, params_extra={"source": "test"}
+    )
     assert other.sha256 != g.sha256
 
 
@@ -275,8 +315,12 @@ def bundled(monkeypatch, tmp_path):
 
     def fake_build(progress=False):
         calls.append(progress)
-        return build_graph(names(6), [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1],
-                           params_extra={"source": "bundled-codepoint", "prior": "uniform"})
+        return build_graph(
+            names(6),
+            [0, 1, 2, 0, 1, 2],
+            [0, 0, 0, 1, 1, 1],
+            params_extra={"source": "bundled-codepoint", "prior": "uniform"},
+        )
 
     monkeypatch.setenv(bundled.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(bundled, "_default", None)
@@ -323,8 +367,13 @@ def test_default_graph_rebuilds_a_damaged_cache(bundled):
 
 def test_a_default_build_with_a_perturbed_parameter_is_refused(bundled, monkeypatch, tmp_path):
     def perturbed_build(progress=False):  # 49.999 km instead of 50: another graph, another hash
-        return build_graph(names(6), [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1], max_edge_km=49.999,
-                           params_extra={"source": "bundled-codepoint", "prior": "uniform"})
+        return build_graph(
+            names(6),
+            [0, 1, 2, 0, 1, 2],
+            [0, 0, 0, 1, 1, 1],
+            max_edge_km=49.999,
+            params_extra={"source": "bundled-codepoint", "prior": "uniform"},
+        )
 
     monkeypatch.setattr(bundled, "build_from_sources", perturbed_build)
     with pytest.raises(GraphError, match="not the pinned default graph"):
@@ -337,8 +386,12 @@ def test_a_cached_default_that_is_not_the_pinned_graph_is_refused(bundled):
     g = bundled.default_graph(progress=False)
     path = bundled.default_graph_path()
     # A valid artefact with the expected parameters but other content (one coordinate moved).
-    other = build_graph(names(6), [0, 1, 2, 0, 1, 3], [0, 0, 0, 1, 1, 1],
-                        params_extra={"source": "bundled-codepoint", "prior": "uniform"})
+    other = build_graph(
+        names(6),
+        [0, 1, 2, 0, 1, 3],
+        [0, 0, 0, 1, 1, 1],
+        params_extra={"source": "bundled-codepoint", "prior": "uniform"},
+    )
     assert other.params == g.params and other.sha256 != g.sha256
     path.unlink()
     other.save(path)
@@ -352,7 +405,8 @@ def test_the_pinned_hash_is_the_published_one():
     from postcode_privacy.graph import national as bundled
 
     assert bundled.DEFAULT_GRAPH_SHA256 == (
-        "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c")
+        "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c"
+    )
 
 
 def test_the_pinned_triangle_is_installed():
@@ -430,8 +484,13 @@ def test_national_default_graph(monkeypatch, tmp_path):
     assert len(g) == 1_739_034
     assert g.n_locations == 1_678_016
     assert is_connected(g)
-    assert g.params == {"builder": "delaunay-triangle", "format": 1, "max_edge_km": 50.0,
-                        "source": "bundled-codepoint", "prior": "uniform"}
+    assert g.params == {
+        "builder": "delaunay-triangle",
+        "format": 1,
+        "max_edge_km": 50.0,
+        "source": "bundled-codepoint",
+        "prior": "uniform",
+    }
     labels = np.array(g.postcodes)
     assert np.all(labels[1:] > labels[:-1])
     assert g.provenance["build"]["location_edges"] == g.n_location_edges

@@ -20,7 +20,9 @@ def test_from_edges_basics():
     assert g.sha256 == Graph.from_edges(["LS1 1AA", "LS1 1AB", "X"], [(0, 1), (2, 1)]).sha256
 
 
-@pytest.mark.parametrize("prior", [[1, 0], [1, -3], [1, 1.5], [1, "2"], [True, 1], [1, float("nan")], [1]])
+@pytest.mark.parametrize(
+    "prior", [[1, 0], [1, -3], [1, 1.5], [1, "2"], [True, 1], [1, float("nan")], [1]]
+)
 def test_bad_priors_refused(prior):
     with pytest.raises(InvalidParameterError):
         Graph.from_edges(["A", "B"], [("A", "B")], prior)

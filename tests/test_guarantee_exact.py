@@ -44,12 +44,18 @@ def test_two_node_counterexample_regression():
     # And the ratio really is close to the bound, so the test is sharp enough to matter.
     w_a, w_b = mechanism.weights("A"), mechanism.weights("B")
     from fractions import Fraction
+
     ratio = Fraction(w_a[0] * sum(w_b), w_b[0] * sum(w_a))
     assert 1.349 < float(ratio) <= 1.3499  # e^0.3 = 1.34986...
 
 
-@pytest.mark.parametrize("epsilon", ["0.01", "0.05", "0.1", "0.3", "0.7", "1", "1.3", "2", "2.9", "4", "5"])
+@pytest.mark.parametrize(
+    "epsilon", ["0.01", "0.05", "0.1", "0.3", "0.7", "1", "1.3", "2", "2.9", "4", "5"]
+)
 def test_sharp_inequality_on_powers(epsilon):
     """P_{j+h} >= q^h * P_j for all j, h: what makes the claim hold for every graph and prior."""
     for radius in (1, 2, 7, 60, 200):
-        assert sharp_power_violations(epsilon, powers(__import__("decimal").Decimal(epsilon), radius)) == []
+        assert (
+            sharp_power_violations(epsilon, powers(__import__("decimal").Decimal(epsilon), radius))
+            == []
+        )

@@ -49,15 +49,18 @@ def test_file_round_trip_exclusive_owner_only(tmp_path):
     assert read_key_file(path) == key  # untouched
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda d: b"",
-    lambda d: d[: len(d) // 2],
-    lambda d: d.replace(b"v1", b"v2"),
-    lambda d: d.replace(d.split(b"\n")[1][6:10], b"AAAA"),
-    lambda d: d.split(b"\n")[1],
-    lambda d: bytes(range(32)).hex().encode(),
-    lambda d: b"\xff\xfe" + d,
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda d: b"",
+        lambda d: d[: len(d) // 2],
+        lambda d: d.replace(b"v1", b"v2"),
+        lambda d: d.replace(d.split(b"\n")[1][6:10], b"AAAA"),
+        lambda d: d.split(b"\n")[1],
+        lambda d: bytes(range(32)).hex().encode(),
+        lambda d: b"\xff\xfe" + d,
+    ],
+)
 def test_malformed_key_files_refused(tmp_path, mangle):
     data = Key.from_bytes(bytes(range(32))).to_file_bytes()
     path = tmp_path / "bad.key"

@@ -46,6 +46,7 @@ KEY = Key.from_bytes(b"k" * 32)
 
 # -- backends ---------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def postgres():
     from ledger_backends import PostgresServer, postgres_bin
@@ -82,14 +83,23 @@ def write_input(path, people, codes):
 
 def release(ledger, src, out, *, budget=None, graph=GRAPH, key=KEY, **options):
     options.setdefault("epsilon", "1")
-    return release_file(src, out, key=key, id_column="person", postcode_column="pc",
-                        graph=graph, ledger=LedgerRecorder(ledger, budget), **options)
+    return release_file(
+        src,
+        out,
+        key=key,
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+        ledger=LedgerRecorder(ledger, budget),
+        **options,
+    )
 
 
 def check(ledger, src, *, graph=GRAPH, key=KEY, **options):
     options.setdefault("epsilon", "1")
-    return check_release(ledger, src, key=key, id_column="person", postcode_column="pc",
-                         graph=graph, **options)
+    return check_release(
+        ledger, src, key=key, id_column="person", postcode_column="pc", graph=graph, **options
+    )
 
 
 def spends(dist):
@@ -97,6 +107,7 @@ def spends(dist):
 
 
 # -- digests ----------------------------------------------------------------------------------
+
 
 def test_precomputed_pads_are_hmac_sha256():
     key = bytes(range(32))
@@ -121,14 +132,19 @@ def test_digests_are_domain_separated_and_cover_all_six_conditions():
     moved = d.digests(DrawParameters(*base), ["7"], ["LS1 1AB"])
     assert moved[0][0] == s0 and moved[1][0] != p0 and moved[2][0] != d0
     # Length prefixes keep field boundaries: ("71", "LS1...") is not ("7", "1LS1...").
-    assert d.digests(DrawParameters(*base), ["71"], ["S1 1AA"])[1][0] != \
-        d.digests(DrawParameters(*base), ["7"], ["1S1 1AA"])[1][0]
+    assert (
+        d.digests(DrawParameters(*base), ["71"], ["S1 1AA"])[1][0]
+        != d.digests(DrawParameters(*base), ["7"], ["1S1 1AA"])[1][0]
+    )
     # Another secret, other digests.
-    assert Digester(Key.from_bytes(b"t" * 32)).digests(DrawParameters(*base), ["7"],
-                                                          ["LS1 1AA"])[0][0] != s0
+    assert (
+        Digester(Key.from_bytes(b"t" * 32)).digests(DrawParameters(*base), ["7"], ["LS1 1AA"])[0][0]
+        != s0
+    )
 
 
 # -- the rules --------------------------------------------------------------------------------
+
 
 def test_init_open_and_secret(location, tmp_path):
     where, secret = location
@@ -160,8 +176,10 @@ def test_an_identical_release_counts_once(ledger, tmp_path):
     assert [r["new_draws"] for r in second["releases"]] == [3, 0]
 
 
-@pytest.mark.parametrize("change", ["key", "subject", "postcode", "graph", "epsilon", "radius",
-                                    "output_stability_version"])
+@pytest.mark.parametrize(
+    "change",
+    ["key", "subject", "postcode", "graph", "epsilon", "radius", "output_stability_version"],
+)
 def test_each_condition_that_differs_is_a_new_draw(ledger, tmp_path, monkeypatch, change):
     src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
     release(ledger, src, tmp_path / "a.csv", epsilon="0.5", radius=30)
@@ -204,8 +222,9 @@ def test_spend_is_exact_and_per_pair(ledger, tmp_path):
 
 
 def test_terminated_mapping_counts_the_mapped_postcode(ledger, tmp_path):
-    table = pd.DataFrame({"postcode": ["LS9 9AA"], "easting": [400230.0],
-                          "northing": [430100.0]})  # 30 m from LS1 2BD
+    table = pd.DataFrame(
+        {"postcode": ["LS9 9AA"], "easting": [400230.0], "northing": [430100.0]}
+    )  # 30 m from LS1 2BD
     src = write_input(tmp_path / "in.csv", ["1"], ["LS9 9AA"])
     release(ledger, src, tmp_path / "a.csv", terminated="nearest", terminated_locations=table)
     live = write_input(tmp_path / "live.csv", ["1"], ["LS1 2BD"])
@@ -213,10 +232,16 @@ def test_terminated_mapping_counts_the_mapped_postcode(ledger, tmp_path):
 
 
 def test_check_counts_repeats_known_and_new_subjects(ledger, tmp_path):
-    release(ledger, write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3]),
-            tmp_path / "q1-out.csv")
-    src = write_input(tmp_path / "q2.csv", ["1", "2", "2", "4", "4", "5", ""],
-                      [CODES[0], CODES[9], CODES[9], CODES[4], CODES[4], CODES[6], CODES[0]])
+    release(
+        ledger,
+        write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3]),
+        tmp_path / "q1-out.csv",
+    )
+    src = write_input(
+        tmp_path / "q2.csv",
+        ["1", "2", "2", "4", "4", "5", ""],
+        [CODES[0], CODES[9], CODES[9], CODES[4], CODES[4], CODES[6], CODES[0]],
+    )
     report = check(ledger, src)
     assert report["records"] == 7 and report["unreleasable"] == 1
     assert report["repeats"] == 1
@@ -231,8 +256,9 @@ def test_budget_with_each_on_error_policy(ledger, tmp_path, policy):
     q1 = write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3])
     release(ledger, q1, tmp_path / "q1-out.csv", epsilon="1.5")
     # Subject 1 moved: a new draw at 1.5 takes it to 3 > 2.5; subject 2 repeats (free); 4 new.
-    q2 = write_input(tmp_path / "q2.csv", ["2", "1", "4", "4"],
-                     [CODES[1], CODES[8], CODES[3], CODES[4]])
+    q2 = write_input(
+        tmp_path / "q2.csv", ["2", "1", "4", "4"], [CODES[1], CODES[8], CODES[3], CODES[4]]
+    )
     out = tmp_path / "q2-out.csv"
     if policy == "error":
         with pytest.raises(InputDataError) as info:
@@ -262,8 +288,22 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     graph = tmp_path / "g.ppgraph"
     GRAPH.save(graph)
     src = write_input(tmp_path / "in.csv", ["1", "1"], CODES[:2])
-    base = ["perturb", str(src), "--key", str(keyfile), "--epsilon", "1", "--id-column",
-            "person", "--postcode-column", "pc", "--graph", str(graph), "--ledger", where]
+    base = [
+        "perturb",
+        str(src),
+        "--key",
+        str(keyfile),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "person",
+        "--postcode-column",
+        "pc",
+        "--graph",
+        str(graph),
+        "--ledger",
+        where,
+    ]
     base += ["--ledger-secret", secret] if secret else []
     out = tmp_path / "out.csv"
     assert main([*base, "-o", str(out), "--budget", "1"]) == 3
@@ -301,9 +341,24 @@ def test_the_database_holds_no_identifier_or_postcode(tmp_path):
 # them: a column added without the docs saying what it reveals fails here.
 DOCUMENTED_COLUMNS = {
     "ledger_meta": ["name", "value"],
-    "releases": ["id", "uid", "state", "created", "committed", "owner", "output_path",
-                 "output_sha256", "epsilon", "radius", "graph_sha256", "key_fingerprint",
-                 "output_stability_version", "records", "new_draws", "budget"],
+    "releases": [
+        "id",
+        "uid",
+        "state",
+        "created",
+        "committed",
+        "owner",
+        "output_path",
+        "output_sha256",
+        "epsilon",
+        "radius",
+        "graph_sha256",
+        "key_fingerprint",
+        "output_stability_version",
+        "records",
+        "new_draws",
+        "budget",
+    ],
     "draws": ["draw", "subject", "pair", "release"],
     "shared_draws": ["release", "draw", "subject", "pair"],
 }
@@ -320,20 +375,36 @@ def test_every_column_is_documented_and_digests_are_all_the_draws_hold(tmp_path)
     with Ledger.open(where) as ledger:
         release(ledger, src, tmp_path / "out.csv", budget=Fraction(4))
         store = ledger.store
-        tables = [t for (t,) in store.query("SELECT name FROM sqlite_master WHERE type = "
-                                            "'table' ORDER BY name")]
+        tables = [
+            t
+            for (t,) in store.query(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         assert sorted(tables) == sorted(DOCUMENTED_COLUMNS)
         for table, columns in DOCUMENTED_COLUMNS.items():
             assert [r[1] for r in store.query(f"PRAGMA table_info({table})")] == columns
         assert dict(store.query("SELECT name, value FROM ledger_meta")).keys() == {
-            "format", "schema_version", "secret_fingerprint", "created"}
+            "format",
+            "schema_version",
+            "secret_fingerprint",
+            "created",
+        }
         for row in store.query("SELECT draw, subject, pair, release FROM draws"):
             assert [type(v) for v in row] == [bytes, bytes, bytes, int]
             assert [len(v) for v in row[:3]] == [16, 16, 16]
-        (row,) = store.query("SELECT uid, owner, output_path, key_fingerprint, records, "
-                             "new_draws, budget FROM releases")
-    assert row[1:] == (f"{socket.gethostname()}:{os.getpid()}",
-                       os.path.abspath(tmp_path / "out.csv"), KEY.fingerprint, 2, 2, "4")
+        (row,) = store.query(
+            "SELECT uid, owner, output_path, key_fingerprint, records, "
+            "new_draws, budget FROM releases"
+        )
+    assert row[1:] == (
+        f"{socket.gethostname()}:{os.getpid()}",
+        os.path.abspath(tmp_path / "out.csv"),
+        KEY.fingerprint,
+        2,
+        2,
+        "4",
+    )
     assert len(row[0]) == 32 and int(row[0], 16) >= 0  # random hex
     secret = read_key_file(where + ".key")
     data = b"".join(p.read_bytes() for p in tmp_path.glob("ledger.db*") if p.suffix != ".key")
@@ -342,13 +413,21 @@ def test_every_column_is_documented_and_digests_are_all_the_draws_hold(tmp_path)
 
 # -- concurrency and crashes (separate processes) ---------------------------------------------
 
+
 def _cli_process(args, env_extra=None):
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(env_extra or {})
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from postcode_privacy.cli import main; "
-                               "sys.exit(main(sys.argv[1:]))", *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))",
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _perturb_args(tmp_path, location, src, out, epsilon="1"):
@@ -359,9 +438,25 @@ def _perturb_args(tmp_path, location, src, out, epsilon="1"):
     graph = tmp_path / "g.ppgraph"
     if not graph.exists():
         GRAPH.save(graph)
-    args = ["perturb", str(src), "-o", str(out), "--key", str(keyfile), "--epsilon", epsilon,
-            "--id-column", "person", "--postcode-column", "pc", "--graph", str(graph),
-            "--ledger", where, "-q"]
+    args = [
+        "perturb",
+        str(src),
+        "-o",
+        str(out),
+        "--key",
+        str(keyfile),
+        "--epsilon",
+        epsilon,
+        "--id-column",
+        "person",
+        "--postcode-column",
+        "pc",
+        "--graph",
+        str(graph),
+        "--ledger",
+        where,
+        "-q",
+    ]
     return args + (["--ledger-secret", secret] if secret else [])
 
 
@@ -370,9 +465,12 @@ def test_two_concurrent_releases_lose_nothing(ledger, location, tmp_path):
     people = [str(i) for i in range(n)]
     a = write_input(tmp_path / "a.csv", people, [CODES[i % 36] for i in range(n)])
     b = write_input(tmp_path / "b.csv", people, [CODES[(i + 1) % 36] for i in range(n)])
-    procs = [_cli_process(_perturb_args(tmp_path, location, src, tmp_path / f"{src.stem}-out.csv",
-                                        epsilon=eps))
-             for src, eps in ((a, "1"), (b, "0.5"))]
+    procs = [
+        _cli_process(
+            _perturb_args(tmp_path, location, src, tmp_path / f"{src.stem}-out.csv", epsilon=eps)
+        )
+        for src, eps in ((a, "1"), (b, "0.5"))
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
@@ -387,8 +485,9 @@ def test_a_crash_between_release_and_commit_is_resolved(ledger, location, tmp_pa
     src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
     out = tmp_path / "out.csv"
     marker = tmp_path / "paused"
-    proc = _cli_process(_perturb_args(tmp_path, location, src, out),
-                        {TEST_PAUSE_ENV: f"{stage}:{marker}"})
+    proc = _cli_process(
+        _perturb_args(tmp_path, location, src, out), {TEST_PAUSE_ENV: f"{stage}:{marker}"}
+    )
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read().decode()
@@ -409,8 +508,9 @@ def test_a_crash_between_release_and_commit_is_resolved(ledger, location, tmp_pa
     if stage == "renamed":
         assert [r["state"] for r in summary["releases"]] == ["committed"]
         assert summary["draws"] == 2
-        assert summary["releases"][0]["output_sha256"] == hashlib.sha256(
-            out.read_bytes()).hexdigest()
+        assert (
+            summary["releases"][0]["output_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+        )
     else:
         assert [r["state"] for r in summary["releases"]] == ["abandoned"]
         assert summary["draws"] == 0 and summary["subjects"] == []
@@ -427,8 +527,9 @@ def test_the_budget_is_checked_again_when_recording(ledger, tmp_path):
     from postcode_privacy.ledger import LedgerError
     from postcode_privacy.release import ReleasePlan
 
-    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
-                       graph=GRAPH, on_error="null")
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
+    )
     slow = LedgerRecorder(ledger, Fraction("1.5")).attach(plan)
     checked = plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
     assert checked.check.counts["over_budget"] == 0  # fits against the ledger as it was
@@ -442,16 +543,31 @@ def test_the_budget_is_checked_again_when_recording(ledger, tmp_path):
 
 def test_ledger_options_need_a_ledger(tmp_path, capsys):
     src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
-    code = main(["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--epsilon", "1",
-                 "--id-column", "person", "--postcode-column", "pc", "--budget", "2"])
+    code = main(
+        [
+            "perturb",
+            str(src),
+            "-o",
+            str(tmp_path / "o.csv"),
+            "--epsilon",
+            "1",
+            "--id-column",
+            "person",
+            "--postcode-column",
+            "pc",
+            "--budget",
+            "2",
+        ]
+    )
     assert code == 2 and "need --ledger" in capsys.readouterr().err
 
 
 def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_path):
     from postcode_privacy.release import ReleasePlan
 
-    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
-                       graph=GRAPH, on_error="null")
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
+    )
     stopped = LedgerRecorder(ledger).attach(plan)
     plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
     stopped.prepare(tmp_path / "never-written.csv", "0" * 64)  # pending, owns the draw
@@ -470,8 +586,9 @@ def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_
 
     with pytest.raises(LedgerError, match="not attached"):
         LedgerRecorder(ledger).start()
-    plan = ReleasePlan(key=KEY, epsilon="1", id_column="person", postcode_column="pc",
-                       graph=GRAPH, on_error="null")
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
+    )
     recorder = LedgerRecorder(ledger).attach(plan)
     with pytest.raises(LedgerError, match="not screened"):
         recorder.report()

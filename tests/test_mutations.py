@@ -23,7 +23,9 @@ real_powers = powers_module.powers
 
 def battery() -> list[Mechanism]:
     """Mechanisms the guarantee check is run on: the Methods counterexample and a few shapes."""
-    out = [Mechanism(Graph.from_edges(["A", "B"], [("A", "B")], prior=[1, 2**62 - 1]), "0.3", radius=1)]
+    out = [
+        Mechanism(Graph.from_edges(["A", "B"], [("A", "B")], prior=[1, 2**62 - 1]), "0.3", radius=1)
+    ]
     for _name, factory, n in shapes(seed=11)[:4]:
         for epsilon in ("0.3", "1", "2.5"):
             out.append(Mechanism(factory(spanning_prior(n, 7)), epsilon, radius=3))
@@ -38,7 +40,9 @@ def violations() -> list:
         found += sharp_power_violations(m.epsilon.text, m.powers, limit=1)
     for epsilon in ("0.01", "0.3", "1", "5"):
         for radius in (1, 20, 200):
-            found += sharp_power_violations(epsilon, mechanism_module.powers(Decimal(epsilon), radius), limit=1)
+            found += sharp_power_violations(
+                epsilon, mechanism_module.powers(Decimal(epsilon), radius), limit=1
+            )
     return found
 
 

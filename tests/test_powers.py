@@ -55,10 +55,20 @@ def test_worst_relative_deviation_is_below_1e_18():
     assert 0 <= deviation < Decimal("1e-18")
 
 
-@pytest.mark.parametrize("given,text", [
-    (0.1, "0.1"), ("0.10", "0.1"), (1, "1"), (2.0, "2"), ("1e-2", "0.01"), (Decimal("0.25"), "0.25"),
-    (0.3, "0.3"), ("  1.5 ", "1.5"), (100, "100"),
-])
+@pytest.mark.parametrize(
+    "given,text",
+    [
+        (0.1, "0.1"),
+        ("0.10", "0.1"),
+        (1, "1"),
+        (2.0, "2"),
+        ("1e-2", "0.01"),
+        (Decimal("0.25"), "0.25"),
+        (0.3, "0.3"),
+        ("  1.5 ", "1.5"),
+        (100, "100"),
+    ],
+)
 def test_epsilon_is_the_shortest_decimal(given, text):
     eps = parse_epsilon(given)
     assert eps.text == text
@@ -71,8 +81,33 @@ def test_epsilon_float_comparison_is_exact_decimal():
     assert parse_epsilon(0.1) != 0.2
 
 
-@pytest.mark.parametrize("bad", [0, -1, 0.0, -0.5, float("nan"), float("inf"), "nan", "inf",
-                                 "-inf", "abc", "", "0x10", True, None, [1], "1e3", 100.5, "0.00009", 1e-70, "1_0", "\u0661", "1.0.0"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        0,
+        -1,
+        0.0,
+        -0.5,
+        float("nan"),
+        float("inf"),
+        "nan",
+        "inf",
+        "-inf",
+        "abc",
+        "",
+        "0x10",
+        True,
+        None,
+        [1],
+        "1e3",
+        100.5,
+        "0.00009",
+        1e-70,
+        "1_0",
+        "\u0661",
+        "1.0.0",
+    ],
+)
 def test_bad_epsilon_rejected(bad):
     with pytest.raises(InvalidParameterError):
         parse_epsilon(bad)
@@ -103,6 +138,7 @@ def test_ambient_decimal_context_never_rounds_epsilon():
     assert got == expected
     p = expected["9.999999999999999999999999999"]
     from exact import sharp_power_violations
+
     assert sharp_power_violations("9.999999999999999999999999999", p) == []
 
 

@@ -29,12 +29,15 @@ def test_national_default_radii():
     got = {e: default_radius(Decimal(e), 1, 1_739_034) for e in ("0.5", "1", "2")}
     # Independent estimate: R ~ ln(M / 1e-6) / (eps / 2), rounded up, within one of the rule.
     import math
+
     for e, r in got.items():
         estimate = math.log((1_739_034 - 1) / 1e-6) / (float(e) / 2)
         assert abs(r - math.ceil(estimate)) <= 1
 
 
-@pytest.mark.parametrize("factory", [lambda: path(9), lambda: disconnected(), lambda: colocated(spanning_prior(9, 2))])
+@pytest.mark.parametrize(
+    "factory", [lambda: path(9), lambda: disconnected(), lambda: colocated(spanning_prior(9, 2))]
+)
 @pytest.mark.parametrize("eps,radius", [("0.5", 2), ("1", 3), ("2", 1)])
 def test_teleport_probability_is_exact_and_bounded(factory, eps, radius):
     graph = factory()

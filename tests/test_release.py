@@ -52,8 +52,15 @@ def frame(ids, postcodes, **extra):
 
 
 def release(df, graph, key, **options):
-    return perturb_frame(df, key=key, epsilon=options.pop("epsilon", 1), id_column="id",
-                         postcode_column="postcode", graph=graph, **options)
+    return perturb_frame(
+        df,
+        key=key,
+        epsilon=options.pop("epsilon", 1),
+        id_column="id",
+        postcode_column="postcode",
+        graph=graph,
+        **options,
+    )
 
 
 # -- outputs -------------------------------------------------------------------------------------
@@ -112,7 +119,9 @@ def test_postcodes_are_normalised_not_guessed(small, key):
 def test_identifier_canonical_form(small, key):
     graph, codes = small
     as_int = release(frame([42, 7], [codes[3], codes[4]]), graph, key)["postcode_dp"].tolist()
-    as_text = release(frame([" 42 ", "7"], [codes[3], codes[4]]), graph, key)["postcode_dp"].tolist()
+    as_text = release(frame([" 42 ", "7"], [codes[3], codes[4]]), graph, key)[
+        "postcode_dp"
+    ].tolist()
     as_float = release(frame([42.0, 7.0], [codes[3], codes[4]]), graph, key)["postcode_dp"].tolist()
     assert as_int == as_text == as_float
     # Unicode normalisation: NFD and NFC spellings of the same text are one subject.
@@ -156,8 +165,12 @@ def test_on_error_error_lists_every_failing_row_with_its_reason(small, key):
     rows = [row for row, _ in err.row_errors]
     assert rows == list(range(102, 102 + len(BAD_IDS) + len(BAD_POSTCODES)))
     reasons = [reason for _, reason in err.row_errors]
-    assert reasons[:4] == ["missing identifier", "blank identifier", "blank identifier",
-                           "missing identifier"]
+    assert reasons[:4] == [
+        "missing identifier",
+        "blank identifier",
+        "blank identifier",
+        "missing identifier",
+    ]
     assert "boolean" in reasons[4] and "non-integral" in reasons[5]
     assert reasons[6:9] == ["missing or blank postcode"] * 3
     assert reasons[9] == "not a UK postcode in form"
@@ -204,13 +217,18 @@ def test_arrow_backed_columns(small, key):
     import pyarrow as pa
 
     graph, codes = small
-    df = pd.DataFrame({
-        "id": pd.array([1, None, 3], dtype=pd.ArrowDtype(pa.int64())),
-        "postcode": pd.array([codes[0], codes[1], None], dtype=pd.ArrowDtype(pa.string())),
-    })
+    df = pd.DataFrame(
+        {
+            "id": pd.array([1, None, 3], dtype=pd.ArrowDtype(pa.int64())),
+            "postcode": pd.array([codes[0], codes[1], None], dtype=pd.ArrowDtype(pa.string())),
+        }
+    )
     out = release(df, graph, key, on_error="null")
     assert out["postcode_dp"].tolist()[1:] == [None, None]
-    assert out["postcode_dp"].tolist()[0] == release(frame([1], [codes[0]]), graph, key)["postcode_dp"][0]
+    assert (
+        out["postcode_dp"].tolist()[0]
+        == release(frame([1], [codes[0]]), graph, key)["postcode_dp"][0]
+    )
 
 
 # -- options ------------------------------------------------------------------------------------
@@ -223,8 +241,15 @@ def test_bad_epsilon_is_refused(small, key, epsilon):
         release(frame(["1"], [codes[0]]), graph, key, epsilon=epsilon)
 
 
-@pytest.mark.parametrize("options", [{"on_error": "ignore"}, {"terminated": "guess"},
-                                     {"keep_source_postcode": "yes"}, {"out_column": ""}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"on_error": "ignore"},
+        {"terminated": "guess"},
+        {"keep_source_postcode": "yes"},
+        {"out_column": ""},
+    ],
+)
 def test_bad_options_are_refused(small, key, options):
     graph, codes = small
     with pytest.raises(InvalidParameterError):
@@ -250,8 +275,14 @@ def test_key_must_be_a_key(small):
 def test_missing_and_duplicate_columns(small, key):
     graph, codes = small
     with pytest.raises(InputDataError, match="no column 'postcode'"):
-        perturb_frame(pd.DataFrame({"id": ["1"], "pc": [codes[0]]}), key=key, epsilon=1,
-                      id_column="id", postcode_column="postcode", graph=graph)
+        perturb_frame(
+            pd.DataFrame({"id": ["1"], "pc": [codes[0]]}),
+            key=key,
+            epsilon=1,
+            id_column="id",
+            postcode_column="postcode",
+            graph=graph,
+        )
     dup = pd.DataFrame([["1", codes[0], "a"]], columns=["id", "postcode", "id"])
     with pytest.raises(InputDataError, match=r"duplicate column names \(columns 1 and 3\)"):
         release(dup, graph, key)
@@ -274,8 +305,9 @@ def test_identifier_with_two_postcodes_warns_once_without_values(small, key):
     assert out["postcode_dp"][0] == out["postcode_dp"][2]
     with warnings.catch_warnings():
         warnings.simplefilter("error", DuplicateSubjectWarning)
-        release(frame(["A", "A", 5, "5"], [codes[0], codes[0].lower(), codes[3], codes[3]]),
-                graph, key)
+        release(
+            frame(["A", "A", 5, "5"], [codes[0], codes[0].lower(), codes[3], codes[3]]), graph, key
+        )
 
 
 def test_duplicate_subjects_are_found_across_chunks(small, key):
@@ -326,8 +358,9 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
     from postcode_privacy.release import plan as plan_module
 
     graph, codes = small
-    plan = ReleasePlan(key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph,
-                       on_error="null")
+    plan = ReleasePlan(
+        key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph, on_error="null"
+    )
     calls = []
     original = plan_module._perturb_canonical
 

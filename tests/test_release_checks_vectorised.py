@@ -35,8 +35,11 @@ def oracle(plan: ReleasePlan, df: pd.DataFrame):
             kind = "missing_identifier" if isinstance(value, str) else "invalid_identifier"
         node = -1
         if kind is None:
-            if pc is None or (isinstance(pc, float) and pc != pc) or (
-                    isinstance(pc, str) and not pc.strip()):
+            if (
+                pc is None
+                or (isinstance(pc, float) and pc != pc)
+                or (isinstance(pc, str) and not pc.strip())
+            ):
                 kind = "missing_postcode"
             elif try_normalise(pc) is None:
                 kind = "malformed_postcode"
@@ -52,15 +55,51 @@ def oracle(plan: ReleasePlan, df: pd.DataFrame):
 @pytest.fixture(scope="module")
 def plan():
     graph, _, _, _ = grid_graph()
-    return ReleasePlan(key=Key.from_bytes(bytes(range(32))), epsilon="1", id_column="id",
-                       postcode_column="postcode", graph=graph, on_error="null")
+    return ReleasePlan(
+        key=Key.from_bytes(bytes(range(32))),
+        epsilon="1",
+        id_column="id",
+        postcode_column="postcode",
+        graph=graph,
+        on_error="null",
+    )
 
 
 def cells(rng: random.Random, codes: list[str]):
-    ids = ["a", " a ", "A\u030a", "\u00c5", "", "   ", "x1", 7, 7.0, 2.5, True, None,
-           float("nan"), np.int64(9), "  \t", "007", -3, 2.0**60]
-    pcs = [codes[0], codes[1].lower(), " " + codes[2].replace(" ", "") + " ", "", "  ", None,
-           float("nan"), 12345, "NOT A POSTCODE", "ZZ9 9ZZ", "ls1 1aa", codes[3]]
+    ids = [
+        "a",
+        " a ",
+        "A\u030a",
+        "\u00c5",
+        "",
+        "   ",
+        "x1",
+        7,
+        7.0,
+        2.5,
+        True,
+        None,
+        float("nan"),
+        np.int64(9),
+        "  \t",
+        "007",
+        -3,
+        2.0**60,
+    ]
+    pcs = [
+        codes[0],
+        codes[1].lower(),
+        " " + codes[2].replace(" ", "") + " ",
+        "",
+        "  ",
+        None,
+        float("nan"),
+        12345,
+        "NOT A POSTCODE",
+        "ZZ9 9ZZ",
+        "ls1 1aa",
+        codes[3],
+    ]
     return rng.choice(ids), rng.choice(pcs)
 
 
@@ -69,8 +108,12 @@ def test_mixed_columns_match_the_row_by_row_rules(plan, seed):
     rng = random.Random(seed)
     codes = [plan.graph.label(i) for i in range(len(plan.graph))]
     rows = [cells(rng, codes) for _ in range(400)]
-    df = pd.DataFrame({"id": pd.Series([r[0] for r in rows], dtype=object),
-                       "postcode": pd.Series([r[1] for r in rows], dtype=object)})
+    df = pd.DataFrame(
+        {
+            "id": pd.Series([r[0] for r in rows], dtype=object),
+            "postcode": pd.Series([r[1] for r in rows], dtype=object),
+        }
+    )
     ids, nodes, kinds = oracle(plan, df)
     checked = plan.check_records(df, 10)
     assert checked.ids == ids
@@ -82,7 +125,8 @@ def test_mixed_columns_match_the_row_by_row_rules(plan, seed):
     failing = [i for i, k in enumerate(kinds) if k is not None]
     assert counts["failed"] == len(failing)
     assert [r for r, _ in checked.check.row_errors] == [
-        10 + i + 1 for i in failing[:MAX_LISTED_ERRORS]]
+        10 + i + 1 for i in failing[:MAX_LISTED_ERRORS]
+    ]
 
 
 def test_text_and_integer_columns_take_the_bulk_route_to_the_same_text():
@@ -103,8 +147,9 @@ def test_text_and_integer_columns_take_the_bulk_route_to_the_same_text():
 
 def test_repeated_postcodes_are_classified_once(plan, monkeypatch):
     codes = [plan.graph.label(i) for i in range(5)]
-    df = pd.DataFrame({"id": [f"s{i}" for i in range(1000)],
-                       "postcode": [codes[i % 5] for i in range(1000)]})
+    df = pd.DataFrame(
+        {"id": [f"s{i}" for i in range(1000)], "postcode": [codes[i % 5] for i in range(1000)]}
+    )
     calls = []
     original = plan.rules._postcode_outcome
     monkeypatch.setattr(plan.rules, "_postcode_outcome", lambda v: calls.append(v) or original(v))

@@ -42,11 +42,13 @@ def key():
 
 
 def records(codes, n=25):
-    return pd.DataFrame({
-        "person": [f"{i:05d}" for i in range(n)],
-        "pc": [codes[(7 * i) % 36] for i in range(n)],
-        "note": [f"row {i}, with a comma" if i % 3 == 0 else "" for i in range(n)],
-    })
+    return pd.DataFrame(
+        {
+            "person": [f"{i:05d}" for i in range(n)],
+            "pc": [codes[(7 * i) % 36] for i in range(n)],
+            "note": [f"row {i}, with a comma" if i % 3 == 0 else "" for i in range(n)],
+        }
+    )
 
 
 def write_csv(df, path):
@@ -55,10 +57,16 @@ def write_csv(df, path):
 
 
 def run(input_path, output_path, graph, key, **options):
-    return release_file(input_path, output_path, key=key, epsilon=options.pop("epsilon", "1"),
-                        id_column=options.pop("id_column", "person"),
-                        postcode_column=options.pop("postcode_column", "pc"),
-                        graph=graph, **options)
+    return release_file(
+        input_path,
+        output_path,
+        key=key,
+        epsilon=options.pop("epsilon", "1"),
+        id_column=options.pop("id_column", "person"),
+        postcode_column=options.pop("postcode_column", "pc"),
+        graph=graph,
+        **options,
+    )
 
 
 def leftovers(directory):
@@ -76,8 +84,9 @@ def test_csv_release_keeps_text_and_order_and_matches_perturb_frame(grid, key, t
     assert out["note"].tolist() == df["note"].tolist()
     from postcode_privacy import perturb_frame
 
-    expected = perturb_frame(df, key=key, epsilon=1, id_column="person", postcode_column="pc",
-                             graph=graph)["postcode_dp"].tolist()
+    expected = perturb_frame(
+        df, key=key, epsilon=1, id_column="person", postcode_column="pc", graph=graph
+    )["postcode_dp"].tolist()
     assert out["postcode_dp"].tolist() == expected
     counts = read_audit(tmp_path / "out.csv")["counts"]
     assert counts["records"] == 25 and counts["released"] == 25
@@ -92,8 +101,10 @@ def test_chunk_size_does_not_change_the_output(grid, key, tmp_path):
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
 
 
-@pytest.mark.parametrize("suffix_in,suffix_out", [
-    (".csv", ".parquet"), (".parquet", ".csv"), (".pq", ".pq"), (".csv.gz", ".csv.gz")])
+@pytest.mark.parametrize(
+    "suffix_in,suffix_out",
+    [(".csv", ".parquet"), (".parquet", ".csv"), (".pq", ".pq"), (".csv.gz", ".csv.gz")],
+)
 def test_formats_by_extension(grid, key, tmp_path, suffix_in, suffix_out):
     graph, codes = grid
     df = records(codes, 10)
@@ -123,9 +134,13 @@ def test_formats_by_extension(grid, key, tmp_path, suffix_in, suffix_out):
 
 def test_parquet_types_and_nulls_survive(grid, key, tmp_path):
     graph, codes = grid
-    table = pa.table({"person": pa.array([1, 2, 3], pa.int64()),
-                      "pc": pa.array([codes[0], "nonsense", codes[2]]),
-                      "weight": pa.array([1.5, None, 2.5])})
+    table = pa.table(
+        {
+            "person": pa.array([1, 2, 3], pa.int64()),
+            "pc": pa.array([codes[0], "nonsense", codes[2]]),
+            "weight": pa.array([1.5, None, 2.5]),
+        }
+    )
     pq.write_table(table, tmp_path / "in.parquet")
     run(tmp_path / "in.parquet", tmp_path / "out.parquet", graph, key, on_error="null")
     out = pq.read_table(tmp_path / "out.parquet")
@@ -134,8 +149,9 @@ def test_parquet_types_and_nulls_survive(grid, key, tmp_path):
     released = out.column("postcode_dp").to_pylist()
     assert released[1] is None and released[0] is not None
     # Integer identifiers from Parquet equal their text in CSV.
-    csv_in = write_csv(pd.DataFrame({"person": ["1", "3"], "pc": [codes[0], codes[2]]}),
-                       tmp_path / "ids.csv")
+    csv_in = write_csv(
+        pd.DataFrame({"person": ["1", "3"], "pc": [codes[0], codes[2]]}), tmp_path / "ids.csv"
+    )
     run(csv_in, tmp_path / "ids_out.csv", graph, key)
     from_csv = pd.read_csv(tmp_path / "ids_out.csv", dtype=str)["postcode_dp"].tolist()
     assert from_csv == [released[0], released[2]]
@@ -151,8 +167,9 @@ def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
     assert manifest == returned
     assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 2
     assert manifest["epsilon"] == "0.1" and manifest["radius"] == 6
-    plan = ReleasePlan(key=key, epsilon="0.1", radius=6, id_column="person",
-                       postcode_column="pc", graph=graph)
+    plan = ReleasePlan(
+        key=key, epsilon="0.1", radius=6, id_column="person", postcode_column="pc", graph=graph
+    )
     bound = plan.mechanism.teleport_bound
     assert manifest["teleport_bound"]["exact"] == f"{bound.numerator}/{bound.denominator}"
     assert manifest["graph"]["sha256"] == graph.sha256
@@ -162,8 +179,12 @@ def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
     assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert manifest["output"]["rows"] == 25
     assert manifest["on_error"] == "drop" and manifest["terminated"] == "error"
-    assert manifest["columns"] == {"id": "person", "postcode": "pc", "out": "postcode_dp",
-                                   "source_postcode_kept": False}
+    assert manifest["columns"] == {
+        "id": "person",
+        "postcode": "pc",
+        "out": "postcode_dp",
+        "source_postcode_kept": False,
+    }
     assert manifest["prior"] == "uniform"
     assert manifest["created"].endswith("+00:00")
     secret = key.to_file_bytes().decode().split("\n")[1][5:]
@@ -280,23 +301,32 @@ def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatc
 
 def test_terminated_nearest_with_a_supplied_directory(grid, key, tmp_path):
     graph, codes = grid
-    table = pd.DataFrame({
-        "postcode": ["ls9 9aa", "LS9 9AB", "LS9 9AD"],
-        # 30 m from 'LS1 2BD' (row 1, column 2); equidistant from three locations; no location.
-        "easting": [400230.0, 400050.0, np.nan],
-        "northing": [430100.0, 430000.0, np.nan],
-    })
-    df = pd.DataFrame({"person": ["1", "2", "3", "4"],
-                       "pc": ["LS9 9AA", "LS9 9AB", codes[5], "LS9 9AD"]})
+    table = pd.DataFrame(
+        {
+            "postcode": ["ls9 9aa", "LS9 9AB", "LS9 9AD"],
+            # 30 m from 'LS1 2BD' (row 1, column 2); equidistant from three locations; no location.
+            "easting": [400230.0, 400050.0, np.nan],
+            "northing": [430100.0, 430000.0, np.nan],
+        }
+    )
+    df = pd.DataFrame(
+        {"person": ["1", "2", "3", "4"], "pc": ["LS9 9AA", "LS9 9AB", codes[5], "LS9 9AD"]}
+    )
     src = write_csv(df, tmp_path / "in.csv")
     with pytest.raises(InputDataError) as info:
-        run(src, tmp_path / "out.csv", graph, key, terminated="nearest",
-            terminated_locations=table)
+        run(src, tmp_path / "out.csv", graph, key, terminated="nearest", terminated_locations=table)
     assert [row for row, _ in info.value.row_errors] == [4]
     assert "directory gives no location" in info.value.row_errors[0][1]
 
-    manifest = run(src, tmp_path / "out.csv", graph, key, terminated="nearest",
-                   terminated_locations=table, on_error="null")
+    manifest = run(
+        src,
+        tmp_path / "out.csv",
+        graph,
+        key,
+        terminated="nearest",
+        terminated_locations=table,
+        on_error="null",
+    )
     audit = read_audit(tmp_path / "out.csv")
     assert audit["counts"]["terminated_mapped"] == 2
     assert audit["counts"]["unknown_postcode"] == 1
@@ -319,8 +349,14 @@ def test_terminated_nearest_needs_coordinates(key):
 
     graph = Graph.from_edges(["LS1 1AA", "LS1 1AB"], [("LS1 1AA", "LS1 1AB")])
     with pytest.raises(InvalidParameterError, match="coordinates"):
-        ReleasePlan(key=key, epsilon=1, id_column="a", postcode_column="b", graph=graph,
-                    terminated="nearest")
+        ReleasePlan(
+            key=key,
+            epsilon=1,
+            id_column="a",
+            postcode_column="b",
+            graph=graph,
+            terminated="nearest",
+        )
 
 
 # -- what may be published (issue 10, item 1) ---------------------------------------------------
@@ -343,16 +379,25 @@ def test_the_manifest_holds_nothing_computed_from_the_true_input(grid, key, tmp_
     assert tuple(manifest) == PUBLISHABLE_FIELDS
     input_sha256 = hashlib.sha256(src.read_bytes()).hexdigest()
     assert input_sha256 not in text and "in.csv" not in text
-    for word in ("counts", "records", "failed", "dropped", "nulled", "terminated_mapped",
-                 "several_postcodes", "input"):
+    for word in (
+        "counts",
+        "records",
+        "failed",
+        "dropped",
+        "nulled",
+        "terminated_mapped",
+        "several_postcodes",
+        "input",
+    ):
         assert word not in text
     # Every number in it is a parameter or a fact of the released file.
     assert manifest["output"]["rows"] == len(pd.read_csv(out)) == 24
     assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
 
 
-def test_the_manifest_is_the_same_for_inputs_that_differ_only_in_a_true_postcode(grid, key,
-                                                                                  tmp_path):
+def test_the_manifest_is_the_same_for_inputs_that_differ_only_in_a_true_postcode(
+    grid, key, tmp_path
+):
     graph, codes = grid
     manifests = []
     for i, true_postcode in enumerate((codes[0], codes[1])):
@@ -360,8 +405,9 @@ def test_the_manifest_is_the_same_for_inputs_that_differ_only_in_a_true_postcode
         df.loc[0, "pc"] = true_postcode
         src = write_csv(df, tmp_path / f"in{i}.csv")
         manifest = run(src, tmp_path / f"out{i}.csv", graph, key)
-        manifests.append({k: v for k, v in manifest.items() if k not in ("created", "output",
-                                                                           "audit_file")})
+        manifests.append(
+            {k: v for k, v in manifest.items() if k not in ("created", "output", "audit_file")}
+        )
     # Only the released file's own facts (its name, sha256) may differ.
     assert manifests[0] == manifests[1]
 
@@ -381,8 +427,12 @@ def test_the_audit_file_is_private_and_holds_the_true_statistics(grid, key, tmp_
     assert next(iter(audit)) == "WARNING" and "do not publish" in audit["WARNING"]
     assert raw.index("WARNING") < raw.index("sha256")
     assert audit["format"] == "postcode-privacy-audit" and audit["format_version"] == 1
-    assert audit["input"] == {"path": "in.csv", "format": "csv", "records": 25,
-                              "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    assert audit["input"] == {
+        "path": "in.csv",
+        "format": "csv",
+        "records": 25,
+        "sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
+    }
     assert audit["counts"]["failed"] == audit["counts"]["nulled"] == 1
     assert audit["counts"]["identifiers_with_several_postcodes"] == 0
     assert audit["output"] == {"path": "out.csv", "sha256": manifest["output"]["sha256"]}
@@ -390,7 +440,8 @@ def test_the_audit_file_is_private_and_holds_the_true_statistics(grid, key, tmp_
 
 
 def test_an_interruption_after_the_manifest_leaves_no_manifest_without_its_output(
-        grid, key, tmp_path, monkeypatch):
+    grid, key, tmp_path, monkeypatch
+):
     from postcode_privacy.atomic import TempFile
 
     graph, codes = grid
@@ -420,17 +471,21 @@ def test_displacement_and_run_time_go_to_the_audit_file_only(tmp_path, grid):
 
     graph, codes = grid
     src = tmp_path / "in.csv"
-    pd.DataFrame({"id": [str(i) for i in range(60)],
-                  "pc": [codes[i % len(codes)] for i in range(60)]}).to_csv(src, index=False)
+    pd.DataFrame(
+        {"id": [str(i) for i in range(60)], "pc": [codes[i % len(codes)] for i in range(60)]}
+    ).to_csv(src, index=False)
     out = tmp_path / "out.csv"
-    manifest = release_file(src, out, key=Key.generate(), epsilon=1, id_column="id",
-                            postcode_column="pc", graph=graph)
+    manifest = release_file(
+        src, out, key=Key.generate(), epsilon=1, id_column="id", postcode_column="pc", graph=graph
+    )
     run = read_audit(out)["run"]
     released = pd.read_csv(out, dtype=str)["postcode_dp"]
     truth = pd.read_csv(src, dtype=str)["pc"]
     measured = Displacement(graph)
-    measured.add(np.array([graph.index_of(t) for t in truth]),
-                 np.array([graph.index_of(r) for r in released]))
+    measured.add(
+        np.array([graph.index_of(t) for t in truth]),
+        np.array([graph.index_of(r) for r in released]),
+    )
     assert run["displacement_m"] == measured.summary()
     assert run["displacement_m"]["records"] == 60 and run["seconds"] >= 0
     text = (tmp_path / "out.csv.manifest.json").read_text()
@@ -439,10 +494,20 @@ def test_displacement_and_run_time_go_to_the_audit_file_only(tmp_path, grid):
 
 def test_progress_moves_per_engine_batch_and_adds_up(grid):
     graph, codes = grid
-    plan = ReleasePlan(key=Key.generate(), epsilon=1, id_column="id", postcode_column="pc",
-                       graph=graph, on_error="null")
-    frame = pd.DataFrame({"id": [str(i) for i in range(50)],
-                          "pc": [codes[i % len(codes)] for i in range(49)] + ["nonsense"]})
+    plan = ReleasePlan(
+        key=Key.generate(),
+        epsilon=1,
+        id_column="id",
+        postcode_column="pc",
+        graph=graph,
+        on_error="null",
+    )
+    frame = pd.DataFrame(
+        {
+            "id": [str(i) for i in range(50)],
+            "pc": [codes[i % len(codes)] for i in range(49)] + ["nonsense"],
+        }
+    )
     steps: list[int] = []
     plan.process_chunk(frame, 0, progress=steps.append)
     assert sum(steps) == 50 and steps[-1] == 1  # the unreleasable record is counted too

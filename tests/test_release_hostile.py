@@ -53,8 +53,13 @@ def setup(tmp_path_factory):
     graph = build_graph(codes, east, north)
     graph.save(base / "small.ppgraph")
     write_key_file(Key.from_bytes(b"h" * 32), base / "a.key")
-    return {"graph": str(base / "small.ppgraph"), "graph_obj": graph, "codes": codes,
-            "key": str(base / "a.key"), "key_obj": Key.from_bytes(b"h" * 32)}
+    return {
+        "graph": str(base / "small.ppgraph"),
+        "graph_obj": graph,
+        "codes": codes,
+        "key": str(base / "a.key"),
+        "key_obj": Key.from_bytes(b"h" * 32),
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -63,15 +68,34 @@ def no_env_key(monkeypatch):
 
 
 def frame(codes, n=20):
-    return pd.DataFrame({"subject": [f"{i:04d}" for i in range(n)],
-                         "postcode": [codes[(5 * i) % len(codes)] for i in range(n)],
-                         "visit": [f"v{i}" for i in range(n)]})
+    return pd.DataFrame(
+        {
+            "subject": [f"{i:04d}" for i in range(n)],
+            "postcode": [codes[(5 * i) % len(codes)] for i in range(n)],
+            "visit": [f"v{i}" for i in range(n)],
+        }
+    )
 
 
 def args(setup, src, out, *extra):
-    return ["perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "subject",
-            "--postcode-column", "postcode", "--graph", setup["graph"], "--key", setup["key"],
-            "-q", *extra]
+    return [
+        "perturb",
+        str(src),
+        "-o",
+        str(out),
+        "--epsilon",
+        "1",
+        "--id-column",
+        "subject",
+        "--postcode-column",
+        "postcode",
+        "--graph",
+        setup["graph"],
+        "--key",
+        setup["key"],
+        "-q",
+        *extra,
+    ]
 
 
 def perturb(setup, src, out, *extra):
@@ -81,8 +105,9 @@ def perturb(setup, src, out, *extra):
 def spawn(setup, src, out, *extra, **kwargs):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     env.pop(ENV_VAR, None)
-    return subprocess.Popen([sys.executable, "-c", RUN_CLI, *args(setup, src, out, *extra)],
-                            env=env, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", RUN_CLI, *args(setup, src, out, *extra)], env=env, **kwargs
+    )
 
 
 def names(directory: Path) -> list[str]:
@@ -108,8 +133,15 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = out_dir / "out.csv"
-    first = spawn(setup, tmp_path / "in.csv", out, "--chunk-size", "300",
-                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = spawn(
+        setup,
+        tmp_path / "in.csv",
+        out,
+        "--chunk-size",
+        "300",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and first.poll() is None:
@@ -117,8 +149,9 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
                 break  # the first run is at work
             time.sleep(0.02)
         assert first.poll() is None, "the first run ended before the second could start"
-        second = spawn(setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE)
+        second = spawn(
+            setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         _, err2 = second.communicate(timeout=120)
         _, err1 = first.communicate(timeout=300)
     finally:
@@ -190,11 +223,14 @@ def test_a_named_index_holding_the_identifiers_can_be_the_id_column(setup, tmp_p
 
 
 @pytest.mark.parametrize("column", ["subject", "postcode", "visit"])
-def test_invalid_utf8_in_parquet_is_a_clean_error_naming_the_record(setup, tmp_path, capsys,
-                                                                    column):
-    values = {"subject": [b"0001", b"0002", b"0003"],
-              "postcode": [c.encode() for c in setup["codes"][:3]],
-              "visit": [b"a", b"b", b"c"]}
+def test_invalid_utf8_in_parquet_is_a_clean_error_naming_the_record(
+    setup, tmp_path, capsys, column
+):
+    values = {
+        "subject": [b"0001", b"0002", b"0003"],
+        "postcode": [c.encode() for c in setup["codes"][:3]],
+        "visit": [b"a", b"b", b"c"],
+    }
     values[column][2] = b"NHS 943 \xff\xfe"
     table = pa.table({k: pa.array(v, pa.binary()).view(pa.string()) for k, v in values.items()})
     pq.write_table(table, tmp_path / "in.parquet")
@@ -268,10 +304,14 @@ def test_damaged_compressed_input_is_an_input_error(setup, tmp_path, capsys, suf
     if damage == "truncated-early":
         data = data[:60]
     elif damage == "truncated-late":
-        data = data[:len(data) * 2 // 3]
+        data = data[: len(data) * 2 // 3]
     else:
         middle = len(data) // 2
-        data = data[:middle] + bytes(rng.integers(0, 256, 4000, dtype=np.uint8)) + data[middle + 4000:]
+        data = (
+            data[:middle]
+            + bytes(rng.integers(0, 256, 4000, dtype=np.uint8))
+            + data[middle + 4000 :]
+        )
     src = tmp_path / f"in.csv{suffix}"
     src.write_bytes(data)
     code = perturb(setup, src, tmp_path / "out.csv")
@@ -318,19 +358,39 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
     argv = [a for a in args(setup, src, out) if a != "-q"]  # with the summary on stdout
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     if stdout == "closed":
-        proc = subprocess.run(["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI,
-                               *argv], env=env, stderr=subprocess.PIPE, timeout=120)
+        proc = subprocess.run(
+            [
+                "/bin/sh",
+                "-c",
+                'code="$1"; shift; "$0" -c "$code" "$@" >&-',
+                sys.executable,
+                RUN_CLI,
+                *argv,
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
         code, err = proc.returncode, proc.stderr
     elif stdout == "full":
         if not os.path.exists("/dev/full"):
             pytest.skip("no /dev/full here")
         with open("/dev/full", "w") as full:
-            proc = subprocess.run([sys.executable, "-c", RUN_CLI, *argv], env=env, stdout=full,
-                                  stderr=subprocess.PIPE, timeout=120)
+            proc = subprocess.run(
+                [sys.executable, "-c", RUN_CLI, *argv],
+                env=env,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                timeout=120,
+            )
         code, err = proc.returncode, proc.stderr
     else:
-        proc = subprocess.Popen([sys.executable, "-c", RUN_CLI, *argv], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN_CLI, *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         proc.stdout.close()  # the reader goes away before anything is printed
         err = proc.stderr.read()
         proc.stderr.close()
@@ -340,8 +400,9 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
     assert_bundle(out)
 
 
-def test_sigterm_during_the_final_renames_never_splits_the_release(setup, tmp_path, monkeypatch,
-                                                                   capsys):
+def test_sigterm_during_the_final_renames_never_splits_the_release(
+    setup, tmp_path, monkeypatch, capsys
+):
     """A signal arriving just after the output's rename: the manifest must still follow, and
     the run must not claim that nothing was written."""
     src = tmp_path / "in.csv"
@@ -356,6 +417,7 @@ def test_sigterm_during_the_final_renames_never_splits_the_release(setup, tmp_pa
             if Path(target).name == "out.csv" and not sent:
                 sent.append(True)
                 os.kill(os.getpid(), signal.SIGTERM)
+
         return move
 
     monkeypatch.setattr(os, "link", then_signal("link"))
@@ -370,16 +432,32 @@ def test_sigterm_during_the_final_renames_never_splits_the_release(setup, tmp_pa
     assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
 
 
-def test_an_eof_error_escaping_a_command_is_not_reported_as_an_interruption(setup, monkeypatch,
-                                                                            capsys):
+def test_an_eof_error_escaping_a_command_is_not_reported_as_an_interruption(
+    setup, monkeypatch, capsys
+):
     import postcode_privacy.commands.perturb as command
 
     def truncated(*a, **k):
         raise EOFError
 
     monkeypatch.setattr(command, "resolve_key", truncated)
-    assert main(["perturb", "x.csv", "-o", "y.csv", "--epsilon", "1", "--id-column", "a",
-                 "--postcode-column", "b"]) == 1
+    assert (
+        main(
+            [
+                "perturb",
+                "x.csv",
+                "-o",
+                "y.csv",
+                "--epsilon",
+                "1",
+                "--id-column",
+                "a",
+                "--postcode-column",
+                "b",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "ended unexpectedly" in err and "interrupted" not in err
 
@@ -394,8 +472,9 @@ OTHER_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(OTHER_COMMANDS))
-def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(command, tmp_path, setup,
-                                                                       capsys):
+def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(
+    command, tmp_path, setup, capsys
+):
     missing_graph = str(tmp_path / "no-such.ppgraph")  # the claim must come before the load
     existing = tmp_path / "existing.json"
     existing.write_text("keep me")
@@ -454,8 +533,9 @@ def test_epsilon_times_radius_is_checked_exactly_whatever_the_ambient_context(mo
             powers.powers(Decimal("2.00001"), 10_000)
 
 
-@pytest.mark.parametrize("text", ["ß1 1AA", "ſW1A 1AA", "sw1a\u00a01aa", "SW1A 1AA\u2003",
-                                  "ＳＷ1A 1AA", "SW1A 1ĀA"])
+@pytest.mark.parametrize(
+    "text", ["ß1 1AA", "ſW1A 1AA", "sw1a\u00a01aa", "SW1A 1AA\u2003", "ＳＷ1A 1AA", "SW1A 1ĀA"]
+)
 def test_postcodes_outside_ascii_are_refused_before_case_mapping(text):
     assert try_normalise(text) is None
 
@@ -471,22 +551,29 @@ def test_a_lone_surrogate_identifier_is_refused_without_quoting_it(setup, tmp_pa
     assert "\udcff" not in str(caught.value) and "dcff" not in str(caught.value).lower()
     from postcode_privacy import perturb_frame
 
-    df = pd.DataFrame({"subject": ["ok", "x\ud800y"], "postcode": setup["codes"][:2]},
-                      dtype=object)
+    df = pd.DataFrame({"subject": ["ok", "x\ud800y"], "postcode": setup["codes"][:2]}, dtype=object)
     with pytest.raises(InputDataError) as caught:
-        perturb_frame(df, key=setup["key_obj"], epsilon=1, id_column="subject",
-                      postcode_column="postcode", graph=setup["graph_obj"])
+        perturb_frame(
+            df,
+            key=setup["key_obj"],
+            epsilon=1,
+            id_column="subject",
+            postcode_column="postcode",
+            graph=setup["graph_obj"],
+        )
     text = str(caught.value) + repr(caught.value.row_errors)
     assert "\ud800" not in text and "d800" not in text.lower()
-    assert caught.value.row_errors == [(2, "identifier is not valid Unicode text (it holds a "
-                                           "lone surrogate)")]
+    assert caught.value.row_errors == [
+        (2, "identifier is not valid Unicode text (it holds a lone surrogate)")
+    ]
 
 
 def test_ragged_record_after_quoted_newlines_names_record_and_line(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     codes = setup["codes"]
-    src.write_text(f'subject,postcode,visit\n1,{codes[0]},"a\nb\nc"\n2,{codes[1]},x\n'
-                   f'3,{codes[2]},y,extra\n')
+    src.write_text(
+        f'subject,postcode,visit\n1,{codes[0]},"a\nb\nc"\n2,{codes[1]},x\n3,{codes[2]},y,extra\n'
+    )
     assert perturb(setup, src, tmp_path / "out.csv") == 3
     assert "record 3 (starting on line 6 of the file) has 4 fields" in capsys.readouterr().err
 
@@ -513,8 +600,15 @@ def test_library_messages_keep_python_names(setup, tmp_path):
     frame(setup["codes"]).to_csv(src, index=False)
     (tmp_path / "taken.csv").write_text("x")
     with pytest.raises(OutputExistsError, match="taken.csv already exists; force=True replaces"):
-        release_file(src, tmp_path / "taken.csv", key=setup["key_obj"], epsilon=1,
-                     id_column="subject", postcode_column="postcode", graph=setup["graph_obj"])
+        release_file(
+            src,
+            tmp_path / "taken.csv",
+            key=setup["key_obj"],
+            epsilon=1,
+            id_column="subject",
+            postcode_column="postcode",
+            graph=setup["graph_obj"],
+        )
 
 
 def test_report_postcode_that_is_not_a_postcode_says_so(setup, tmp_path, capsys):
@@ -525,8 +619,20 @@ def test_report_postcode_that_is_not_a_postcode_says_so(setup, tmp_path, capsys)
         graph.index_of("not a postcode")
     with pytest.raises(UnknownPostcodeError, match="well-formed but not a node"):
         graph.index_of("SW1A 1AA")
-    code = main(["report", "--epsilon", "1", "--graph", setup["graph"], "--postcode",
-                 "not a postcode", "-o", str(tmp_path / "r.html"), "-q"])
+    code = main(
+        [
+            "report",
+            "--epsilon",
+            "1",
+            "--graph",
+            setup["graph"],
+            "--postcode",
+            "not a postcode",
+            "-o",
+            str(tmp_path / "r.html"),
+            "-q",
+        ]
+    )
     assert code == 3
     assert "not a UK postcode in form" in capsys.readouterr().err
     assert names(tmp_path) == []
@@ -537,7 +643,19 @@ def test_build_never_replaces_a_key_file_even_with_force(tmp_path, capsys):
     key = tmp_path / "graph.ppgraph"
     write_key_file(Key.generate(), key)
     before = key.read_bytes()
-    assert main(["build", "--codepoint", str(fixtures / "codepoint"), "-o", str(key), "--force",
-                 "--quiet"]) == 5
+    assert (
+        main(
+            [
+                "build",
+                "--codepoint",
+                str(fixtures / "codepoint"),
+                "-o",
+                str(key),
+                "--force",
+                "--quiet",
+            ]
+        )
+        == 5
+    )
     assert "key file is never replaced" in capsys.readouterr().err
     assert key.read_bytes() == before

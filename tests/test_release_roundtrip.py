@@ -39,18 +39,43 @@ def small():
 KEY = Key.from_bytes(b"r" * 32)
 
 # Cells chosen to break writers: line breaks of every kind, quotes, delimiters, padding, NUL.
-NASTY = st.sampled_from(["a\rb", "\r", "x\r\ny", "\n", '"', 'say "hi"', ",", " padded ", "\t",
-                         "\x00", "nul\x00mid", "é ü 中文 🙂", "", "#", "\ufeffbom", "x" * 5000])
-CELL = st.one_of(NASTY, st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
-                 st.lists(NASTY, min_size=2, max_size=4).map("".join))
+NASTY = st.sampled_from(
+    [
+        "a\rb",
+        "\r",
+        "x\r\ny",
+        "\n",
+        '"',
+        'say "hi"',
+        ",",
+        " padded ",
+        "\t",
+        "\x00",
+        "nul\x00mid",
+        "é ü 中文 🙂",
+        "",
+        "#",
+        "\ufeffbom",
+        "x" * 5000,
+    ]
+)
+CELL = st.one_of(
+    NASTY,
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
+    st.lists(NASTY, min_size=2, max_size=4).map("".join),
+)
 
 
 def records(draw_cells, codes):
     n = len(draw_cells)
-    return pd.DataFrame({"person": [f"{i:03d}" for i in range(n)],
-                         "pc": [codes[(5 * i) % len(codes)] for i in range(n)],
-                         "note": [c[0] for c in draw_cells],
-                         "other": [c[1] for c in draw_cells]})
+    return pd.DataFrame(
+        {
+            "person": [f"{i:03d}" for i in range(n)],
+            "pc": [codes[(5 * i) % len(codes)] for i in range(n)],
+            "note": [c[0] for c in draw_cells],
+            "other": [c[1] for c in draw_cells],
+        }
+    )
 
 
 def write_input(df: pd.DataFrame, path):
@@ -79,8 +104,9 @@ def check_round_trip(df, out):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".parquet"])
-@settings(max_examples=50, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(cells=st.lists(st.tuples(CELL, CELL), min_size=1, max_size=12))
 def test_every_writer_round_trips_any_cell(small, tmp_path_factory, suffix, cells):
     graph, codes = small
@@ -89,8 +115,16 @@ def test_every_writer_round_trips_any_cell(small, tmp_path_factory, suffix, cell
     src = base / "in.csv"
     write_input(df, src)
     out = base / f"out{suffix}"
-    release_file(src, out, key=KEY, epsilon="1", id_column="person", postcode_column="pc",
-                 graph=graph, chunk_size=5)
+    release_file(
+        src,
+        out,
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+        chunk_size=5,
+    )
     check_round_trip(df, out)
 
 
@@ -101,34 +135,66 @@ def test_a_bare_carriage_return_does_not_add_a_row(small, tmp_path):
     df.loc[3, "note"] = "before\rafter"
     write_input(df, tmp_path / "in.csv")
     for name in ("out.csv", "out.csv.gz"):
-        release_file(tmp_path / "in.csv", tmp_path / name, key=KEY, epsilon="1",
-                     id_column="person", postcode_column="pc", graph=graph)
+        release_file(
+            tmp_path / "in.csv",
+            tmp_path / name,
+            key=KEY,
+            epsilon="1",
+            id_column="person",
+            postcode_column="pc",
+            graph=graph,
+        )
         check_round_trip(df, tmp_path / name)
     # A cell with a CR longer than the csv module's default 128 KiB field limit.
     df.loc[5, "other"] = "long\r" * 40_000
     write_input(df, tmp_path / "in.csv")
-    release_file(tmp_path / "in.csv", tmp_path / "long.csv", key=KEY, epsilon="1",
-                 id_column="person", postcode_column="pc", graph=graph)
+    release_file(
+        tmp_path / "in.csv",
+        tmp_path / "long.csv",
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+    )
     check_round_trip(df, tmp_path / "long.csv")
     raw = gzip.decompress((tmp_path / "out.csv.gz").read_bytes())
     assert b'"before\rafter"' in raw
     # Files without a CR are written exactly as before (pandas' own quoting).
     plain = records([("a,b", 'q"q')], codes)
     write_input(plain, tmp_path / "plain.csv")
-    release_file(tmp_path / "plain.csv", tmp_path / "plain_out.csv", key=KEY, epsilon="1",
-                 id_column="person", postcode_column="pc", graph=graph)
+    release_file(
+        tmp_path / "plain.csv",
+        tmp_path / "plain_out.csv",
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+    )
     assert (tmp_path / "plain_out.csv").read_text().splitlines()[1].startswith('000,"a,b","q""q",')
 
 
 def test_parquet_to_parquet_round_trips_types_and_text(small, tmp_path):
     graph, codes = small
-    table = pa.table({"person": pa.array([1, 2, 3], pa.int64()),
-                      "pc": pa.array(codes[:3]),
-                      "note": pa.array(["a\rb", None, "x\x00y"]),
-                      "when": pa.array([1.5, None, -0.0])})
+    table = pa.table(
+        {
+            "person": pa.array([1, 2, 3], pa.int64()),
+            "pc": pa.array(codes[:3]),
+            "note": pa.array(["a\rb", None, "x\x00y"]),
+            "when": pa.array([1.5, None, -0.0]),
+        }
+    )
     pq.write_table(table, tmp_path / "in.parquet")
-    release_file(tmp_path / "in.parquet", tmp_path / "out.parquet", key=KEY, epsilon="1",
-                 id_column="person", postcode_column="pc", graph=graph)
+    release_file(
+        tmp_path / "in.parquet",
+        tmp_path / "out.parquet",
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+    )
     back = pq.read_table(tmp_path / "out.parquet")
     assert back.column("person").to_pylist() == [1, 2, 3]
     assert back.column("note").to_pylist() == ["a\rb", None, "x\x00y"]

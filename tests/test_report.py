@@ -67,8 +67,13 @@ def _parse(page: str) -> _Page:
 def test_every_image_is_a_decodable_png_data_uri(report):
     page = _parse(render_html(report))
     # three example maps, the focus histogram, the sample histogram
-    assert [i["id"] for i in page.images] == ["map_city", "map_town", "map_remote", "histogram",
-                                              "sample_histogram"]
+    assert [i["id"] for i in page.images] == [
+        "map_city",
+        "map_town",
+        "map_remote",
+        "histogram",
+        "sample_histogram",
+    ]
     from matplotlib.image import imread
 
     for img in page.images:
@@ -86,8 +91,14 @@ def test_page_is_self_contained_and_states_the_conditions(report):
     page = _parse(render_html(report))
     assert page.scripts == 0 and page.links == []
     text = " ".join(page.text)
-    for phrase in ("the key", "the subject identifier", "the true postcode", "the graph artefact",
-                   "epsilon and the radius R", "output-stability version"):
+    for phrase in (
+        "the key",
+        "the subject identifier",
+        "the true postcode",
+        "the graph artefact",
+        "epsilon and the radius R",
+        "output-stability version",
+    ):
         assert phrase in text
     assert report.data["graph_sha256"] in text
     assert "teleport" in text.lower()
@@ -161,20 +172,86 @@ def test_cli_report(geo, tmp_path):
     path = tmp_path / "g.ppg"
     geo.save(path)
     out = tmp_path / "r.html"
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q",
-                 "--sample", "3", "--releases", "2"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--epsilon",
+                "1",
+                "--graph",
+                str(path),
+                "-o",
+                str(out),
+                "-q",
+                "--sample",
+                "3",
+                "--releases",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert len(_parse(out.read_text(encoding="utf-8")).images) == 5
     # An existing report is not replaced without --force (exit 5), whatever else is asked.
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "-q",
-                 "--sample", "3"]) == 5
+    assert (
+        main(
+            [
+                "report",
+                "--epsilon",
+                "1",
+                "--graph",
+                str(path),
+                "-o",
+                str(out),
+                "-q",
+                "--sample",
+                "3",
+            ]
+        )
+        == 5
+    )
     assert main(["report", "--graph", str(path), "-o", str(out), "--force"]) == 2  # no epsilon
-    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out), "--force",
-                 "--postcode", "ZZ9 9ZZ"]) == 3
+    assert (
+        main(
+            [
+                "report",
+                "--epsilon",
+                "1",
+                "--graph",
+                str(path),
+                "-o",
+                str(out),
+                "--force",
+                "--postcode",
+                "ZZ9 9ZZ",
+            ]
+        )
+        == 3
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert main(["report", "--epsilon", "1", "--radius", "2", "--graph", str(path),
-                     "-o", str(tmp_path / "r.json"), "--json", "-q", "--sample", "2",
-                     "--releases", "2"]) == 0
+        assert (
+            main(
+                [
+                    "report",
+                    "--epsilon",
+                    "1",
+                    "--radius",
+                    "2",
+                    "--graph",
+                    str(path),
+                    "-o",
+                    str(tmp_path / "r.json"),
+                    "--json",
+                    "-q",
+                    "--sample",
+                    "2",
+                    "--releases",
+                    "2",
+                ]
+            )
+            == 0
+        )
     assert json.loads((tmp_path / "r.json").read_text())["radius"] == 2
 
 
@@ -197,9 +274,20 @@ def test_chromium_loads_every_figure(report, tmp_path):
     path.write_text(page, encoding="utf-8")
     profile = tmp_path / "profile"
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
-         path.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "IMAGES 5 LOADED 5" in result.stdout, result.stderr[-2000:]
     shutil.rmtree(profile, ignore_errors=True)

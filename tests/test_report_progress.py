@@ -28,30 +28,96 @@ def test_stage_lines_off_a_terminal(capsys):
     progress.close()
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" (")[0] for line in lines] == [
-        "work: step 0/8", "work: step 2/8", "work: step 4/8", "work: step 6/8", "work: step 8/8",
-        "work: next 1/1"]
+        "work: step 0/8",
+        "work: step 2/8",
+        "work: step 4/8",
+        "work: step 6/8",
+        "work: step 8/8",
+        "work: next 1/1",
+    ]
 
 
 def test_evaluate_and_calibrate_report_their_stages(graph_path, capsys):
-    assert main(["evaluate", "--epsilon", "1", "--graph", str(graph_path), "--sample", "4",
-                 "--releases", "2", "--no-matching-epsilon"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--epsilon",
+                "1",
+                "--graph",
+                str(graph_path),
+                "--sample",
+                "4",
+                "--releases",
+                "2",
+                "--no-matching-epsilon",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
-    for stage in ("evaluate: utility", "evaluate: adversary 4/4", "evaluate: key compromise",
-                  "evaluate: sector truncation", "evaluate: district truncation"):
+    for stage in (
+        "evaluate: utility",
+        "evaluate: adversary 4/4",
+        "evaluate: key compromise",
+        "evaluate: sector truncation",
+        "evaluate: district truncation",
+    ):
         assert stage in err, stage
     assert "\r" not in err  # no tqdm redraws in a log
-    assert main(["calibrate", "--graph", str(graph_path), "--sample", "4",
-                 "--target", "median-displacement-km=1"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--graph",
+                str(graph_path),
+                "--sample",
+                "4",
+                "--target",
+                "median-displacement-km=1",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "calibrate: measuring epsilon values" in err and "\r" not in err
-    assert main(["calibrate", "--graph", str(graph_path), "--sample", "4", "-q",
-                 "--target", "median-displacement-km=1"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--graph",
+                str(graph_path),
+                "--sample",
+                "4",
+                "-q",
+                "--target",
+                "median-displacement-km=1",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().err == ""
 
 
 def test_report_reports_its_stages(graph_path, tmp_path, capsys):
-    assert main(["report", "--epsilon", "1", "--graph", str(graph_path), "--sample", "2",
-                 "--releases", "2", "-o", str(tmp_path / "r.html")]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--epsilon",
+                "1",
+                "--graph",
+                str(graph_path),
+                "--sample",
+                "2",
+                "--releases",
+                "2",
+                "-o",
+                str(tmp_path / "r.html"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "report: places and maps 3/3" in err and "report: attacker 2/2" in err
 
@@ -63,4 +129,5 @@ def test_graph_build_prints_stage_lines_off_a_terminal(capsys):
     build_graph(labels, xy[:, 0], xy[:, 1], progress=True)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" (")[0] for line in lines] == [
-        f"Building postcode graph: step {k} of 6" for k in range(1, 7)]
+        f"Building postcode graph: step {k} of 6" for k in range(1, 7)
+    ]

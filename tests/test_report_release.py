@@ -31,11 +31,17 @@ def report(geo):
 
 
 def test_attacker_rows_are_evaluates(geo, report):
-    ev = evaluate_release(geo, "0.9", sample=6, releases=3, seed=2, compromise_sample=1,
-                          match_truncation=False)
+    ev = evaluate_release(
+        geo, "0.9", sample=6, releases=3, seed=2, compromise_sample=1, match_truncation=False
+    )
     rows = {r["scenario"]: r for r in report.data["attacker"]["rows"]}
-    assert list(rows) == ["one_release", "keyed_releases", "independent_draws", "sector",
-                          "district"]
+    assert list(rows) == [
+        "one_release",
+        "keyed_releases",
+        "independent_draws",
+        "sector",
+        "district",
+    ]
     for name in ("one_release", "keyed_releases", "independent_draws"):
         expected = ev["adversary"][name]
         for field in ("identification_rate", "median_rank", "median_posterior"):
@@ -45,7 +51,9 @@ def test_attacker_rows_are_evaluates(geo, report):
         assert rows[level]["identification_rate"] == t["identification_rate"]
         assert rows[level]["median_displacement_km"] == t["median_displacement_km"]
     # Keyed re-runs are one release: the report must say so by showing equal figures.
-    assert rows["keyed_releases"]["identification_rate"] == rows["one_release"]["identification_rate"]
+    assert (
+        rows["keyed_releases"]["identification_rate"] == rows["one_release"]["identification_rate"]
+    )
     sample = report.data["sample"]
     assert sample["sample_size"] == 6 and len(sample["postcodes"]) == 6
     text = render_html(report)
@@ -74,24 +82,35 @@ def test_each_map_states_the_exact_share_outside_its_frame(geo, report):
 def test_chosen_postcode_gets_the_full_row_and_its_own_map(geo, report):
     chosen = report.data["examples"][-1]
     assert chosen["kind"] == "chosen" and chosen["postcode"] == geo.label(77)
-    for field in ("median_m", "p95_m", "probability_within_1km", "self_probability",
-                  "teleport_probability", "expected_displacement_m"):
+    for field in (
+        "median_m",
+        "p95_m",
+        "probability_within_1km",
+        "self_probability",
+        "teleport_probability",
+        "expected_displacement_m",
+    ):
         assert chosen[field] is not None
     assert chosen["map"] == "map_chosen" and report.figures["map_chosen"].startswith(b"\x89PNG")
     assert report.data["focus"] == chosen["postcode"]
 
 
 def _manifest(geo, tmp_path, **changes):
-    data = {"format": "postcode-privacy-manifest", "format_version": 2,
-            "library_version": "0.1.0", "output_stability_version": "1",
-            "created": "2026-01-02T03:04:05+00:00",
-            "output": {"path": "records_dp.csv", "format": "csv", "sha256": "ab" * 32,
-                       "rows": 1234},
-            "graph": {"sha256": geo.sha256, "nodes": len(geo)},
-            "epsilon": "1.2", "radius": 9, "key_fingerprint": "k-fingerprint-0123",
-            # Private facts a version-1 manifest still carries: the report must not show them.
-            "input": {"path": "secret_input_name.csv", "sha256": "cd" * 32, "records": 987654},
-            "counts": {"failed": 4242}}
+    data = {
+        "format": "postcode-privacy-manifest",
+        "format_version": 2,
+        "library_version": "0.1.0",
+        "output_stability_version": "1",
+        "created": "2026-01-02T03:04:05+00:00",
+        "output": {"path": "records_dp.csv", "format": "csv", "sha256": "ab" * 32, "rows": 1234},
+        "graph": {"sha256": geo.sha256, "nodes": len(geo)},
+        "epsilon": "1.2",
+        "radius": 9,
+        "key_fingerprint": "k-fingerprint-0123",
+        # Private facts a version-1 manifest still carries: the report must not show them.
+        "input": {"path": "secret_input_name.csv", "sha256": "cd" * 32, "records": 987654},
+        "counts": {"failed": 4242},
+    }
     data.update(changes)
     path = tmp_path / "records_dp.csv.manifest.json"
     path.write_text(json.dumps(data))
@@ -105,22 +124,41 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
     d = report.data
     assert d["epsilon"] == "1.2" and d["radius"] == 9 and d["generated"] == "2026-01-01T00:00:00Z"
     page = render_html(report)
-    for shown in ("records_dp.csv", "1,234", "k-fingerprint-0123", "2026-01-01T00:00:00Z",
-                  "&epsilon; = 1.2", geo.sha256):
+    for shown in (
+        "records_dp.csv",
+        "1,234",
+        "k-fingerprint-0123",
+        "2026-01-01T00:00:00Z",
+        "&epsilon; = 1.2",
+        geo.sha256,
+    ):
         assert shown in page, shown
     words = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # figures aside
     for private in ("secret_input_name", "cd" * 32, "987,654", "4,242"):
         assert private not in words and private not in json.dumps(d), private
     # Numbers cannot be searched for in a page full of exact fractions: check what was read.
-    assert set(d["release"]) == {"epsilon", "radius", "graph_sha256", "key_fingerprint",
-                                 "output_name", "output_rows", "output_sha256", "created",
-                                 "library_version", "output_stability_version", "format_version"}
+    assert set(d["release"]) == {
+        "epsilon",
+        "radius",
+        "graph_sha256",
+        "key_fingerprint",
+        "output_name",
+        "output_rows",
+        "output_sha256",
+        "created",
+        "library_version",
+        "output_stability_version",
+        "format_version",
+    }
 
 
 def test_manifest_refusals(geo, tmp_path, capsys):
     with pytest.raises(InvalidParameterError, match="another graph"):
-        build_report(geo, release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
-                     sample=None)
+        build_report(
+            geo,
+            release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
+            sample=None,
+        )
     with pytest.raises(InvalidParameterError, match="unknown manifest format version"):
         read_manifest(_manifest(geo, tmp_path, format_version=3))
     with pytest.raises(InvalidParameterError, match="not a release manifest"):
@@ -131,12 +169,31 @@ def test_manifest_refusals(geo, tmp_path, capsys):
     geo.save(graph_path)
     out = tmp_path / "r.html"
     bad = _manifest(geo, tmp_path, graph={"sha256": "f" * 64})
-    assert main(["report", "--manifest", str(bad), "--graph", str(graph_path), "-o", str(out),
-                 "-q"]) == 8
+    assert (
+        main(["report", "--manifest", str(bad), "--graph", str(graph_path), "-o", str(out), "-q"])
+        == 8
+    )
     assert "another graph" in capsys.readouterr().err and not out.exists()
     good = _manifest(geo, tmp_path)
-    assert main(["report", "--manifest", str(good), "--graph", str(graph_path), "-o", str(out),
-                 "-q", "--sample", "2", "--releases", "2"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--manifest",
+                str(good),
+                "--graph",
+                str(graph_path),
+                "-o",
+                str(out),
+                "-q",
+                "--sample",
+                "2",
+                "--releases",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "k-fingerprint-0123" in out.read_text(encoding="utf-8")
 
 

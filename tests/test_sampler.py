@@ -17,11 +17,14 @@ from postcode_privacy import Key, Mechanism
 KEY = Key.from_bytes(bytes(range(32)))
 
 
-@pytest.mark.parametrize("factory,eps,radius,source", [
-    (lambda: grid(4, 4, [1 + (i % 5) * 3 for i in range(16)]), "1", None, "N05"),
-    (lambda: colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "0.8", 3, "N00"),
-    (lambda: path(12), "1.5", 4, "N03"),
-])
+@pytest.mark.parametrize(
+    "factory,eps,radius,source",
+    [
+        (lambda: grid(4, 4, [1 + (i % 5) * 3 for i in range(16)]), "1", None, "N05"),
+        (lambda: colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), "0.8", 3, "N00"),
+        (lambda: path(12), "1.5", 4, "N03"),
+    ],
+)
 def test_frequencies_match_the_exact_distribution(factory, eps, radius, source):
     graph = factory()
     m = Mechanism(graph, eps, radius=radius)
@@ -55,8 +58,12 @@ def test_disconnected_graph_reaches_other_components_through_the_tail():
 @pytest.mark.parametrize("seed", range(6))
 def test_lazy_equals_full_ball_reference(seed):
     rng = random.Random(seed)
-    factories = [lambda pr: random_graph(14, 0.2, seed, pr), lambda pr: cycle(14, pr[:14]),
-                 lambda pr: colocated(pr[:9]), lambda pr: disconnected(pr[:8])]
+    factories = [
+        lambda pr: random_graph(14, 0.2, seed, pr),
+        lambda pr: cycle(14, pr[:14]),
+        lambda pr: colocated(pr[:9]),
+        lambda pr: disconnected(pr[:8]),
+    ]
     for _ in range(25):
         prior = spanning_prior(14, rng.randrange(10**6)) if rng.random() < 0.5 else [1] * 14
         graph = rng.choice(factories)(prior)
@@ -73,6 +80,7 @@ def test_outputs_are_nodes_and_inputs_normalised():
     m = Mechanism(path(5), "1")
     assert m.perturb(KEY, 1, "N02") in set(m.graph.postcodes)
     from postcode_privacy import Graph
+
     g = Graph.from_edges(["LS1 1AA", "LS1 1AB"], [("LS1 1AA", "LS1 1AB")])
     m2 = Mechanism(g, "1")
     assert m2.perturb(KEY, "7", "ls11aa") == m2.perturb(KEY, 7, "LS1 1AA")

@@ -56,11 +56,25 @@ def _in_northern_ireland(easting: float, northing: float) -> bool:
 def test_onspd_old_generation_plain_csv():
     table = read_onspd(OLD)
     assert table.kind == "onspd"
-    assert table.postcodes.tolist() == ["AB10 1AB", "AB10 1AF", "B1 1AY", "BT1 1AA", "BT1 5GS",
-                                        "CF10 1EP", "EH1 1YZ", "SW1A 1AA"]
-    assert table.dropped == {"malformed_postcode": 1, "channel_islands_isle_of_man": 3,
-                             "terminated": 2, "northern_ireland": 0, "grid_quality_9": 1,
-                             "no_grid_reference": 1, "duplicate": 1}
+    assert table.postcodes.tolist() == [
+        "AB10 1AB",
+        "AB10 1AF",
+        "B1 1AY",
+        "BT1 1AA",
+        "BT1 5GS",
+        "CF10 1EP",
+        "EH1 1YZ",
+        "SW1A 1AA",
+    ]
+    assert table.dropped == {
+        "malformed_postcode": 1,
+        "channel_islands_isle_of_man": 3,
+        "terminated": 2,
+        "northern_ireland": 0,
+        "grid_quality_9": 1,
+        "no_grid_reference": 1,
+        "duplicate": 1,
+    }
     # Every input row is accounted for exactly once.
     assert len(table) + sum(table.dropped.values()) == len(pd.read_csv(OLD))
     i = _row(table, "CF10 1EP")
@@ -121,8 +135,13 @@ def test_onspd_new_generation_column_names():
     assert table.dropped["grid_quality_9"] == 1
     assert table.dropped["terminated"] == 1
     assert table.terminated["postcode"].tolist() == ["CF10 1BH"]
-    assert table.laua.tolist() == ["N09000003", "E09000030", "E09000033", "E09000033",
-                                   "E09000033"]  # from ``lad25cd``
+    assert table.laua.tolist() == [
+        "N09000003",
+        "E09000030",
+        "E09000033",
+        "E09000033",
+        "E09000033",
+    ]  # from ``lad25cd``
     assert _in_northern_ireland(table.easting[0], table.northing[0])
 
 
@@ -136,24 +155,34 @@ def test_onspd_headers_are_case_insensitive(tmp_path):
 def test_onspd_published_zip_layout(tmp_path):
     # The user guide and lookup CSVs are larger than the data here: the *_UK.csv must win.
     lookup = b"LAD25CD,LAD25NM\n" + b"E09000033,Westminster\n" * 500
-    archive = _zip(tmp_path / "ONSPD_NOV_2025.zip", {
-        "Data/ONSPD_NOV_2025_UK.csv": NEW,
-        "Data/multi_csv/ONSPD_NOV_2025_UK_SW.csv": NEW,
-        "Documents/LA_UA names and codes UK as at 04_25.csv": lookup,
-        "User Guide/ONSPD User Guide Nov 2025.txt": b"guide",
-    })
+    archive = _zip(
+        tmp_path / "ONSPD_NOV_2025.zip",
+        {
+            "Data/ONSPD_NOV_2025_UK.csv": NEW,
+            "Data/multi_csv/ONSPD_NOV_2025_UK_SW.csv": NEW,
+            "Documents/LA_UA names and codes UK as at 04_25.csv": lookup,
+            "User Guide/ONSPD User Guide Nov 2025.txt": b"guide",
+        },
+    )
     table = read_onspd(archive)
     assert table.postcodes.tolist() == read_onspd(NEW).postcodes.tolist()
-    assert table.sources == [{"path": str(archive.resolve()),
-                              "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
-                              "member": "Data/ONSPD_NOV_2025_UK.csv"}]
+    assert table.sources == [
+        {
+            "path": str(archive.resolve()),
+            "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+            "member": "Data/ONSPD_NOV_2025_UK.csv",
+        }
+    ]
 
 
 def test_nspl_zip(tmp_path):
-    archive = _zip(tmp_path / "NSPL_FEB_2025_UK.zip", {
-        "Data/NSPL_FEB_2025_UK.csv": NSPL,
-        "Documents/Country names and codes UK as at 08_12.csv": b"CTRY12CD,CTRY12NM\n" * 100,
-    })
+    archive = _zip(
+        tmp_path / "NSPL_FEB_2025_UK.zip",
+        {
+            "Data/NSPL_FEB_2025_UK.csv": NSPL,
+            "Documents/Country names and codes UK as at 08_12.csv": b"CTRY12CD,CTRY12NM\n" * 100,
+        },
+    )
     table = read_onspd(archive)
     assert table.kind == "nspl"
     assert table.postcodes.tolist() == ["AB10 1AB", "AB10 1AF", "B1 1AY"]
@@ -163,8 +192,9 @@ def test_nspl_zip(tmp_path):
 
 def test_onspd_sources_hash_the_file():
     table = read_onspd(OLD)
-    assert table.sources == [{"path": str(OLD.resolve()),
-                              "sha256": hashlib.sha256(OLD.read_bytes()).hexdigest()}]
+    assert table.sources == [
+        {"path": str(OLD.resolve()), "sha256": hashlib.sha256(OLD.read_bytes()).hexdigest()}
+    ]
 
 
 def test_onspd_to_frame():
@@ -217,8 +247,16 @@ def test_onspd_missing_columns_and_files(tmp_path):
 def test_codepoint_directory_with_doc_headers():
     table = read_codepoint(CODEPOINT)
     assert table.kind == "codepoint"
-    assert table.postcodes.tolist() == ["AB10 1AB", "AB10 1AF", "AB10 1AG", "B1 1AY", "B1 1BA",
-                                        "SW1A 0AA", "SW1A 1AA", "SW1A 2AA"]
+    assert table.postcodes.tolist() == [
+        "AB10 1AB",
+        "AB10 1AF",
+        "AB10 1AG",
+        "B1 1AY",
+        "B1 1BA",
+        "SW1A 0AA",
+        "SW1A 1AA",
+        "SW1A 2AA",
+    ]
     assert table.dropped == {"malformed_postcode": 0, "no_grid_reference": 1, "duplicate": 0}
     i = _row(table, "B1 1BA")
     assert (table.easting[i], table.northing[i]) == (406875.0, 286393.0)
@@ -229,8 +267,9 @@ def test_codepoint_directory_with_doc_headers():
 
 
 def test_codepoint_zip_matches_directory(tmp_path):
-    members = {f"{p.relative_to(CODEPOINT).as_posix()}": p
-               for p in CODEPOINT.rglob("*") if p.is_file()}
+    members = {
+        f"{p.relative_to(CODEPOINT).as_posix()}": p for p in CODEPOINT.rglob("*") if p.is_file()
+    }
     members["Doc/licence.txt"] = b"Contains OS data (c) Crown copyright and database right"
     archive = _zip(tmp_path / "codepo_gb.zip", members)
     from_zip, from_dir = read_codepoint(archive), read_codepoint(CODEPOINT)
@@ -351,10 +390,17 @@ def test_population_plain_layout():
     assert population == {"AB10 1AB": 20, "SW1A 1AA": 40, "E1 1AA": 0}
 
 
-@pytest.mark.parametrize("row, line", [
-    ("SW1A 2AA,-3", 3), ("SW1A 2AA,2.5", 3), ("SW1A 2AA,", 3), ("SW1A 2AA,many", 3),
-    ("NPT 0AD,4", 3), ("SW1A 1AA,4", 3),
-])
+@pytest.mark.parametrize(
+    "row, line",
+    [
+        ("SW1A 2AA,-3", 3),
+        ("SW1A 2AA,2.5", 3),
+        ("SW1A 2AA,", 3),
+        ("SW1A 2AA,many", 3),
+        ("NPT 0AD,4", 3),
+        ("SW1A 1AA,4", 3),
+    ],
+)
 def test_population_bad_rows_name_the_line(tmp_path, row, line):
     path = tmp_path / "population.csv"
     path.write_text(f"postcode,population\nSW1A 1AA,40\n{row}\n")
@@ -375,16 +421,37 @@ def test_apply_population_floors_at_one():
     prior, coverage = apply_population(["AB10 1AB", "AB10 1AF", "B1 1AY", "SW1A 1AA"], population)
     assert prior.dtype == np.int64
     assert prior.tolist() == [21, 1, 1, 38]
-    assert coverage == {"postcodes_with_population": 2, "postcodes_floored_to_1": 2,
-                        "population_total": 59, "file_postcodes_not_in_graph": 1,
-                        "population_not_in_graph": 5}
+    assert coverage == {
+        "postcodes_with_population": 2,
+        "postcodes_floored_to_1": 2,
+        "population_total": 59,
+        "file_postcodes_not_in_graph": 1,
+        "population_not_in_graph": 5,
+    }
 
 
 # ---------------------------------------------------------------- shared helpers
 
 
 def test_vectorised_normalisation_matches_try_normalise():
-    values = ["sw1a1aa", "SW1A  1AA", " b1 1ay ", "B1\t1AY", "gir0aa", "NPT 0AD", "", None,
-              float("nan"), 12345, "SW1A 1AÅ", "ß1 1AA", "EC1A\u00a01BB", "W1A 0AX", "AA9A 9AA",
-              "sw1a 1ai", "BT1 5GS", "ec1a1bb\n"]
+    values = [
+        "sw1a1aa",
+        "SW1A  1AA",
+        " b1 1ay ",
+        "B1\t1AY",
+        "gir0aa",
+        "NPT 0AD",
+        "",
+        None,
+        float("nan"),
+        12345,
+        "SW1A 1AÅ",
+        "ß1 1AA",
+        "EC1A\u00a01BB",
+        "W1A 0AX",
+        "AA9A 9AA",
+        "sw1a 1ai",
+        "BT1 5GS",
+        "ec1a1bb\n",
+    ]
     assert normalise_postcodes(values).tolist() == [try_normalise(v) for v in values]

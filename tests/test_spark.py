@@ -46,9 +46,13 @@ from postcode_privacy.errors import ArtefactError, DuplicateSubjectWarning  # no
 
 # The random records reuse identifiers at several postcodes, which warns by design;
 # test_duplicate_subjects_warn_like_perturb_frame asserts that warning (pytest.warns still sees it).
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.filterwarnings(PANDAS3_NOTICE),
-              pytest.mark.filterwarnings(PANDAS3_COPY),
-              pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.filterwarnings(PANDAS3_NOTICE),
+    pytest.mark.filterwarnings(PANDAS3_COPY),
+    pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +66,20 @@ def spark(event_log):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # PySpark's notice about pandas 3
-        session = (SparkSession.builder.master("local[2]")
-                   .appName(f"postcode-privacy-tests-{uuid.uuid4().hex[:8]}")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.default.parallelism", "3")
-                   .config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-                   .config("spark.driver.memory", "2g")
-                   .config("spark.eventLog.enabled", "true")
-                   .config("spark.eventLog.dir", event_log.as_uri())
-                   .config("spark.eventLog.compress", "false")
-                   .getOrCreate())
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName(f"postcode-privacy-tests-{uuid.uuid4().hex[:8]}")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.default.parallelism", "3")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .config("spark.driver.memory", "2g")
+            .config("spark.eventLog.enabled", "true")
+            .config("spark.eventLog.dir", event_log.as_uri())
+            .config("spark.eventLog.compress", "false")
+            .getOrCreate()
+        )
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
@@ -89,18 +95,28 @@ def small_graph(tmp_path_factory):
 # -- identity with perturb_frame ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("on_error, keep, out_column, as_path", [
-    ("null", False, "postcode_dp", True),
-    ("drop", True, "released", False),
-])
+@pytest.mark.parametrize(
+    "on_error, keep, out_column, as_path",
+    [
+        ("null", False, "postcode_dp", True),
+        ("drop", True, "released", False),
+    ],
+)
 def test_same_output_as_perturb_frame(spark, small_graph, on_error, keep, out_column, as_path):
     graph, path = small_graph
     pdf = small_records(600, seed=1)
     sdf = spark.createDataFrame(pdf)
     assert sdf.rdd.getNumPartitions() == 3
     key = Key.generate()
-    options = dict(key=key, epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                   on_error=on_error, keep_source_postcode=keep, out_column=out_column)
+    options = dict(
+        key=key,
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        on_error=on_error,
+        keep_source_postcode=keep,
+        out_column=out_column,
+    )
     out = pps.perturb(sdf, graph=path if as_path else graph, **options).toPandas()
     local = perturb_frame(pdf, graph=graph, **options)
     assert_same_release(out, local)
@@ -117,14 +133,39 @@ def test_same_output_as_the_cli_from_a_csv_file(spark, small_graph, tmp_path):
     key = Key.generate()
     write_key_file(key, tmp_path / "key")
     small_records(400, seed=12).to_csv(tmp_path / "in.csv", index=False)
-    code = main(["perturb", str(tmp_path / "in.csv"), "-o", str(tmp_path / "out.csv"), "--key",
-                 str(tmp_path / "key"), "--epsilon", EPSILON, "--id-column", "sid",
-                 "--postcode-column", "pc", "--graph", str(path), "--on-error", "null", "-q"])
+    code = main(
+        [
+            "perturb",
+            str(tmp_path / "in.csv"),
+            "-o",
+            str(tmp_path / "out.csv"),
+            "--key",
+            str(tmp_path / "key"),
+            "--epsilon",
+            EPSILON,
+            "--id-column",
+            "sid",
+            "--postcode-column",
+            "pc",
+            "--graph",
+            str(path),
+            "--on-error",
+            "null",
+            "-q",
+        ]
+    )
     assert code == 0
     cli = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     sdf = spark.read.csv(str(tmp_path / "in.csv"), header=True)
-    out = pps.perturb(sdf, key=key, epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                      graph=path, on_error="null").toPandas()
+    out = pps.perturb(
+        sdf,
+        key=key,
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",
+    ).toPandas()
     assert out["sid"].fillna("").tolist() == cli["sid"].tolist()
     assert out["postcode_dp"].fillna("").tolist() == cli["postcode_dp"].tolist()
     assert (cli["postcode_dp"] == "").sum() == 4
@@ -134,8 +175,9 @@ def test_key_changes_output_and_repartitioning_does_not(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(300, seed=2)
     sdf = spark.createDataFrame(pdf)
-    options = dict(epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path,
-                   on_error="null")
+    options = dict(
+        epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path, on_error="null"
+    )
     key = Key.generate()
     first = pps.perturb(sdf, key=key, **options).toPandas()
     coalesced = pps.perturb(sdf.coalesce(1), key=key, **options).toPandas()
@@ -147,16 +189,25 @@ def test_key_changes_output_and_repartitioning_does_not(spark, small_graph):
 def test_batch_and_chunk_sizes_do_not_change_the_output(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(700, seed=15)
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                   on_error="drop")
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="drop"
+    )
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "40")
     try:
         sdf = spark.createDataFrame(pdf)
-        prepared = pps._prepare(sdf, graph=path, radius=None, out_column="postcode_dp",
-                                keep_source_postcode=False, terminated="error", **options)
+        prepared = pps._prepare(
+            sdf,
+            graph=path,
+            radius=None,
+            out_column="postcode_dp",
+            keep_source_postcode=False,
+            terminated="error",
+            **options,
+        )
         offsets = pps._run_check(sdf, prepared).offsets
-        out = pps._release_frame(sdf, prepared, pps._SealedKey(options["key"]), offsets,
-                                 chunk=100).toPandas()  # chunks of three batches of 40
+        out = pps._release_frame(
+            sdf, prepared, pps._SealedKey(options["key"]), offsets, chunk=100
+        ).toPandas()  # chunks of three batches of 40
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert_same_release(out, perturb_frame(pdf, graph=graph, **options))
@@ -165,10 +216,15 @@ def test_batch_and_chunk_sizes_do_not_change_the_output(spark, small_graph):
 def test_chunks_regroup_batches_in_order_with_single_chunk_arrow_columns():
     import pyarrow as pa
 
-    batches = [pd.DataFrame({"a": range(i * 10, i * 10 + n),
-                             "s": pd.array([f"v{i}{j}" for j in range(n - 1)] + [None],
-                                           dtype="string[pyarrow]")})
-               for i, n in enumerate([4, 3, 5, 2])]
+    batches = [
+        pd.DataFrame(
+            {
+                "a": range(i * 10, i * 10 + n),
+                "s": pd.array([f"v{i}{j}" for j in range(n - 1)] + [None], dtype="string[pyarrow]"),
+            }
+        )
+        for i, n in enumerate([4, 3, 5, 2])
+    ]
     chunks = list(pps._chunks(iter(batches), 6))
     assert [len(c) for c in chunks] == [7, 7]
     assert records(pd.concat(chunks)) == records(pd.concat(batches))
@@ -181,10 +237,22 @@ def test_chunks_regroup_batches_in_order_with_single_chunk_arrow_columns():
 def test_check_reports_the_counts_of_perturb_frame(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(450, seed=3)
-    result = pps.check(spark.createDataFrame(pdf), id_column="sid", postcode_column="pc",
-                       graph=path, on_error="drop")
-    local = perturb_frame(pdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                          postcode_column="pc", graph=graph, on_error="drop")
+    result = pps.check(
+        spark.createDataFrame(pdf),
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="drop",
+    )
+    local = perturb_frame(
+        pdf,
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=graph,
+        on_error="drop",
+    )
     assert result.counts == local.attrs["postcode_privacy"]["counts"]
     assert len(result.partition_records) == 3 and sum(result.partition_records) == 450
     assert result.offsets == [0, result.partition_records[0], sum(result.partition_records[:2])]
@@ -193,8 +261,9 @@ def test_check_reports_the_counts_of_perturb_frame(spark, small_graph):
 def test_empty_frame(spark, small_graph):
     _, path = small_graph
     sdf = spark.createDataFrame(small_records(30, seed=4)).limit(0)
-    out = pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                      postcode_column="pc", graph=path)
+    out = pps.perturb(
+        sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
     assert out.columns == ["sid", "x", "w", "postcode_dp"]
     assert out.count() == 0
 
@@ -206,10 +275,19 @@ def test_release_does_not_fork_engine_processes_inside_spark_workers(spark, smal
     _, path = small_graph
     n = PARALLEL_MIN + 500  # one batch large enough for the engine's worker processes
     sdf = spark.createDataFrame(small_records(n, seed=14)).coalesce(1)
-    options = pps._prepare(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                           postcode_column="pc", graph=path, radius=None, on_error="null",
-                           out_column="postcode_dp", keep_source_postcode=False,
-                           terminated="error")
+    options = pps._prepare(
+        sdf,
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        radius=None,
+        on_error="null",
+        out_column="postcode_dp",
+        keep_source_postcode=False,
+        terminated="error",
+    )
     sealed = pps._SealedKey(Key.generate())
 
     def release_counting_forks(batches):
@@ -232,8 +310,9 @@ def test_error_policy_names_global_records_like_perturb_frame(spark, small_graph
     for i in [5, 12, 320, *range(610, 640)]:  # failures in every partition
         pdf.loc[i, "pc"] = "AB1"
     sdf = spark.createDataFrame(pdf)
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                   graph=path)
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
     with pytest.raises(InputDataError) as remote:
         pps.perturb(sdf, **options)
     with pytest.raises(InputDataError) as local:
@@ -256,10 +335,19 @@ def test_a_failure_found_only_while_releasing_still_names_global_records(spark, 
     pdf.loc[[7, 450, 897], "pc"] = "LS1 1AA"
     pdf.loc[300, "sid"] = "S1"
     clean = spark.createDataFrame(pdf)
-    options = pps._prepare(clean, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                           postcode_column="pc", graph=path, radius=None, on_error="error",
-                           out_column="postcode_dp", keep_source_postcode=False,
-                           terminated="error")
+    options = pps._prepare(
+        clean,
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        radius=None,
+        on_error="error",
+        out_column="postcode_dp",
+        keep_source_postcode=False,
+        terminated="error",
+    )
     offsets = pps._run_check(clean, options).offsets
     assert offsets == [0, 300, 600]
     pdf.loc[[640, 650], "pc"] = "not a postcode"  # the input changes after its check
@@ -279,8 +367,9 @@ def test_bad_options_fail_on_the_driver_before_any_job(spark, small_graph):
     tracker = spark.sparkContext.statusTracker()
     group = f"options-{uuid.uuid4().hex}"
     spark.sparkContext.setJobGroup(group, "bad options")
-    base = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                graph=path)
+    base = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
     with pytest.raises(InvalidParameterError):
         pps.perturb(sdf, **{**base, "epsilon": "-1"})
     with pytest.raises(InputDataError, match="no column 'postcode'"):
@@ -305,8 +394,9 @@ def test_duplicate_subjects_warn_like_perturb_frame(spark, small_graph):
     pdf.loc[260, "sid"] = "P0120"
     pdf.loc[250, "pc"], pdf.loc[10, "pc"] = "LS1 1AA", "LS2 2AB"
     pdf.loc[260, "pc"], pdf.loc[120, "pc"] = "LS3 1AA", "LS3 1AB"
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                   on_error="null")
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null"
+    )
     with pytest.warns(DuplicateSubjectWarning) as remote:
         pps.perturb(spark.createDataFrame(pdf), graph=path, **options)
     with pytest.warns(DuplicateSubjectWarning) as local:
@@ -320,18 +410,31 @@ def test_duplicate_subjects_warn_like_perturb_frame(spark, small_graph):
 # -- the key and the graph ------------------------------------------------------------------------
 
 
-def test_key_never_appears_in_plans_event_log_or_configuration(spark, small_graph, event_log,
-                                                               capsys):
+def test_key_never_appears_in_plans_event_log_or_configuration(
+    spark, small_graph, event_log, capsys
+):
     _, path = small_graph
     key = Key.generate()
     text = key.to_file_bytes().decode("ascii")
     body = text.splitlines()[1].split(": ", 1)[1]
     material = base64.b64decode(body)
-    secrets_ = [text, body, material.hex(), material.hex().upper(),
-                base64.urlsafe_b64encode(material).decode(), repr(material)[2:-1]]
-    out = pps.perturb(spark.createDataFrame(small_records(60, seed=9)), key=key,
-                      epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path,
-                      on_error="null")
+    secrets_ = [
+        text,
+        body,
+        material.hex(),
+        material.hex().upper(),
+        base64.urlsafe_b64encode(material).decode(),
+        repr(material)[2:-1],
+    ]
+    out = pps.perturb(
+        spark.createDataFrame(small_records(60, seed=9)),
+        key=key,
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",
+    )
     assert out.filter(out.postcode_dp.isNotNull()).count() == 56  # the key did reach the workers
     capsys.readouterr()
     for mode in ("simple", "extended", "codegen", "cost", "formatted"):
@@ -345,8 +448,9 @@ def test_key_never_appears_in_plans_event_log_or_configuration(spark, small_grap
     for secret in secrets_:
         assert secret not in shown
     # The event log (what the Spark UI and history server show) has the plans of both passes.
-    logged = "".join(path.read_text(errors="replace") for path in event_log.rglob("*")
-                     if path.is_file())
+    logged = "".join(
+        path.read_text(errors="replace") for path in event_log.rglob("*") if path.is_file()
+    )
     assert "postcode_privacy_release" in logged and "postcode_privacy_check" in logged
     for secret in secrets_:
         assert secret not in logged
@@ -357,12 +461,14 @@ def test_key_never_appears_in_plans_event_log_or_configuration(spark, small_grap
 def test_closure_is_small_and_carries_no_graph(small_graph):
     graph, _ = small_graph
     ref = pps._GraphRef(pps._artefact_name(graph.sha256), graph.sha256)
-    options = ReleaseOptions(epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                             on_error="null")
+    options = ReleaseOptions(
+        epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null"
+    )
     assert pickle.loads(pickle.dumps(options)) == options  # plain values, no key
     spec = pps._TaskSpec(graph=ref, options=options, expected_radius=3)
-    pickled = cloudpickle.dumps(pps._release_function(spec, pps._SealedKey(Key.generate()),
-                                                      [0, 10, 20]))
+    pickled = cloudpickle.dumps(
+        pps._release_function(spec, pps._SealedKey(Key.generate()), [0, 10, 20])
+    )
     assert len(pickled) < 16_000
     assert graph.label(5).encode() not in pickled  # no node label, so no graph, in the closure
 
@@ -391,8 +497,9 @@ def test_national_graph_identity_and_single_load(spark, national_graph):
     pdf = pd.DataFrame({"person": ids, "postcode": codes, "row": range(n)})
     sdf = spark.createDataFrame(pdf)
     key = Key.generate()
-    options = dict(key=key, epsilon=EPSILON, id_column="person", postcode_column="postcode",
-                   on_error="null")
+    options = dict(
+        key=key, epsilon=EPSILON, id_column="person", postcode_column="postcode", on_error="null"
+    )
 
     out = pps.perturb(sdf, **options).toPandas()  # graph=None: the national graph's artefact
     local = perturb_frame(pdf, graph=graph, **options)
@@ -405,15 +512,17 @@ def test_national_graph_identity_and_single_load(spark, national_graph):
     def report(batches):
         for _ in batches:
             pass
-        yield pd.DataFrame({"loads": [pps.worker_graph_loads().get(graph.sha256, 0)],
-                            "pid": [os.getpid()]})
+        yield pd.DataFrame(
+            {"loads": [pps.worker_graph_loads().get(graph.sha256, 0)], "pid": [os.getpid()]}
+        )
 
     loads = spark.range(0, 8, 1, 4).mapInPandas(report, "loads int, pid int").toPandas()
     assert loads["loads"].max() == 1
 
 
-def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(spark,
-                                                                               national_graph):
+def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
+    spark, national_graph
+):
     from postcode_privacy.release.terminated import bundled_terminated_locations
 
     graph = national_graph
@@ -423,8 +532,13 @@ def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
     for i in (3, 77, 150):
         codes[i] = rng.choice(terminated)
     pdf = pd.DataFrame({"person": range(200), "postcode": codes})
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="person",
-                   postcode_column="postcode", terminated="nearest")
+    options = dict(
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="person",
+        postcode_column="postcode",
+        terminated="nearest",
+    )
     out = pps.perturb(spark.createDataFrame(pdf), **options).toPandas()
     local = perturb_frame(pdf, graph=graph, **options)
     assert local.attrs["postcode_privacy"]["counts"]["terminated_mapped"] == 3
@@ -439,14 +553,25 @@ def test_column_names_with_dots_and_backticks(spark, small_graph):
     graph, path = small_graph
     names = {"sid": "person.id", "pc": "post`code", "x": "a.b`c", "w": "`w`"}
     pdf = small_records(300, seed=21).rename(columns=names)
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="person.id",
-                   postcode_column="post`code", on_error="null", out_column="out.put`")
+    options = dict(
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="person.id",
+        postcode_column="post`code",
+        on_error="null",
+        out_column="out.put`",
+    )
     out = pps.perturb(spark.createDataFrame(pdf), graph=path, **options).toPandas()
     local = perturb_frame(pdf, graph=graph, **options)
     assert list(out.columns) == ["person.id", "a.b`c", "`w`", "out.put`"]
     assert_same_release(out, local)
-    summary = pps.check(spark.createDataFrame(pdf), id_column="person.id",
-                        postcode_column="post`code", graph=path, on_error="null")
+    summary = pps.check(
+        spark.createDataFrame(pdf),
+        id_column="person.id",
+        postcode_column="post`code",
+        graph=path,
+        on_error="null",
+    )
     assert summary.counts == local.attrs["postcode_privacy"]["counts"]
 
 
@@ -459,18 +584,39 @@ def test_other_columns_pass_through_unchanged_with_pandas_3(spark, small_graph):
     _, path = small_graph
     assert int(pd.__version__.split(".")[0]) >= 3  # the case this test is about
     codes = small_records(40, seed=22)["pc"].tolist()
-    rows = [(f"S{i}", codes[i], i if i % 5 else None, i / 3 if i % 7 else None, i % 2 == 0,
-             dt.date(2026, 1, 1 + i % 28), dt.datetime(2026, 3, 1, 12, i % 60, 7, 123456),
-             decimal.Decimal(f"{i}.25"), "é" * (i % 3) if i % 4 else None, bytes([i]))
-            for i in range(40)]
-    schema = ("sid string, pc string, n long, f double, b boolean, d date, t timestamp, "
-              "m decimal(10,2), u string, raw binary")
+    rows = [
+        (
+            f"S{i}",
+            codes[i],
+            i if i % 5 else None,
+            i / 3 if i % 7 else None,
+            i % 2 == 0,
+            dt.date(2026, 1, 1 + i % 28),
+            dt.datetime(2026, 3, 1, 12, i % 60, 7, 123456),
+            decimal.Decimal(f"{i}.25"),
+            "é" * (i % 3) if i % 4 else None,
+            bytes([i]),
+        )
+        for i in range(40)
+    ]
+    schema = (
+        "sid string, pc string, n long, f double, b boolean, d date, t timestamp, "
+        "m decimal(10,2), u string, raw binary"
+    )
     sdf = spark.createDataFrame(rows, schema)
-    out = pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                      postcode_column="pc", graph=path, on_error="null")
+    out = pps.perturb(
+        sdf,
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",
+    )
     assert out.schema.simpleString() == (
         "struct<sid:string,n:bigint,f:double,b:boolean,d:date,t:timestamp,m:decimal(10,2),"
-        "u:string,raw:binary,postcode_dp:string>")
+        "u:string,raw:binary,postcode_dp:string>"
+    )
     assert out.drop("postcode_dp").collect() == sdf.drop("pc").collect()
     assert out.filter(out.postcode_dp.isNull()).count() == 3  # the three failing records
 
@@ -498,8 +644,9 @@ else:
 """
 
 
-def test_executors_without_the_package_fail_early_naming_pyspark_python(spark, small_graph,
-                                                                         tmp_path):
+def test_executors_without_the_package_fail_early_naming_pyspark_python(
+    spark, small_graph, tmp_path
+):
     _, path = small_graph
     python = tmp_path / "python-without-package"
     python.write_text(HIDING_PYTHON.format(python=sys.executable))
@@ -510,8 +657,15 @@ def test_executors_without_the_package_fail_early_naming_pyspark_python(spark, s
     previous, context.pythonExec = context.pythonExec, str(python)
     try:
         with pytest.raises(pps.ExecutorEnvironmentError) as failure:
-            pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                        postcode_column="pc", graph=path, on_error="null")
+            pps.perturb(
+                sdf,
+                key=Key.generate(),
+                epsilon=EPSILON,
+                id_column="sid",
+                postcode_column="pc",
+                graph=path,
+                on_error="null",
+            )
     finally:
         context.pythonExec = previous
     message = str(failure.value)
@@ -519,8 +673,15 @@ def test_executors_without_the_package_fail_early_naming_pyspark_python(spark, s
     assert "PYSPARK_PYTHON" in message
     assert "ModuleNotFoundError: No module named 'postcode_privacy" in message
     # With the right Python again, the same call works.
-    out = pps.perturb(sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid",
-                      postcode_column="pc", graph=path, on_error="null")
+    out = pps.perturb(
+        sdf,
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",
+    )
     assert out.count() == 30
 
 

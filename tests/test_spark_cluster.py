@@ -28,16 +28,21 @@ from postcode_privacy.spark import local_services
 
 # The generated records reuse identifiers at several postcodes, which warns by design (its
 # own test is in test_spark.py).
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.filterwarnings(PANDAS3_NOTICE),
-              pytest.mark.filterwarnings(PANDAS3_COPY),
-              pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.filterwarnings(PANDAS3_NOTICE),
+    pytest.mark.filterwarnings(PANDAS3_COPY),
+    pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning"),
+]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     env = {"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": source_path()}
-    started = local_services.start_standalone(tmp_path_factory.mktemp("standalone"), cores=1,
-                                              memory="768m", env=env)
+    started = local_services.start_standalone(
+        tmp_path_factory.mktemp("standalone"), cores=1, memory="768m", env=env
+    )
     try:
         yield started
     finally:
@@ -53,18 +58,20 @@ def spark(cluster):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        session = (SparkSession.builder.master(cluster.url)
-                   .appName("postcode-privacy-standalone-test")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.driver.host", local_services.HOST)
-                   .config("spark.driver.bindAddress", local_services.HOST)
-                   .config("spark.executor.memory", "512m")
-                   .config("spark.executor.cores", "1")
-                   .config("spark.cores.max", "1")
-                   .config("spark.sql.shuffle.partitions", "2")
-                   .config("spark.executorEnv.PYTHONPATH", source_path())
-                   .getOrCreate())
+        session = (
+            SparkSession.builder.master(cluster.url)
+            .appName("postcode-privacy-standalone-test")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", local_services.HOST)
+            .config("spark.driver.bindAddress", local_services.HOST)
+            .config("spark.executor.memory", "512m")
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", "1")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.executorEnv.PYTHONPATH", source_path())
+            .getOrCreate()
+        )
     try:
         yield session
     finally:
@@ -83,8 +90,9 @@ def test_multi_partition_release_on_a_standalone_cluster(spark, cluster, tmp_pat
     sdf = spark.read.csv(str(csv), header=True)
     partitions = sdf.rdd.getNumPartitions()
     assert partitions >= 3
-    options = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc",
-                   on_error="null")
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null"
+    )
     out = pps.perturb(sdf, graph=path, **options).toPandas()
     local = perturb_frame(local_input, graph=graph, **options)
     assert list(out.columns) == list(local.columns)

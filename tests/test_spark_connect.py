@@ -30,9 +30,13 @@ from postcode_privacy.spark import local_services
 
 # The generated records reuse identifiers at several postcodes, which warns by design (its
 # own test is in test_spark.py).
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.filterwarnings(PANDAS3_NOTICE),
-              pytest.mark.filterwarnings(PANDAS3_COPY),
-              pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.filterwarnings(PANDAS3_NOTICE),
+    pytest.mark.filterwarnings(PANDAS3_COPY),
+    pytest.mark.filterwarnings("ignore::postcode_privacy.errors.DuplicateSubjectWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +45,17 @@ def server(tmp_path_factory):
     events = work / "events"
     events.mkdir()
     service = local_services.start_connect_server(
-        work, master="local[1]", driver_memory="768m",
-        conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
-              "spark.eventLog.compress": "false", "spark.ui.showConsoleProgress": "false"},
-        env={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": source_path()})
+        work,
+        master="local[1]",
+        driver_memory="768m",
+        conf={
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false",
+            "spark.ui.showConsoleProgress": "false",
+        },
+        env={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": source_path()},
+    )
     try:
         yield service, events
     finally:
@@ -76,15 +87,21 @@ def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):
     spark.conf.set("spark.sql.files.maxPartitionBytes", "12000")  # one file, three partitions
     sdf = spark.read.csv(str(csv), header=True)
     key = Key.generate()
-    options = dict(key=key, epsilon=EPSILON, id_column="person.id", postcode_column="post`code",
-                   on_error="null")
+    options = dict(
+        key=key,
+        epsilon=EPSILON,
+        id_column="person.id",
+        postcode_column="post`code",
+        on_error="null",
+    )
     released = pps.perturb(sdf, graph=path, **options)
     out = released.toPandas()
     local = perturb_frame(local_input, graph=graph, **options)
     assert_same_release(out, local)
     assert out["postcode_dp"].notna().sum() == 896
-    partitions = pps.check(sdf, id_column="person.id", postcode_column="post`code", graph=path,
-                           on_error="null").partition_records
+    partitions = pps.check(
+        sdf, id_column="person.id", postcode_column="post`code", graph=path, on_error="null"
+    ).partition_records
     assert len(partitions) >= 2 and sum(partitions) == 900
 
     # The artefact went up with addArtifacts and was loaded once per Python worker.
@@ -93,12 +110,19 @@ def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):
     assert report["tasks"].max() > 2  # the same worker served several tasks
 
     # The key is in no plan, explain mode, configuration or the server's event log.
-    material = base64.b64decode(key.to_file_bytes().decode("ascii").splitlines()[1]
-                                .split(": ", 1)[1])
-    secrets_ = [key.to_file_bytes().decode("ascii"), material.hex(),
-                base64.b64encode(material).decode(), base64.urlsafe_b64encode(material).decode()]
-    shown = "".join(released._explain_string(mode=mode) for mode in
-                    ("simple", "extended", "codegen", "cost", "formatted"))
+    material = base64.b64decode(
+        key.to_file_bytes().decode("ascii").splitlines()[1].split(": ", 1)[1]
+    )
+    secrets_ = [
+        key.to_file_bytes().decode("ascii"),
+        material.hex(),
+        base64.b64encode(material).decode(),
+        base64.urlsafe_b64encode(material).decode(),
+    ]
+    shown = "".join(
+        released._explain_string(mode=mode)
+        for mode in ("simple", "extended", "codegen", "cost", "formatted")
+    )
     shown += str(spark.conf.getAll) + repr(released) + str(released.schema)
     assert "postcode_privacy_release" in shown
     logged = "".join(p.read_text(errors="replace") for p in server[1].rglob("*") if p.is_file())

@@ -31,8 +31,14 @@ def test_the_local_example_in_the_docs_runs(tmp_path):
     env = dict(os.environ, PYTHONPATH=source_path())
     for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
         env.pop(name, None)  # a reader's fresh shell: no Spark Connect switch inherited
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "40 records released" in done.stdout
     parts = sorted((tmp_path / "released").glob("part-*.csv"))

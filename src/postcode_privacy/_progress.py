@@ -39,8 +39,9 @@ class Progress:
             if self.terminal:
                 from tqdm import tqdm
 
-                self._bar = tqdm(total=total, desc=f"{self.prefix}: {stage}", file=sys.stderr,
-                                 leave=False)
+                self._bar = tqdm(
+                    total=total, desc=f"{self.prefix}: {stage}", file=sys.stderr, leave=False
+                )
         if self._bar is not None:
             self._bar.n = done
             self._bar.refresh()
@@ -48,8 +49,11 @@ class Progress:
         # Lines at the start, at each quarter, and at the end of a stage.
         if done >= self._next_line or done == total:
             elapsed = time.perf_counter() - self._started
-            print(f"{self.prefix}: {stage} {done}/{total} ({elapsed:.1f} s)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{self.prefix}: {stage} {done}/{total} ({elapsed:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             self._next_line = done + max(1, -(-total // 4)) if done < total else total + 1
 
     def close(self) -> None:
@@ -68,8 +72,11 @@ class StepLines:
     def update(self, n: int = 1) -> None:
         self.done += n
         elapsed = time.perf_counter() - self._started
-        print(f"{self.desc}: step {self.done} of {self.total} ({elapsed:.1f} s)", file=sys.stderr,
-              flush=True)
+        print(
+            f"{self.desc}: step {self.done} of {self.total} ({elapsed:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
         pass

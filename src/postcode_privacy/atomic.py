@@ -38,8 +38,15 @@ from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyErr
 # SIGKILL.  Windows has no fcntl module and falls back to an exclusive lock file.
 _HAVE_FLOCK = importlib.util.find_spec("fcntl") is not None
 
-__all__ = ["TempFile", "OutputClaim", "LateSignalWarning", "atomic_output", "write_atomic",
-           "fsync_directory", "is_key_file"]
+__all__ = [
+    "TempFile",
+    "OutputClaim",
+    "LateSignalWarning",
+    "atomic_output",
+    "write_atomic",
+    "fsync_directory",
+    "is_key_file",
+]
 
 # The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
 _KEY_FILE_PREFIX = b"postcode-privacy key file"
@@ -67,11 +74,13 @@ class TempFile:
         self.target = Path(target)
         self.path = self.target.with_name(_temp_name(self.target))
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_BINARY", 0), 0o666)
+            fd = os.open(
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+            )
         except OSError as exc:
             raise InvalidParameterError(
-                f"cannot write in the output directory: {exc.strerror or type(exc).__name__}") from None
+                f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
+            ) from None
         self.handle = os.fdopen(fd, "wb")
 
     def finish(self) -> None:
@@ -164,8 +173,9 @@ def _signals_held():
             signal.signal(signum, handler)
 
 
-_CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVar("postcode_privacy_claims",
-                                                                 default=())
+_CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVar(
+    "postcode_privacy_claims", default=()
+)
 
 
 class OutputClaim:
@@ -199,13 +209,15 @@ class OutputClaim:
                 encoded = target.name.encode("utf-8")
             except UnicodeEncodeError:
                 raise InvalidParameterError(
-                    "the output file name is not valid UTF-8 text; choose another name") from None
+                    "the output file name is not valid UTF-8 text; choose another name"
+                ) from None
             if len(encoded) > limit:
                 first = len(self.targets[0].name.encode("utf-8"))
                 room = limit - (len(encoded) - first)
                 raise InvalidParameterError(
                     f"the output file name is too long: with the files written beside it it may "
-                    f"have at most {room} bytes, it has {first}")
+                    f"have at most {room} bytes, it has {first}"
+                )
         if not self.directory.exists():
             raise InvalidParameterError("the output directory does not exist")
         if not self.directory.is_dir():
@@ -218,15 +230,16 @@ class OutputClaim:
             if is_key_file(target):
                 raise OutputExistsError(
                     f"{target} is a postcode-privacy key file; a key file is never replaced, "
-                    f"even with {option('force')}")
+                    f"even with {option('force')}"
+                )
             if os.path.lexists(target) and not self.force:
-                raise OutputExistsError(
-                    f"{target} already exists; {option('force')} replaces it")
+                raise OutputExistsError(f"{target} already exists; {option('force')} replaces it")
 
     def _lock(self) -> None:
         busy = OutputExistsError(
             f"another run is writing {self.targets[0]} now; wait for it to finish or choose "
-            "another output")
+            "another output"
+        )
         for _ in range(10):
             try:
                 if not _HAVE_FLOCK:  # pragma: no cover - Windows
@@ -237,8 +250,8 @@ class OutputClaim:
                 raise busy from None
             except OSError as exc:
                 raise InvalidParameterError(
-                    "cannot write in the output directory: "
-                    f"{exc.strerror or type(exc).__name__}") from None
+                    f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
+                ) from None
             if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
                 return
@@ -335,7 +348,8 @@ class OutputClaim:
                 self._undo(done)
                 raise OutputExistsError(
                     f"a file named like the output appeared in {self.directory} during the "
-                    f"run; nothing was written ({option('force')} replaces it)") from None
+                    f"run; nothing was written ({option('force')} replaces it)"
+                ) from None
             except OSError as exc:
                 self._undo(done)
                 raise write_failure(exc) from None
@@ -346,7 +360,10 @@ class OutputClaim:
         if arrived:
             warnings.warn(
                 "a stop signal arrived while the finished files were being moved into place; "
-                "they are all in place and complete", LateSignalWarning, stacklevel=2)
+                "they are all in place and complete",
+                LateSignalWarning,
+                stacklevel=2,
+            )
 
     @staticmethod
     def _undo(done: list[Path]) -> None:

@@ -30,7 +30,9 @@ EXIT_INTERRUPTED = 130
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, message=f"%(prog)s %(version)s (output-stability {OUTPUT_STABILITY_VERSION})")
+@click.version_option(
+    __version__, message=f"%(prog)s %(version)s (output-stability {OUTPUT_STABILITY_VERSION})"
+)
 def cli() -> None:
     """Release UK postcodes under metric differential privacy on a postcode graph."""
 
@@ -62,8 +64,9 @@ def _run(argv: list[str] | None) -> int:
         if isinstance(exc.__cause__, EOFError):
             # click turns any EOFError into Abort; one that escaped the readers is a file that
             # ended too early, not an interruption.
-            click.echo("error: a file ended unexpectedly (truncated?); nothing was written",
-                       err=True)
+            click.echo(
+                "error: a file ended unexpectedly (truncated?); nothing was written", err=True
+            )
             return 1
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED

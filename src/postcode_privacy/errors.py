@@ -33,8 +33,12 @@ class KeyFileError(PostcodePrivacyError):
 class InputDataError(PostcodePrivacyError):
     """The records being released are unusable (missing column, bad encoding, bad rows...)."""
 
-    def __init__(self, message: str, row_errors: list[tuple[int, str]] | None = None,
-                 total_errors: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        row_errors: list[tuple[int, str]] | None = None,
+        total_errors: int | None = None,
+    ):
         super().__init__(message)
         self.row_errors = list(row_errors or [])
         self.total_errors = total_errors if total_errors is not None else len(self.row_errors)
@@ -65,8 +69,9 @@ class DuplicateSubjectWarning(UserWarning):
 
 # How options are spelled in messages: the command line sets "cli" (see ``cli.main``), so the
 # same library error says ``--on-error error`` there and ``on_error='error'`` from Python.
-SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar("postcode_privacy_surface",
-                                                             default="python")
+SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "postcode_privacy_surface", default="python"
+)
 
 
 def option(name: str, value: str | None = None) -> str:

@@ -50,7 +50,8 @@ def check_owner_only(path: str | os.PathLike) -> None:
         raise KeyFileError(
             f"the key file is open to group or others (mode {mode:04o}); anyone who can read it "
             "can undo the protection of every release made with it: run `chmod 600` on it "
-            "(and check who may already have read it)")
+            "(and check who may already have read it)"
+        )
 
 
 def read_key_file(path: str | os.PathLike) -> Key:

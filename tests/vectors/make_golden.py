@@ -19,8 +19,18 @@ from postcode_privacy.version import OUTPUT_STABILITY_VERSION
 HERE = Path(__file__).parent
 KEY_HEX = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
-PATH_CODES = ["LS1 1AA", "LS1 1AB", "LS1 1AD", "LS1 1AE", "LS1 1AF", "LS1 1AG", "LS1 1AH",
-              "LS1 1AJ", "LS1 1AL", "LS1 1AN"]
+PATH_CODES = [
+    "LS1 1AA",
+    "LS1 1AB",
+    "LS1 1AD",
+    "LS1 1AE",
+    "LS1 1AF",
+    "LS1 1AG",
+    "LS1 1AH",
+    "LS1 1AJ",
+    "LS1 1AL",
+    "LS1 1AN",
+]
 PATH_EDGES = [(PATH_CODES[i], PATH_CODES[i + 1]) for i in range(9)] + [("LS1 1AA", "LS1 1AE")]
 PATH_PRIOR = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
 
@@ -57,10 +67,19 @@ def produce() -> dict:
     for name, eps, radius, ids, code in CASES:
         m = Mechanism(gs[name], eps, radius=radius)
         for sid in ids:
-            cases.append({"graph": name, "epsilon": eps, "radius": m.radius, "subject_id": sid,
-                          "postcode": code, "output": m.perturb(key, sid, code)})
+            cases.append(
+                {
+                    "graph": name,
+                    "epsilon": eps,
+                    "radius": m.radius,
+                    "subject_id": sid,
+                    "postcode": code,
+                    "output": m.perturb(key, sid, code),
+                }
+            )
     return {
-        "format": "postcode-privacy-test-vectors", "format_version": 1,
+        "format": "postcode-privacy-test-vectors",
+        "format_version": 1,
         "output_stability_version": OUTPUT_STABILITY_VERSION,
         "produced_by": "tests/vectors/make_golden.py (library); confirmed by tests/independent_impl.py",
         "key_hex": KEY_HEX,

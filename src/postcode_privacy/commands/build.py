@@ -18,14 +18,37 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 
 
 @cli.command("build")
-@click.option("--onspd", type=click.Path(exists=True, dir_okay=False), help="ONSPD or NSPL CSV, or the published zip.")
+@click.option(
+    "--onspd",
+    type=click.Path(exists=True, dir_okay=False),
+    help="ONSPD or NSPL CSV, or the published zip.",
+)
 @click.option("--codepoint", type=click.Path(exists=True), help="Code-Point Open directory or zip.")
-@click.option("--population", type=click.Path(exists=True, dir_okay=False),
-              help="Postcode population file (Census 2021 pcd_p001.csv, the 2011 layout, or postcode,population).")
-@click.option("--gb-only", is_flag=True, help="Drop Northern Ireland (use for any artefact meant to be shared).")
-@click.option("--max-edge-km", type=float, default=50.0, show_default=True,
-              help="Cut longer edges; connectivity is restored with the shortest cut edges.")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="Artefact to write.")
+@click.option(
+    "--population",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Postcode population file (Census 2021 pcd_p001.csv, the 2011 layout, or postcode,population).",
+)
+@click.option(
+    "--gb-only",
+    is_flag=True,
+    help="Drop Northern Ireland (use for any artefact meant to be shared).",
+)
+@click.option(
+    "--max-edge-km",
+    type=float,
+    default=50.0,
+    show_default=True,
+    help="Cut longer edges; connectivity is restored with the shortest cut edges.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Artefact to write.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing artefact.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
@@ -42,10 +65,15 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
     # The shared output rules (atomic.OutputClaim): checked before the build, one run at a
     # time, never over a key file.
     with OutputClaim([output], force=force):
-        graph, table = build_from_sources(codepoint=codepoint, onspd=onspd,
-                                          population=population, gb_only=gb_only,
-                                          max_edge_km=max_edge_km, progress=not quiet,
-                                          with_table=True)
+        graph, table = build_from_sources(
+            codepoint=codepoint,
+            onspd=onspd,
+            population=population,
+            gb_only=gb_only,
+            max_edge_km=max_edge_km,
+            progress=not quiet,
+            with_table=True,
+        )
         sidecar = terminated_sidecar(output)
         if len(table.terminated):
             from ..atomic import write_atomic
@@ -54,8 +82,9 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
             # The sidecar shapes releases under --terminated nearest: the artefact records its
             # sha256, and perturb refuses a sidecar that does not match (docs/release.md).
             data = table.terminated.to_parquet(index=False)
-            graph.provenance[PROVENANCE_KEY] = sidecar_record(data, sidecar.name,
-                                                              len(table.terminated))
+            graph.provenance[PROVENANCE_KEY] = sidecar_record(
+                data, sidecar.name, len(table.terminated)
+            )
             write_atomic(sidecar, data)
         else:
             sidecar.unlink(missing_ok=True)  # a stale sidecar must not sit beside the new artefact
@@ -63,11 +92,17 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
     build = graph.provenance.get("build", {})
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")
-    click.echo(f"  {len(graph):,} postcodes at {graph.n_locations:,} locations, "
-               f"{graph.n_location_edges:,} location edges")
+    click.echo(
+        f"  {len(graph):,} postcodes at {graph.n_locations:,} locations, "
+        f"{graph.n_location_edges:,} location edges"
+    )
     if build:
-        click.echo(f"  edges cut {build.get('cut_edges', 0):,}, restored {build.get('restored_edges', 0):,}")
+        click.echo(
+            f"  edges cut {build.get('cut_edges', 0):,}, restored {build.get('restored_edges', 0):,}"
+        )
     for reason, count in sorted(table.dropped.items()):
         click.echo(f"  dropped ({reason}): {count:,}")
     if len(table.terminated):
-        click.echo(f"  terminated postcodes with coordinates kept in {sidecar.name}: {len(table.terminated):,}")
+        click.echo(
+            f"  terminated postcodes with coordinates kept in {sidecar.name}: {len(table.terminated):,}"
+        )

@@ -9,22 +9,46 @@ from .evaluate import claim_output, emit_json, load_graph
 
 
 @cli.command("calibrate")
-@click.option("--target", "targets", multiple=True, required=True, metavar="NAME=VALUE",
-              help="median-displacement-km=KM (at most KM) or max-self-probability=P (at most "
-                   "P); repeat to combine.")
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact to use instead of the embedded national graph.")
-@click.option("--sample", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
-              help="Postcodes to sample (by prior, without replacement).")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
-              help="Seed of the sample.")
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    required=True,
+    metavar="NAME=VALUE",
+    help="median-displacement-km=KM (at most KM) or max-self-probability=P (at most "
+    "P); repeat to combine.",
+)
+@click.option(
+    "--graph",
+    "graph_path",
+    metavar="ARTEFACT",
+    help="Graph artefact to use instead of the embedded national graph.",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="Postcodes to sample (by prior, without replacement).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, metavar="S", help="Seed of the sample."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
-@click.option("-o", "--output", metavar="FILE",
-              help="Write the machine-readable result to FILE (atomically; an existing file "
-                   "needs --force).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write the machine-readable result to FILE (atomically; an existing file needs --force).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
+)
 def calibrate_command(targets, graph_path, sample, seed, as_json, output, force, quiet) -> None:
     """Find the epsilon (two significant figures, 0.01 to 10) meeting the targets on a sample.
 
@@ -48,11 +72,16 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
         finally:
             if progress is not None:
                 progress.close()
-        data = {"format": "postcode-privacy-calibration", "format_version": 1,
-                "library_version": __version__,
-                "output_stability_version": OUTPUT_STABILITY_VERSION,
-                "graph_sha256": graph.sha256, "sample_size": len(nodes), "seed": seed,
-                **result.to_json()}
+        data = {
+            "format": "postcode-privacy-calibration",
+            "format_version": 1,
+            "library_version": __version__,
+            "output_stability_version": OUTPUT_STABILITY_VERSION,
+            "graph_sha256": graph.sha256,
+            "sample_size": len(nodes),
+            "seed": seed,
+            **result.to_json(),
+        }
         if output is not None:
             emit_json(data, output)
     for warning in result.warnings:
@@ -61,8 +90,11 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
         emit_json(data, None)
     elif result.epsilon is not None:
         achieved = ", ".join(f"{k} {v:.4g}" for k, v in result.achieved.items())
-        click.echo(f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, "
-                   f"seed {seed})")
+        click.echo(
+            f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, seed {seed})"
+        )
     if result.epsilon is None:  # the warnings above say why; a script must not carry on
-        raise PostcodePrivacyError("no epsilon in [0.01, 10] meets the targets (see the warnings "
-                                   "above); relax a target or use a larger --sample")
+        raise PostcodePrivacyError(
+            "no epsilon in [0.01, 10] meets the targets (see the warnings "
+            "above); relax a target or use a larger --sample"
+        )

@@ -45,15 +45,22 @@ def _copy_example(target: Path, *, force: bool) -> None:
     if target.exists() and not force:
         if target.is_file() and target.read_bytes() == data:
             return  # an earlier demo's copy
-        raise OutputExistsError(f"{target.name} already exists in the demo directory and is not "
-                                "the example file; use --force to replace it")
+        raise OutputExistsError(
+            f"{target.name} already exists in the demo directory and is not "
+            "the example file; use --force to replace it"
+        )
     write_atomic(target, data)
 
 
 @cli.command("demo")
-@click.option("-o", "--output-dir", default="postcode-privacy-demo", show_default=True,
-              metavar="DIR", help="Directory for the release, its manifest and its private audit file "
-                   "(created if needed).")
+@click.option(
+    "-o",
+    "--output-dir",
+    default="postcode-privacy-demo",
+    show_default=True,
+    metavar="DIR",
+    help="Directory for the release, its manifest and its private audit file (created if needed).",
+)
 @click.option("--force", is_flag=True, help="Replace the release of an earlier demo run.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
@@ -79,7 +86,8 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidParameterError(
-            f"cannot create the output directory: {exc.strerror or type(exc).__name__}") from None
+            f"cannot create the output directory: {exc.strerror or type(exc).__name__}"
+        ) from None
     output = out_dir / "records_dp.csv"
 
     with sigterm_as_interrupt(), echo_library_warnings():
@@ -92,10 +100,12 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         graph = default_graph(progress=not quiet)
         source = out_dir / "records.csv"
         _copy_example(source, force=force)
-        options = ReleaseOptions(epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id",
-                                 postcode_column="postcode")
-        manifest = release_file(source, output, key=key, options=options, graph=graph,
-                                force=force, progress=progress)
+        options = ReleaseOptions(
+            epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
+        )
+        manifest = release_file(
+            source, output, key=key, options=options, graph=graph, force=force, progress=progress
+        )
         truth = pd.read_csv(source, dtype=str, keep_default_na=False)[options.postcode_column]
     released = pd.read_csv(output, dtype=str, keep_default_na=False)[options.out_column]
     median, same = median_displacement(graph, truth.tolist(), released.tolist())
@@ -103,13 +113,19 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
 
     counts = read_audit(output)["counts"]
     click.echo(f"released {counts['released']} invented example records (real postcodes)")
-    click.echo(f"  input      {click.format_filename(str(source))} (true postcodes, for comparison)")
+    click.echo(
+        f"  input      {click.format_filename(str(source))} (true postcodes, for comparison)"
+    )
     click.echo(f"  output     {click.format_filename(str(output))}")
     click.echo(f"  manifest   {click.format_filename(str(output))}.manifest.json (publishable)")
     click.echo(f"  audit      {click.format_filename(str(output))}.audit.json (private)")
-    click.echo(f"  epsilon    {manifest['epsilon']} per hop, radius {manifest['radius']} hops, "
-               f"teleport bound {manifest['teleport_bound']['approx']:.3g}")
+    click.echo(
+        f"  epsilon    {manifest['epsilon']} per hop, radius {manifest['radius']} hops, "
+        f"teleport bound {manifest['teleport_bound']['approx']:.3g}"
+    )
     click.echo(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")
-    click.echo(f"  median displacement {median:,.0f} m between true and released postcodes "
-               f"({same} of {counts['released']} released unchanged)")
+    click.echo(
+        f"  median displacement {median:,.0f} m between true and released postcodes "
+        f"({same} of {counts['released']} released unchanged)"
+    )
     click.echo("  the key was a throwaway and has been deleted: this release cannot be repeated")

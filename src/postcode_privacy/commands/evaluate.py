@@ -81,15 +81,21 @@ def _text(r: dict) -> str:
         f"  {'releases seen':<30} {'identified':>12} {'median rank':>12} {'median P(truth)':>16}",
     ]
     k = r["releases"]
-    for name, label in (("one_release", "one"), ("independent_draws", f"{k} independent draws"),
-                        ("keyed_releases", f"{k} keyed releases")):
+    for name, label in (
+        ("one_release", "one"),
+        ("independent_draws", f"{k} independent draws"),
+        ("keyed_releases", f"{k} keyed releases"),
+    ):
         s = a[name]
-        lines.append(f"  {label:<30} {s['identified']:>6.1f} / {s['subjects']:<4} "
-                     f"{s['median_rank']:>12g} {s['median_posterior']:>16.3g}")
+        lines.append(
+            f"  {label:<30} {s['identified']:>6.1f} / {s['subjects']:<4} "
+            f"{s['median_rank']:>12g} {s['median_posterior']:>16.3g}"
+        )
     lines += [
         "",
         f"key compromise: other postcodes within {c['hops']} hops mapping to the same output",
-        "  " + ", ".join(f"{n}: {m}" for n, m in c["histogram"].items())
+        "  "
+        + ", ".join(f"{n}: {m}" for n, m in c["histogram"].items())
         + f"  (mean {c['mean_collisions']:.2f}, max {c['max_collisions']})",
     ]
     for level, t in r["truncation"].items():
@@ -111,39 +117,106 @@ def _text(r: dict) -> str:
 
 def mechanism_options(command):
     """--epsilon, --graph and --radius, shared by the commands that study one mechanism."""
-    for option in reversed([
-        click.option("--epsilon", required=True, metavar="E", help="Privacy parameter per hop."),
-        click.option("--graph", "graph_path", metavar="ARTEFACT",
-                     help="Graph artefact to use instead of the embedded national graph."),
-        click.option("--radius", type=int, default=None, metavar="R",
-                     help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--epsilon", required=True, metavar="E", help="Privacy parameter per hop."
+            ),
+            click.option(
+                "--graph",
+                "graph_path",
+                metavar="ARTEFACT",
+                help="Graph artefact to use instead of the embedded national graph.",
+            ),
+            click.option(
+                "--radius",
+                type=int,
+                default=None,
+                metavar="R",
+                help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
 
 @cli.command("evaluate")
 @mechanism_options
-@click.option("--sample", type=click.IntRange(min=1), default=50, show_default=True, metavar="N",
-              help="Postcodes to sample (by prior, without replacement).")
-@click.option("--releases", type=click.IntRange(min=1), default=20, show_default=True,
-              metavar="K", help="Releases per subject for the repeated-release scenarios.")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
-              help="Seed of the evaluation's own randomness (sample and stand-in keys).")
-@click.option("--adversary-hops", type=click.IntRange(min=1), default=6, show_default=True,
-              metavar="H", help="Candidate set of the adversary: postcodes within H hops of an output.")
-@click.option("--compromise-hops", type=click.IntRange(min=1), default=6, show_default=True,
-              metavar="H", help="Key compromise: search the postcodes within H hops of the output.")
-@click.option("--no-matching-epsilon", is_flag=True,
-              help="Skip the search for the epsilon whose utility matches each truncation.")
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="Postcodes to sample (by prior, without replacement).",
+)
+@click.option(
+    "--releases",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    metavar="K",
+    help="Releases per subject for the repeated-release scenarios.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="S",
+    help="Seed of the evaluation's own randomness (sample and stand-in keys).",
+)
+@click.option(
+    "--adversary-hops",
+    type=click.IntRange(min=1),
+    default=6,
+    show_default=True,
+    metavar="H",
+    help="Candidate set of the adversary: postcodes within H hops of an output.",
+)
+@click.option(
+    "--compromise-hops",
+    type=click.IntRange(min=1),
+    default=6,
+    show_default=True,
+    metavar="H",
+    help="Key compromise: search the postcodes within H hops of the output.",
+)
+@click.option(
+    "--no-matching-epsilon",
+    is_flag=True,
+    help="Skip the search for the epsilon whose utility matches each truncation.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
-@click.option("-o", "--output", metavar="FILE",
-              help="Write the JSON report to FILE (atomically; an existing file needs --force).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Write the JSON report to FILE (atomically; an existing file needs --force).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
-def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, adversary_hops,
-                     compromise_hops, no_matching_epsilon, as_json, output, force, quiet) -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
+)
+def evaluate_command(
+    epsilon,
+    graph_path,
+    radius,
+    sample,
+    releases,
+    seed,
+    adversary_hops,
+    compromise_hops,
+    no_matching_epsilon,
+    as_json,
+    output,
+    force,
+    quiet,
+) -> None:
     """Measure what a release at epsilon gives an analyst and an adversary, on a sample.
 
     Utility: displacement (median, 95th percentile), same local authority, and how often a
@@ -161,12 +234,18 @@ def evaluate_command(epsilon, graph_path, radius, sample, releases, seed, advers
         progress = None if quiet else Progress("evaluate")
         with echo_warnings():
             try:
-                result = evaluate_release(graph, epsilon, radius=radius, sample=sample,
-                                          releases=releases, seed=seed,
-                                          adversary_hops=adversary_hops,
-                                          compromise_hops=compromise_hops,
-                                          match_truncation=not no_matching_epsilon,
-                                          progress=progress)
+                result = evaluate_release(
+                    graph,
+                    epsilon,
+                    radius=radius,
+                    sample=sample,
+                    releases=releases,
+                    seed=seed,
+                    adversary_hops=adversary_hops,
+                    compromise_hops=compromise_hops,
+                    match_truncation=not no_matching_epsilon,
+                    progress=progress,
+                )
             finally:
                 if progress is not None:
                     progress.close()

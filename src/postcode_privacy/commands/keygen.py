@@ -8,9 +8,15 @@ from ..cli import cli
 
 
 @cli.command("keygen")
-@click.option("-o", "--output", "output", required=True, metavar="KEYFILE",
-              type=click.Path(dir_okay=False, writable=False),
-              help="Key file to create.  It must not exist: a key file is never overwritten.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    metavar="KEYFILE",
+    type=click.Path(dir_okay=False, writable=False),
+    help="Key file to create.  It must not exist: a key file is never overwritten.",
+)
 def keygen_command(output: str) -> None:
     """Create a new key from the operating system's CSPRNG.
 

@@ -11,8 +11,10 @@ import click
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
 
-LEDGER_SECRET_HELP = ("The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
-                      "ledger; required for a PostgreSQL URL.")
+LEDGER_SECRET_HELP = (
+    "The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
+    "ledger; required for a PostgreSQL URL."
+)
 
 
 def open_ledger(location: str, secret: str | None):
@@ -34,8 +36,10 @@ def init_command(location, secret) -> None:
     from ..ledger import Ledger, secret_path_for
 
     Ledger.init(location, secret).close()
-    click.echo(f"created ledger; its secret is in {click.format_filename(str(secret_path_for(location, secret)))}"
-               " (mode 0600): keep it apart from releases and back it up")
+    click.echo(
+        f"created ledger; its secret is in {click.format_filename(str(secret_path_for(location, secret)))}"
+        " (mode 0600): keep it apart from releases and back it up"
+    )
 
 
 @ledger_group.command("show")
@@ -58,10 +62,12 @@ def echo_summary(summary: dict) -> None:
     releases = summary["releases"]
     click.echo(f"{len(releases)} release(s), {summary['draws']} distinct draws")
     for r in releases:
-        click.echo(f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
-                   f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
-                   f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
-                   + (f"  budget {r['budget']}" if r["budget"] else ""))
+        click.echo(
+            f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
+            f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
+            f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
+            + (f"  budget {r['budget']}" if r["budget"] else "")
+        )
     for label, key in (("subject", "subjects"), ("(subject, true postcode) pair", "pairs")):
         dist = summary[key]
         click.echo(f"cumulative spend per {label} ({sum(n for _, n in dist)}):")
@@ -73,28 +79,58 @@ def echo_summary(summary: dict) -> None:
 @click.argument("input_path", metavar="INPUT")
 @click.option("--ledger", "location", required=True, metavar="PATH_OR_URL", help="The ledger.")
 @click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
-@click.option("--key", "key_path", metavar="KEYFILE",
-              help="Release key file (default: $POSTCODE_PRIVACY_KEY).")
+@click.option(
+    "--key",
+    "key_path",
+    metavar="KEYFILE",
+    help="Release key file (default: $POSTCODE_PRIVACY_KEY).",
+)
 @click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact (default: the embedded national graph).")
+@click.option(
+    "--graph",
+    "graph_path",
+    metavar="ARTEFACT",
+    help="Graph artefact (default: the embedded national graph).",
+)
 @click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
-@click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
-              metavar="N", help="Records held in memory at once.")
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    metavar="N",
+    help="Records held in memory at once.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def check_command(input_path: str, location: str, secret: str | None, key_path: str | None,
-                  graph_path: str | None, budget: str | None, chunk_size: int, as_json: bool,
-                  **release_options: Any) -> None:
+def check_command(
+    input_path: str,
+    location: str,
+    secret: str | None,
+    key_path: str | None,
+    graph_path: str | None,
+    budget: str | None,
+    chunk_size: int,
+    as_json: bool,
+    **release_options: Any,
+) -> None:
     """Preview a release of INPUT against the ledger, without making it."""
     options = pop_release_options(release_options)
-    report = run_check(input_path, location, secret, key_path, options, graph_path, budget,
-                       chunk_size)
+    report = run_check(
+        input_path, location, secret, key_path, options, graph_path, budget, chunk_size
+    )
     echo_check(report, as_json)
 
 
-def run_check(input_path: str, location: str, secret: str | None, key_path: str | None,
-              options: ReleaseOptions, graph_path: str | None, budget: str | None,
-              chunk_size: int) -> dict:
+def run_check(
+    input_path: str,
+    location: str,
+    secret: str | None,
+    key_path: str | None,
+    options: ReleaseOptions,
+    graph_path: str | None,
+    budget: str | None,
+    chunk_size: int,
+) -> dict:
     """The ledger preview of a release with ``options`` (its error policy is the ledger's own:
     a record that cannot be released is counted, not an error)."""
     from ..ledger import check_release, parse_budget
@@ -104,11 +140,19 @@ def run_check(input_path: str, location: str, secret: str | None, key_path: str 
     limit = None if budget is None else parse_budget(budget)
     with open_ledger(location, secret) as ledger:
         return check_release(
-            ledger, input_path, key=key, epsilon=options.epsilon, id_column=options.id_column,
-            postcode_column=options.postcode_column, graph=graph_loader(graph_path, False),
-            radius=options.radius, terminated=options.terminated,
+            ledger,
+            input_path,
+            key=key,
+            epsilon=options.epsilon,
+            id_column=options.id_column,
+            postcode_column=options.postcode_column,
+            graph=graph_loader(graph_path, False),
+            radius=options.radius,
+            terminated=options.terminated,
             terminated_locations=terminated_locations_for(options.terminated, graph_path),
-            budget=limit, chunk_size=chunk_size)
+            budget=limit,
+            chunk_size=chunk_size,
+        )
 
 
 def echo_check(report: dict, as_json: bool) -> None:
@@ -119,9 +163,13 @@ def echo_check(report: dict, as_json: bool) -> None:
         return
     click.echo(f"{report['records']} records, {report['releasable']} releasable")
     click.echo(f"  {report['repeats']} repeat a draw already in the ledger (cost nothing)")
-    click.echo(f"  {report['new_draws_of_known_subjects']} are new draws of "
-               f"{report['known_subjects_drawn_again']} subjects already in the ledger")
-    click.echo(f"  {report['new_subjects_records']} belong to {report['new_subjects']} new subjects")
+    click.echo(
+        f"  {report['new_draws_of_known_subjects']} are new draws of "
+        f"{report['known_subjects_drawn_again']} subjects already in the ledger"
+    )
+    click.echo(
+        f"  {report['new_subjects_records']} belong to {report['new_subjects']} new subjects"
+    )
     if report["over_budget"]:
         click.echo(f"  {report['over_budget']} would be refused by the budget")
     if report["unreleasable"]:

@@ -30,7 +30,9 @@ def resolve_key(key_path: str | None):
         raise KeyFileError(f"${ENV_VAR}: {exc}") from None
     if key_path is None:
         if from_env is None:
-            raise KeyFileError(f"no key: give --key KEYFILE or set ${ENV_VAR} to the key file's text")
+            raise KeyFileError(
+                f"no key: give --key KEYFILE or set ${ENV_VAR} to the key file's text"
+            )
         return from_env
     key = read_key_file(key_path)
     if from_env is not None and from_env != key:
@@ -100,33 +102,76 @@ def graph_loader(graph_path: str | None, progress: bool):
 
 @cli.command("perturb")
 @click.argument("input_path", metavar="INPUT")
-@click.option("-o", "--output", "output_path", required=True, metavar="OUTPUT",
-              help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A publishable "
-                   "manifest is written beside it as OUTPUT.manifest.json, and a private audit "
-                   "file (owner-only; never publish it) as OUTPUT.audit.json.")
-@click.option("--key", "key_path", metavar="KEYFILE",
-              help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
-                   "read from $POSTCODE_PRIVACY_KEY.")
+@click.option(
+    "-o",
+    "--output",
+    "output_path",
+    required=True,
+    metavar="OUTPUT",
+    help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A publishable "
+    "manifest is written beside it as OUTPUT.manifest.json, and a private audit "
+    "file (owner-only; never publish it) as OUTPUT.audit.json.",
+)
+@click.option(
+    "--key",
+    "key_path",
+    metavar="KEYFILE",
+    help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
+    "read from $POSTCODE_PRIVACY_KEY.",
+)
 @click_options
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact to use instead of the embedded national graph.")
+@click.option(
+    "--graph",
+    "graph_path",
+    metavar="ARTEFACT",
+    help="Graph artefact to use instead of the embedded national graph.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
-@click.option("--chunk-size", type=click.IntRange(min=1), default=100_000, show_default=True,
-              metavar="N", help="Records held in memory at once (does not change the output).")
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    metavar="N",
+    help="Records held in memory at once (does not change the output).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
-@click.option("--ledger", "ledger_location", metavar="PATH_OR_URL",
-              help="Record the release in this privacy ledger (docs/ledger.md).")
-@click.option("--ledger-secret", metavar="FILE",
-              help="The ledger's secret key file (default: LEDGER.key beside a SQLite ledger).")
-@click.option("--budget", metavar="E",
-              help="With --ledger: records whose subject's cumulative spend would exceed E are "
-                   "handled by --on-error.")
-@click.option("--dry-run", is_flag=True,
-              help="With --ledger: report what the release would record, write nothing.")
-def perturb_command(input_path: str, output_path: str, key_path: str | None,
-                    graph_path: str | None, force: bool, chunk_size: int, quiet: bool,
-                    ledger_location: str | None, ledger_secret: str | None, budget: str | None,
-                    dry_run: bool, **release_options: Any) -> None:
+@click.option(
+    "--ledger",
+    "ledger_location",
+    metavar="PATH_OR_URL",
+    help="Record the release in this privacy ledger (docs/ledger.md).",
+)
+@click.option(
+    "--ledger-secret",
+    metavar="FILE",
+    help="The ledger's secret key file (default: LEDGER.key beside a SQLite ledger).",
+)
+@click.option(
+    "--budget",
+    metavar="E",
+    help="With --ledger: records whose subject's cumulative spend would exceed E are "
+    "handled by --on-error.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --ledger: report what the release would record, write nothing.",
+)
+def perturb_command(
+    input_path: str,
+    output_path: str,
+    key_path: str | None,
+    graph_path: str | None,
+    force: bool,
+    chunk_size: int,
+    quiet: bool,
+    ledger_location: str | None,
+    ledger_secret: str | None,
+    budget: str | None,
+    dry_run: bool,
+    **release_options: Any,
+) -> None:
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
@@ -140,8 +185,19 @@ def perturb_command(input_path: str, output_path: str, key_path: str | None,
     if dry_run and ledger_location is not None:
         from .ledger import echo_check, run_check
 
-        echo_check(run_check(input_path, ledger_location, ledger_secret, key_path, options,
-                             graph_path, budget, chunk_size), as_json=False)
+        echo_check(
+            run_check(
+                input_path,
+                ledger_location,
+                ledger_secret,
+                key_path,
+                options,
+                graph_path,
+                budget,
+                chunk_size,
+            ),
+            as_json=False,
+        )
         return
     key = resolve_key(key_path)
     progress = show_progress(quiet)
@@ -156,9 +212,17 @@ def perturb_command(input_path: str, output_path: str, key_path: str | None,
             recorder = LedgerRecorder(ledger, limit)
         with sigterm_as_interrupt(), echo_library_warnings():
             manifest = release_file(
-                input_path, output_path, key=key, options=options,
-                graph=graph_loader(graph_path, progress), force=force, chunk_size=chunk_size,
-                progress=not quiet, terminated_locations=terminated_locations, ledger=recorder)
+                input_path,
+                output_path,
+                key=key,
+                options=options,
+                graph=graph_loader(graph_path, progress),
+                force=force,
+                chunk_size=chunk_size,
+                progress=not quiet,
+                terminated_locations=terminated_locations,
+                ledger=recorder,
+            )
     if not quiet:
         echo_summary(manifest, output_path)
         if recorder is not None:
@@ -166,8 +230,10 @@ def perturb_command(input_path: str, output_path: str, key_path: str | None,
 
             over = read_audit(output_path)["counts"].get("over_budget", 0)  # private count
             drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
-            echo_status(f"  ledger: {drawn} new draws recorded"
-                        + (f", {over} records over budget" if budget is not None else ""))
+            echo_status(
+                f"  ledger: {drawn} new draws recorded"
+                + (f", {over} records over budget" if budget is not None else "")
+            )
 
 
 def terminated_locations_for(terminated: str, graph_path: str | None):
@@ -192,8 +258,10 @@ def echo_run_line(audit: dict, counts: dict) -> None:
     line = f"perturb: {counts['records']:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
     moved = run.get("displacement_m")
     if moved:
-        line += (f"; displacement over {moved['records']:,} released records: median "
-                 f"{moved['median']:,} m, 95th percentile {moved['p95']:,} m")
+        line += (
+            f"; displacement over {moved['records']:,} released records: median "
+            f"{moved['median']:,} m, 95th percentile {moved['p95']:,} m"
+        )
     click.echo(line, err=True)
 
 
@@ -203,19 +271,30 @@ def echo_summary(manifest: dict, output_path: str) -> None:
     audit = read_audit(output_path)  # private: shown to the operator only
     counts = audit["counts"]
     echo_run_line(audit, counts)
-    echo_status(f"released {counts['released']} of {counts['records']} records to "
-                f"{click.format_filename(output_path)}")
+    echo_status(
+        f"released {counts['released']} of {counts['records']} records to "
+        f"{click.format_filename(output_path)}"
+    )
     if counts["failed"]:
-        echo_status(f"  {counts['failed']} records could not be released: "
-                    f"{counts['nulled']} left empty, {counts['dropped']} dropped")
+        echo_status(
+            f"  {counts['failed']} records could not be released: "
+            f"{counts['nulled']} left empty, {counts['dropped']} dropped"
+        )
     if counts["terminated_mapped"]:
-        echo_status(f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
-                    "nearest live postcode first")
-    echo_status(f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
-                f"{manifest['teleport_bound']['approx']:.3g}")
+        echo_status(
+            f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
+            "nearest live postcode first"
+        )
+    echo_status(
+        f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
+        f"{manifest['teleport_bound']['approx']:.3g}"
+    )
     echo_status(f"  graph sha256 {manifest['graph']['sha256']}")
     echo_status(f"  key fingerprint {manifest['key_fingerprint']}")
-    echo_status(f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} "
-                "(publishable)")
-    echo_status(f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
-                "(private: do not publish)")
+    echo_status(
+        f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} (publishable)"
+    )
+    echo_status(
+        f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
+        "(private: do not publish)"
+    )

@@ -9,32 +9,89 @@ from .evaluate import echo_warnings, load_graph
 
 
 @cli.command("report")
-@click.option("--epsilon", metavar="E",
-              help="Privacy parameter per hop (not needed with --manifest).")
-@click.option("--manifest", "manifest_path", metavar="MANIFEST",
-              help="Describe this release (its OUTPUT.manifest.json): its epsilon, radius, graph, "
-                   "key fingerprint and rows.")
-@click.option("--graph", "graph_path", metavar="ARTEFACT",
-              help="Graph artefact to use instead of the embedded national graph.")
-@click.option("--radius", type=int, default=None, metavar="R",
-              help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.")
-@click.option("--postcode", metavar="P",
-              help="Also show this postcode: its full row of figures and its own map.")
-@click.option("--sample", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
-              help="Postcodes drawn by population for the attacker figures and the sample summary.")
-@click.option("--releases", type=click.IntRange(min=1), default=20, show_default=True,
-              metavar="K", help="Independent releases in the repeated-release attacker figure.")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
-              help="Seed of the sample and of the stand-in keys.")
-@click.option("-o", "--output", required=True, metavar="FILE",
-              help="File to write (atomically; an existing file needs --force).")
+@click.option(
+    "--epsilon", metavar="E", help="Privacy parameter per hop (not needed with --manifest)."
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    metavar="MANIFEST",
+    help="Describe this release (its OUTPUT.manifest.json): its epsilon, radius, graph, "
+    "key fingerprint and rows.",
+)
+@click.option(
+    "--graph",
+    "graph_path",
+    metavar="ARTEFACT",
+    help="Graph artefact to use instead of the embedded national graph.",
+)
+@click.option(
+    "--radius",
+    type=int,
+    default=None,
+    metavar="R",
+    help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
+)
+@click.option(
+    "--postcode",
+    metavar="P",
+    help="Also show this postcode: its full row of figures and its own map.",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="Postcodes drawn by population for the attacker figures and the sample summary.",
+)
+@click.option(
+    "--releases",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    metavar="K",
+    help="Independent releases in the repeated-release attacker figure.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    metavar="S",
+    help="Seed of the sample and of the stand-in keys.",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    metavar="FILE",
+    help="File to write (atomically; an existing file needs --force).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Write the report's data as JSON instead of HTML.")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress on stderr (a bar on a terminal, stage lines otherwise).")
-def report_command(epsilon, manifest_path, graph_path, radius, postcode, sample, releases, seed,
-                   output, force, as_json, quiet) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Write the report's data as JSON instead of HTML."
+)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
+)
+def report_command(
+    epsilon,
+    manifest_path,
+    graph_path,
+    radius,
+    postcode,
+    sample,
+    releases,
+    seed,
+    output,
+    force,
+    as_json,
+    quiet,
+) -> None:
     """Write a self-contained HTML page (figures embedded) explaining a release at epsilon.
 
     At a glance: the attacker's chance of naming the exact postcode after one release and after
@@ -55,13 +112,22 @@ def report_command(epsilon, manifest_path, graph_path, radius, postcode, sample,
         progress = None if quiet else Progress("report")
         with echo_warnings():
             try:
-                result = build_report(graph, epsilon, radius=radius, postcode=postcode,
-                                      sample=sample, seed=seed, releases=releases,
-                                      release=release, progress=progress)
+                result = build_report(
+                    graph,
+                    epsilon,
+                    radius=radius,
+                    postcode=postcode,
+                    sample=sample,
+                    seed=seed,
+                    releases=releases,
+                    release=release,
+                    progress=progress,
+                )
             finally:
                 if progress is not None:
                     progress.close()
         write_report(result, output, as_json=as_json)
     if not quiet:
-        echo_status(f"wrote {click.format_filename(output)} "
-                    f"(computed in {result.data['seconds']} s)")
+        echo_status(
+            f"wrote {click.format_filename(output)} (computed in {result.data['seconds']} s)"
+        )

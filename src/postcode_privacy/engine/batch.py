@@ -48,7 +48,6 @@ LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 dis
 _ROW_ERRORS_SHOWN = 20
 
 
-
 @dataclass(frozen=True)
 class _Job:
     """One call's sorted records and everything needed to sample them (see _perturb_canonical)."""
@@ -90,8 +89,11 @@ def usable_cpus() -> int:
 def _fork_available() -> bool:
     """Worker processes can be forked here: not on Windows, not on macOS (where forking a
     process that has loaded system frameworks is unsafe), not inside a daemon process."""
-    return (sys.platform != "darwin" and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon)
+    return (
+        sys.platform != "darwin"
+        and "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def default_workers(records: int) -> int:
@@ -138,7 +140,7 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
         node = int(nodes[i])
         j = min(int(np.searchsorted(nodes, node, side="right")), stop, i + MAX_GROUP)
         sids = [ids[k] for k in order[i:j].tolist()]
-        out[i - start:j - start] = sampler.sample_group(context, node, sids)
+        out[i - start : j - start] = sampler.sample_group(context, node, sids)
         i = j
     return out
 
@@ -153,8 +155,9 @@ def _worker_init() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
     assert job is not None, "workers are forked only while _perturb_canonical has set _JOB"
-    _WORKER = _Worker(job, FastSampler(job.mechanism, job.tables, job.landmarks, job.profiles,
-                                       job.brackets))
+    _WORKER = _Worker(
+        job, FastSampler(job.mechanism, job.tables, job.landmarks, job.profiles, job.brackets)
+    )
 
 
 def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray, list[tuple[int, Bracket]]]:
@@ -182,15 +185,25 @@ def _canonical_ids(ids: Sequence) -> list[str]:
             if len(problems) < _ROW_ERRORS_SHOWN:
                 problems.append((i, f"subject identifier: {exc}"))
     if bad_ids:
-        raise InputDataError(f"{bad_ids} records have an invalid subject identifier "
-                             "(positions counted from 0)", problems, bad_ids)
+        raise InputDataError(
+            f"{bad_ids} records have an invalid subject identifier (positions counted from 0)",
+            problems,
+            bad_ids,
+        )
     return canonical
 
 
-def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence, nodes,
-                  *, workers: int | None = None,
-                  progress: Callable[[int], None] | None = None,
-                  landmarks: bool | None = None, profiles: bool | None = None) -> np.ndarray:
+def perturb_nodes(
+    mechanism: Mechanism,
+    key: Key,
+    subject_ids: Sequence,
+    nodes,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    landmarks: bool | None = None,
+    profiles: bool | None = None,
+) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, subject ``subject_ids[i]``).
 
     Identifiers are canonicalised exactly as ``Mechanism.perturb`` does (an invalid one raises
@@ -200,16 +213,30 @@ def perturb_nodes(mechanism: Mechanism, key: Key, subject_ids: Sequence, nodes,
     """
     if not isinstance(key, Key):
         raise TypeError("key must be a postcode_privacy.Key")
-    return _perturb_canonical(mechanism, key, _canonical_ids(list(subject_ids)), nodes,
-                              workers=workers, progress=progress, landmarks=landmarks,
-                              profiles=profiles)
+    return _perturb_canonical(
+        mechanism,
+        key,
+        _canonical_ids(list(subject_ids)),
+        nodes,
+        workers=workers,
+        progress=progress,
+        landmarks=landmarks,
+        profiles=profiles,
+    )
 
 
-def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes,
-                       *, workers: int | None = None,
-                       progress: Callable[[int], None] | None = None,
-                       landmarks: bool | None = None, profiles: bool | None = None,
-                       brackets: Brackets | None = None) -> np.ndarray:
+def _perturb_canonical(
+    mechanism: Mechanism,
+    key: Key,
+    subject_ids: Sequence[str],
+    nodes,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    landmarks: bool | None = None,
+    profiles: bool | None = None,
+    brackets: Brackets | None = None,
+) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
     For callers inside the package that have already canonicalised every identifier (the
@@ -235,8 +262,9 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
         raise InvalidParameterError("subject_ids and postcodes differ in length")
     if n and (nodes.min() < 0 or nodes.max() >= len(mechanism.graph)):
         raise InvalidParameterError("node index out of range for this graph")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 1):
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
         raise InvalidParameterError("workers must be a positive whole number")
     out = np.empty(n, dtype=np.int64)
     if n == 0:
@@ -252,11 +280,17 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     tables = graph_tables(graph)
     if profiles is None:  # opt-in: measured gains are modest (docs/performance.md)
         profiles = False
-    job = _Job(mechanism=mechanism, context=mechanism.stream_context(key),
-               sorted_nodes=sorted_nodes, order=order, ids=subject_ids, tables=tables,
-               landmarks=bool(landmarks),
-               profiles=profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
-               brackets=brackets)
+    job = _Job(
+        mechanism=mechanism,
+        context=mechanism.stream_context(key),
+        sorted_nodes=sorted_nodes,
+        order=order,
+        ids=subject_ids,
+        tables=tables,
+        landmarks=bool(landmarks),
+        profiles=profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
+        brackets=brackets,
+    )
     if workers is None:
         workers = default_workers(n)
     workers = min(workers, len(tasks))
@@ -265,7 +299,7 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     sampler = FastSampler(mechanism, job.tables, job.landmarks, job.profiles, brackets)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
-    out[order[first[0]:first[1]]] = _run_task(sampler, job, *first)
+    out[order[first[0] : first[1]]] = _run_task(sampler, job, *first)
     if progress is not None:
         progress(first[1] - first[0])
     if workers == 1 or not rest:
@@ -280,7 +314,7 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
             context = multiprocessing.get_context("fork")
             with context.Pool(workers, initializer=_worker_init) as pool:
                 for start, result, kept in pool.imap_unordered(_worker_task, rest):
-                    out[order[start:start + result.size]] = result
+                    out[order[start : start + result.size]] = result
                     if brackets is not None:  # workers keep brackets only when given some
                         for node, entry in kept:  # the deepest bracket of each source
                             if wants_bracket(brackets, node, len(entry.cumulative)):
@@ -292,10 +326,17 @@ def _perturb_canonical(mechanism: Mechanism, key: Key, subject_ids: Sequence[str
     return out
 
 
-def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcodes: Iterable,
-                 *, workers: int | None = None,
-                 progress: Callable[[int], None] | None = None,
-                 landmarks: bool | None = None, profiles: bool | None = None) -> list[str]:
+def perturb_many(
+    mechanism: Mechanism,
+    key: Key,
+    subject_ids: Iterable,
+    postcodes: Iterable,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    landmarks: bool | None = None,
+    profiles: bool | None = None,
+) -> list[str]:
     """Released postcode for each (subject identifier, true postcode), as ``Mechanism.perturb``.
 
     Every identifier and postcode is checked before any draw.  Invalid identifiers raise
@@ -319,8 +360,18 @@ def perturb_many(mechanism: Mechanism, key: Key, subject_ids: Iterable, postcode
             node = 0
         nodes[i] = node
     if unknown:
-        raise UnknownPostcodeError(f"{unknown} records have a postcode that is not a node of this "
-                                   f"graph (first at position {first_unknown}, counted from 0)")
-    result = _perturb_canonical(mechanism, key, canonical, nodes, workers=workers, progress=progress,
-                           landmarks=landmarks, profiles=profiles)
+        raise UnknownPostcodeError(
+            f"{unknown} records have a postcode that is not a node of this "
+            f"graph (first at position {first_unknown}, counted from 0)"
+        )
+    result = _perturb_canonical(
+        mechanism,
+        key,
+        canonical,
+        nodes,
+        workers=workers,
+        progress=progress,
+        landmarks=landmarks,
+        profiles=profiles,
+    )
     return [graph.label(y) for y in result.tolist()]

@@ -100,8 +100,9 @@ class _CompiledWalk:
         self.sync()
 
 
-def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], radius: int,
-            total_prior: int) -> int | None:
+def _z_high(
+    walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], radius: int, total_prior: int
+) -> int | None:
     """Upper bound on Z from a landmark row ``bound`` (Q[j] >= pi(B_j)), or None if unusable.
 
     With h = depth - 1 < R - 1 and E = pi(B_h): a node outside B_h is at least h + 1 hops from
@@ -113,7 +114,7 @@ def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], rad
     """
     h = walk.depth - 1
     explored = walk.explored_mass
-    rows = bound[h + 1:radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
+    rows = bound[h + 1 : radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
     first, last = rows[0], rows[-1]
     if first < explored or last > total_prior:
         return None
@@ -129,8 +130,9 @@ def _z_high(walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], rad
     return z + powers[radius] * (total_prior - last)
 
 
-def _z_low(walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius: int,
-           total_prior: int) -> int | None:
+def _z_low(
+    walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius: int, total_prior: int
+) -> int | None:
     """Lower bound on Z from a row ``low`` (L[j] <= pi(B_j) for j >= 1), or None if unusable.
 
     With h = depth - 1 < R - 1, E = pi(B_h) and a_j = max(L[j] - E, 0) <= pi(B_j) - E, the
@@ -143,7 +145,7 @@ def _z_low(walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius
     """
     h = walk.depth - 1
     explored = walk.explored_mass
-    a = np.maximum(low[h + 1:] - explored, 0)  # a_{h+1} .. a_{R-1}, exact int64
+    a = np.maximum(low[h + 1 :] - explored, 0)  # a_{h+1} .. a_{R-1}, exact int64
     if int(a[-1]) > total_prior - explored:
         return None
     steps = np.diff(a)
@@ -156,8 +158,9 @@ def _z_low(walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius
     return z - powers[radius] * int(a[-1])
 
 
-def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
-            radius: int) -> int | None:
+def _decide(
+    walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int, radius: int
+) -> int | None:
     """The shell choose_shell would return, if bounds z_low <= Z <= z_high settle it; else None.
 
     The output is the smallest i < R with U * Z < C_i, or the tail (docs/spec.md, "Sampling").
@@ -175,8 +178,9 @@ def _decide(walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int,
     return radius if h == radius - 1 else None
 
 
-def _decide_all(cumulative: list[int], blocks: list[int], z_low: int, z_high: int,
-                radius: int) -> tuple[list[int], list[int]]:
+def _decide_all(
+    cumulative: list[int], blocks: list[int], z_low: int, z_high: int, radius: int
+) -> tuple[list[int], list[int]]:
     """``_decide`` for many records at once, from the first 256 bits u of each U.
 
     Returns (shells, undecided): ``undecided`` lists, in increasing order, the records r for
@@ -215,9 +219,14 @@ class FastSampler:
     built on first use, once per graph).
     """
 
-    def __init__(self, mechanism: Mechanism, tables: GraphTables | None = None,
-                 landmarks: bool = False, profiles: BallProfiles | None = None,
-                 brackets: Brackets | None = None):
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        tables: GraphTables | None = None,
+        landmarks: bool = False,
+        profiles: BallProfiles | None = None,
+        brackets: Brackets | None = None,
+    ):
         self.mechanism = mechanism
         graph = mechanism.graph
         self.graph = graph
@@ -239,11 +248,19 @@ class FastSampler:
         # to hand back.
         self.brackets = brackets
         self.kept_brackets: list[tuple[int, Bracket]] = []
-        self.stats = {"groups": 0, "records": 0, "shells_explored": 0, "locations_explored": 0,
-                      "fallbacks": 0, "tail": 0, "bracket_hits": 0}
+        self.stats = {
+            "groups": 0,
+            "records": 0,
+            "shells_explored": 0,
+            "locations_explored": 0,
+            "fallbacks": 0,
+            "tail": 0,
+            "bracket_hits": 0,
+        }
 
-    def _bounds(self, walk: _CompiledWalk, bound: np.ndarray | None,
-                low: np.ndarray | None = None) -> tuple[int, int]:
+    def _bounds(
+        self, walk: _CompiledWalk, bound: np.ndarray | None, low: np.ndarray | None = None
+    ) -> tuple[int, int]:
         """z_low <= Z <= z_high at the walk's depth: the larger of the core's z_low and the one
         from the lower row ``low`` (``_z_low``), and the smaller of the core's z_high and the
         one from the upper row ``bound`` (all are valid bounds)."""
@@ -296,16 +313,23 @@ class FastSampler:
         kept = self.brackets.get(node)
         if kept is None:
             return None
-        shells, undecided = _decide_all(kept.cumulative, blocks, kept.z_low, kept.z_high,
-                                        self.radius)
+        shells, undecided = _decide_all(
+            kept.cumulative, blocks, kept.z_low, kept.z_high, self.radius
+        )
         if undecided:
             return None
         self.stats["bracket_hits"] += 1
         self.search.explore_to(min(max(shells), self.radius - 1) + 1)
         return shells
 
-    def _keep_bracket(self, brackets: Brackets, node: int, walk: _CompiledWalk,
-                      bound: np.ndarray | None, low_row: np.ndarray | None) -> None:
+    def _keep_bracket(
+        self,
+        brackets: Brackets,
+        node: int,
+        walk: _CompiledWalk,
+        bound: np.ndarray | None,
+        low_row: np.ndarray | None,
+    ) -> None:
         """Keep C and the bounds on Z at the depth reached, for later groups at ``node``; a
         deeper (tighter) bracket replaces a kept one, so misses become rarer batch by batch."""
         if not wants_bracket(brackets, node, walk.depth):
@@ -316,7 +340,9 @@ class FastSampler:
         brackets[node] = entry
         self.kept_brackets.append((node, entry))
 
-    def sample_group(self, context: StreamContext, node: int, subject_ids: Sequence[str]) -> list[int]:
+    def sample_group(
+        self, context: StreamContext, node: int, subject_ids: Sequence[str]
+    ) -> list[int]:
         """Output node for each (canonical) subject identifier whose true node is ``node``.
 
         Precondition: ``context`` was made by ``mechanism.stream_context`` and the identifiers
@@ -335,8 +361,9 @@ class FastSampler:
         if shells is None:
             rows, low = self._ball_bounds(int(self.graph.node_location[node]))
             shift = BLOCK_BITS - _TOP_BITS
-            estimate = np.array([u >> shift for u in shell_blocks],
-                                dtype=np.uint64) * 2.0**-_TOP_BITS
+            estimate = (
+                np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
+            )
             best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
             walk = _CompiledWalk(search, powers)
             # explore_guided names a row (best >= 0) only when it was given rows
@@ -347,8 +374,9 @@ class FastSampler:
             for r in undecided:  # the bounds do not settle it: the core decides, exploring on
                 self.stats["fallbacks"] += 1
                 streams[r] = context.for_subject(subject_ids[r], label)
-                shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius,
-                                         powers, total)
+                shells[r] = choose_shell(
+                    walk, LazyUniform(streams[r], SHELL), radius, powers, total
+                )
             if self.brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
                 self._keep_bracket(self.brackets, node, walk, bound, low_row)
 

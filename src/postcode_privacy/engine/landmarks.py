@@ -92,8 +92,16 @@ class LandmarkBounds:
         """Rows Q (for the most promising landmark pairs reaching ``location``), each with
         Q[j] >= pi(B_j) for j < R and non-decreasing in j."""
         out = np.empty((ROWS_PER_SOURCE, radius), dtype=np.int64)
-        n = ball_bounds(self.distances[location], self.pairs, self.offsets, self.shapes,
-                        self.flat, int(radius), ROWS_PER_SOURCE, out)
+        n = ball_bounds(
+            self.distances[location],
+            self.pairs,
+            self.offsets,
+            self.shapes,
+            self.flat,
+            int(radius),
+            ROWS_PER_SOURCE,
+            out,
+        )
         return out[:n]
 
 

@@ -136,8 +136,15 @@ class BallProfiles:
     every location is its own component's centre or covered).
     """
 
-    def __init__(self, cover: int, depth: int, centre_of: np.ndarray, offset: np.ndarray,
-                 cumulative: np.ndarray, total: int):
+    def __init__(
+        self,
+        cover: int,
+        depth: int,
+        centre_of: np.ndarray,
+        offset: np.ndarray,
+        cumulative: np.ndarray,
+        total: int,
+    ):
         self.cover, self.depth = int(cover), int(depth)
         self.centre_of = centre_of
         self.offset = offset
@@ -153,8 +160,15 @@ class BallProfiles:
         ``location``; both non-decreasing."""
         high = np.empty(int(radius), dtype=np.int64)
         low = np.empty(int(radius), dtype=np.int64)
-        _rows(self.cumulative, int(self.centre_of[location]), int(self.offset[location]),
-              int(radius), self.total, high, low)
+        _rows(
+            self.cumulative,
+            int(self.centre_of[location]),
+            int(self.offset[location]),
+            int(radius),
+            self.total,
+            high,
+            low,
+        )
         return high, low
 
     def row(self, location: int, radius: int) -> np.ndarray:
@@ -170,18 +184,31 @@ class BallProfiles:
         return digest.hexdigest()
 
     def _header(self, graph_sha256: str) -> dict:
-        return {"format": FORMAT, "graph_sha256": graph_sha256, "cover": self.cover,
-                "depth": self.depth, "total": self.total,
-                "shapes": [list(self.centre_of.shape), list(self.offset.shape),
-                           list(self.cumulative.shape)]}
+        return {
+            "format": FORMAT,
+            "graph_sha256": graph_sha256,
+            "cover": self.cover,
+            "depth": self.depth,
+            "total": self.total,
+            "shapes": [
+                list(self.centre_of.shape),
+                list(self.offset.shape),
+                list(self.cumulative.shape),
+            ],
+        }
 
     def save(self, path: Path, graph_sha256: str) -> None:
         """Write the table atomically with its content hash (``.npz``, no pickles)."""
         header = self._header(graph_sha256)
         header["sha256"] = self.content_sha256(graph_sha256)
         with atomic_output(path) as handle:
-            np.savez(handle, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-                     centre_of=self.centre_of, offset=self.offset, cumulative=self.cumulative)
+            np.savez(
+                handle,
+                header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+                centre_of=self.centre_of,
+                offset=self.offset,
+                cumulative=self.cumulative,
+            )
 
     @classmethod
     def load(cls, path: Path, graph: Graph, cover: int, depth: int) -> BallProfiles:
@@ -189,15 +216,24 @@ class BallProfiles:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(bytes(data["header"]).decode())
             arrays = (data["centre_of"], data["offset"], data["cumulative"])
-        if (header.get("format") != FORMAT or header.get("graph_sha256") != graph.sha256
-                or header.get("cover") != cover or header.get("depth") != depth
-                or header.get("total") != graph.total_prior):
+        if (
+            header.get("format") != FORMAT
+            or header.get("graph_sha256") != graph.sha256
+            or header.get("cover") != cover
+            or header.get("depth") != depth
+            or header.get("total") != graph.total_prior
+        ):
             raise ValueError("ball profiles were built for another graph or other parameters")
         centre_of, offset, cumulative = arrays
-        if (centre_of.dtype != np.int32 or offset.dtype != np.int16
-                or cumulative.dtype != np.int64 or centre_of.shape != (graph.n_locations,)
-                or offset.shape != (graph.n_locations,) or cumulative.ndim != 2
-                or cumulative.shape[1] != depth + 1):
+        if (
+            centre_of.dtype != np.int32
+            or offset.dtype != np.int16
+            or cumulative.dtype != np.int64
+            or centre_of.shape != (graph.n_locations,)
+            or offset.shape != (graph.n_locations,)
+            or cumulative.ndim != 2
+            or cumulative.shape[1] != depth + 1
+        ):
             raise ValueError("ball profiles have the wrong shape")
         table = cls(cover, depth, centre_of, offset, cumulative, graph.total_prior)
         if table.content_sha256(graph.sha256) != header.get("sha256"):
@@ -205,8 +241,13 @@ class BallProfiles:
         return table
 
 
-def build_profiles(graph: Graph, loc_mass: np.ndarray, cover: int = COVER, depth: int = DEPTH,
-                   progress: bool = False) -> BallProfiles:
+def build_profiles(
+    graph: Graph,
+    loc_mass: np.ndarray,
+    cover: int = COVER,
+    depth: int = DEPTH,
+    progress: bool = False,
+) -> BallProfiles:
     """Compute the table for ``graph`` (see the module docstring)."""
     indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
     indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int32)
@@ -226,8 +267,8 @@ def build_profiles(graph: Graph, loc_mass: np.ndarray, cover: int = COVER, depth
 
         steps = tqdm(steps, desc="ball profiles (once per graph)", unit="sweep", leave=False)
     for start in steps:
-        shells = search.shell_masses_many(centres[start:start + _CHUNK], depth, loc_mass)
-        np.cumsum(shells, axis=1, out=cumulative[start:start + _CHUNK])
+        shells = search.shell_masses_many(centres[start : start + _CHUNK], depth, loc_mass)
+        np.cumsum(shells, axis=1, out=cumulative[start : start + _CHUNK])
     return BallProfiles(cover, depth, centre_of, offset, cumulative, graph.total_prior)
 
 
@@ -254,8 +295,11 @@ def profiles_for(graph: Graph, loc_mass: np.ndarray, progress: bool = False) -> 
             try:
                 table = BallProfiles.load(path, graph, COVER, DEPTH)
             except (OSError, ValueError, KeyError) as exc:
-                warnings.warn(f"the cached ball profiles were refused ({exc}); rebuilding them",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"the cached ball profiles were refused ({exc}); rebuilding them",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         if table is None:
             table = build_profiles(graph, loc_mass, COVER, DEPTH, progress=progress and cached)
             if path is not None:
@@ -263,7 +307,10 @@ def profiles_for(graph: Graph, loc_mass: np.ndarray, progress: bool = False) -> 
                     path.parent.mkdir(parents=True, exist_ok=True)
                     table.save(path, graph.sha256)
                 except OSError as exc:
-                    warnings.warn(f"could not cache the ball profiles ({exc.strerror or exc})",
-                                  RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"could not cache the ball profiles ({exc.strerror or exc})",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
         _TABLES[graph] = table
         return table

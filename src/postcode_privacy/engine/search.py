@@ -72,8 +72,9 @@ def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h):
 
 
 @njit(cache=True)
-def _explore(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated,
-             n_shells, target):
+def _explore(
+    indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated, n_shells, target
+):
     """Explore node shells n_shells .. target - 1; return the new number of shells."""
     for h in range(n_shells, target):
         mass = _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h)
@@ -84,8 +85,26 @@ def _explore(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, 
 
 
 @njit(cache=True)
-def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, masses, colocated,
-                    n_shells, u, pf, radius, total, margin, ball_bounds, low_bounds, best):
+def _explore_guided(
+    indptr,
+    indices,
+    loc_mass,
+    stamp,
+    epoch,
+    order,
+    shell_ptr,
+    masses,
+    colocated,
+    n_shells,
+    u,
+    pf,
+    radius,
+    total,
+    margin,
+    ball_bounds,
+    low_bounds,
+    best,
+):
     """Explore until a float estimate of every record's shell decision looks settled.
 
     Mirrors ``choose_shell`` in floating point: ``u`` holds each record's U and ``pf[h]`` is
@@ -142,8 +161,12 @@ def _explore_guided(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, m
             else:
                 z_high = cf[h] + pf[h + 1] * remaining
                 for q in range(n_rows):
-                    bound = (cf[h] + pf[h + 1] * float(ball_bounds[q, h + 1] - explored)
-                             + suffix[q, h + 2] + pf[radius] * float(total - ball_bounds[q, radius - 1]))
+                    bound = (
+                        cf[h]
+                        + pf[h + 1] * float(ball_bounds[q, h + 1] - explored)
+                        + suffix[q, h + 2]
+                        + pf[radius] * float(total - ball_bounds[q, radius - 1])
+                    )
                     if bound < z_high:
                         z_high = bound
                         best[0] = q
@@ -232,8 +255,12 @@ def _square_mass(flat, base, rows, cols, ai, ak, j):
     r1 = min(ai + j + 1, rows - 1)
     c0 = max(ak - j, 0)
     c1 = min(ak + j + 1, cols - 1)
-    return (flat[base + r1 * cols + c1] - flat[base + r0 * cols + c1]
-            - flat[base + r1 * cols + c0] + flat[base + r0 * cols + c0])
+    return (
+        flat[base + r1 * cols + c1]
+        - flat[base + r0 * cols + c1]
+        - flat[base + r1 * cols + c0]
+        + flat[base + r0 * cols + c0]
+    )
 
 
 @njit(cache=True)
@@ -308,8 +335,20 @@ def _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location, 
 
 
 @njit(cache=True)
-def _pick(order, shell_ptr, members_indptr, members_flat, node_location, prior, source,
-          masses, n_shells, shells, draws, out):
+def _pick(
+    order,
+    shell_ptr,
+    members_indptr,
+    members_flat,
+    node_location,
+    prior,
+    source,
+    masses,
+    n_shells,
+    shells,
+    draws,
+    out,
+):
     """out[r] = the node of shell shells[r] whose cumulative prior first exceeds draws[r].
 
     Same rule as ``mechanism.sampler.pick_in_shell``: cumulative prior in node order within the
@@ -328,8 +367,9 @@ def _pick(order, shell_ptr, members_indptr, members_flat, node_location, prior, 
         r = idx[t]
         h = shells[r]
         if h != current:
-            nodes = _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location,
-                                 source, h)
+            nodes = _shell_nodes(
+                order, shell_ptr, members_indptr, members_flat, node_location, source, h
+            )
             cumulative = np.empty(nodes.size, dtype=np.int64)
             acc = 0
             for j in range(nodes.size):
@@ -398,9 +438,19 @@ class ShellSearch:
             self._stamp[:] = 0
             self._epoch = 1
         self.source = int(source)
-        self._colocated = int(_start(self._node_location, self._prior, self.loc_mass, self._stamp,
-                                     self._epoch, self._order, self._shell_ptr, self.masses,
-                                     self.source))
+        self._colocated = int(
+            _start(
+                self._node_location,
+                self._prior,
+                self.loc_mass,
+                self._stamp,
+                self._epoch,
+                self._order,
+                self._shell_ptr,
+                self.masses,
+                self.source,
+            )
+        )
         self.n_shells = 1
 
     @property
@@ -412,13 +462,31 @@ class ShellSearch:
         """Explore until at least ``n_shells`` node shells are known (at most ``max_shells``)."""
         target = min(int(n_shells), self.max_shells)
         if target > self.n_shells:
-            self.n_shells = int(_explore(self._indptr, self._indices, self.loc_mass, self._stamp,
-                                         self._epoch, self._order, self._shell_ptr, self.masses,
-                                         self._colocated, self.n_shells, target))
+            self.n_shells = int(
+                _explore(
+                    self._indptr,
+                    self._indices,
+                    self.loc_mass,
+                    self._stamp,
+                    self._epoch,
+                    self._order,
+                    self._shell_ptr,
+                    self.masses,
+                    self._colocated,
+                    self.n_shells,
+                    target,
+                )
+            )
 
-    def explore_guided(self, uniforms: np.ndarray, power_ratios: np.ndarray, radius: int,
-                       total_prior: int, ball_bounds: np.ndarray | None = None,
-                       low_bounds: np.ndarray | None = None) -> int:
+    def explore_guided(
+        self,
+        uniforms: np.ndarray,
+        power_ratios: np.ndarray,
+        radius: int,
+        total_prior: int,
+        ball_bounds: np.ndarray | None = None,
+        low_bounds: np.ndarray | None = None,
+    ) -> int:
         """Explore as far as a float estimate says the shell decisions of ``uniforms`` need.
 
         ``power_ratios[h]`` approximates P_h / P_0 for h = 0 .. radius, and ``radius`` must not
@@ -434,18 +502,43 @@ class ShellSearch:
         if low_bounds is None:
             low_bounds = np.zeros((0, radius), dtype=np.int64)
         best = np.full(1, -1, dtype=np.int64)
-        self.n_shells = int(_explore_guided(
-            self._indptr, self._indices, self.loc_mass, self._stamp, self._epoch, self._order,
-            self._shell_ptr, self.masses, self._colocated, self.n_shells, uniforms, power_ratios,
-            int(radius), int(total_prior), _GUIDE_MARGIN, ball_bounds, low_bounds, best))
+        self.n_shells = int(
+            _explore_guided(
+                self._indptr,
+                self._indices,
+                self.loc_mass,
+                self._stamp,
+                self._epoch,
+                self._order,
+                self._shell_ptr,
+                self.masses,
+                self._colocated,
+                self.n_shells,
+                uniforms,
+                power_ratios,
+                int(radius),
+                int(total_prior),
+                _GUIDE_MARGIN,
+                ball_bounds,
+                low_bounds,
+                best,
+            )
+        )
         return int(best[0])
 
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
         if not 0 <= h < self.n_shells:
             raise InvalidParameterError("shell not explored")
-        return _shell_nodes(self._order, self._shell_ptr, self._members_indptr,
-                            self._members_flat, self._node_location, self.source, int(h))
+        return _shell_nodes(
+            self._order,
+            self._shell_ptr,
+            self._members_indptr,
+            self._members_flat,
+            self._node_location,
+            self.source,
+            int(h),
+        )
 
     def pick(self, shells: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """For each request, the node of that (explored) shell at that cumulative-prior draw.
@@ -455,14 +548,33 @@ class ShellSearch:
         shells = np.ascontiguousarray(shells, dtype=np.int64)
         draws = np.ascontiguousarray(draws, dtype=np.int64)
         out = np.empty(shells.size, dtype=np.int64)
-        bad = _pick(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
-                    self._node_location, self._prior, self.source, self.masses, self.n_shells,
-                    shells, draws, out)
+        bad = _pick(
+            self._order,
+            self._shell_ptr,
+            self._members_indptr,
+            self._members_flat,
+            self._node_location,
+            self._prior,
+            self.source,
+            self.masses,
+            self.n_shells,
+            shells,
+            draws,
+            out,
+        )
         if bad >= 0:
-            raise InvalidParameterError("request for an unexplored shell or a draw outside its mass")
+            raise InvalidParameterError(
+                "request for an unexplored shell or a draw outside its mass"
+            )
         return out
 
     def ball(self) -> np.ndarray:
         """Every node in the explored shells (unsorted)."""
-        return _ball(self._order, self._shell_ptr, self._members_indptr, self._members_flat,
-                     self.source, self.n_shells)
+        return _ball(
+            self._order,
+            self._shell_ptr,
+            self._members_indptr,
+            self._members_flat,
+            self.source,
+            self.n_shells,
+        )

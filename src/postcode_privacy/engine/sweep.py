@@ -57,8 +57,21 @@ def _bfs_masses(indptr, indices, loc_mass, source, max_hops, hops, order, out): 
 
 
 @njit(cache=True)
-def _multi_bfs_masses(indptr, indices, loc_mass, sources, max_hops, seen, frontier, nxt,
-                      queued, active, fresh, touched, out):  # pragma: no cover - compiled
+def _multi_bfs_masses(
+    indptr,
+    indices,
+    loc_mass,
+    sources,
+    max_hops,
+    seen,
+    frontier,
+    nxt,
+    queued,
+    active,
+    fresh,
+    touched,
+    out,
+):  # pragma: no cover - compiled
     """Shell masses for up to 64 * W sources at once (multi-source BFS, one bit per source).
 
     ``seen``, ``frontier`` and ``nxt`` are (locations, W) uint64 arrays and ``queued`` a uint8
@@ -171,10 +184,15 @@ class _SweepWorkspace(NamedTuple):
 
     @classmethod
     def allocate(cls, n: int, words: int) -> _SweepWorkspace:
-        return cls(np.zeros((n, words), dtype=np.uint64), np.zeros((n, words), dtype=np.uint64),
-                   np.zeros((n, words), dtype=np.uint64), np.zeros(n, dtype=np.uint8),
-                   np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-                   np.empty(n, dtype=np.int64))
+        return cls(
+            np.zeros((n, words), dtype=np.uint64),
+            np.zeros((n, words), dtype=np.uint64),
+            np.zeros((n, words), dtype=np.uint64),
+            np.zeros(n, dtype=np.uint8),
+            np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64),
+        )
 
 
 class LocationSearch:
@@ -193,7 +211,9 @@ class LocationSearch:
 
     def ball(self, source: int, max_hops: int) -> tuple[np.ndarray, np.ndarray]:
         """(locations, hop distances) of every location within ``max_hops`` of ``source``."""
-        count = _bfs(self._indptr, self._indices, int(source), int(max_hops), self._hops, self._order)
+        count = _bfs(
+            self._indptr, self._indices, int(source), int(max_hops), self._hops, self._order
+        )
         locs = self._order[:count].copy()
         hops = self._hops[locs].astype(np.int64)
         self._hops[locs] = -1
@@ -201,7 +221,9 @@ class LocationSearch:
 
     def hops_to(self, source: int, max_hops: int, targets: np.ndarray, beyond: int) -> np.ndarray:
         """Hop distance from ``source`` to each target location, or ``beyond`` past ``max_hops``."""
-        count = _bfs(self._indptr, self._indices, int(source), int(max_hops), self._hops, self._order)
+        count = _bfs(
+            self._indptr, self._indices, int(source), int(max_hops), self._hops, self._order
+        )
         found = self._hops[targets].astype(np.int64)
         self._hops[self._order[:count]] = -1
         found[found < 0] = beyond
@@ -210,8 +232,16 @@ class LocationSearch:
     def shell_masses(self, source: int, max_hops: int, loc_mass: np.ndarray) -> np.ndarray:
         """Total ``loc_mass`` of the locations at each hop distance 0 .. ``max_hops`` (int64)."""
         out = np.zeros(int(max_hops) + 1, dtype=np.int64)
-        _bfs_masses(self._indptr, self._indices, loc_mass, int(source), int(max_hops),
-                    self._hops, self._order, out)
+        _bfs_masses(
+            self._indptr,
+            self._indices,
+            loc_mass,
+            int(source),
+            int(max_hops),
+            self._hops,
+            self._order,
+            out,
+        )
         return out
 
     def shell_masses_many(self, sources, max_hops: int, loc_mass: np.ndarray) -> np.ndarray:
@@ -227,6 +257,13 @@ class LocationSearch:
             workspace = self._multi = _SweepWorkspace.allocate(self._hops.size, words)
         width = 64 * workspace.seen.shape[1]
         for start in range(0, sources.size, width):
-            _multi_bfs_masses(self._indptr, self._indices, loc_mass, sources[start:start + width],
-                              int(max_hops), *workspace, out[start:start + width])
+            _multi_bfs_masses(
+                self._indptr,
+                self._indices,
+                loc_mass,
+                sources[start : start + width],
+                int(max_hops),
+                *workspace,
+                out[start : start + width],
+            )
         return out

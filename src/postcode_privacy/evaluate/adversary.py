@@ -57,7 +57,8 @@ def distinct_draws(observations) -> list[int]:
     for draw_id, output in observations:
         if draw_id in seen and seen[draw_id] != int(output):
             raise PostcodePrivacyError(
-                "releases under one key differed for the same subject: keyed determinism is broken")
+                "releases under one key differed for the same subject: keyed determinism is broken"
+            )
         seen.setdefault(draw_id, int(output))
     return list(seen.values())
 
@@ -71,10 +72,14 @@ def candidate_nodes(exact: ExactMechanism, truth: int, outputs: list[int], hops:
         locs.append(ball)
     unique = np.unique(np.concatenate(locs))
     ip, flat = g.members_indptr, g.members_flat
-    return np.sort(np.concatenate([flat[ip[v]:ip[v + 1]] for v in unique.tolist()]).astype(np.int64))
+    return np.sort(
+        np.concatenate([flat[ip[v] : ip[v + 1]] for v in unique.tolist()]).astype(np.int64)
+    )
 
 
-def posterior_outcome(exact: ExactMechanism, truth: int, outputs: list[int], hops: int = 6) -> AdversaryOutcome:
+def posterior_outcome(
+    exact: ExactMechanism, truth: int, outputs: list[int], hops: int = 6
+) -> AdversaryOutcome:
     """The adversary's view of ``truth`` after independent draws ``outputs`` (see module doc)."""
     if hops < 1:
         raise ValueError("hops must be at least 1")
@@ -102,7 +107,9 @@ def posterior_outcome(exact: ExactMechanism, truth: int, outputs: list[int], hop
         elif left == right:
             ties += 1
     # Posterior of the truth from integers scaled so the largest ratio has >= 100 bits.
-    shift = max(0, 101 + min(d.bit_length() - n.bit_length() for n, d in zip(numerators, denominators)))
+    shift = max(
+        0, 101 + min(d.bit_length() - n.bit_length() for n, d in zip(numerators, denominators))
+    )
     scaled = [(n << shift) // d for n, d in zip(numerators, denominators)]
     posterior = float(Fraction(scaled[t], sum(scaled))) if sum(scaled) else 0.0
     identified = Fraction(1, ties + 1) if greater == 0 else Fraction(0)

@@ -32,7 +32,8 @@ from .exact import ExactMechanism
 from .utility import measure_utility
 
 GRID: tuple[Decimal, ...] = tuple(
-    Decimal(m).scaleb(e) for e in (-3, -2, -1) for m in range(10, 100)) + (Decimal(10),)
+    Decimal(m).scaleb(e) for e in (-3, -2, -1) for m in range(10, 100)
+) + (Decimal(10),)
 
 # name -> True if the measure decreases as epsilon grows
 TARGETS = {"median-displacement-km": True, "max-self-probability": False}
@@ -66,7 +67,8 @@ def parse_target(text: str) -> tuple[str, float]:
     name = name.strip()
     if not sep or name not in TARGETS:
         raise InvalidParameterError(
-            f"a target must be NAME=VALUE with NAME one of {', '.join(sorted(TARGETS))}")
+            f"a target must be NAME=VALUE with NAME one of {', '.join(sorted(TARGETS))}"
+        )
     try:
         number = float(value)
     except ValueError:
@@ -92,8 +94,10 @@ class _Measures:
                 self.budget = max(self.budget, len(self.cache) + 1)
                 self.progress("measuring epsilon values", len(self.cache), self.budget)
             summary = measure_utility(ExactMechanism(Mechanism(self.graph, epsilon)), self.nodes)
-            self.cache[epsilon] = {"median-displacement-km": summary.median_displacement_km,
-                                   "max-self-probability": summary.max_self_probability}
+            self.cache[epsilon] = {
+                "median-displacement-km": summary.median_displacement_km,
+                "max-self-probability": summary.max_self_probability,
+            }
         return self.cache[epsilon]
 
 
@@ -120,8 +124,12 @@ def _search(ok, decreasing: bool) -> int | None:
     return lo
 
 
-def calibrate(graph: Graph, targets: dict[str, float], nodes,
-              progress: Callable[[str, int, int], None] | None = None) -> CalibrationResult:
+def calibrate(
+    graph: Graph,
+    targets: dict[str, float],
+    nodes,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> CalibrationResult:
     """The epsilon on the two-significant-figure grid meeting ``targets`` on ``nodes``.
 
     ``progress``, if given, is called as ``progress(stage, done, total)`` before each utility
@@ -152,10 +160,13 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
             edge = GRID[-1] if decreasing else GRID[0]
             warnings.append(
                 f"{name} <= {value:g} cannot be met for epsilon in [0.01, 10]: at epsilon "
-                f"{canonical_text(edge)} it is {measures(edge)[name]:.4g}")
+                f"{canonical_text(edge)} it is {measures(edge)[name]:.4g}"
+            )
         elif decreasing and index == 0:
-            warnings.append(f"{name} <= {value:g} is met already at epsilon 0.01, the smallest "
-                            "searched; a smaller epsilon may also meet it")
+            warnings.append(
+                f"{name} <= {value:g} is met already at epsilon 0.01, the smallest "
+                "searched; a smaller epsilon may also meet it"
+            )
         elif not decreasing and index == len(GRID) - 1:
             warnings.append(f"{name} <= {value:g} is met even at epsilon 10, the largest searched")
     epsilon: Decimal | None = None
@@ -167,7 +178,8 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
         if lo is not None and hi is not None and lo > hi:
             warnings.append(
                 f"the targets conflict: they need epsilon >= {canonical_text(GRID[lo])} and "
-                f"<= {canonical_text(GRID[hi])}")
+                f"<= {canonical_text(GRID[hi])}"
+            )
         elif lo is not None:  # the smallest epsilon meeting every target
             epsilon = GRID[lo]
         elif hi is not None:  # only upper limits: the largest epsilon allowed
@@ -176,6 +188,11 @@ def calibrate(graph: Graph, targets: dict[str, float], nodes,
     if progress is not None:
         progress("measuring epsilon values", len(measures.cache), len(measures.cache))
     return CalibrationResult(
-        epsilon=epsilon, met=epsilon is not None, targets=dict(targets),
-        achieved={k: achieved[k] for k in achieved}, bounds=bounds, warnings=warnings,
-        evaluations={canonical_text(e): v for e, v in sorted(measures.cache.items())})
+        epsilon=epsilon,
+        met=epsilon is not None,
+        targets=dict(targets),
+        achieved={k: achieved[k] for k in achieved},
+        bounds=bounds,
+        warnings=warnings,
+        evaluations={canonical_text(e): v for e, v in sorted(measures.cache.items())},
+    )

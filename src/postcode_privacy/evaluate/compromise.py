@@ -58,11 +58,12 @@ def nearby_nodes(exact: ExactMechanism, output: int, hops: int) -> np.ndarray:
     g = exact.graph
     locs, _ = exact.search.ball(int(g.node_location[output]), hops)
     ip, flat = g.members_indptr, g.members_flat
-    return np.concatenate([flat[ip[v]:ip[v + 1]] for v in locs.tolist()]).astype(np.int64)
+    return np.concatenate([flat[ip[v] : ip[v + 1]] for v in locs.tolist()]).astype(np.int64)
 
 
-def key_compromise(exact: ExactMechanism, key: Key, subjects, truths, outputs,
-                   hops: int = 6) -> CompromiseSummary:
+def key_compromise(
+    exact: ExactMechanism, key: Key, subjects, truths, outputs, hops: int = 6
+) -> CompromiseSummary:
     """Collision counts for every (subject, truth, output) triple; ``outputs`` must be the keyed
     releases of ``truths`` under ``key``.  For each, the postcodes other than the truth within
     ``hops`` hops of the output are run through the keyed mechanism for the same subject, and

@@ -111,7 +111,9 @@ class ExactMechanism:
             if len(self._terms) < _CACHE_LIMIT:
                 self._terms[loc] = (row[0], inner, sum(row))
 
-    def _combine(self, pi: int, own_mass: int, inner: int, ball_locations_mass: int) -> tuple[int, int]:
+    def _combine(
+        self, pi: int, own_mass: int, inner: int, ball_locations_mass: int
+    ) -> tuple[int, int]:
         """(Z(x), pi(B(x))) from x's prior and its location's terms."""
         p, r = self.powers, self.radius
         if r >= 2:
@@ -130,8 +132,10 @@ class ExactMechanism:
 
     def probability(self, truth: int, output: int) -> Fraction:
         """K(x)(y) for one pair of nodes, exactly."""
-        return Fraction(int(self.graph.prior[output]) * self.powers[self.node_hops(truth, [output])[0]],
-                        self.normaliser(truth))
+        return Fraction(
+            int(self.graph.prior[output]) * self.powers[self.node_hops(truth, [output])[0]],
+            self.normaliser(truth),
+        )
 
     def node_hops(self, source: int, targets) -> list[int]:
         """min(d(source, t), R) for each target node."""
@@ -205,7 +209,9 @@ class ExactMechanism:
 
     def _require_coordinates(self) -> np.ndarray:
         if self._coords is None:
-            raise GraphError("this graph carries no coordinates, so displacements cannot be measured")
+            raise GraphError(
+                "this graph carries no coordinates, so displacements cannot be measured"
+            )
         return self._coords
 
     def distances_m(self, location: int) -> np.ndarray:
@@ -214,7 +220,9 @@ class ExactMechanism:
         d = xy - xy[location]
         return np.hypot(d[:, 0], d[:, 1])
 
-    def expected_displacement_m(self, dist: OutputDistribution, distances: np.ndarray | None = None) -> Fraction:
+    def expected_displacement_m(
+        self, dist: OutputDistribution, distances: np.ndarray | None = None
+    ) -> Fraction:
         """E[distance(x, output)] in metres, exact for distances rounded to the millimetre."""
         if distances is None:
             distances = self.distances_m(dist.location)
@@ -246,8 +254,13 @@ class ExactMechanism:
         out[dist.location] = float(Fraction(self.location_weights(dist)[0], z))
         return out
 
-    def add_displacement_histogram(self, dist: OutputDistribution, histogram: np.ndarray,
-                                   distances: np.ndarray | None = None, weight: float = 1.0) -> None:
+    def add_displacement_histogram(
+        self,
+        dist: OutputDistribution,
+        histogram: np.ndarray,
+        distances: np.ndarray | None = None,
+        weight: float = 1.0,
+    ) -> None:
         """Add ``weight`` * K(x) to ``histogram``, binned by whole metres of displacement."""
         if distances is None:
             distances = self.distances_m(dist.location)
@@ -263,8 +276,9 @@ class ExactMechanism:
 
     # -- local authority ------------------------------------------------------------------------
 
-    def same_area_probability(self, dist: OutputDistribution, area: np.ndarray,
-                              area_mass: np.ndarray) -> Fraction | None:
+    def same_area_probability(
+        self, dist: OutputDistribution, area: np.ndarray, area_mass: np.ndarray
+    ) -> Fraction | None:
         """Probability that the output lies in the same area (e.g. local authority) as x.
 
         ``area`` gives a non-negative integer code per node, -1 where unknown; ``area_mass`` the

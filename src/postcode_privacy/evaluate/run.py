@@ -69,15 +69,20 @@ def area_codes(graph: Graph, laua=None) -> AreaCodes:
 
             laua = bundled_laua(graph.postcodes)
         except (ImportError, PostcodePrivacyError) as exc:
-            return AreaCodes(None, None, f"local authority codes unavailable ({type(exc).__name__}); "
-                                         "same-local-authority share skipped")
+            return AreaCodes(
+                None,
+                None,
+                f"local authority codes unavailable ({type(exc).__name__}); "
+                "same-local-authority share skipped",
+            )
     values = np.asarray(laua, dtype=object)
     if values.shape != (len(graph),):
         raise InvalidParameterError("laua must give one value per graph node")
     known = np.array([v is not None and v == v and str(v) != "" for v in values], dtype=bool)
     if not known.any():
-        return AreaCodes(None, None, "no node has a local authority code; "
-                                     "same-local-authority share skipped")
+        return AreaCodes(
+            None, None, "no node has a local authority code; same-local-authority share skipped"
+        )
     codes = np.full(len(graph), -1, dtype=np.int64)
     _, inverse = np.unique(values[known].astype(str), return_inverse=True)
     codes[known] = inverse
@@ -89,11 +94,21 @@ def area_codes(graph: Graph, laua=None) -> AreaCodes:
     return AreaCodes(codes, mass, note)
 
 
-def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample: int = 100,
-                     releases: int = 20, seed: int = 0, adversary_hops: int = 6,
-                     compromise_hops: int = 6, compromise_sample: int | None = None,
-                     laua=None, match_truncation: bool = True,
-                     progress: Callable[[str, int, int], None] | None = None) -> dict:
+def evaluate_release(
+    graph: Graph,
+    epsilon,
+    *,
+    radius: int | None = None,
+    sample: int = 100,
+    releases: int = 20,
+    seed: int = 0,
+    adversary_hops: int = 6,
+    compromise_hops: int = 6,
+    compromise_sample: int | None = None,
+    laua=None,
+    match_truncation: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict:
     """Measure a release at ``epsilon`` on a seeded sample; returns a JSON-ready report.
 
     ``laua``: local authority per node (defaults to the bundled directory).  The report carries
@@ -101,6 +116,7 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
     given, is called as ``progress(stage, done, total)`` while it runs (it must not print to
     stdout).
     """
+
     def report(stage: str, done: int, total: int) -> None:
         if progress is not None:
             progress(stage, done, total)
@@ -125,32 +141,51 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
 
     report("adversary", 0, len(nodes))
     scenarios = adversary_scenarios(
-        mechanism, exact, nodes, releases, seed, adversary_hops,
-        progress=lambda done, total: report("adversary", done, total))
+        mechanism,
+        exact,
+        nodes,
+        releases,
+        seed,
+        adversary_hops,
+        progress=lambda done, total: report("adversary", done, total),
+    )
     key0, first = scenarios.key0, scenarios.first_release
     report("key compromise", 0, 1)
-    n_comp = len(nodes) if compromise_sample is None else max(1, min(int(compromise_sample), len(nodes)))
-    compromise = key_compromise(exact, key0, subjects[:n_comp], nodes[:n_comp], first[:n_comp],
-                                compromise_hops)
+    n_comp = (
+        len(nodes) if compromise_sample is None else max(1, min(int(compromise_sample), len(nodes)))
+    )
+    compromise = key_compromise(
+        exact, key0, subjects[:n_comp], nodes[:n_comp], first[:n_comp], compromise_hops
+    )
     report("key compromise", 1, 1)
 
     truncation = {}
     for level in ("sector", "district"):
         report(f"{level} truncation", 0, 2)
         codes = group_codes(graph, level)
-        summary = truncation_baseline(graph, nodes, level, areas.codes, codes) if codes is not None else None
+        summary = (
+            truncation_baseline(graph, nodes, level, areas.codes, codes)
+            if codes is not None
+            else None
+        )
         if summary is None:
-            notes.append(f"{level} truncation skipped: the graph's labels are not all postcodes "
-                         "or it has no coordinates")
+            notes.append(
+                f"{level} truncation skipped: the graph's labels are not all postcodes "
+                "or it has no coordinates"
+            )
             continue
         entry = summary.to_json()
         if match_truncation:
             report(f"{level} truncation", 1, 2)  # next: the epsilon with its utility
-            matched = calibrate(graph, {"median-displacement-km": summary.median_displacement_km}, nodes)
+            matched = calibrate(
+                graph, {"median-displacement-km": summary.median_displacement_km}, nodes
+            )
             entry["matching_epsilon"] = matched.to_json()["epsilon"]
-            entry["matching_note"] = ("smallest epsilon (two significant figures) whose median "
-                                      "displacement is at most the truncation's; "
-                                      + ("; ".join(matched.warnings) if matched.warnings else "met"))
+            entry["matching_note"] = (
+                "smallest epsilon (two significant figures) whose median "
+                "displacement is at most the truncation's; "
+                + ("; ".join(matched.warnings) if matched.warnings else "met")
+            )
         truncation[level] = entry
         report(f"{level} truncation", 2, 2)
 
@@ -164,9 +199,11 @@ def evaluate_release(graph: Graph, epsilon, *, radius: int | None = None, sample
         "releases": int(releases),
         "utility": utility.to_json(),
         "adversary": {
-            "candidate_set": (f"every postcode within {adversary_hops} hops of an observed output, "
-                              "plus the true postcode if further out; restricting to a set that "
-                              "contains the truth can only help the adversary"),
+            "candidate_set": (
+                f"every postcode within {adversary_hops} hops of an observed output, "
+                "plus the true postcode if further out; restricting to a set that "
+                "contains the truth can only help the adversary"
+            ),
             "hops": adversary_hops,
             "one_release": summarise(scenarios.one).to_json(),
             "independent_draws": summarise(scenarios.independent).to_json(),
@@ -190,9 +227,15 @@ class AdversaryScenarios:
     keyed: list[AdversaryOutcome]
 
 
-def adversary_scenarios(mechanism: Mechanism, exact: ExactMechanism, nodes: np.ndarray,
-                        releases: int, seed: int, hops: int,
-                        progress: Callable[[int, int], None] | None = None) -> AdversaryScenarios:
+def adversary_scenarios(
+    mechanism: Mechanism,
+    exact: ExactMechanism,
+    nodes: np.ndarray,
+    releases: int,
+    seed: int,
+    hops: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> AdversaryScenarios:
     """One release, K = ``releases`` independent draws and K keyed releases of each sampled node
     under stand-in keys derived from ``seed``; raises if the keyed view differs from one
     release.  ``progress(done, total)`` is called after each subject."""
@@ -214,8 +257,9 @@ def adversary_scenarios(mechanism: Mechanism, exact: ExactMechanism, nodes: np.n
         keyed_draws = distinct_draws((key0.fingerprint, run[i]) for run in keyed_runs)
         outcome_keyed = posterior_outcome(exact, x, keyed_draws, hops)
         if outcome_keyed != outcome_one:
-            raise PostcodePrivacyError("keyed releases changed the adversary's view: "
-                                       "keyed determinism is broken")
+            raise PostcodePrivacyError(
+                "keyed releases changed the adversary's view: keyed determinism is broken"
+            )
         one.append(outcome_one)
         independent.append(outcome_ind)
         keyed.append(outcome_keyed)

@@ -71,8 +71,9 @@ def group_codes(graph: Graph, level: str) -> np.ndarray | None:
     return pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def truncation_baseline(graph: Graph, nodes, level: str, area: np.ndarray | None = None,
-                        codes: np.ndarray | None = None) -> TruncationSummary | None:
+def truncation_baseline(
+    graph: Graph, nodes, level: str, area: np.ndarray | None = None, codes: np.ndarray | None = None
+) -> TruncationSummary | None:
     """Utility and adversary figures for releasing the ``level`` of each sampled node."""
     if level not in LEVELS:
         raise ValueError(f"unknown truncation level {level!r}")
@@ -97,7 +98,7 @@ def truncation_baseline(graph: Graph, nodes, level: str, area: np.ndarray | None
     displacement, selfs, same, ident, ranks, sizes = [], [], [], [], [], []
     for x in nodes:
         g = int(codes[x])
-        members = order[starts[g]:starts[g + 1]]
+        members = order[starts[g] : starts[g + 1]]
         pi_x = int(prior[x])
         displacement.append(float(np.hypot(*(xy[x] - centroid[g]))))
         share = Fraction(pi_x, int(mass[g]))

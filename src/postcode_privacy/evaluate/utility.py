@@ -81,8 +81,12 @@ def _median(values) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
-def measure_utility(exact: ExactMechanism, nodes, area: np.ndarray | None = None,
-                    area_mass: np.ndarray | None = None) -> UtilitySummary:
+def measure_utility(
+    exact: ExactMechanism,
+    nodes,
+    area: np.ndarray | None = None,
+    area_mass: np.ndarray | None = None,
+) -> UtilitySummary:
     """Utility of ``exact``'s mechanism over the sampled ``nodes``.
 
     ``area``/``area_mass``: integer area codes per node (-1 unknown) and each code's total prior,
@@ -98,19 +102,30 @@ def measure_utility(exact: ExactMechanism, nodes, area: np.ndarray | None = None
         dist = exact.distribution(node)
         distances = exact.distances_m(dist.location)
         exact.add_displacement_histogram(dist, histogram, distances, weight=1.0 / len(nodes))
-        same = (exact.same_area_probability(dist, area, area_mass)
-                if area is not None and area_mass is not None else None)
-        rows.append(PostcodeUtility(node, exact.self_probability(dist),
-                                    exact.teleport_probability(dist),
-                                    exact.expected_displacement_m(dist, distances), same))
+        same = (
+            exact.same_area_probability(dist, area, area_mass)
+            if area is not None and area_mass is not None
+            else None
+        )
+        rows.append(
+            PostcodeUtility(
+                node,
+                exact.self_probability(dist),
+                exact.teleport_probability(dist),
+                exact.expected_displacement_m(dist, distances),
+                same,
+            )
+        )
     known = [r.same_area_probability for r in rows if r.same_area_probability is not None]
     selfs = [r.self_probability for r in rows]
     return UtilitySummary(
         sample_size=len(nodes),
         median_displacement_km=mixture_quantile_m(histogram, 0.5) / 1000.0,
         p95_displacement_km=mixture_quantile_m(histogram, 0.95) / 1000.0,
-        mean_expected_displacement_km=float(sum(r.expected_displacement_m for r in rows)
-                                            / len(rows)) / 1000.0,
+        mean_expected_displacement_km=float(
+            sum(r.expected_displacement_m for r in rows) / len(rows)
+        )
+        / 1000.0,
         median_self_probability=_median([float(s) for s in selfs]),
         max_self_probability=float(max(selfs)),
         max_teleport_probability=float(max(r.teleport_probability for r in rows)),

@@ -101,8 +101,12 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     specs: dict[str, _ArraySpec] = {}
     offset = 0
     for name, arr in arrays.items():
-        specs[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset,
-                       "nbytes": int(arr.nbytes)}
+        specs[name] = {
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "offset": offset,
+            "nbytes": int(arr.nbytes),
+        }
         offset = _align(offset + arr.nbytes)
     last = next(reversed(specs.values()))
     header = {
@@ -116,12 +120,14 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
         "provenance": graph.provenance,
     }
     try:
-        header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":"),
-                                  allow_nan=False, ensure_ascii=True).encode("ascii")
+        header_bytes = json.dumps(
+            header, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=True
+        ).encode("ascii")
     except (TypeError, ValueError) as exc:
         raise GraphError("graph params and provenance must be plain JSON values") from exc
-    preamble = (_marker() + struct.pack("<Q", len(header_bytes))
-                + _sha256(header_bytes) + header_bytes)
+    preamble = (
+        _marker() + struct.pack("<Q", len(header_bytes)) + _sha256(header_bytes) + header_bytes
+    )
     data_start = _align(len(preamble))
 
     with atomic_output(path) as out:
@@ -164,9 +170,14 @@ def load_graph(path: str | os.PathLike) -> Graph:
     arrays = _map_arrays(buf, size, header, header_end)
     try:
         graph = Graph._from_verified_arrays(
-            arrays["postcodes"], arrays["node_location"], arrays["loc_indptr"],
-            arrays["loc_indices"], arrays["prior"], arrays.get("location_coordinates"),
-            params=header["params"], provenance=header["provenance"],
+            arrays["postcodes"],
+            arrays["node_location"],
+            arrays["loc_indptr"],
+            arrays["loc_indices"],
+            arrays["prior"],
+            arrays.get("location_coordinates"),
+            params=header["params"],
+            provenance=header["provenance"],
         )
     except GraphError as exc:
         raise ArtefactError(f"graph artefact holds an invalid graph: {exc}") from exc
@@ -182,10 +193,10 @@ def load_graph(path: str | os.PathLike) -> Graph:
 
 def _read_header(buf, size: int) -> tuple[dict, int]:
     """The verified JSON header and the offset just after it."""
-    if bytes(buf[:len(MAGIC)]) != MAGIC:
+    if bytes(buf[: len(MAGIC)]) != MAGIC:
         raise ArtefactError("not a postcode-privacy graph artefact (wrong marker)")
     end = buf.find(b"\n", len(MAGIC), len(MAGIC) + 12)
-    digits = bytes(buf[len(MAGIC):end]) if end > 0 else b""
+    digits = bytes(buf[len(MAGIC) : end]) if end > 0 else b""
     if not digits.isdigit():
         raise ArtefactError("graph artefact marker line is damaged")
     version = int(digits)
@@ -197,25 +208,39 @@ def _read_header(buf, size: int) -> tuple[dict, int]:
     pos = end + 1
     if size < pos + 8 + _DIGEST:
         raise ArtefactError("graph artefact is truncated (header missing)")
-    (length,) = struct.unpack("<Q", buf[pos:pos + 8])
-    digest = bytes(buf[pos + 8:pos + 8 + _DIGEST])
+    (length,) = struct.unpack("<Q", buf[pos : pos + 8])
+    digest = bytes(buf[pos + 8 : pos + 8 + _DIGEST])
     start = pos + 8 + _DIGEST
     if length > _MAX_HEADER or start + length > size:
         raise ArtefactError("graph artefact is truncated or its header length is damaged")
-    header_bytes = bytes(buf[start:start + length])
+    header_bytes = bytes(buf[start : start + length])
     if not hmac.compare_digest(_sha256(header_bytes), digest):
-        raise ArtefactError("graph artefact header does not match its checksum: "
-                            "the file is corrupted or has been edited")
+        raise ArtefactError(
+            "graph artefact header does not match its checksum: "
+            "the file is corrupted or has been edited"
+        )
     try:
         header = json.loads(header_bytes.decode("ascii"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtefactError("graph artefact header is not valid JSON") from exc
-    expected = {"format", "sha256", "n_nodes", "n_locations", "arrays", "data_nbytes",
-                "params", "provenance"}
+    expected = {
+        "format",
+        "sha256",
+        "n_nodes",
+        "n_locations",
+        "arrays",
+        "data_nbytes",
+        "params",
+        "provenance",
+    }
     well_formed = (
-        isinstance(header, dict) and set(header) == expected and header["format"] == version
-        and isinstance(header["params"], dict) and isinstance(header["provenance"], dict)
-        and isinstance(header["sha256"], str) and len(header["sha256"]) == 64
+        isinstance(header, dict)
+        and set(header) == expected
+        and header["format"] == version
+        and isinstance(header["params"], dict)
+        and isinstance(header["provenance"], dict)
+        and isinstance(header["sha256"], str)
+        and len(header["sha256"]) == 64
         and isinstance(header["arrays"], dict)
         and all(_is_count(header[k]) for k in ("n_nodes", "n_locations", "data_nbytes"))
     )
@@ -243,7 +268,10 @@ def _map_arrays(buf, size: int, header: dict, header_end: int) -> dict[str, np.n
     _check_zero(buf, header_end, data_start)
     n, n_loc = header["n_nodes"], header["n_locations"]
     expected_shapes = {
-        "postcodes": [n], "node_location": [n], "loc_indptr": [n_loc + 1], "prior": [n],
+        "postcodes": [n],
+        "node_location": [n],
+        "loc_indptr": [n_loc + 1],
+        "prior": [n],
         "location_coordinates": [n_loc, 2],
     }
     arrays, cursor = {}, 0
@@ -256,19 +284,27 @@ def _map_arrays(buf, size: int, header: dict, header_end: int) -> dict[str, np.n
             offset, nbytes = int(spec["offset"]), int(spec["nbytes"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtefactError(f"graph artefact header describes {name} badly") from exc
-        ok_dtype = (dtype.str.startswith("|S") and dtype.itemsize > 0) if want_dtype == "|S" \
+        ok_dtype = (
+            (dtype.str.startswith("|S") and dtype.itemsize > 0)
+            if want_dtype == "|S"
             else dtype.str == want_dtype
+        )
         if not ok_dtype or len(shape) != ndim or any(x < 0 for x in shape):
             raise ArtefactError(f"graph artefact array {name} has the wrong type or shape")
         if name in expected_shapes and shape != expected_shapes[name]:
             raise ArtefactError(f"graph artefact array {name} has the wrong shape")
         count = math.prod(shape)
-        if (nbytes != count * dtype.itemsize or offset % _ALIGN or offset < cursor
-                or data_start + offset + nbytes > size):
+        if (
+            nbytes != count * dtype.itemsize
+            or offset % _ALIGN
+            or offset < cursor
+            or data_start + offset + nbytes > size
+        ):
             raise ArtefactError(f"graph artefact array {name} has an invalid position or size")
         _check_zero(buf, data_start + cursor, data_start + offset)
-        arrays[name] = np.frombuffer(buf, dtype=dtype, count=count,
-                                     offset=data_start + offset).reshape(shape)
+        arrays[name] = np.frombuffer(
+            buf, dtype=dtype, count=count, offset=data_start + offset
+        ).reshape(shape)
         cursor = offset + nbytes
     if cursor != header["data_nbytes"]:
         raise ArtefactError("graph artefact has bytes after its last array")

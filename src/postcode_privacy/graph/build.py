@@ -90,7 +90,8 @@ def build_graph(
 
         squared, scale = _squared_lengths(loc_xy, lo, hi)
         lo, hi, lengths, stats = _cut_and_restore(
-            n_loc, lo, hi, squared, scale, _squared_limit(params["max_edge_km"], scale), max_edge_m)
+            n_loc, lo, hi, squared, scale, _squared_limit(params["max_edge_km"], scale), max_edge_m
+        )
         bar.update(1)
 
         indptr, indices = _symmetric_csr(n_loc, lo, hi)
@@ -111,7 +112,13 @@ def build_graph(
         prov = dict(provenance or {})
         prov["build"] = build
         graph = Graph(
-            labels, node_location, indptr, indices, prior_arr, loc_xy, params=params,
+            labels,
+            node_location,
+            indptr,
+            indices,
+            prior_arr,
+            loc_xy,
+            params=params,
             provenance=prov,
         )
         graph.provenance["build"]["seconds"] = round(time.perf_counter() - started, 3)
@@ -125,7 +132,9 @@ def build_graph(
 
 
 def _params(max_edge_km: float, params_extra: dict | None) -> dict:
-    if isinstance(max_edge_km, bool) or not isinstance(max_edge_km, (int, float, np.integer, np.floating)):
+    if isinstance(max_edge_km, bool) or not isinstance(
+        max_edge_km, (int, float, np.integer, np.floating)
+    ):
         raise InvalidParameterError("max_edge_km must be a number")
     max_edge_km = float(max_edge_km)
     if not math.isfinite(max_edge_km) or max_edge_km <= 0:
@@ -231,8 +240,9 @@ def _squared_lengths(xy: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np
     # largest power-of-two denominator and work in Python integers (slower, still exact).
     fractions = [Fraction(float(v)) for v in xy.ravel().tolist()]
     scale = max(f.denominator for f in fractions).bit_length() - 1
-    ints = np.array([f.numerator * ((1 << scale) // f.denominator) for f in fractions],
-                    dtype=object).reshape(xy.shape)
+    ints = np.array(
+        [f.numerator * ((1 << scale) // f.denominator) for f in fractions], dtype=object
+    ).reshape(xy.shape)
     d = ints[hi] - ints[lo]
     return d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1], scale
 
@@ -266,8 +276,9 @@ def _cut_and_restore(n_loc, lo, hi, squared, scale, squared_limit, max_edge_m):
         lengths = np.sqrt(squared.astype(np.float64))
     else:
         keep = np.array([v <= squared_limit for v in squared.tolist()], dtype=bool)
-        lengths = np.sqrt(np.array([float(Fraction(v, 4**scale)) for v in squared.tolist()],
-                                   dtype=np.float64))
+        lengths = np.sqrt(
+            np.array([float(Fraction(v, 4**scale)) for v in squared.tolist()], dtype=np.float64)
+        )
     cut = ~keep
     n_cut = int(np.count_nonzero(cut))
     n_comp, comp = _components(n_loc, lo[keep], hi[keep])
@@ -371,9 +382,14 @@ def _node_edge_count(node_location, n_loc, lo, hi) -> int:
 def _length_summary(lengths: np.ndarray, percentiles=_PERCENTILES) -> dict:
     if lengths.size == 0:
         return {"count": 0}
-    out = {"count": int(lengths.size), "min": round(float(lengths.min()), 1),
-           "mean": round(float(lengths.mean()), 1)}
-    for p, v in zip(percentiles, np.percentile(lengths, percentiles) if percentiles else [], strict=True):
+    out = {
+        "count": int(lengths.size),
+        "min": round(float(lengths.min()), 1),
+        "mean": round(float(lengths.mean()), 1),
+    }
+    for p, v in zip(
+        percentiles, np.percentile(lengths, percentiles) if percentiles else [], strict=True
+    ):
         out[f"p{p:g}"] = round(float(v), 1)
     out["max"] = round(float(lengths.max()), 1)
     return out

@@ -68,7 +68,10 @@ def validate_prior(prior: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
             raise InvalidParameterError("every prior value must be an integer")
         if any(int(v) < 1 for v in values):
             raise InvalidParameterError("every prior value must be at least 1")
-        if any(int(v) > MAX_TOTAL_PRIOR for v in values) or sum(int(v) for v in values) > MAX_TOTAL_PRIOR:
+        if (
+            any(int(v) > MAX_TOTAL_PRIOR for v in values)
+            or sum(int(v) for v in values) > MAX_TOTAL_PRIOR
+        ):
             raise InvalidParameterError("total prior exceeds 2**62")
         return np.array([int(v) for v in values], dtype=np.int64)
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
@@ -213,8 +216,12 @@ class Graph:
         # validate_prior's exact total is a Python loop over every value.  For int64 values
         # >= 1 the float64 total is within a relative (n + 1) * 2**-53 of the exact one, so a
         # float total of at most 2**61 proves the exact total is below 2**62.
-        if (prior.dtype == np.int64 and prior.shape == (self._n,) and prior.min() >= 1
-                and float(prior.sum(dtype=np.float64)) <= 2.0**61):
+        if (
+            prior.dtype == np.int64
+            and prior.shape == (self._n,)
+            and prior.min() >= 1
+            and float(prior.sum(dtype=np.float64)) <= 2.0**61
+        ):
             self.prior = prior
         else:
             self.prior = validate_prior(prior, self._n)
@@ -287,7 +294,9 @@ class Graph:
         ]
         if self.location_coordinates is not None:
             sections.append(("coordinates", _le_bytes(self.location_coordinates, "<f8")))
-        sections.append(("params", json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode()))
+        sections.append(
+            ("params", json.dumps(self.params, sort_keys=True, separators=(",", ":")).encode())
+        )
         return sections
 
     def _content_hash(self) -> str:
@@ -345,13 +354,14 @@ class Graph:
         if i is None:
             if try_normalise(postcode) is None:
                 raise UnknownPostcodeError(
-                    "the text given is not a UK postcode in form (nor a label of this graph)")
+                    "the text given is not a UK postcode in form (nor a label of this graph)"
+                )
             raise UnknownPostcodeError("the postcode is well-formed but not a node of this graph")
         return i
 
     def members(self, location: int) -> np.ndarray:
         """Node indices at a location, ascending."""
-        return self._members[self._members_indptr[location]:self._members_indptr[location + 1]]
+        return self._members[self._members_indptr[location] : self._members_indptr[location + 1]]
 
     @property
     def members_indptr(self) -> np.ndarray:
@@ -362,7 +372,7 @@ class Graph:
         return self._members
 
     def location_neighbours(self, location: int) -> np.ndarray:
-        return self.loc_indices[self.loc_indptr[location]:self.loc_indptr[location + 1]]
+        return self.loc_indices[self.loc_indptr[location] : self.loc_indptr[location + 1]]
 
     def neighbour_indices(self, node: int) -> list[int]:
         loc = int(self.node_location[node])

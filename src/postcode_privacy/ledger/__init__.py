@@ -14,5 +14,12 @@ from .ledger import Ledger, secret_path_for
 from .preview import check_release
 from .recording import LedgerRecorder
 
-__all__ = ["Ledger", "LedgerError", "LedgerRecorder", "check_release", "parse_budget",
-           "secret_path_for", "spend_text"]
+__all__ = [
+    "Ledger",
+    "LedgerError",
+    "LedgerRecorder",
+    "check_release",
+    "parse_budget",
+    "secret_path_for",
+    "spend_text",
+]

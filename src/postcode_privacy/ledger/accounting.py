@@ -14,15 +14,25 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 
-__all__ = ["ZERO", "spend_by", "distribution", "spend_text", "parse_budget", "ReleaseAccount",
-           "REPEAT", "KNOWN_SUBJECT", "NEW_SUBJECT"]
+__all__ = [
+    "ZERO",
+    "spend_by",
+    "distribution",
+    "spend_text",
+    "parse_budget",
+    "ReleaseAccount",
+    "REPEAT",
+    "KNOWN_SUBJECT",
+    "NEW_SUBJECT",
+]
 
 ZERO = Fraction(0)
 REPEAT, KNOWN_SUBJECT, NEW_SUBJECT = "repeat", "known_subject", "new_subject"
 
 
-def spend_by(rows: Iterable[tuple[bytes, int, int]], epsilon_of: Mapping[int, Fraction]
-             ) -> dict[bytes, Fraction]:
+def spend_by(
+    rows: Iterable[tuple[bytes, int, int]], epsilon_of: Mapping[int, Fraction]
+) -> dict[bytes, Fraction]:
     """Spend per group from ``(group digest, release id, distinct draws)`` rows.
 
     Precondition: each draw is counted under exactly one release, whose epsilon is the draw's
@@ -101,8 +111,13 @@ class ReleaseAccount:
         """Subjects whose ledger spend has not been loaded yet."""
         return {s for s in subjects if s not in self.base}
 
-    def load(self, known_draws: Iterable[bytes], base: Mapping[bytes, Fraction],
-             subjects: Iterable[bytes], pending_held: Iterable[bytes] = ()) -> None:
+    def load(
+        self,
+        known_draws: Iterable[bytes],
+        base: Mapping[bytes, Fraction],
+        subjects: Iterable[bytes],
+        pending_held: Iterable[bytes] = (),
+    ) -> None:
         self.known_draws.update(known_draws)
         self.pending_held.update(pending_held)
         for s in subjects:

@@ -56,10 +56,17 @@ class DrawParameters(tuple):
     """The release-wide conditions of a draw: (key fingerprint, graph sha256, epsilon text,
     radius, output-stability version)."""
 
-    def __new__(cls, key_fingerprint: str, graph_sha256: str, epsilon: str, radius: int,
-                output_stability_version: str):
-        return super().__new__(cls, (key_fingerprint, graph_sha256, epsilon, int(radius),
-                                     output_stability_version))
+    def __new__(
+        cls,
+        key_fingerprint: str,
+        graph_sha256: str,
+        epsilon: str,
+        radius: int,
+        output_stability_version: str,
+    ):
+        return super().__new__(
+            cls, (key_fingerprint, graph_sha256, epsilon, int(radius), output_stability_version)
+        )
 
     @property
     def key_fingerprint(self) -> str:
@@ -103,8 +110,9 @@ class Digester:
     def __reduce__(self):
         raise TypeError("Digester objects hold a secret and are not picklable")
 
-    def digests(self, params: DrawParameters, subjects: list[str], postcodes: list[str]
-                ) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    def digests(
+        self, params: DrawParameters, subjects: list[str], postcodes: list[str]
+    ) -> tuple[list[bytes], list[bytes], list[bytes]]:
         """(subject, pair, draw) digests of each (subject id, postcode), in order."""
         n = DIGEST_BYTES
         s_in, s_out = self._subject.inner, self._subject.outer
@@ -123,10 +131,19 @@ class Digester:
             b = pc.encode("utf-8")
             s = pack(len(a)) + a
             sp = s + pack(len(b)) + b
-            h = s_in.copy(); h.update(s); o = s_out.copy(); o.update(h.digest())  # noqa: E702
+            h = s_in.copy()
+            h.update(s)
+            o = s_out.copy()
+            o.update(h.digest())  # noqa: E702
             add_s(o.digest()[:n])
-            h = p_in.copy(); h.update(sp); o = p_out.copy(); o.update(h.digest())  # noqa: E702
+            h = p_in.copy()
+            h.update(sp)
+            o = p_out.copy()
+            o.update(h.digest())  # noqa: E702
             add_p(o.digest()[:n])
-            h = d_in.copy(); h.update(sp); o = d_out.copy(); o.update(h.digest())  # noqa: E702
+            h = d_in.copy()
+            h.update(sp)
+            o = d_out.copy()
+            o.update(h.digest())  # noqa: E702
             add_d(o.digest()[:n])
         return subject_out, pair_out, draw_out

@@ -31,8 +31,10 @@ def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Pat
     if secret_path is not None:
         return Path(secret_path)
     if is_url(location):
-        raise InvalidParameterError("a PostgreSQL ledger needs --ledger-secret FILE (its key "
-                                    "file is not beside the database)")
+        raise InvalidParameterError(
+            "a PostgreSQL ledger needs --ledger-secret FILE (its key "
+            "file is not beside the database)"
+        )
     return Path(location + SECRET_SUFFIX)
 
 
@@ -80,9 +82,16 @@ class Ledger:
             write_key_file(secret, path)
             with store.write():
                 store.create_schema()
-                store.bulk_insert("ledger_meta", ("name", "value"), [
-                    ("format", LEDGER_FORMAT), ("schema_version", SCHEMA_VERSION),
-                    ("secret_fingerprint", secret.fingerprint), ("created", now())])
+                store.bulk_insert(
+                    "ledger_meta",
+                    ("name", "value"),
+                    [
+                        ("format", LEDGER_FORMAT),
+                        ("schema_version", SCHEMA_VERSION),
+                        ("secret_fingerprint", secret.fingerprint),
+                        ("created", now()),
+                    ],
+                )
         except BaseException:
             store.close()
             if store.kind == "sqlite":
@@ -92,8 +101,9 @@ class Ledger:
         return cls(store, Digester(secret))
 
     @classmethod
-    def open(cls, location: str, secret_path: str | os.PathLike | None = None, *,
-             resolve: bool = True) -> Ledger:
+    def open(
+        cls, location: str, secret_path: str | os.PathLike | None = None, *, resolve: bool = True
+    ) -> Ledger:
         from ..keyfile import read_key_file
 
         secret = read_key_file(secret_path_for(location, secret_path))
@@ -136,8 +146,10 @@ class Ledger:
         outcomes = []
         host = socket.gethostname()
         with self.store.write():
-            rows = self.store.query("SELECT id, owner, created, output_path, output_sha256 "
-                                    "FROM releases WHERE state = 'pending' ORDER BY id")
+            rows = self.store.query(
+                "SELECT id, owner, created, output_path, output_sha256 "
+                "FROM releases WHERE state = 'pending' ORDER BY id"
+            )
             for rid, owner, created, path, sha in rows:
                 if _maybe_running(owner, created, host):
                     continue
@@ -157,64 +169,84 @@ class Ledger:
     def _record_rows(self, rid: int, rows: list[tuple[bytes, bytes, bytes]]) -> int:
         """Add a release's new draws; return how many were not in the ledger already."""
         store = self.store
-        added = store.insert_new("draws", ("draw", "subject", "pair", "release"),
-                                 ((d, s, p, rid) for d, s, p in rows))
+        added = store.insert_new(
+            "draws", ("draw", "subject", "pair", "release"), ((d, s, p, rid) for d, s, p in rows)
+        )
         if added < len(rows):
             store.load_keys("q_draws", (d for d, _, _ in rows))
-            held = {bytes(r[0]) for r in store.query(
-                "SELECT d.draw FROM draws d JOIN q_draws q ON d.draw = q.k JOIN releases r "
-                "ON d.release = r.id WHERE r.state = 'pending' AND r.id <> ?", (rid,))}
-            store.insert_new("shared_draws", ("release", "draw", "subject", "pair"),
-                             ((rid, d, s, p) for d, s, p in rows if d in held))
+            held = {
+                bytes(r[0])
+                for r in store.query(
+                    "SELECT d.draw FROM draws d JOIN q_draws q ON d.draw = q.k JOIN releases r "
+                    "ON d.release = r.id WHERE r.state = 'pending' AND r.id <> ?",
+                    (rid,),
+                )
+            }
+            store.insert_new(
+                "shared_draws",
+                ("release", "draw", "subject", "pair"),
+                ((rid, d, s, p) for d, s, p in rows if d in held),
+            )
         return added
 
     def _commit_rows(self, rid: int) -> None:
-        self.store.execute("UPDATE releases SET state = 'committed', committed = ? WHERE id = ?",
-                           (now(), rid))
+        self.store.execute(
+            "UPDATE releases SET state = 'committed', committed = ? WHERE id = ?", (now(), rid)
+        )
         # Notes on draws now owned by a committed release are no longer needed.
         self.store.execute(
             "DELETE FROM shared_draws WHERE EXISTS (SELECT 1 FROM draws d JOIN releases r ON "
-            "d.release = r.id WHERE d.draw = shared_draws.draw AND r.state = 'committed')")
+            "d.release = r.id WHERE d.draw = shared_draws.draw AND r.state = 'committed')"
+        )
 
     def _abandon_rows(self, rid: int) -> None:
         store = self.store
         heirs = store.query(
             "SELECT s.draw, s.subject, s.pair, MIN(s.release) FROM shared_draws s JOIN draws d "
             "ON d.draw = s.draw WHERE d.release = ? AND s.release <> ? "
-            "GROUP BY s.draw, s.subject, s.pair", (rid, rid))
+            "GROUP BY s.draw, s.subject, s.pair",
+            (rid, rid),
+        )
         store.execute("DELETE FROM draws WHERE release = ?", (rid,))
         store.execute("DELETE FROM shared_draws WHERE release = ?", (rid,))
         if heirs:
             store.bulk_insert("draws", ("draw", "subject", "pair", "release"), heirs)
             for draw, _, _, heir in heirs:
-                store.execute("DELETE FROM shared_draws WHERE draw = ? AND release = ?",
-                              (draw, heir))
+                store.execute(
+                    "DELETE FROM shared_draws WHERE draw = ? AND release = ?", (draw, heir)
+                )
         store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?", (rid,))
 
     # -- reading ------------------------------------------------------------------------------
 
     def epsilons(self) -> dict[int, Fraction]:
         """Epsilon of every release, exactly."""
-        return {rid: parse_epsilon(text).fraction
-                for rid, text in self.store.query("SELECT id, epsilon FROM releases")}
+        return {
+            rid: parse_epsilon(text).fraction
+            for rid, text in self.store.query("SELECT id, epsilon FROM releases")
+        }
 
-    def lookup(self, draws: Iterable[bytes], subjects: Iterable[bytes]
-               ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
+    def lookup(
+        self, draws: Iterable[bytes], subjects: Iterable[bytes]
+    ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
         """Which of ``draws`` the ledger holds, which of those only a pending release holds so
         far, and the spend of each of ``subjects`` (absent: none).  Pending releases count: a
         release being made may yet be committed."""
         with self.store.read():
             return self.lookup_in_transaction(draws, subjects)
 
-    def lookup_in_transaction(self, draws: Iterable[bytes], subjects: Iterable[bytes]
-                              ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
+    def lookup_in_transaction(
+        self, draws: Iterable[bytes], subjects: Iterable[bytes]
+    ) -> tuple[set[bytes], set[bytes], dict[bytes, Fraction]]:
         """:meth:`lookup` inside a transaction the caller holds."""
         store = self.store
         epsilon_of = self.epsilons()
         store.load_keys("q_draws", draws)
         known, pending = set(), set()
-        for draw, state in store.query("SELECT q.k, r.state FROM q_draws q CROSS JOIN draws d "
-                                       "JOIN releases r ON d.release = r.id WHERE d.draw = q.k"):
+        for draw, state in store.query(
+            "SELECT q.k, r.state FROM q_draws q CROSS JOIN draws d "
+            "JOIN releases r ON d.release = r.id WHERE d.draw = q.k"
+        ):
             known.add(bytes(draw))
             if state == "pending":
                 pending.add(bytes(draw))
@@ -223,7 +255,8 @@ class Ledger:
         # rather than walking the whole index and probing the (small) wanted set.
         rows = store.query(
             "SELECT d.subject, d.release, COUNT(*) FROM q_subjects q CROSS JOIN draws d "
-            "WHERE d.subject = q.k GROUP BY d.subject, d.release")
+            "WHERE d.subject = q.k GROUP BY d.subject, d.release"
+        )
         return known, pending, spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
 
     def summary(self) -> dict:
@@ -232,25 +265,49 @@ class Ledger:
         store = self.store
         with store.read():
             epsilon_of = self.epsilons()
-            releases = [dict(zip(("id", "state", "created", "output", "output_sha256",
-                                  "epsilon", "radius", "graph_sha256", "key_fingerprint",
-                                  "output_stability_version", "records", "new_draws",
-                                  "budget"), row))
-                        for row in store.query(
-                            "SELECT id, state, created, output_path, output_sha256, epsilon, "
-                            "radius, graph_sha256, key_fingerprint, output_stability_version, "
-                            "records, new_draws, budget FROM releases ORDER BY id")]
+            releases = [
+                dict(
+                    zip(
+                        (
+                            "id",
+                            "state",
+                            "created",
+                            "output",
+                            "output_sha256",
+                            "epsilon",
+                            "radius",
+                            "graph_sha256",
+                            "key_fingerprint",
+                            "output_stability_version",
+                            "records",
+                            "new_draws",
+                            "budget",
+                        ),
+                        row,
+                    )
+                )
+                for row in store.query(
+                    "SELECT id, state, created, output_path, output_sha256, epsilon, "
+                    "radius, graph_sha256, key_fingerprint, output_stability_version, "
+                    "records, new_draws, budget FROM releases ORDER BY id"
+                )
+            ]
             per = {}
             for group in ("subject", "pair"):
-                rows = store.query(f"SELECT {group}, release, COUNT(*) FROM draws "
-                                   f"GROUP BY {group}, release")
+                rows = store.query(
+                    f"SELECT {group}, release, COUNT(*) FROM draws GROUP BY {group}, release"
+                )
                 spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
                 per[group] = distribution(spend.values())
             draws = store.query("SELECT COUNT(*) FROM draws")[0][0]
         for r in releases:
             r["output"] = os.path.basename(r["output"])
-        return {"releases": releases, "draws": draws, "subjects": per["subject"],
-                "pairs": per["pair"]}
+        return {
+            "releases": releases,
+            "draws": draws,
+            "subjects": per["subject"],
+            "pairs": per["pair"],
+        }
 
 
 def _maybe_running(owner: str, created: str, host: str) -> bool:

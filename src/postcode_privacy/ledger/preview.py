@@ -11,10 +11,21 @@ from .recording import LedgerRecorder
 __all__ = ["check_release"]
 
 
-def check_release(ledger: Ledger, input_path: str | os.PathLike, *, key, epsilon,
-                  id_column: str, postcode_column: str, graph=None, radius: int | None = None,
-                  terminated: str = "error", terminated_locations=None,
-                  budget: Fraction | None = None, chunk_size: int = 100_000) -> dict:
+def check_release(
+    ledger: Ledger,
+    input_path: str | os.PathLike,
+    *,
+    key,
+    epsilon,
+    id_column: str,
+    postcode_column: str,
+    graph=None,
+    radius: int | None = None,
+    terminated: str = "error",
+    terminated_locations=None,
+    budget: Fraction | None = None,
+    chunk_size: int = 100_000,
+) -> dict:
     """Classify every releasable record of ``input_path`` against ``ledger`` (nothing is
     perturbed and nothing is written); return :meth:`LedgerRecorder.report` plus the count of
     records that cannot be released at all (``unreleasable``)."""
@@ -22,10 +33,17 @@ def check_release(ledger: Ledger, input_path: str | os.PathLike, *, key, epsilon
     from ..release.tables import TableReader
 
     reader = TableReader(input_path, chunk_size)
-    plan = ReleasePlan(key=key, epsilon=epsilon, id_column=id_column,
-                       postcode_column=postcode_column, graph=graph, radius=radius,
-                       on_error="null", terminated=terminated,
-                       terminated_locations=terminated_locations)
+    plan = ReleasePlan(
+        key=key,
+        epsilon=epsilon,
+        id_column=id_column,
+        postcode_column=postcode_column,
+        graph=graph,
+        radius=radius,
+        on_error="null",
+        terminated=terminated,
+        terminated_locations=terminated_locations,
+    )
     plan.check_columns(reader.columns)
     recorder = LedgerRecorder(ledger, budget).attach(plan)
     offset = 0

@@ -111,9 +111,16 @@ class LedgerRecorder:
         """Bind to a :class:`~postcode_privacy.release.ReleasePlan` and become its screen."""
         m = plan.mechanism
         self._binding = _Binding(
-            DrawParameters(plan.key.fingerprint, plan.graph.sha256, m.epsilon.text, m.radius,
-                           OUTPUT_STABILITY_VERSION),
-            m.epsilon.fraction, plan.graph)
+            DrawParameters(
+                plan.key.fingerprint,
+                plan.graph.sha256,
+                m.epsilon.text,
+                m.radius,
+                OUTPUT_STABILITY_VERSION,
+            ),
+            m.epsilon.fraction,
+            plan.graph,
+        )
         plan.screen = self.screen
         return self
 
@@ -140,7 +147,8 @@ class LedgerRecorder:
             return []
         label = binding.graph.label
         subjects, pairs, draws = self.ledger.digester.digests(
-            binding.params, [ids[i] for i in ok], [label(int(nodes[i])) for i in ok])
+            binding.params, [ids[i] for i in ok], [label(int(nodes[i])) for i in ok]
+        )
         fresh = account.needs(subjects)
         known, pending, spend = self.ledger.lookup(draws, fresh)
         account.load(known, spend, fresh, pending)
@@ -166,9 +174,23 @@ class LedgerRecorder:
                 "output_sha256, epsilon, radius, graph_sha256, key_fingerprint, "
                 "output_stability_version, records, new_draws, budget) "
                 "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rid, uid, now(), owner_tag(), path, output_sha256, p.epsilon, p.radius,
-                 p.graph_sha256, p.key_fingerprint, p.output_stability_version, self.records,
-                 len(account.new_draws), None if self.budget is None else str(self.budget)))
+                (
+                    rid,
+                    uid,
+                    now(),
+                    owner_tag(),
+                    path,
+                    output_sha256,
+                    p.epsilon,
+                    p.radius,
+                    p.graph_sha256,
+                    p.key_fingerprint,
+                    p.output_stability_version,
+                    self.records,
+                    len(account.new_draws),
+                    None if self.budget is None else str(self.budget),
+                ),
+            )
             added = self.ledger._record_rows(rid, new)
             if added != len(account.new_draws):
                 store.execute("UPDATE releases SET new_draws = ? WHERE id = ?", (added, rid))
@@ -179,7 +201,8 @@ class LedgerRecorder:
         """Inside the write transaction: would any subject now exceed the budget?"""
         rows = account.new_draws + account.borrowed
         known, _, spend = self.ledger.lookup_in_transaction(
-            (d for d, _, _ in rows), {s for _, s, _ in rows})
+            (d for d, _, _ in rows), {s for _, s, _ in rows}
+        )
         added: dict[bytes, int] = {}
         for draw, subject, _ in rows:
             if draw not in known:
@@ -188,7 +211,8 @@ class LedgerRecorder:
             if spend.get(subject, 0) + count * account.epsilon > budget:
                 raise LedgerError(
                     "another release recorded in the ledger since this one was checked would "
-                    "take some subjects over the budget; nothing was released, run it again")
+                    "take some subjects over the budget; nothing was released, run it again"
+                )
 
     def commit(self) -> None:
         """Mark the (now renamed) release committed (state: pending)."""
@@ -198,8 +222,9 @@ class LedgerRecorder:
         _pause_for_tests("renamed")
         store = self.ledger.store
         with store.write():
-            state = store.query("SELECT state FROM releases WHERE id = ? AND uid = ?",
-                                (entry.rid, entry.uid))
+            state = store.query(
+                "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
+            )
             if state and state[0][0] == "abandoned":
                 # Another process judged this release dead before its renames (possible only
                 # across machines, after the grace period): the files exist now, so restore.
@@ -209,8 +234,10 @@ class LedgerRecorder:
             if state and state[0][0] == "pending":
                 self.ledger._commit_rows(entry.rid)
             elif not state:
-                raise LedgerError("the ledger entry of this release was removed while it was "
-                                  "being written; run `postcode-privacy ledger show` to check")
+                raise LedgerError(
+                    "the ledger entry of this release was removed while it was "
+                    "being written; run `postcode-privacy ledger show` to check"
+                )
         self._committed = True
 
     def finish(self) -> None:
@@ -223,8 +250,10 @@ class LedgerRecorder:
             state = store.query("SELECT state FROM releases WHERE id = ?", (entry.rid,))
             if not state or state[0][0] != "pending":
                 return
-            if (os.path.isfile(entry.output_path)
-                    and sha256_file(entry.output_path) == entry.output_sha256):
+            if (
+                os.path.isfile(entry.output_path)
+                and sha256_file(entry.output_path) == entry.output_sha256
+            ):
                 self.ledger._commit_rows(entry.rid)
             else:
                 self.ledger._abandon_rows(entry.rid)

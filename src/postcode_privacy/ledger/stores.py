@@ -111,8 +111,9 @@ class SqliteStore(Store):
             if os.path.exists(path):
                 raise LedgerError("a ledger (or another file) already exists at that path")
         elif not os.path.isfile(path):
-            raise InvalidParameterError("no ledger at that path; create one with "
-                                        "`postcode-privacy ledger init`")
+            raise InvalidParameterError(
+                "no ledger at that path; create one with `postcode-privacy ledger init`"
+            )
         self.location = path
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE for writers).
         self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
@@ -138,8 +139,10 @@ class SqliteStore(Store):
     def insert_new(self, table, columns, rows):
         before = self.conn.total_changes
         marks = ", ".join("?" for _ in columns)
-        self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) "
-                              "ON CONFLICT DO NOTHING", rows)
+        self.conn.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING",
+            rows,
+        )
         return self.conn.total_changes - before
 
     @contextlib.contextmanager
@@ -174,19 +177,23 @@ class PostgresStore(Store):
         except ImportError:
             raise InvalidParameterError(
                 "a PostgreSQL ledger needs the psycopg driver: "
-                "pip install 'postcode-privacy[ledger-postgres]'") from None
+                "pip install 'postcode-privacy[ledger-postgres]'"
+            ) from None
         self.location = url
         try:
             self.conn = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
             # The driver's message can contain the URL (and so a password): never echo it.
-            raise LedgerError(f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})") from None
+            raise LedgerError(
+                f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})"
+            ) from None
         self._psycopg = psycopg
         if create and self.has_schema():
             raise LedgerError("that database already holds a ledger")
         if not create and not self.has_schema():
-            raise InvalidParameterError("that database holds no ledger; create one with "
-                                        "`postcode-privacy ledger init`")
+            raise InvalidParameterError(
+                "that database holds no ledger; create one with `postcode-privacy ledger init`"
+            )
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql.replace("?", "%s"), params)
@@ -205,8 +212,9 @@ class PostgresStore(Store):
         self.execute(f"CREATE TEMPORARY TABLE incoming (LIKE {table})")
         self.bulk_insert("incoming", columns, rows)
         names = ", ".join(columns)
-        cursor = self.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM incoming "
-                              "ON CONFLICT DO NOTHING")
+        cursor = self.execute(
+            f"INSERT INTO {table} ({names}) SELECT {names} FROM incoming ON CONFLICT DO NOTHING"
+        )
         count = cursor.rowcount
         self.execute("DROP TABLE incoming")
         return count

@@ -20,8 +20,10 @@ MAX_DIGITS = 30
 MAX_TEXT = 1000  # characters of epsilon text; anything longer is refused unread
 # Every operation below runs in this explicit context: the thread's ambient decimal context
 # (28 digits by default, and changeable by any caller) must never round epsilon.
-EXACT = Context(prec=100, Emin=-10**6, Emax=10**6)
-_DECIMAL_TEXT = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII)
+EXACT = Context(prec=100, Emin=-(10**6), Emax=10**6)
+_DECIMAL_TEXT = re.compile(
+    r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII
+)
 
 
 class Epsilon(Decimal):
@@ -84,8 +86,9 @@ def parse_epsilon(value: object) -> Epsilon:
                 raise InvalidParameterError("epsilon must be a plain decimal number such as 0.5")
             dec = Decimal(value.strip())  # exact: the constructor never rounds
         else:
-            raise InvalidParameterError("epsilon must be a number (an int, a float, a Decimal "
-                                        "or decimal text)")
+            raise InvalidParameterError(
+                "epsilon must be a number (an int, a float, a Decimal or decimal text)"
+            )
     except (InvalidOperation, ValueError, OverflowError):
         raise InvalidParameterError("epsilon must be a number") from None
     if not dec.is_finite():

@@ -38,8 +38,10 @@ class Key:
         if len(material) != KEY_BYTES:
             raise KeyFileError(f"a key must be exactly {KEY_BYTES} bytes")
         if not any(material):
-            raise KeyFileError("the key is all zero bytes: not a secret; generate one with "
-                               "`postcode-privacy keygen`")
+            raise KeyFileError(
+                "the key is all zero bytes: not a secret; generate one with "
+                "`postcode-privacy keygen`"
+            )
         self._material = bytes(material)
 
     @classmethod
@@ -90,8 +92,14 @@ class Key:
             raise KeyFileError("key file is not a postcode-privacy key file") from None
         lines = text.strip().splitlines()
         if not lines or lines[0].strip() != FILE_MAGIC:
-            raise KeyFileError("key file is not a postcode-privacy key file (wrong or missing header)")
-        if len(lines) != 3 or not lines[1].startswith("key: ") or not lines[2].startswith("check: "):
+            raise KeyFileError(
+                "key file is not a postcode-privacy key file (wrong or missing header)"
+            )
+        if (
+            len(lines) != 3
+            or not lines[1].startswith("key: ")
+            or not lines[2].startswith("check: ")
+        ):
             raise KeyFileError("key file is truncated or malformed")
         try:
             material = base64.b64decode(lines[1][5:].strip(), validate=True)

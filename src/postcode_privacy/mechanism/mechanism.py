@@ -45,17 +45,22 @@ class Mechanism:
             self.radius = int(radius)
         self.powers: tuple[int, ...] = powers(self.epsilon, self.radius)
         self.teleport_bound: Fraction = teleport_bound(
-            self.epsilon, self.radius, min_prior, graph.total_prior)
+            self.epsilon, self.radius, min_prior, graph.total_prior
+        )
         if radius is not None and self.teleport_bound > TELEPORT_TARGET:
             try:
-                hint = (f"the default radius at this epsilon is "
-                        f"{default_radius(self.epsilon, min_prior, graph.total_prior)}")
+                hint = (
+                    f"the default radius at this epsilon is "
+                    f"{default_radius(self.epsilon, min_prior, graph.total_prior)}"
+                )
             except InvalidParameterError:
                 hint = "no radius within the supported range meets it at this epsilon"
             warnings.warn(
                 f"radius {self.radius} gives a teleport probability bound of "
                 f"{float(self.teleport_bound):.3g}, above the 1e-06 target; {hint}",
-                TeleportWarning, stacklevel=2)
+                TeleportWarning,
+                stacklevel=2,
+            )
 
     def __repr__(self) -> str:
         return f"<Mechanism epsilon={self.epsilon.text} radius={self.radius} graph={self.graph.sha256[:12]}…>"
@@ -66,7 +71,10 @@ class Mechanism:
         """The exact integer weight pi(y) * P[min(d(x, y), R)] of every node y, in graph order."""
         x = self.graph.index_of(postcode)
         distance = hop_distances(self.graph, x, self.radius)
-        return [int(pi) * self.powers[int(d)] for pi, d in zip(self.graph.prior.tolist(), distance.tolist())]
+        return [
+            int(pi) * self.powers[int(d)]
+            for pi, d in zip(self.graph.prior.tolist(), distance.tolist())
+        ]
 
     def probabilities(self, postcode: str) -> Probabilities:
         """K(x)(y) for every node y, as exact fractions in graph order (small graphs only).
@@ -78,8 +86,9 @@ class Mechanism:
         hops = hop_distances(self.graph, x, self.radius).tolist()
         w = [int(pi) * self.powers[int(d)] for pi, d in zip(self.graph.prior.tolist(), hops)]
         total = sum(w)
-        return Probabilities(self.graph.label(x), [Fraction(v, total) for v in w],
-                             self.graph.postcodes, hops)
+        return Probabilities(
+            self.graph.label(x), [Fraction(v, total) for v in w], self.graph.postcodes, hops
+        )
 
     def teleport_probability(self, postcode: str) -> Fraction:
         """Exact probability that the output is drawn from the tail (R hops or more away)."""
@@ -115,25 +124,39 @@ class Mechanism:
     def stream_context(self, key: Key) -> StreamContext:
         if not isinstance(key, Key):
             raise TypeError("key must be a postcode_privacy.Key")
-        return StreamContext(key, stability_version=OUTPUT_STABILITY_VERSION,
-                             graph_sha256=self.graph.sha256, epsilon_text=self.epsilon.text,
-                             radius=self.radius)
+        return StreamContext(
+            key,
+            stability_version=OUTPUT_STABILITY_VERSION,
+            graph_sha256=self.graph.sha256,
+            epsilon_text=self.epsilon.text,
+            radius=self.radius,
+        )
 
-    def _draw(self, context: StreamContext, subject_id: object, node: int, *,
-              lazy: bool = True) -> int:
+    def _draw(
+        self, context: StreamContext, subject_id: object, node: int, *, lazy: bool = True
+    ) -> int:
         sid = canonical_subject_id(subject_id)
         stream = context.for_subject(sid, self.graph.label(node))
         g = self.graph
-        return sample(stream, iter_node_shells(g, node), g.prior, g.prior_cumsum, g.total_prior,
-                      self.powers, self.radius, lazy=lazy)
+        return sample(
+            stream,
+            iter_node_shells(g, node),
+            g.prior,
+            g.prior_cumsum,
+            g.total_prior,
+            self.powers,
+            self.radius,
+            lazy=lazy,
+        )
 
     def perturb(self, key: Key, subject_id: object, postcode: str) -> str:
         """The released postcode for this subject: deterministic given key and inputs."""
         node = self.graph.index_of(postcode)
         return self.graph.label(self._draw(self.stream_context(key), subject_id, node))
 
-    def perturb_many(self, key: Key, subject_ids: Iterable[object],
-                     postcodes: Iterable[str]) -> list[str]:
+    def perturb_many(
+        self, key: Key, subject_ids: Iterable[object], postcodes: Iterable[str]
+    ) -> list[str]:
         """``perturb`` for many records, with the core's lazy sampler one record at a time.
 
         The core does not depend on the batch engine.  For large batches use
@@ -147,9 +170,12 @@ class Mechanism:
         nodes = [self.graph.index_of(p) for p in codes]
         return [self.graph.label(self._draw(context, s, x)) for s, x in zip(ids, nodes)]
 
-    def perturb_reference(self, key: Key, subject_ids: Sequence[object],
-                          postcodes: Sequence[str]) -> list[str]:
+    def perturb_reference(
+        self, key: Key, subject_ids: Sequence[object], postcodes: Sequence[str]
+    ) -> list[str]:
         """The straightforward full-ball sampler, kept as the reference for faster paths."""
         context = self.stream_context(key)
-        return [self.graph.label(self._draw(context, s, self.graph.index_of(p), lazy=False))
-                for s, p in zip(subject_ids, postcodes)]
+        return [
+            self.graph.label(self._draw(context, s, self.graph.index_of(p), lazy=False))
+            for s, p in zip(subject_ids, postcodes)
+        ]

@@ -48,7 +48,7 @@ def q_hat_numerator(epsilon: Decimal) -> int:
     it one.  The bound is then confirmed without trusting the decimal module: exp(epsilon/2) >= L
     for a Taylor partial sum L, so q_hat * L >= 1 implies q_hat >= exp(-epsilon/2).
     """
-    ctx = Context(prec=DECIMAL_DIGITS, rounding=ROUND_HALF_EVEN, Emin=-10**6, Emax=10**6)
+    ctx = Context(prec=DECIMAL_DIGITS, rounding=ROUND_HALF_EVEN, Emin=-(10**6), Emax=10**6)
     # Exact in an explicit 100-digit context (epsilon has at most 30 digits); the ambient
     # context must never round it.
     half = EXACT.divide(Decimal(epsilon), 2)
@@ -78,7 +78,9 @@ def _powers_cached(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     target = 1 << TAIL_BITS
     # Start below the answer using the exact lower bound P_R >= 2**s * q_hat**R, then take the
     # smallest s whose P_R reaches 2**80 (P_R is non-decreasing in s).
-    decay_bits = (2**(Q_HAT_BITS * radius)).bit_length() - (a**radius).bit_length() if radius else 0
+    decay_bits = (
+        (2 ** (Q_HAT_BITS * radius)).bit_length() - (a**radius).bit_length() if radius else 0
+    )
     scale = max(TAIL_BITS, TAIL_BITS + decay_bits - 2)
     while scale > TAIL_BITS and _sequence(a, scale - 1, radius)[-1] >= target:
         scale -= 1
@@ -100,7 +102,8 @@ def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     # In the explicit exact context: the ambient one (changeable by any caller) could round.
     if EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS:
         raise InvalidParameterError(
-            f"epsilon times radius above {MAX_EPSILON_TIMES_RADIUS} is not supported")
+            f"epsilon times radius above {MAX_EPSILON_TIMES_RADIUS} is not supported"
+        )
     return _powers_cached(Decimal(epsilon), radius)
 
 

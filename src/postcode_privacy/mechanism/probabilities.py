@@ -41,8 +41,9 @@ class Probabilities(list[Fraction]):
     distance; ``repr``/``str`` print the most likely outputs as decimals.
     """
 
-    def __init__(self, source: str, values: list[Fraction], labels: Iterable[str],
-                 hops: Iterable[int]) -> None:
+    def __init__(
+        self, source: str, values: list[Fraction], labels: Iterable[str], hops: Iterable[int]
+    ) -> None:
         super().__init__(values)
         self.source = source
         self._labels = list(labels)
@@ -60,11 +61,15 @@ class Probabilities(list[Fraction]):
     def __repr__(self) -> str:
         rows = self.rows()
         width = max((len(r.postcode) for r in rows[:_SHOWN]), default=8)
-        lines = [f"Probabilities of releasing {self.source} as each postcode "
-                 f"({len(rows)} postcodes; exact values in .exact):",
-                 f"  {'postcode':<{width}}  hops  probability"]
-        lines += [f"  {r.postcode:<{width}}  {r.hops:>4}  {decimal_text(r.probability)}"
-                  for r in rows[:_SHOWN]]
+        lines = [
+            f"Probabilities of releasing {self.source} as each postcode "
+            f"({len(rows)} postcodes; exact values in .exact):",
+            f"  {'postcode':<{width}}  hops  probability",
+        ]
+        lines += [
+            f"  {r.postcode:<{width}}  {r.hops:>4}  {decimal_text(r.probability)}"
+            for r in rows[:_SHOWN]
+        ]
         if len(rows) > _SHOWN:
             rest = sum((r.probability for r in rows[_SHOWN:]), Fraction(0))
             lines.append(f"  ... {len(rows) - _SHOWN} more, together {decimal_text(rest)}")

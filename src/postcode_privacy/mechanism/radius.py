@@ -59,7 +59,8 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     start = min(max(int(estimate) - 3, 0), MAX_RADIUS)
     if start == MAX_RADIUS:
         raise InvalidParameterError(
-            f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius")
+            f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius"
+        )
     lo = start
     if lo and not _lower_bound_exceeds_target(a, lo, min_prior, outside):
         lo = 0  # the estimate overshot; find the last radius the lower bound rules out
@@ -75,5 +76,6 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
         radius += 1
         if radius > MAX_RADIUS:
             raise InvalidParameterError(
-                f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius")
+                f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius"
+            )
     return radius

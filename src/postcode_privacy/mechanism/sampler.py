@@ -92,8 +92,13 @@ class ShellWalk:
         self.explored_mass += mass
 
 
-def choose_shell(walk: ExploredShells, uniform: LazyUniform, radius: int,
-                 powers: tuple[int, ...], total_prior: int) -> int:
+def choose_shell(
+    walk: ExploredShells,
+    uniform: LazyUniform,
+    radius: int,
+    powers: tuple[int, ...],
+    total_prior: int,
+) -> int:
     """Index of the chosen shell in 0 .. radius - 1, or ``radius`` for the tail (step 1).
 
     Invariant: every candidate before ``i`` has been decided "U >= C_i / Z".  Bounds on Z after
@@ -129,8 +134,9 @@ def pick_in_shell(stream: SubjectStream, nodes: np.ndarray, mass: int, prior: np
     return int(nodes[int(np.searchsorted(cumulative, j, side="right"))])
 
 
-def pick_in_tail(stream: SubjectStream, ball: np.ndarray, prior_cumsum: np.ndarray,
-                 total_prior: int) -> int:
+def pick_in_tail(
+    stream: SubjectStream, ball: np.ndarray, prior_cumsum: np.ndarray, total_prior: int
+) -> int:
     """Step 3: a node by prior over the whole graph, rejected while inside the ball."""
     inside = np.zeros(prior_cumsum.size, dtype=bool)
     inside[ball] = True
@@ -143,9 +149,17 @@ def pick_in_tail(stream: SubjectStream, ball: np.ndarray, prior_cumsum: np.ndarr
         attempt += 1
 
 
-def sample(stream: SubjectStream, shells: Iterator[np.ndarray], prior: np.ndarray,
-           prior_cumsum: np.ndarray, total_prior: int, powers: tuple[int, ...], radius: int,
-           *, lazy: bool = True) -> int:
+def sample(
+    stream: SubjectStream,
+    shells: Iterator[np.ndarray],
+    prior: np.ndarray,
+    prior_cumsum: np.ndarray,
+    total_prior: int,
+    powers: tuple[int, ...],
+    radius: int,
+    *,
+    lazy: bool = True,
+) -> int:
     """One exact draw from K(x) for the source whose shells ``shells`` yields."""
     walk = ShellWalk(shells, prior, powers)
     if not lazy:

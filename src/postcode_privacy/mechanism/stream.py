@@ -32,11 +32,17 @@ def _u64(value: int) -> bytes:
 class StreamContext:
     """The per-release part of the encoding, hashed once and copied per subject."""
 
-    def __init__(self, key: Key, *, stability_version: str, graph_sha256: str,
-                 epsilon_text: str, radius: int):
+    def __init__(
+        self, key: Key, *, stability_version: str, graph_sha256: str, epsilon_text: str, radius: int
+    ):
         mac = hmac.new(key._material, digestmod=hashlib.sha256)
-        for part in (DOMAIN, stability_version.encode(), graph_sha256.encode(),
-                     epsilon_text.encode(), str(radius).encode()):
+        for part in (
+            DOMAIN,
+            stability_version.encode(),
+            graph_sha256.encode(),
+            epsilon_text.encode(),
+            str(radius).encode(),
+        ):
             mac.update(_field(part))
         self._mac = mac
 
@@ -46,8 +52,9 @@ class StreamContext:
         mac.update(_field(postcode.encode("utf-8")))
         return SubjectStream(mac)
 
-    def first_blocks(self, subject_ids: Iterable[str], postcode: str,
-                     labels: tuple[bytes, ...]) -> list[list[int]]:
+    def first_blocks(
+        self, subject_ids: Iterable[str], postcode: str, labels: tuple[bytes, ...]
+    ) -> list[list[int]]:
         """For many subjects at one postcode: block (label, 0, 0) of each label, as integers.
 
         ``result[j][r]`` equals ``int.from_bytes(self.for_subject(subject_ids[r],

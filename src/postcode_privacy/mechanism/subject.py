@@ -41,8 +41,9 @@ def canonical_subject_id(value: object) -> str:
             value.encode("utf-8")
         except UnicodeEncodeError:
             # The codec's own message quotes the offending character: never pass it on.
-            raise ValueError("identifier is not valid Unicode text (it holds a lone "
-                             "surrogate)") from None
+            raise ValueError(
+                "identifier is not valid Unicode text (it holds a lone surrogate)"
+            ) from None
         text = unicodedata.normalize("NFC", value).strip()
         if not text:
             raise ValueError("blank identifier")

@@ -53,8 +53,14 @@ from .plan import ReleasePlan
 from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
 from .tables import TableReader, open_writer, table_format
 
-__all__ = ["release_file", "manifest_path_for", "audit_path_for", "MANIFEST_FORMAT",
-           "MANIFEST_VERSION", "DEFAULT_CHUNK_SIZE"]
+__all__ = [
+    "release_file",
+    "manifest_path_for",
+    "audit_path_for",
+    "MANIFEST_FORMAT",
+    "MANIFEST_VERSION",
+    "DEFAULT_CHUNK_SIZE",
+]
 
 DEFAULT_CHUNK_SIZE = 100_000
 
@@ -81,7 +87,9 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
     try:
         input_path.name.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it") from None
+        raise InvalidParameterError(
+            "the input file name is not valid UTF-8 text; rename it"
+        ) from None
     if not input_path.exists():
         raise InputDataError("the input file does not exist")
     if not input_path.is_file():
@@ -108,8 +116,12 @@ class _StageLines:
 
     def update(self, n: int) -> None:
         self.done += n
-        if self._next is not None and self.total and self.done >= self._next \
-                and self.done < self.total:
+        if (
+            self._next is not None
+            and self.total
+            and self.done >= self._next
+            and self.done < self.total
+        ):
             elapsed = time.perf_counter() - self._started
             self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({elapsed:.1f} s)")
             self._next = self.done + max(1, -(-self.total // 4))
@@ -130,8 +142,17 @@ def _bar(progress: bool, total: int | None, desc: str):
 
     if progress and not stderr_is_terminal():
         return _StageLines(total, desc)
-    return tqdm(total=total, disable=not progress, file=sys.stderr, unit=" records", desc=desc,
-                dynamic_ncols=True, leave=False, unit_scale=True, smoothing=0.1)
+    return tqdm(
+        total=total,
+        disable=not progress,
+        file=sys.stderr,
+        unit=" records",
+        desc=desc,
+        dynamic_ncols=True,
+        leave=False,
+        unit_scale=True,
+        smoothing=0.1,
+    )
 
 
 def _no_records(reader: TableReader) -> InputDataError:
@@ -140,12 +161,20 @@ def _no_records(reader: TableReader) -> InputDataError:
     return InputDataError("the input has no records")
 
 
-def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, *, key: Key,
-                 graph: Graph | Callable[[], Graph] | None = None,
-                 options: ReleaseOptions | None = None, force: bool = False,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE, progress: bool = False,
-                 terminated_locations: pd.DataFrame | None = None, ledger=None,
-                 **option_kwargs: Any) -> dict:
+def release_file(
+    input_path: str | os.PathLike,
+    output_path: str | os.PathLike,
+    *,
+    key: Key,
+    graph: Graph | Callable[[], Graph] | None = None,
+    options: ReleaseOptions | None = None,
+    force: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    progress: bool = False,
+    terminated_locations: pd.DataFrame | None = None,
+    ledger=None,
+    **option_kwargs: Any,
+) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
     manifest.
 
@@ -167,14 +196,35 @@ def release_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
     with claim:
-        return _release(claim, input_path, output_path, manifest_path, key=key, options=options,
-                        graph=graph, chunk_size=chunk_size, progress=progress,
-                        terminated_locations=terminated_locations, ledger=ledger)
+        return _release(
+            claim,
+            input_path,
+            output_path,
+            manifest_path,
+            key=key,
+            options=options,
+            graph=graph,
+            chunk_size=chunk_size,
+            progress=progress,
+            terminated_locations=terminated_locations,
+            ledger=ledger,
+        )
 
 
-def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_path: Path, *,
-             key: Key, options: ReleaseOptions, graph, chunk_size: int, progress: bool,
-             terminated_locations, ledger) -> dict:
+def _release(
+    claim: OutputClaim,
+    input_path: Path,
+    output_path: Path,
+    manifest_path: Path,
+    *,
+    key: Key,
+    options: ReleaseOptions,
+    graph,
+    chunk_size: int,
+    progress: bool,
+    terminated_locations,
+    ledger,
+) -> dict:
     """The work of :func:`release_file`, inside its claim on the output's names."""
     started = time.perf_counter()
     reader = TableReader(input_path, chunk_size)
@@ -184,8 +234,9 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
     writer = None
     try:
         out_tmp = claim.temp(output_path)
-        plan = ReleasePlan(key=key, options=options, graph=graph,
-                           terminated_locations=terminated_locations)
+        plan = ReleasePlan(
+            key=key, options=options, graph=graph, terminated_locations=terminated_locations
+        )
         if ledger is not None:
             ledger.attach(plan)
         plan.displacement = Displacement(plan.graph)  # for the private audit file only
@@ -207,7 +258,11 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
             total = check.counts["records"]
 
         columns = plan.output_columns(reader.columns)
-        schema = reader.output_schema(columns, options.out_column) if table_format(output_path) == "parquet" else None
+        schema = (
+            reader.output_schema(columns, options.out_column)
+            if table_format(output_path) == "parquet"
+            else None
+        )
         writer = open_writer(out_tmp.handle, output_path.name, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "releasing") as bar:
@@ -224,19 +279,30 @@ def _release(claim: OutputClaim, input_path: Path, output_path: Path, manifest_p
         writer = None
         out_tmp.finish()
         if _sha256_file(input_path) != input_sha256:
-            raise InputDataError("the input file changed while it was being released; "
-                                 "nothing was written")
+            raise InputDataError(
+                "the input file changed while it was being released; nothing was written"
+            )
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
         plan.warn_subjects(stacklevel=3)
 
-        manifest = build_manifest(plan.describe(), output_path=output_path,
-                                  output_format=table_format(output_path),
-                                  output_sha256=_sha256_file(out_tmp.path),
-                                  rows=counts["rows_out"])
-        audit = build_audit(manifest, input_path=input_path, input_format=reader.format,
-                            input_sha256=input_sha256, counts=counts,
-                            run={"seconds": round(time.perf_counter() - started, 3),
-                                 "displacement_m": plan.displacement.summary()})
+        manifest = build_manifest(
+            plan.describe(),
+            output_path=output_path,
+            output_format=table_format(output_path),
+            output_sha256=_sha256_file(out_tmp.path),
+            rows=counts["rows_out"],
+        )
+        audit = build_audit(
+            manifest,
+            input_path=input_path,
+            input_format=reader.format,
+            input_sha256=input_sha256,
+            counts=counts,
+            run={
+                "seconds": round(time.perf_counter() - started, 3),
+                "displacement_m": plan.displacement.summary(),
+            },
+        )
         man_tmp = claim.temp(manifest_path)
         man_tmp.handle.write(encode(manifest))
         man_tmp.finish()

@@ -16,9 +16,16 @@ from .records import ChunkCheck, _empty_counts, failure_error, merge_counts
 __all__ = ["perturb_frame"]
 
 
-def perturb_frame(df: pd.DataFrame, *, key: Key, graph: Graph | None = None,
-                  options: ReleaseOptions | None = None, row_offset: int = 0,
-                  progress: bool = False, **option_kwargs: Any) -> pd.DataFrame:
+def perturb_frame(
+    df: pd.DataFrame,
+    *,
+    key: Key,
+    graph: Graph | None = None,
+    options: ReleaseOptions | None = None,
+    row_offset: int = 0,
+    progress: bool = False,
+    **option_kwargs: Any,
+) -> pd.DataFrame:
     """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
 
     The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
@@ -45,7 +52,7 @@ def perturb_frame(df: pd.DataFrame, *, key: Key, graph: Graph | None = None,
     if plan.on_error == "error" and len(df) > step:
         check = ChunkCheck()
         for start in range(0, len(df), step):
-            check.merge(plan.check_chunk(df.iloc[start:start + step], row_offset + start))
+            check.merge(plan.check_chunk(df.iloc[start : start + step], row_offset + start))
         if check.failed:
             raise failure_error(check.row_errors, check.counts)
     bar = None
@@ -56,8 +63,9 @@ def perturb_frame(df: pd.DataFrame, *, key: Key, graph: Graph | None = None,
     parts, counts = [], _empty_counts()
     try:
         for start in range(0, max(len(df), 1), step):
-            out, part = plan.process_chunk(df.iloc[start:start + step], row_offset + start,
-                                           warn=False)
+            out, part = plan.process_chunk(
+                df.iloc[start : start + step], row_offset + start, warn=False
+            )
             parts.append(out)
             merge_counts(counts, part)
             if bar is not None:

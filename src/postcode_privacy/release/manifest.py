@@ -32,10 +32,23 @@ if TYPE_CHECKING:
     from ..graph.graph import Graph
     from .plan import ReleasePlan
 
-__all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "AUDIT_FORMAT", "AUDIT_VERSION",
-           "PUBLISHABLE_FIELDS", "AUDIT_WARNING", "manifest_path_for", "audit_path_for",
-           "build_manifest", "build_audit", "encode", "read_audit", "describe", "prior_kind",
-           "provenance_summary"]
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_VERSION",
+    "AUDIT_FORMAT",
+    "AUDIT_VERSION",
+    "PUBLISHABLE_FIELDS",
+    "AUDIT_WARNING",
+    "manifest_path_for",
+    "audit_path_for",
+    "build_manifest",
+    "build_audit",
+    "encode",
+    "read_audit",
+    "describe",
+    "prior_kind",
+    "provenance_summary",
+]
 
 MANIFEST_FORMAT = "postcode-privacy-manifest"
 MANIFEST_VERSION = 2
@@ -43,22 +56,47 @@ MANIFEST_SUFFIX = ".manifest.json"
 AUDIT_FORMAT = "postcode-privacy-audit"
 AUDIT_VERSION = 1
 AUDIT_SUFFIX = ".audit.json"
-AUDIT_WARNING = ("PRIVATE: do not publish. Exact statistics of the true input (its sha256, "
-                 "counts of failed, dropped, nulled and moved records, and how far released "
-                 "postcodes moved); publishing them can "
-                 "reveal true postcodes. Publish only the release and its manifest.")
+AUDIT_WARNING = (
+    "PRIVATE: do not publish. Exact statistics of the true input (its sha256, "
+    "counts of failed, dropped, nulled and moved records, and how far released "
+    "postcodes moved); publishing them can "
+    "reveal true postcodes. Publish only the release and its manifest."
+)
 
 # Every top-level field of a version-2 manifest, in order.  Each is a release parameter or a
 # fact about the released file; none is computed from the true input.
 PUBLISHABLE_FIELDS = (
-    "format", "format_version", "library_version", "output_stability_version", "created",
-    "output", "graph", "epsilon", "radius", "teleport_bound", "prior", "key_fingerprint",
-    "on_error", "terminated", "terminated_locations", "columns", "audit_file",
+    "format",
+    "format_version",
+    "library_version",
+    "output_stability_version",
+    "created",
+    "output",
+    "graph",
+    "epsilon",
+    "radius",
+    "teleport_bound",
+    "prior",
+    "key_fingerprint",
+    "on_error",
+    "terminated",
+    "terminated_locations",
+    "columns",
+    "audit_file",
 )
 # Fields of the plan's description that are parameters (see ReleasePlan.describe).
-_DESCRIPTION_FIELDS = ("graph", "epsilon", "radius", "teleport_bound", "prior",
-                       "key_fingerprint", "on_error", "terminated", "terminated_locations",
-                       "columns")
+_DESCRIPTION_FIELDS = (
+    "graph",
+    "epsilon",
+    "radius",
+    "teleport_bound",
+    "prior",
+    "key_fingerprint",
+    "on_error",
+    "terminated",
+    "terminated_locations",
+    "columns",
+)
 
 
 def manifest_path_for(output_path: str | os.PathLike) -> Path:
@@ -77,8 +115,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def build_manifest(description: dict, *, output_path: Path, output_format: str,
-                   output_sha256: str, rows: int, created: str | None = None) -> dict:
+def build_manifest(
+    description: dict,
+    *,
+    output_path: Path,
+    output_format: str,
+    output_sha256: str,
+    rows: int,
+    created: str | None = None,
+) -> dict:
     """The publishable manifest of a release.
 
     ``description`` is :meth:`ReleasePlan.describe` (parameters only); ``output_sha256`` and
@@ -91,8 +136,12 @@ def build_manifest(description: dict, *, output_path: Path, output_format: str,
         "library_version": description["library_version"],
         "output_stability_version": description["output_stability_version"],
         "created": created or _now(),
-        "output": {"path": output_path.name, "format": output_format, "sha256": output_sha256,
-                   "rows": int(rows)},
+        "output": {
+            "path": output_path.name,
+            "format": output_format,
+            "sha256": output_sha256,
+            "rows": int(rows),
+        },
         **{name: description[name] for name in _DESCRIPTION_FIELDS},
         "audit_file": audit_path_for(output_path).name,
     }
@@ -100,8 +149,15 @@ def build_manifest(description: dict, *, output_path: Path, output_format: str,
     return manifest
 
 
-def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sha256: str,
-                counts: dict, run: dict | None = None) -> dict:
+def build_audit(
+    manifest: dict,
+    *,
+    input_path: Path,
+    input_format: str,
+    input_sha256: str,
+    counts: dict,
+    run: dict | None = None,
+) -> dict:
     """The private audit record of a release: the true input's digest and every count.
 
     It names the manifest's output (path and sha256) so the two are seen to belong together.
@@ -117,8 +173,12 @@ def build_audit(manifest: dict, *, input_path: Path, input_format: str, input_sh
         "created": manifest["created"],
         "output": {"path": manifest["output"]["path"], "sha256": manifest["output"]["sha256"]},
         "manifest_file": manifest_path_for(manifest["output"]["path"]).name,
-        "input": {"path": input_path.name, "format": input_format, "sha256": input_sha256,
-                  "records": int(counts["records"])},
+        "input": {
+            "path": input_path.name,
+            "format": input_format,
+            "sha256": input_sha256,
+            "records": int(counts["records"]),
+        },
         "counts": {key: int(value) for key, value in counts.items()},
     }
     if run is not None:
@@ -147,21 +207,29 @@ def describe(plan: ReleasePlan) -> dict:
     return {
         "library_version": identity["library_version"],
         "output_stability_version": identity["output_stability_version"],
-        "graph": {"sha256": identity["graph_sha256"], "nodes": identity["graph_postcodes"],
-                  "params": dict(plan.graph.params),
-                  "provenance": provenance_summary(plan.graph.provenance)},
+        "graph": {
+            "sha256": identity["graph_sha256"],
+            "nodes": identity["graph_postcodes"],
+            "params": dict(plan.graph.params),
+            "provenance": provenance_summary(plan.graph.provenance),
+        },
         "epsilon": identity["epsilon"],
         "radius": identity["radius"],
-        "teleport_bound": {"exact": f"{bound.numerator}/{bound.denominator}",
-                           "approx": float(bound)},
+        "teleport_bound": {
+            "exact": f"{bound.numerator}/{bound.denominator}",
+            "approx": float(bound),
+        },
         "prior": prior_kind(plan.graph),
         "key_fingerprint": plan.key.fingerprint,
         "on_error": plan.on_error,
         "terminated": plan.terminated,
         "terminated_locations": describe_source(plan.terminated, plan.terminated_locations),
-        "columns": {"id": plan.id_column, "postcode": plan.postcode_column,
-                    "out": plan.out_column,
-                    "source_postcode_kept": plan.keep_source_postcode},
+        "columns": {
+            "id": plan.id_column,
+            "postcode": plan.postcode_column,
+            "out": plan.out_column,
+            "source_postcode_kept": plan.keep_source_postcode,
+        },
     }
 
 
@@ -185,7 +253,9 @@ def provenance_summary(provenance: dict) -> dict:
                 out[key] = files
             else:
                 digest = hashlib.sha256()
-                for entry in sorted(files, key=lambda e: (str(e.get("file")), str(e.get("sha256")))):
+                for entry in sorted(
+                    files, key=lambda e: (str(e.get("file")), str(e.get("sha256")))
+                ):
                     digest.update(f"{entry.get('file')}\0{entry.get('sha256')}\n".encode())
                 out[key] = {"files": len(files), "sha256_of_list": digest.hexdigest()}
         elif isinstance(value, dict) and "path" in value:

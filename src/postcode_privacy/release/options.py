@@ -19,8 +19,14 @@ from typing import Any
 from ..errors import SURFACE, InputDataError, InvalidParameterError
 from ..mechanism.epsilon import Epsilon, parse_epsilon
 
-__all__ = ["DEFAULT_OUT_COLUMN", "ON_ERROR_POLICIES", "TERMINATED_POLICIES", "ReleaseOptions",
-           "click_options", "pop_release_options"]
+__all__ = [
+    "DEFAULT_OUT_COLUMN",
+    "ON_ERROR_POLICIES",
+    "TERMINATED_POLICIES",
+    "ReleaseOptions",
+    "click_options",
+    "pop_release_options",
+]
 
 DEFAULT_OUT_COLUMN = "postcode_dp"
 ON_ERROR_POLICIES = ("error", "null", "drop")
@@ -42,28 +48,59 @@ class ReleaseOptions:
     :class:`~postcode_privacy.mechanism.epsilon.Epsilon` it denotes.
     """
 
-    epsilon: Epsilon = field(metadata=_cli(
-        "--epsilon", "Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).",
-        required=True, metavar="E"))
-    id_column: str = field(metadata=_cli(
-        "--id-column", "Column of subject identifiers.", required=True, metavar="C"))
-    postcode_column: str = field(metadata=_cli(
-        "--postcode-column", "Column of true postcodes.", required=True, metavar="P"))
-    radius: int | None = field(default=None, metadata=_cli(
-        "--radius", "Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
-        type=int, metavar="R"))
-    on_error: str = field(default="error", metadata=_cli(
-        "--on-error", "Records that cannot be released: fail listing them (nothing written), "
-        "leave the released cell empty, or drop the row.", choices=ON_ERROR_POLICIES))
-    out_column: str = field(default=DEFAULT_OUT_COLUMN, metadata=_cli(
-        "--out-column", "Name of the released postcode column.", metavar="NAME"))
-    keep_source_postcode: bool = field(default=False, metadata=_cli(
-        "--keep-source-postcode",
-        "Keep the true postcode column in the output (it is dropped by default).", is_flag=True))
-    terminated: str = field(default="error", metadata=_cli(
-        "--terminated", "Postcodes not in the graph: an error, or (nearest) map a terminated "
-        "postcode with known coordinates to the nearest live postcode first.",
-        choices=TERMINATED_POLICIES))
+    epsilon: Epsilon = field(
+        metadata=_cli(
+            "--epsilon",
+            "Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).",
+            required=True,
+            metavar="E",
+        )
+    )
+    id_column: str = field(
+        metadata=_cli("--id-column", "Column of subject identifiers.", required=True, metavar="C")
+    )
+    postcode_column: str = field(
+        metadata=_cli("--postcode-column", "Column of true postcodes.", required=True, metavar="P")
+    )
+    radius: int | None = field(
+        default=None,
+        metadata=_cli(
+            "--radius",
+            "Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
+            type=int,
+            metavar="R",
+        ),
+    )
+    on_error: str = field(
+        default="error",
+        metadata=_cli(
+            "--on-error",
+            "Records that cannot be released: fail listing them (nothing written), "
+            "leave the released cell empty, or drop the row.",
+            choices=ON_ERROR_POLICIES,
+        ),
+    )
+    out_column: str = field(
+        default=DEFAULT_OUT_COLUMN,
+        metadata=_cli("--out-column", "Name of the released postcode column.", metavar="NAME"),
+    )
+    keep_source_postcode: bool = field(
+        default=False,
+        metadata=_cli(
+            "--keep-source-postcode",
+            "Keep the true postcode column in the output (it is dropped by default).",
+            is_flag=True,
+        ),
+    )
+    terminated: str = field(
+        default="error",
+        metadata=_cli(
+            "--terminated",
+            "Postcodes not in the graph: an error, or (nearest) map a terminated "
+            "postcode with known coordinates to the nearest live postcode first.",
+            choices=TERMINATED_POLICIES,
+        ),
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", parse_epsilon(self.epsilon))
@@ -73,12 +110,14 @@ class ReleaseOptions:
                 raise InvalidParameterError(f"{self.flag(name)} must be a non-empty column name")
         if self.id_column == self.postcode_column:
             raise InvalidParameterError(
-                f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ")
+                f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ"
+            )
         if self.out_column in (self.id_column, self.postcode_column):
             raise InvalidParameterError(
                 f"{self.flag('out_column')} must be the output column's own name, different from "
                 "the identifier and true postcode columns, so the released postcode cannot be "
-                "mistaken for the truth")
+                "mistaken for the truth"
+            )
         if self.radius is not None:
             if isinstance(self.radius, bool) or not isinstance(self.radius, numbers.Integral):
                 raise InvalidParameterError(f"{self.flag('radius')} must be a whole number of hops")
@@ -86,7 +125,9 @@ class ReleaseOptions:
         self._check_choice("on_error", ON_ERROR_POLICIES)
         self._check_choice("terminated", TERMINATED_POLICIES)
         if not isinstance(self.keep_source_postcode, bool):
-            raise InvalidParameterError(f"{self.flag('keep_source_postcode')} must be True or False")
+            raise InvalidParameterError(
+                f"{self.flag('keep_source_postcode')} must be True or False"
+            )
 
     def _check_choice(self, name: str, allowed: tuple[str, ...]) -> None:
         if getattr(self, name) not in allowed:
@@ -112,11 +153,15 @@ class ReleaseOptions:
         if missing:
             # The header's own cells are not echoed: without a header line they are a record.
             raise InputDataError(
-                "the input has no column " + " or ".join(repr(c) for c in missing)
-                + f" (it has {len(names)} columns; does the file start with a header line?)")
+                "the input has no column "
+                + " or ".join(repr(c) for c in missing)
+                + f" (it has {len(names)} columns; does the file start with a header line?)"
+            )
         if self.out_column in seen:
-            raise InputDataError(f"the input already has a column named {self.out_column!r}; "
-                                 f"choose another {self.flag('out_column')}")
+            raise InputDataError(
+                f"the input already has a column named {self.out_column!r}; "
+                f"choose another {self.flag('out_column')}"
+            )
 
     def output_columns(self, columns: Iterable) -> list:
         """The output's columns, in order, for an input with ``columns``."""
@@ -151,8 +196,9 @@ class ReleaseOptions:
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
 
 
-def click_options(command: Callable | None = None, *,
-                  only: tuple[str, ...] | None = None) -> Callable:
+def click_options(
+    command: Callable | None = None, *, only: tuple[str, ...] | None = None
+) -> Callable:
     """Decorate a click command with one flag per release option, in declaration order.
 
     Use as ``@click_options``, or ``@click_options(only=("epsilon", ...))`` for a command that

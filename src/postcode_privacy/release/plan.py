@@ -42,14 +42,21 @@ class ReleasePlan:
     run-wide state (the subject tracker), so use one plan per release.
     """
 
-    def __init__(self, *, key: Key, options: ReleaseOptions | None = None,
-                 graph: Graph | Callable[[], Graph] | None = None,
-                 terminated_locations: pd.DataFrame | None = None, **option_kwargs: Any):
+    def __init__(
+        self,
+        *,
+        key: Key,
+        options: ReleaseOptions | None = None,
+        graph: Graph | Callable[[], Graph] | None = None,
+        terminated_locations: pd.DataFrame | None = None,
+        **option_kwargs: Any,
+    ):
         if not isinstance(key, Key):
             raise TypeError("key must be a postcode_privacy.Key")
         if graph is not None and not isinstance(graph, Graph) and not callable(graph):
-            raise TypeError("graph must be a postcode_privacy.Graph, a function returning one, "
-                            "or None")
+            raise TypeError(
+                "graph must be a postcode_privacy.Graph, a function returning one, or None"
+            )
         # Built (and so validated) before an expensive graph load.
         self.options = options = ReleaseOptions.build(options, **option_kwargs)
         if graph is None:
@@ -88,8 +95,10 @@ class ReleasePlan:
         self.displacement: Displacement | None = None
 
     def __repr__(self) -> str:
-        return (f"<ReleasePlan epsilon={self.mechanism.epsilon.text} radius={self.mechanism.radius}"
-                f" on_error={self.on_error} terminated={self.terminated} key={self.key.fingerprint}>")
+        return (
+            f"<ReleasePlan epsilon={self.mechanism.epsilon.text} radius={self.mechanism.radius}"
+            f" on_error={self.on_error} terminated={self.terminated} key={self.key.fingerprint}>"
+        )
 
     # -- columns --------------------------------------------------------------------------------
 
@@ -118,22 +127,32 @@ class ReleasePlan:
 
     # -- releasing ----------------------------------------------------------------------------
 
-    def _perturb(self, subject_ids: list[str], nodes: np.ndarray,
-                 progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def _perturb(
+        self,
+        subject_ids: list[str],
+        nodes: np.ndarray,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
         """The single call into the engine for every release path: node numbers and the
         identifiers canonicalised once by the record checks, never looked up again.  Returns
         the released labels (an object array), each distinct output labelled once."""
-        released = _perturb_canonical(self.mechanism, self.key, subject_ids, nodes,
-                                      brackets=self._brackets, progress=progress)
+        released = _perturb_canonical(
+            self.mechanism, self.key, subject_ids, nodes, brackets=self._brackets, progress=progress
+        )
         if self.displacement is not None:
             self.displacement.add(nodes, released)
         distinct, where = np.unique(released, return_inverse=True)
         labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
         return labels[where.reshape(-1)]
 
-    def process_chunk(self, df: pd.DataFrame, row_offset: int = 0, *, warn: bool = True,
-                      progress: Callable[[int], None] | None = None,
-                      ) -> tuple[pd.DataFrame, dict[str, int]]:
+    def process_chunk(
+        self,
+        df: pd.DataFrame,
+        row_offset: int = 0,
+        *,
+        warn: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[pd.DataFrame, dict[str, int]]:
         """Check and release one chunk of records; return ``(output frame, counts)``.
 
         ``row_offset`` is the number of records before this chunk, so that reported record
@@ -159,12 +178,15 @@ class ReleasePlan:
         ok_ids = ids if ok.size == len(ids) else [ids[i] for i in ok.tolist()]
         # Accepted records always have a canonical identifier (RecordRules.check_records).
         accepted: list[str] = [i for i in ok_ids if i is not None]
-        released: np.ndarray | list = (self._perturb(accepted, checked.nodes[ok], progress)
-                                       if ok.size else [])
+        released: np.ndarray | list = (
+            self._perturb(accepted, checked.nodes[ok], progress) if ok.size else []
+        )
         if progress is not None and len(df) > ok.size:
             progress(len(df) - int(ok.size))
         hashes = _tracker_hashes(accepted)
-        new = self._subjects.add(hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1)
+        new = self._subjects.add(
+            hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1
+        )
         if warn and new:
             self._warned += len(new)
             warn_duplicate_subjects(len(new), new, stacklevel=2)
@@ -176,7 +198,9 @@ class ReleasePlan:
         if self.on_error == "drop":
             out, values = out.iloc[ok], values[ok]
         out = out.copy()
-        out.insert(len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object))
+        out.insert(
+            len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object)
+        )
         return out, counts
 
     @property

@@ -36,8 +36,17 @@ from .options import ReleaseOptions
 if TYPE_CHECKING:
     from .terminated import NearestLive
 
-__all__ = ["COUNT_KEYS", "FAILURE_KINDS", "MAX_LISTED_ERRORS", "ChunkCheck", "CheckedRecords",
-           "RecordRules", "Screen", "failure_error", "merge_counts"]
+__all__ = [
+    "COUNT_KEYS",
+    "FAILURE_KINDS",
+    "MAX_LISTED_ERRORS",
+    "ChunkCheck",
+    "CheckedRecords",
+    "RecordRules",
+    "Screen",
+    "failure_error",
+    "merge_counts",
+]
 
 # The ledger's budget screen (ledger/recording.py): releasable records in, refused positions out.
 Screen = Callable[[list, np.ndarray, int], Sequence[int]]
@@ -45,8 +54,14 @@ Screen = Callable[[list, np.ndarray, int], Sequence[int]]
 MAX_LISTED_ERRORS = 20
 
 # Why a row cannot be released, in the order they are tested (the first that applies counts).
-FAILURE_KINDS = ("missing_identifier", "invalid_identifier", "missing_postcode",
-                 "malformed_postcode", "unknown_postcode", "over_budget")
+FAILURE_KINDS = (
+    "missing_identifier",
+    "invalid_identifier",
+    "missing_postcode",
+    "malformed_postcode",
+    "unknown_postcode",
+    "over_budget",
+)
 _FAILURE_LABELS = {
     "missing_identifier": "missing or blank identifier",
     "invalid_identifier": "unusable identifier",
@@ -55,8 +70,16 @@ _FAILURE_LABELS = {
     "unknown_postcode": "postcode not in the graph",
     "over_budget": "privacy budget exceeded (ledger)",
 }
-COUNT_KEYS = ("records", "released", "terminated_mapped", *FAILURE_KINDS, "failed", "nulled",
-              "dropped", "rows_out")
+COUNT_KEYS = (
+    "records",
+    "released",
+    "terminated_mapped",
+    *FAILURE_KINDS,
+    "failed",
+    "nulled",
+    "dropped",
+    "rows_out",
+)
 
 
 def _empty_counts() -> dict[str, int]:
@@ -73,11 +96,15 @@ def merge_counts(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
 def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int]) -> InputDataError:
     """The error for records that cannot be released under ``on_error="error"``."""
     failed = counts.get("failed", 0)
-    reasons = ", ".join(f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k))
+    reasons = ", ".join(
+        f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k)
+    )
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
         f"with {option('on_error', 'error')} nothing is released",
-        row_errors=list(row_errors[:MAX_LISTED_ERRORS]), total_errors=failed)
+        row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
+        total_errors=failed,
+    )
 
 
 def _is_missing(value: object) -> bool:
@@ -136,7 +163,6 @@ def _all_encodable(texts: list[str]) -> bool:
     return True
 
 
-
 @dataclass
 class ChunkCheck:
     """What checking a chunk found: counts by outcome and the failing rows (first few listed).
@@ -168,8 +194,6 @@ class CheckedRecords:
     codes: np.ndarray  # the true postcode as a number (node, or len(graph) + terminated row)
 
 
-
-
 class RecordRules:
     """The release rules for one graph and one set of options: which records can be released,
     from which node, and why the others cannot.  Holds no run-wide state."""
@@ -179,7 +203,9 @@ class RecordRules:
         self.options = options
         self._nearest = nearest
 
-    def check_records(self, df: pd.DataFrame, row_offset: int, screen: Screen | None = None) -> CheckedRecords:
+    def check_records(
+        self, df: pd.DataFrame, row_offset: int, screen: Screen | None = None
+    ) -> CheckedRecords:
         """Classify every record of ``df``: the release rules, in one place.
 
         Precondition: ``df`` has the identifier and postcode columns (``check_columns``).
@@ -202,8 +228,14 @@ class RecordRules:
         codes = np.where(released, outcomes["code"][which], -1)
         counts["terminated_mapped"] = int(np.count_nonzero(outcomes["mapped"][which] & released))
         for i in np.flatnonzero(~released)[:MAX_LISTED_ERRORS].tolist():
-            check.row_errors.append((row_offset + i + 1, id_failures[i][1] if i in id_failures
-                                     else self._postcode_reason(FAILURE_KINDS[kind[i]])))
+            check.row_errors.append(
+                (
+                    row_offset + i + 1,
+                    id_failures[i][1]
+                    if i in id_failures
+                    else self._postcode_reason(FAILURE_KINDS[kind[i]]),
+                )
+            )
         for failure in id_failures.values():
             counts[failure[0]] += 1
         by_kind = np.bincount(kind[kind > 0], minlength=len(FAILURE_KINDS))
@@ -223,8 +255,15 @@ class RecordRules:
         counts["rows_out"] = n - counts["dropped"]
         return CheckedRecords(check, ids, nodes, codes)
 
-    def _apply_screen(self, screen: Screen, check: ChunkCheck, ids: list, nodes: np.ndarray, codes: np.ndarray,
-                      row_offset: int) -> None:
+    def _apply_screen(
+        self,
+        screen: Screen,
+        check: ChunkCheck,
+        ids: list,
+        nodes: np.ndarray,
+        codes: np.ndarray,
+        row_offset: int,
+    ) -> None:
         """Fail the records the ledger's budget refuses (docs/ledger.md, "Budgets")."""
         refused = screen(ids, nodes, row_offset)
         for i in refused:
@@ -241,10 +280,14 @@ class RecordRules:
         if kind == "malformed_postcode":
             return "not a UK postcode in form"
         if self._nearest is not None:
-            return ("postcode is well-formed but not in the graph, and the postcode directory "
-                    "gives no location for it")
-        return ("postcode is well-formed but not in the graph (terminated, non-geographic, or "
-                "outside its area)")
+            return (
+                "postcode is well-formed but not in the graph, and the postcode directory "
+                "gives no location for it"
+            )
+        return (
+            "postcode is well-formed but not in the graph (terminated, non-geographic, or "
+            "outside its area)"
+        )
 
     def _postcode_outcome(self, value: object) -> tuple[int, int, int, bool]:
         """(failure kind index or 0, node to release from, true code, mapped?) for one cell.
@@ -286,10 +329,12 @@ class RecordRules:
                     distinct.append(value)
                 which[i] = at
         table = [self._postcode_outcome(v) for v in distinct]
-        outcomes = {"kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
-                    "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
-                    "code": np.array([t[2] for t in table], dtype=np.int64).reshape(-1),
-                    "mapped": np.array([t[3] for t in table], dtype=bool).reshape(-1)}
+        outcomes = {
+            "kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
+            "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
+            "code": np.array([t[2] for t in table], dtype=np.int64).reshape(-1),
+            "mapped": np.array([t[3] for t in table], dtype=bool).reshape(-1),
+        }
         return outcomes, np.asarray(which, dtype=np.int64)
 
     def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
@@ -302,4 +347,3 @@ class RecordRules:
             if row is not None:
                 return self._nearest.nearest_node(row), n_nodes + row, True
         return -1, -1, False
-

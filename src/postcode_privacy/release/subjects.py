@@ -93,4 +93,6 @@ def warn_duplicate_subjects(count: int, rows: list[int], *, stacklevel: int) -> 
         f"{count} subject identifier(s) appear with more than one postcode (again at record(s) "
         f"{where}{', ...' if count > len(rows[:WARN_ROWS]) else ''}); each (identifier, "
         "postcode) pair is a separate draw, so such a subject is released more than once",
-        DuplicateSubjectWarning, stacklevel=stacklevel + 1)
+        DuplicateSubjectWarning,
+        stacklevel=stacklevel + 1,
+    )

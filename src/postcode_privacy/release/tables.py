@@ -37,8 +37,7 @@ import pandas as pd
 
 from ..errors import InputDataError, InvalidParameterError
 
-__all__ = ["table_format", "TableReader", "open_writer", "MAX_COLUMNS",
-           "MAX_HEADER_CHARS"]
+__all__ = ["table_format", "TableReader", "open_writer", "MAX_COLUMNS", "MAX_HEADER_CHARS"]
 
 # Bounds on the shape of an input (docs/release.md, "Limits and unusual files"): far above
 # real record files, low enough that a hostile header fails in a second, not out of memory.
@@ -63,7 +62,8 @@ def table_format(path: str | os.PathLike) -> str:
         return "parquet"
     raise InvalidParameterError(
         "cannot tell the table format from the file name: use .csv (optionally .gz, .bz2 or "
-        ".xz), .parquet or .pq")
+        ".xz), .parquet or .pq"
+    )
 
 
 def _open_binary(path: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedReader:
@@ -144,11 +144,27 @@ class TableReader:
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
         try:
             reader = pd.read_csv(
-                self.path, sep=",", header=0, names=self.columns, index_col=False, dtype=str,
-                keep_default_na=False, na_filter=False, chunksize=self.rows_per_chunk,
-                encoding="utf-8", compression="infer", skip_blank_lines=True, engine="c")
-        except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError,
-                *_READ_ERRORS) as exc:
+                self.path,
+                sep=",",
+                header=0,
+                names=self.columns,
+                index_col=False,
+                dtype=str,
+                keep_default_na=False,
+                na_filter=False,
+                chunksize=self.rows_per_chunk,
+                encoding="utf-8",
+                compression="infer",
+                skip_blank_lines=True,
+                engine="c",
+            )
+        except (
+            UnicodeDecodeError,
+            pd.errors.ParserError,
+            pd.errors.EmptyDataError,
+            ValueError,
+            *_READ_ERRORS,
+        ) as exc:
             raise self._csv_error(exc) from None
         with reader:
             while True:
@@ -159,8 +175,13 @@ class TableReader:
                         chunk = next(reader)
                 except StopIteration:
                     return
-                except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.ParserWarning,
-                        ValueError, *_READ_ERRORS) as exc:
+                except (
+                    UnicodeDecodeError,
+                    pd.errors.ParserError,
+                    pd.errors.ParserWarning,
+                    ValueError,
+                    *_READ_ERRORS,
+                ) as exc:
                     raise self._csv_error(exc) from None
                 yield chunk
 
@@ -183,12 +204,17 @@ class TableReader:
                 record, line, fields = found
                 return InputDataError(
                     f"record {record} (starting on line {line} of the file) has {fields} "
-                    f"fields; the header has {len(self.columns)}")
-            return InputDataError(f"record {int(more.group(2)) - 1} has {more.group(3)} fields; "
-                                  f"the header has {more.group(1)}")
+                    f"fields; the header has {len(self.columns)}"
+                )
+            return InputDataError(
+                f"record {int(more.group(2)) - 1} has {more.group(3)} fields; "
+                f"the header has {more.group(1)}"
+            )
         if isinstance(exc, pd.errors.ParserError):
-            return InputDataError("the input is not well-formed CSV (an unclosed quote, or a "
-                                  "cell larger than the reader allows)")
+            return InputDataError(
+                "the input is not well-formed CSV (an unclosed quote, or a "
+                "cell larger than the reader allows)"
+            )
         return InputDataError("the input is not well-formed CSV")
 
     # -- Parquet ----------------------------------------------------------------------------------
@@ -224,8 +250,7 @@ class TableReader:
         handle = self._parquet_file()
         offset = 0
         try:
-            batches = handle.iter_batches(batch_size=self.rows_per_chunk,
-                                          use_pandas_metadata=False)
+            batches = handle.iter_batches(batch_size=self.rows_per_chunk, use_pandas_metadata=False)
             while True:
                 try:
                     batch = next(batches)
@@ -271,8 +296,10 @@ def duplicate_columns_message(columns: list) -> str:
             pairs.append(f"{first[name]} and {position}")
         else:
             first[name] = position
-    return ("the input has duplicate column names (columns " + "; ".join(pairs) + "); "
-            "does the file start with a header line?")
+    return (
+        "the input has duplicate column names (columns " + "; ".join(pairs) + "); "
+        "does the file start with a header line?"
+    )
 
 
 def _header_lines(text) -> Iterator[str]:
@@ -284,14 +311,18 @@ def _header_lines(text) -> Iterator[str]:
             return
         total += len(line)
         if total > MAX_HEADER_CHARS:
-            raise InputDataError(f"the input's header line is longer than {MAX_HEADER_CHARS:,} "
-                                 "characters; this is not a record file the release can read")
+            raise InputDataError(
+                f"the input's header line is longer than {MAX_HEADER_CHARS:,} "
+                "characters; this is not a record file the release can read"
+            )
         yield line
 
 
 def _too_many_columns(count: int) -> str:
-    return (f"the input has {count:,} columns; at most {MAX_COLUMNS:,} are supported "
-            "(drop the columns the release does not need)")
+    return (
+        f"the input has {count:,} columns; at most {MAX_COLUMNS:,} are supported "
+        "(drop the columns the release does not need)"
+    )
 
 
 def _bounded_columns(columns: list) -> list:
@@ -302,7 +333,8 @@ def _bounded_columns(columns: list) -> list:
 
 def _read_failure(path: str, exc: BaseException) -> str:
     if path.lower().endswith((".gz", ".bz2", ".xz")) and not isinstance(
-            exc, FileNotFoundError | PermissionError):
+        exc, FileNotFoundError | PermissionError
+    ):
         return "the compressed input is damaged or ends early (truncated?)"
     return f"cannot read the input file: {_os_reason(exc)}"
 
@@ -347,14 +379,16 @@ def _check_utf8(batch, offset: int) -> None:
             # The bad text is in the column's dictionary, shared by many records.
             raise InputDataError(
                 f"column {position + 1} ({name!r}), from record {offset + 1} on, holds "
-                "dictionary-encoded text that is not valid UTF-8") from None
+                "dictionary-encoded text that is not valid UTF-8"
+            ) from None
         for row in range(len(column)):
             try:
                 column.slice(row, 1).validate(full=True)
             except pa.ArrowInvalid:
                 raise InputDataError(
                     f"record {offset + row + 1}, column {position + 1} ({name!r}) holds text "
-                    "that is not valid UTF-8") from None
+                    "that is not valid UTF-8"
+                ) from None
     raise InputDataError("the input Parquet file holds invalid data")
 
 
@@ -367,8 +401,11 @@ def _holds_carriage_return(frame: pd.DataFrame, header: bool) -> bool:
         return True
     for name in frame.columns:
         column = frame[name]
-        if column.dtype == object or isinstance(column.dtype, pd.StringDtype) or (
-                isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU"):
+        if (
+            column.dtype == object
+            or isinstance(column.dtype, pd.StringDtype)
+            or (isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU")
+        ):
             # Nested values (dicts, lists) are written as their str(): check that text too.
             if column.astype(object).map(_text_has_cr).any():
                 return True
@@ -405,8 +442,7 @@ def _quote_minimally(text: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _compressor(handle: BinaryIO,
-                name: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
+def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
     lower = name.lower()
     if lower.endswith(".gz"):
         return gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0)
@@ -433,8 +469,9 @@ class _CsvWriter:
         if _holds_carriage_return(frame, header):
             # The csv module (behind pandas) quotes a cell holding "\n" but not one holding a
             # bare "\r", which readers then take for a line break: quote such cells here.
-            text = frame.to_csv(index=False, header=header, lineterminator="\n",
-                                quoting=csv.QUOTE_ALL)
+            text = frame.to_csv(
+                index=False, header=header, lineterminator="\n", quoting=csv.QUOTE_ALL
+            )
             self._text.write(_quote_minimally(text))
         else:
             frame.to_csv(self._text, index=False, header=header, lineterminator="\n")

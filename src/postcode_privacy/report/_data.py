@@ -41,7 +41,10 @@ CONDITIONS = (
     ("the true postcode", "it is hashed too: someone who moves is drawn again"),
     ("the graph artefact (its sha256)", "node order and prior feed every output"),
     ("epsilon and the radius R", "both set the weights and are hashed into the draw"),
-    ("the library's output-stability version", "a new version re-draws everyone (see the changelog)"),
+    (
+        "the library's output-stability version",
+        "a new version re-draws everyone (see the changelog)",
+    ),
 )
 
 
@@ -54,15 +57,21 @@ class Report:
 
 
 def fraction_json(value: Fraction) -> dict:
-    return {"numerator": str(value.numerator), "denominator": str(value.denominator),
-            "approx": float(value)}
+    return {
+        "numerator": str(value.numerator),
+        "denominator": str(value.denominator),
+        "approx": float(value),
+    }
 
 
 def generated_at() -> str:
     """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    moment = (_dt.datetime.fromtimestamp(int(epoch), _dt.UTC) if epoch and epoch.isdigit()
-              else _dt.datetime.now(_dt.UTC))
+    moment = (
+        _dt.datetime.fromtimestamp(int(epoch), _dt.UTC)
+        if epoch and epoch.isdigit()
+        else _dt.datetime.now(_dt.UTC)
+    )
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -77,8 +86,11 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
     exact.add_displacement_histogram(dist, hist, distances)
     neighbours = g.location_neighbours(dist.location)
     xy = g.require_coordinates()
-    spacing = (float(np.hypot(*(xy[neighbours] - xy[dist.location]).T).mean())
-               if neighbours.size else math.nan)
+    spacing = (
+        float(np.hypot(*(xy[neighbours] - xy[dist.location]).T).mean())
+        if neighbours.size
+        else math.nan
+    )
     summary = {
         "postcode": g.label(node),
         "expected_displacement_m": fraction_json(expected),
@@ -98,38 +110,76 @@ def _map_half_width_m(summary: dict) -> float:
     return max(1.15 * summary["p95_m"], 4.0 * spacing, 1000.0)
 
 
-def attacker_figures(graph: Graph, mechanism: Mechanism, exact: ExactMechanism, nodes: np.ndarray,
-                     releases: int, seed: int, hops: int,
-                     progress: Callable[[str, int, int], None] | None) -> dict:
+def attacker_figures(
+    graph: Graph,
+    mechanism: Mechanism,
+    exact: ExactMechanism,
+    nodes: np.ndarray,
+    releases: int,
+    seed: int,
+    hops: int,
+    progress: Callable[[str, int, int], None] | None,
+) -> dict:
     """The adversary rows of ``evaluate`` for ``nodes``, with sector and district alongside."""
     scenarios = adversary_scenarios(
-        mechanism, exact, nodes, releases, seed, hops,
-        progress=None if progress is None else (lambda d, t: progress("attacker", d, t)))
+        mechanism,
+        exact,
+        nodes,
+        releases,
+        seed,
+        hops,
+        progress=None if progress is None else (lambda d, t: progress("attacker", d, t)),
+    )
     rows = []
     for name, label, outcomes in (
-            ("one_release", "one release", scenarios.one),
-            ("keyed_releases", f"{releases} keyed releases (same key, re-run)", scenarios.keyed),
-            ("independent_draws", f"{releases} independent releases (new key each time)",
-             scenarios.independent)):
+        ("one_release", "one release", scenarios.one),
+        ("keyed_releases", f"{releases} keyed releases (same key, re-run)", scenarios.keyed),
+        (
+            "independent_draws",
+            f"{releases} independent releases (new key each time)",
+            scenarios.independent,
+        ),
+    ):
         s = summarise(outcomes)
-        rows.append({"scenario": name, "label": label, "identification_rate": s.identification_rate,
-                     "median_rank": s.median_rank, "median_posterior": s.median_posterior})
+        rows.append(
+            {
+                "scenario": name,
+                "label": label,
+                "identification_rate": s.identification_rate,
+                "median_rank": s.median_rank,
+                "median_posterior": s.median_posterior,
+            }
+        )
     for level in ("sector", "district"):
         codes = group_codes(graph, level)
         t = truncation_baseline(graph, nodes, level, None, codes) if codes is not None else None
         if t is not None:
-            rows.append({"scenario": level, "label": f"publish only the postcode {level}",
-                         "identification_rate": t.identification_rate,
-                         "median_rank": t.median_rank, "median_posterior": t.median_posterior,
-                         "median_displacement_km": t.median_displacement_km,
-                         "p95_displacement_km": t.p95_displacement_km})
+            rows.append(
+                {
+                    "scenario": level,
+                    "label": f"publish only the postcode {level}",
+                    "identification_rate": t.identification_rate,
+                    "median_rank": t.median_rank,
+                    "median_posterior": t.median_posterior,
+                    "median_displacement_km": t.median_displacement_km,
+                    "p95_displacement_km": t.p95_displacement_km,
+                }
+            )
     return {"releases": int(releases), "hops": int(hops), "rows": rows}
 
 
-def build_report(graph: Graph, epsilon=None, radius: int | None = None, postcode: str | None = None,
-                 sample: int | None = 10, seed: int = 0, releases: int = 20,
-                 adversary_hops: int = 6, release: ReleaseFacts | None = None,
-                 progress: Callable[[str, int, int], None] | None = None) -> Report:
+def build_report(
+    graph: Graph,
+    epsilon=None,
+    radius: int | None = None,
+    postcode: str | None = None,
+    sample: int | None = 10,
+    seed: int = 0,
+    releases: int = 20,
+    adversary_hops: int = 6,
+    release: ReleaseFacts | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Report:
     """Everything the report shows, computed exactly; figures rendered with matplotlib (Agg).
 
     ``release`` (from ``read_manifest``) describes an actual release: its epsilon and radius are
@@ -146,7 +196,8 @@ def build_report(graph: Graph, epsilon=None, radius: int | None = None, postcode
         if release.graph_sha256 != graph.sha256:
             raise InvalidParameterError(
                 "the manifest's release used another graph (its graph sha256 differs from the "
-                "loaded graph's); give the release's graph with --graph")
+                "loaded graph's); give the release's graph with --graph"
+            )
         if epsilon is not None and str(epsilon) != release.epsilon:
             raise InvalidParameterError("--epsilon differs from the manifest's epsilon; omit it")
         if radius is not None and radius != release.radius:
@@ -168,17 +219,32 @@ def build_report(graph: Graph, epsilon=None, radius: int | None = None, postcode
         half = _map_half_width_m(summary)
         name = f"map_{place['kind']}"
         figures[name], outside = place_map(
-            exact, dist, summary["postcode"], half,
-            f"Where {summary['postcode']} ({place['kind']}) can be released to")
-        rows.append({"kind": place["kind"], "chosen_by": place["how"], **summary, "map": name,
-                     "map_half_width_m": half, "map_outside_share": outside})
+            exact,
+            dist,
+            summary["postcode"],
+            half,
+            f"Where {summary['postcode']} ({place['kind']}) can be released to",
+        )
+        rows.append(
+            {
+                "kind": place["kind"],
+                "chosen_by": place["how"],
+                **summary,
+                "map": name,
+                "map_half_width_m": half,
+                "map_outside_share": outside,
+            }
+        )
         if place["kind"] == "chosen" or (postcode is None and i == 0):
             figures["histogram"] = histogram_figure(hist, f"true postcode {summary['postcode']}")
     report("places and maps", len(places), len(places))
 
     eps = float(mechanism.epsilon)
-    ratios = [{"hops": h, "max_ratio": _safe_exp(eps * h)}
-              for h in sorted({1, 2, 3, 5, 10, mechanism.radius}) if h <= mechanism.radius]
+    ratios = [
+        {"hops": h, "max_ratio": _safe_exp(eps * h)}
+        for h in sorted({1, 2, 3, 5, 10, mechanism.radius})
+        if h <= mechanism.radius
+    ]
     data = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -198,13 +264,18 @@ def build_report(graph: Graph, epsilon=None, radius: int | None = None, postcode
         nodes = select_sample(graph, sample, seed)
         report("sample utility", 0, 1)
         utility = measure_utility(exact, nodes)
-        data["sample"] = {"seed": int(seed), "postcodes": [graph.label(int(v)) for v in nodes],
-                          **utility.to_json()}
+        data["sample"] = {
+            "seed": int(seed),
+            "postcodes": [graph.label(int(v)) for v in nodes],
+            **utility.to_json(),
+        }
         figures["sample_histogram"] = histogram_figure(
-            utility.histogram_m, f"{utility.sample_size} postcodes drawn by prior (seed {seed})")
+            utility.histogram_m, f"{utility.sample_size} postcodes drawn by prior (seed {seed})"
+        )
         report("sample utility", 1, 1)
-        data["attacker"] = attacker_figures(graph, mechanism, exact, nodes, releases, seed,
-                                            adversary_hops, progress)
+        data["attacker"] = attacker_figures(
+            graph, mechanism, exact, nodes, releases, seed, adversary_hops, progress
+        )
     data["seconds"] = round(time.perf_counter() - started, 1)
     return Report(data, figures)
 

@@ -13,9 +13,11 @@ import numpy as np
 from ..errors import GraphError
 from ..graph.graph import Graph
 
-WELL_KNOWN = (("city", "LS1", "Leeds city centre"),
-              ("town", "LA9", "Kendal, a market town"),
-              ("remote", "IV27", "north-west Sutherland"))
+WELL_KNOWN = (
+    ("city", "LS1", "Leeds city centre"),
+    ("town", "LA9", "Kendal, a market town"),
+    ("remote", "IV27", "north-west Sutherland"),
+)
 DENSITY_PERCENTILES = (("city", 5.0), ("town", 50.0), ("remote", 99.5))
 
 
@@ -48,8 +50,10 @@ def example_postcodes(graph: Graph) -> list[dict]:
     """City, town and remote example nodes, with how each was chosen (see module docstring)."""
     if graph.location_coordinates is None:
         raise GraphError("this graph carries no coordinates, so displacements cannot be shown")
-    chosen = [(kind, _district_node(graph, district), f"district {district} ({place})")
-              for kind, district, place in WELL_KNOWN]
+    chosen = [
+        (kind, _district_node(graph, district), f"district {district} ({place})")
+        for kind, district, place in WELL_KNOWN
+    ]
     if all(node is not None for _, node, _ in chosen):
         return [{"kind": k, "node": n, "how": h} for k, n, h in chosen]
     spacing = local_spacing_m(graph)[graph.node_location]
@@ -58,6 +62,11 @@ def example_postcodes(graph: Graph) -> list[dict]:
     out = []
     for kind, pct in DENSITY_PERCENTILES:
         k = min(len(order) - 1, int(round(pct / 100.0 * (len(order) - 1))))
-        out.append({"kind": kind, "node": int(order[k]),
-                    "how": f"density: {pct:g}th percentile of distance to graph neighbours"})
+        out.append(
+            {
+                "kind": kind,
+                "node": int(order[k]),
+                "how": f"density: {pct:g}th percentile of distance to graph neighbours",
+            }
+        )
     return out

@@ -38,6 +38,13 @@ def histogram_figure(hist_m: np.ndarray, what: str) -> bytes:
     ax.set_xlabel("displacement (km)")
     ax.set_ylabel("probability")
     ax.set_title(f"Displacement distribution: {what}", fontsize=10)
-    ax.text(0.98, 0.95, f"beyond {edges[-1] / 1000:.3g} km: {beyond:.2%}", transform=ax.transAxes,
-            ha="right", va="top", fontsize=8)
+    ax.text(
+        0.98,
+        0.95,
+        f"beyond {edges[-1] / 1000:.3g} km: {beyond:.2%}",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=8,
+    )
     return png(fig)

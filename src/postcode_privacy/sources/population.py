@@ -26,10 +26,12 @@ _COUNT = re.compile(r"\d+")
 
 def _postcode_column(names: list[str]) -> int | None:
     """Index of the postcode column; a column named like a postcode beats a geography one."""
-    rules = (lambda n: "postcode" in n,
-             lambda n: n == "geography code",
-             lambda n: re.fullmatch(r"pcd\w*", n) is not None,
-             lambda n: n == "geography")
+    rules = (
+        lambda n: "postcode" in n,
+        lambda n: n == "geography code",
+        lambda n: re.fullmatch(r"pcd\w*", n) is not None,
+        lambda n: n == "geography",
+    )
     for rule in rules:
         for i, name in enumerate(names):
             if rule(name):
@@ -40,8 +42,7 @@ def _postcode_column(names: list[str]) -> int | None:
 def _count_column(names: list[str], candidates: list[int]) -> int | None:
     """An exact count/observation/value name first, then one containing those words."""
     words = ("count", "observation", "value")
-    for test in (lambda n: n in words,
-                 lambda n: any(w in n for w in words) and "status" not in n):
+    for test in (lambda n: n in words, lambda n: any(w in n for w in words) and "status" not in n):
         found = next((i for i in candidates if test(names[i])), None)
         if found is not None:
             return found
@@ -98,8 +99,10 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     text = frame.iloc[:, count_col].str.strip()
     bad = ~text.str.fullmatch(_COUNT.pattern).to_numpy(dtype=bool)
     if bad.any():
-        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: "
-                              f"{names[count_col]!r} is not a non-negative integer")
+        raise SourceDataError(
+            f"{label}: line {_first_bad_line(bad)}: "
+            f"{names[count_col]!r} is not a non-negative integer"
+        )
     try:
         counts = text.astype("int64").to_numpy()
     except (OverflowError, ValueError):
@@ -108,19 +111,20 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     if sex_col is None:
         duplicated = pd.Series(postcodes).duplicated().to_numpy()
         if duplicated.any():
-            raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: "
-                                  "postcode repeated")
+            raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: postcode repeated")
         return dict(zip(postcodes.tolist(), counts.tolist(), strict=True))
 
     sex = frame.iloc[:, sex_col].str.strip()
     if (sex == "").any():
-        raise SourceDataError(f"{label}: line {_first_bad_line((sex == '').to_numpy())}: "
-                              f"{names[sex_col]!r} is empty")
+        raise SourceDataError(
+            f"{label}: line {_first_bad_line((sex == '').to_numpy())}: {names[sex_col]!r} is empty"
+        )
     pairs = pd.DataFrame({"postcode": postcodes, "sex": sex.to_numpy(dtype=object)})
     duplicated = pairs.duplicated().to_numpy()
     if duplicated.any():
-        raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: "
-                              "postcode and sex repeated")
+        raise SourceDataError(
+            f"{label}: line {_first_bad_line(duplicated)}: postcode and sex repeated"
+        )
     lowered = sex.str.lower()
     is_total = ((sex == "0") | lowered.str.startswith("all") | (lowered == "total")).to_numpy()
     table = pd.DataFrame({"postcode": postcodes, "count": counts, "total": is_total})
@@ -131,16 +135,18 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     return {str(k): int(v) for k, v in result.items()}
 
 
-def apply_population(postcodes: Iterable[str],
-                     population: dict[str, int]) -> tuple[np.ndarray, dict[str, int]]:
+def apply_population(
+    postcodes: Iterable[str], population: dict[str, int]
+) -> tuple[np.ndarray, dict[str, int]]:
     """Prior weight per postcode: its population when at least 1, otherwise 1.
 
     The floor of 1 keeps every postcode releasable (the guarantee needs a positive prior).
     ``population_total`` sums the counts of the given postcodes as found in the file.
     """
     postcodes = list(postcodes)
-    raw = np.fromiter((population.get(p, 0) for p in postcodes), dtype=np.int64,
-                      count=len(postcodes))
+    raw = np.fromiter(
+        (population.get(p, 0) for p in postcodes), dtype=np.int64, count=len(postcodes)
+    )
     if (raw < 0).any():
         raise SourceDataError("population counts must be non-negative")
     present = raw >= 1

@@ -12,17 +12,20 @@ import pandas as pd
 from .. import postcodes
 from ..postcodes import try_normalise
 
-__all__ = ["PostcodeTable", "file_sha256", "normalise_postcodes", "build_table",
-           "empty_terminated"]
+__all__ = ["PostcodeTable", "file_sha256", "normalise_postcodes", "build_table", "empty_terminated"]
 
 _CHUNK = 1 << 20
 
 
 def empty_terminated() -> pd.DataFrame:
     """An empty ``terminated`` frame with the right columns and dtypes."""
-    return pd.DataFrame({"postcode": pd.Series(dtype=object),
-                         "easting": pd.Series(dtype="float64"),
-                         "northing": pd.Series(dtype="float64")})
+    return pd.DataFrame(
+        {
+            "postcode": pd.Series(dtype=object),
+            "easting": pd.Series(dtype="float64"),
+            "northing": pd.Series(dtype="float64"),
+        }
+    )
 
 
 @dataclass(frozen=True, eq=False)  # eq on arrays is ambiguous; identity is enough
@@ -48,8 +51,9 @@ class PostcodeTable:
 
     def to_frame(self) -> pd.DataFrame:
         """Columns postcode, easting, northing (and laua when known)."""
-        frame = pd.DataFrame({"postcode": self.postcodes, "easting": self.easting,
-                              "northing": self.northing})
+        frame = pd.DataFrame(
+            {"postcode": self.postcodes, "easting": self.easting, "northing": self.northing}
+        )
         if self.laua is not None:
             frame["laua"] = self.laua
         return frame
@@ -96,9 +100,15 @@ def _as_object(values) -> np.ndarray:
     return out
 
 
-def build_table(frame: pd.DataFrame, *, dropped: dict[str, int], kind: str,
-                sources: list[dict[str, str]], terminated: pd.DataFrame | None = None,
-                with_laua: bool = False) -> PostcodeTable:
+def build_table(
+    frame: pd.DataFrame,
+    *,
+    dropped: dict[str, int],
+    kind: str,
+    sources: list[dict[str, str]],
+    terminated: pd.DataFrame | None = None,
+    with_laua: bool = False,
+) -> PostcodeTable:
     """Sort and de-duplicate kept rows (first occurrence wins) and wrap them in a table.
 
     ``frame`` has columns postcode (already normalised), easting, northing and optionally
@@ -123,9 +133,13 @@ def build_table(frame: pd.DataFrame, *, dropped: dict[str, int], kind: str,
         terminated = terminated.loc[~terminated["postcode"].isin(frame["postcode"])]
         terminated = terminated.drop_duplicates("postcode", keep="first")
         terminated = terminated.sort_values("postcode", kind="stable").reset_index(drop=True)
-        terminated = pd.DataFrame({"postcode": _as_object(terminated["postcode"]),
-                                   "easting": terminated["easting"].astype("float64"),
-                                   "northing": terminated["northing"].astype("float64")})
+        terminated = pd.DataFrame(
+            {
+                "postcode": _as_object(terminated["postcode"]),
+                "easting": terminated["easting"].astype("float64"),
+                "northing": terminated["northing"].astype("float64"),
+            }
+        )
 
     easting = frame["easting"].to_numpy(dtype="float64", copy=True)
     northing = frame["northing"].to_numpy(dtype="float64", copy=True)

@@ -62,7 +62,8 @@ try:
     from pyspark.sql.types import StringType, StructField, StructType
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'") from exc
+        "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'"
+    ) from exc
 
 from ..engine.batch import WORKERS_ENV
 from ..errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
@@ -248,8 +249,10 @@ def _worker_graph(ref: _GraphRef) -> Graph:
         if graph is None:
             graph = load_graph(SparkFiles.get(ref.file_name))  # hash-checked against its header
             if graph.sha256 != ref.sha256:
-                raise ArtefactError("the graph artefact on this executor is not the driver's "
-                                    "graph (its sha256 differs)")
+                raise ArtefactError(
+                    "the graph artefact on this executor is not the driver's "
+                    "graph (its sha256 differs)"
+                )
             _worker_loads[ref.sha256] = _worker_loads.get(ref.sha256, 0) + 1
             _worker_graphs[ref.sha256] = graph
             while len(_worker_graphs) > _WORKER_CACHE_SIZE:
@@ -284,6 +287,7 @@ def _probe_function(expected: str):
     this module, so it is pickled by value: unpickling it on the executor needs no
     ``postcode_privacy`` (the release's own functions are pickled by reference and would fail
     there with a long trace)."""
+
     def postcode_privacy_probe():
         try:
             import importlib
@@ -293,8 +297,11 @@ def _probe_function(expected: str):
         except BaseException as exc:  # noqa: BLE001 - any failure is reported as text
             return f"import failed: {type(exc).__name__}: {exc}"
         found = version.OUTPUT_STABILITY_VERSION
-        return "" if found == expected else (
-            f"output-stability version {found} is installed there, {expected} on the driver")
+        return (
+            ""
+            if found == expected
+            else (f"output-stability version {found} is installed there, {expected} on the driver")
+        )
 
     return postcode_privacy_probe
 
@@ -309,18 +316,22 @@ def _probe_executors(session) -> None:
     from ..version import OUTPUT_STABILITY_VERSION
 
     probe = F.udf(_probe_function(OUTPUT_STABILITY_VERSION), StringType())
-    advice = ("install postcode-privacy (the same version as on the driver) in the Python "
-              "environment the executors use, or point PYSPARK_PYTHON (spark.pyspark.python) at "
-              "a Python that has it; see docs/spark.md, \"What the workers need\"")
+    advice = (
+        "install postcode-privacy (the same version as on the driver) in the Python "
+        "environment the executors use, or point PYSPARK_PYTHON (spark.pyspark.python) at "
+        'a Python that has it; see docs/spark.md, "What the workers need"'
+    )
     try:
         found = session.range(0, 1, 1, 1).select(probe().alias("v")).collect()[0]["v"]
     except Exception as exc:  # the Python worker itself could not start
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ExecutorEnvironmentError(
-            f"the executors could not run a Python task ({first}); {advice}") from None
+            f"the executors could not run a Python task ({first}); {advice}"
+        ) from None
     if found:
         raise ExecutorEnvironmentError(
-            f"the executors' Python cannot run the release: {found}; {advice}")
+            f"the executors' Python cannot run the release: {found}; {advice}"
+        )
 
 
 # -- options shared by both passes --------------------------------------------------------------
@@ -408,14 +419,24 @@ def _check_partition(spec: _TaskSpec, batches):
         check.merge(checked.check)
         ok = np.flatnonzero(checked.nodes >= 0)
         if ok.size:
-            hashes = np.fromiter((_accepted_hash(checked.ids[i]) for i in ok.tolist()),
-                                 dtype=np.uint64, count=ok.size).view(np.int64)
-            pairs = pd.DataFrame({"h": hashes, "c": checked.codes[ok],
-                                  "r": ok.astype(np.int64) + seen + 1})
+            hashes = np.fromiter(
+                (_accepted_hash(checked.ids[i]) for i in ok.tolist()),
+                dtype=np.uint64,
+                count=ok.size,
+            ).view(np.int64)
+            pairs = pd.DataFrame(
+                {"h": hashes, "c": checked.codes[ok], "r": ok.astype(np.int64) + seen + 1}
+            )
             pairs = pairs.drop_duplicates(["h", "c"], keep="first")
-            yield pd.DataFrame({"p": np.full(len(pairs), partition, dtype=np.int32),
-                                "r": pairs["r"].to_numpy(), "h": pairs["h"].to_numpy(),
-                                "c": pairs["c"].to_numpy(), "s": None})
+            yield pd.DataFrame(
+                {
+                    "p": np.full(len(pairs), partition, dtype=np.int32),
+                    "r": pairs["r"].to_numpy(),
+                    "h": pairs["h"].to_numpy(),
+                    "c": pairs["c"].to_numpy(),
+                    "s": None,
+                }
+            )
         seen += len(batch)
     summary = json.dumps({"p": partition, "counts": check.counts, "errors": check.row_errors})
     yield pd.DataFrame({"p": [partition], "r": [None], "h": [None], "c": [None], "s": [summary]})
@@ -469,29 +490,36 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
     options = spec.options
     # The pass reads the two columns under fixed names; it writes no output column, so that
     # name only has to differ from them.
-    renamed = replace(spec, options=options.replace(
-        id_column=_CHECK_ID, postcode_column=_CHECK_POSTCODE, out_column=_CHECK_OUT))
+    renamed = replace(
+        spec,
+        options=options.replace(
+            id_column=_CHECK_ID, postcode_column=_CHECK_POSTCODE, out_column=_CHECK_OUT
+        ),
+    )
 
     def postcode_privacy_check(batches):
         return _check_partition(renamed, batches)
 
     # Plain aliases: Spark parses the names of a ``mapInPandas`` input, so a name holding a dot
     # or a backtick would fail there even though the select quoted it.
-    pre = df.select(_quoted(options.id_column).alias(_CHECK_ID),
-                    _quoted(options.postcode_column).alias(_CHECK_POSTCODE)) \
-        .mapInPandas(postcode_privacy_check, _CHECK_SCHEMA)
+    pre = df.select(
+        _quoted(options.id_column).alias(_CHECK_ID),
+        _quoted(options.postcode_column).alias(_CHECK_POSTCODE),
+    ).mapInPandas(postcode_privacy_check, _CHECK_SCHEMA)
     # One shuffle, by identifier hash.  Each identifier's (partition, record, postcode) triples
     # sort into record order; the conflict shows at the first record whose postcode differs from
     # the first one's, as in perturb_frame.  The partition summaries all fall in the null group.
     per_subject = pre.groupBy("h").agg(
         F.sort_array(F.collect_list(F.struct("p", "r", "c"))).alias("seen"),
-        F.collect_list("s").alias("s"))
+        F.collect_list("s").alias("s"),
+    )
     others = F.filter("seen", lambda x: x["c"] != F.col("seen")[0]["c"])
     conflict = F.col("h").isNotNull() & (F.size(others) > 0)
     final = per_subject.agg(
         F.flatten(F.collect_list(F.when(F.col("h").isNull(), F.col("s")))).alias("summaries"),
         F.sum(F.when(conflict, 1).otherwise(0)).alias("conflicts"),
-        F.sort_array(F.collect_list(F.when(conflict, others[0]))).alias("conflict_at"))
+        F.sort_array(F.collect_list(F.when(conflict, others[0]))).alias("conflict_at"),
+    )
     row = final.collect()[0]
 
     summaries = sorted((json.loads(s) for s in (row["summaries"] or [])), key=lambda s: s["p"])
@@ -502,16 +530,20 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
     offsets = _offsets(records)
     merged = ChunkCheck()
     for s in summaries:
-        part = ChunkCheck(counts=dict(s["counts"]),
-                          row_errors=[(offsets[s["p"]] + int(r), reason)
-                                      for r, reason in s["errors"]])
+        part = ChunkCheck(
+            counts=dict(s["counts"]),
+            row_errors=[(offsets[s["p"]] + int(r), reason) for r, reason in s["errors"]],
+        )
         merged.merge(part)
     counts = merged.counts
     counts["identifiers_with_several_postcodes"] = int(row["conflicts"] or 0)
     conflict_rows = [offsets[c["p"]] + int(c["r"]) for c in (row["conflict_at"] or [])]
-    return SparkCheck(counts=counts, row_errors=merged.row_errors[:MAX_LISTED_ERRORS],
-                      partition_records=records,
-                      conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS])
+    return SparkCheck(
+        counts=counts,
+        row_errors=merged.row_errors[:MAX_LISTED_ERRORS],
+        partition_records=records,
+        conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS],
+    )
 
 
 # -- the release pass -----------------------------------------------------------------------------
@@ -555,8 +587,14 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return frame
 
 
-def _release_partition(spec: _TaskSpec, sealed: _SealedKey, offsets: list[int], batches,
-                       chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
+def _release_partition(
+    spec: _TaskSpec,
+    sealed: _SealedKey,
+    offsets: list[int],
+    batches,
+    chunk: int = RELEASE_CHUNK,
+    names: list[str] | None = None,
+):
     """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``.
 
     With ``names``, the batches arrive under positional names (:func:`_release_frame`): they get
@@ -579,7 +617,10 @@ def _release_partition(spec: _TaskSpec, sealed: _SealedKey, offsets: list[int], 
             raise InputDataError(
                 f"{exc}{_rows_text(exc)} (found while releasing partition {partition}: the "
                 "input changed after the check pass; record numbers assume the check pass's "
-                "partitioning)", exc.row_errors, exc.total_errors) from None
+                "partitioning)",
+                exc.row_errors,
+                exc.total_errors,
+            ) from None
         seen += len(frame)
         if names is not None:
             out.columns = _positional("o", len(out.columns))
@@ -591,16 +632,25 @@ def _positional(prefix: str, count: int) -> list[str]:
 
 
 def _output_fields(df: DataFrame, options: ReleaseOptions) -> list[StructField]:
-    fields = [f for f in df.schema.fields
-              if options.keep_source_postcode or f.name != options.postcode_column]
+    fields = [
+        f
+        for f in df.schema.fields
+        if options.keep_source_postcode or f.name != options.postcode_column
+    ]
     return fields + [StructField(options.out_column, StringType(), True)]
 
 
 # -- public recipes -------------------------------------------------------------------------------
 
 
-def _prepare(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | None = None,
-             **option_kwargs: Any) -> _TaskSpec:
+def _prepare(
+    df: DataFrame,
+    *,
+    key: Key,
+    graph=None,
+    options: ReleaseOptions | None = None,
+    **option_kwargs: Any,
+) -> _TaskSpec:
     """Driver side: options, columns and graph checked, executors probed, graph shipped."""
     if not isinstance(df, DataFrame):
         raise TypeError("df must be a pyspark.sql.DataFrame")
@@ -617,8 +667,9 @@ def _prepare(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | N
     return _TaskSpec(graph=ref, options=options, expected_radius=plan.mechanism.radius)
 
 
-def check(df: DataFrame, *, graph=None, options: ReleaseOptions | None = None,
-          **option_kwargs: Any) -> SparkCheck:
+def check(
+    df: DataFrame, *, graph=None, options: ReleaseOptions | None = None, **option_kwargs: Any
+) -> SparkCheck:
     """Apply the release's input rules to a Spark DataFrame without releasing anything.
 
     The options are a :class:`ReleaseOptions` or its fields as keywords (``id_column``,
@@ -635,8 +686,14 @@ def check(df: DataFrame, *, graph=None, options: ReleaseOptions | None = None,
     return _run_check(df, spec)
 
 
-def perturb(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | None = None,
-            **option_kwargs: Any) -> DataFrame:
+def perturb(
+    df: DataFrame,
+    *,
+    key: Key,
+    graph=None,
+    options: ReleaseOptions | None = None,
+    **option_kwargs: Any,
+) -> DataFrame:
     """Release the postcodes of a Spark DataFrame: ``perturb_frame`` on every partition.
 
     Options mean what they mean for :func:`postcode_privacy.perturb_frame`: a
@@ -662,27 +719,45 @@ def perturb(df: DataFrame, *, key: Key, graph=None, options: ReleaseOptions | No
     return _release_frame(df, spec, _SealedKey(key), checked.offsets)
 
 
-def _release_function(spec: _TaskSpec, sealed: _SealedKey, offsets: list[int],
-                      chunk: int = RELEASE_CHUNK, names: list[str] | None = None):
+def _release_function(
+    spec: _TaskSpec,
+    sealed: _SealedKey,
+    offsets: list[int],
+    chunk: int = RELEASE_CHUNK,
+    names: list[str] | None = None,
+):
     """The function ``mapInPandas`` runs; its closure holds only small values (no graph)."""
+
     def postcode_privacy_release(batches):
         return _release_partition(spec, sealed, offsets, batches, chunk, names)
 
     return postcode_privacy_release
 
 
-def _release_frame(df: DataFrame, spec: _TaskSpec, sealed: _SealedKey, offsets: list[int],
-                   chunk: int = RELEASE_CHUNK) -> DataFrame:
+def _release_frame(
+    df: DataFrame,
+    spec: _TaskSpec,
+    sealed: _SealedKey,
+    offsets: list[int],
+    chunk: int = RELEASE_CHUNK,
+) -> DataFrame:
     """The release pass, lazily.  Spark parses the column names at a ``mapInPandas``, so a
     name holding a dot or a backtick would fail there: the columns cross it under positional
     names and get their own back on both sides (issue 14, item 4)."""
     names = list(df.columns)
     fields = _output_fields(df, spec.options)
-    positional = df.select(*[_quoted(name).alias(alias)
-                             for name, alias in zip(names, _positional("c", len(names)))])
-    schema = StructType([StructField(alias, f.dataType, f.nullable)
-                         for f, alias in zip(fields, _positional("o", len(fields)))])
+    positional = df.select(
+        *[_quoted(name).alias(alias) for name, alias in zip(names, _positional("c", len(names)))]
+    )
+    schema = StructType(
+        [
+            StructField(alias, f.dataType, f.nullable)
+            for f, alias in zip(fields, _positional("o", len(fields)))
+        ]
+    )
     released = positional.mapInPandas(
-        _release_function(spec, sealed, offsets, chunk, names), schema)
-    return released.select(*[F.col(alias).alias(f.name)
-                             for f, alias in zip(fields, _positional("o", len(fields)))])
+        _release_function(spec, sealed, offsets, chunk, names), schema
+    )
+    return released.select(
+        *[F.col(alias).alias(f.name) for f, alias in zip(fields, _positional("o", len(fields)))]
+    )

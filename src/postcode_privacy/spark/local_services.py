@@ -52,15 +52,18 @@ class Service:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with code {self.process.returncode}; "
-                                   f"see {self.log}")
+                raise RuntimeError(
+                    f"{self.name} exited with code {self.process.returncode}; see {self.log}"
+                )
             try:
                 socket.create_connection((HOST, self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.5)
-        raise TimeoutError(f"{self.name} did not listen on {HOST}:{self.port} within "
-                           f"{timeout:.0f} s; see {self.log}")
+        raise TimeoutError(
+            f"{self.name} did not listen on {HOST}:{self.port} within "
+            f"{timeout:.0f} s; see {self.log}"
+        )
 
     def stop(self, grace: float = 20) -> None:
         """End the service's process group (the JVM was started as its leader), by id."""
@@ -87,22 +90,34 @@ class _ignore_missing:
 
 def _environment(extra: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": HOST,
-                "SPARK_DAEMON_MEMORY": env.get("SPARK_DAEMON_MEMORY", "256m"),
-                "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable)})
+    env.update(
+        {
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_DAEMON_MEMORY": env.get("SPARK_DAEMON_MEMORY", "256m"),
+            "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def _start(name: str, command: list[str], workdir: Path, port: int,
-           env: dict[str, str] | None) -> Service:
+def _start(
+    name: str, command: list[str], workdir: Path, port: int, env: dict[str, str] | None
+) -> Service:
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name.replace(' ', '-')}.log"
     # spark-class and spark-submit exec the JVM, so the process id is the JVM's.
     with log.open("wb") as output:  # the child keeps its own copy of the descriptor
-        process = subprocess.Popen(command, cwd=workdir, env=_environment(env),
-                                   stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=_environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     return Service(name, process, log, port)
 
 
@@ -123,29 +138,63 @@ class StandaloneCluster:
             service.stop()
 
 
-def start_standalone(workdir: Path, *, cores: int = 1, memory: str = "1g",
-                     env: dict[str, str] | None = None,
-                     timeout: float = 180) -> StandaloneCluster:
+def start_standalone(
+    workdir: Path,
+    *,
+    cores: int = 1,
+    memory: str = "1g",
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+) -> StandaloneCluster:
     """Start a master and one worker with ``cores`` and ``memory`` for executors.
 
     On failure everything started so far is stopped before the error propagates.
     """
     spark_class = str(spark_home() / "bin" / "spark-class")
     port = free_port()
-    master = _start("standalone master",
-                    [spark_class, "org.apache.spark.deploy.master.Master", "--host", HOST,
-                     "--port", str(port), "--webui-port", str(free_port())],
-                    workdir, port, env)
+    master = _start(
+        "standalone master",
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--webui-port",
+            str(free_port()),
+        ],
+        workdir,
+        port,
+        env,
+    )
     worker = None
     try:
         master.wait_until_listening(timeout)
         worker_port = free_port()
-        worker = _start("standalone worker",
-                        [spark_class, "org.apache.spark.deploy.worker.Worker",
-                         f"spark://{HOST}:{port}", "--host", HOST, "--port", str(worker_port),
-                         "--webui-port", str(free_port()), "--cores", str(cores),
-                         "--memory", memory, "--work-dir", str(workdir / "work")],
-                        workdir, worker_port, env)
+        worker = _start(
+            "standalone worker",
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://{HOST}:{port}",
+                "--host",
+                HOST,
+                "--port",
+                str(worker_port),
+                "--webui-port",
+                str(free_port()),
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--work-dir",
+                str(workdir / "work"),
+            ],
+            workdir,
+            worker_port,
+            env,
+        )
         worker.wait_until_listening(timeout)
         _wait_for_registration(worker, timeout)
     except BaseException:
@@ -167,21 +216,37 @@ def _wait_for_registration(worker: Service, timeout: float) -> None:
     raise RuntimeError(f"the worker did not register with the master; see {worker.log}")
 
 
-def start_connect_server(workdir: Path, *, master: str = "local[1]",
-                         conf: dict[str, str] | None = None,
-                         env: dict[str, str] | None = None, driver_memory: str = "1g",
-                         timeout: float = 240) -> Service:
+def start_connect_server(
+    workdir: Path,
+    *,
+    master: str = "local[1]",
+    conf: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    driver_memory: str = "1g",
+    timeout: float = 240,
+) -> Service:
     """Start a Spark Connect server on a free port of 127.0.0.1 (clients use
     ``sc://127.0.0.1:<port>``); ``master`` is where it runs jobs."""
     port = free_port()
-    settings = {"spark.ui.enabled": "false",
-                "spark.connect.grpc.binding.address": HOST,
-                "spark.connect.grpc.binding.port": str(port),
-                "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
-                **(conf or {})}
-    command = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS,
-               "--name", "postcode-privacy Spark Connect server", "--master", master,
-               "--driver-memory", driver_memory]
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": HOST,
+        "spark.driver.bindAddress": HOST,
+        **(conf or {}),
+    }
+    command = [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--class",
+        CONNECT_SERVER_CLASS,
+        "--name",
+        "postcode-privacy Spark Connect server",
+        "--master",
+        master,
+        "--driver-memory",
+        driver_memory,
+    ]
     for name, value in settings.items():
         command += ["--conf", f"{name}={value}"]
     # The launcher sizes this server's heap from SPARK_DAEMON_MEMORY, not --driver-memory.
