@@ -127,6 +127,7 @@ def assert_bundle(out: Path) -> dict:
 # -- item 5: claiming an output is exclusive ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path):
     codes = setup["codes"]
     frame(codes, 30_000).to_csv(tmp_path / "in.csv", index=False)

@@ -168,6 +168,7 @@ def test_write_is_atomic_and_replaces(report, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
 
 
+@pytest.mark.slow
 def test_cli_report(geo, tmp_path):
     path = tmp_path / "g.ppg"
     geo.save(path)

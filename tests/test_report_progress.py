@@ -37,6 +37,7 @@ def test_stage_lines_off_a_terminal(capsys):
     ]
 
 
+@pytest.mark.slow
 def test_evaluate_and_calibrate_report_their_stages(graph_path, capsys):
     assert (
         main(
