@@ -5,6 +5,13 @@ from __future__ import annotations
 import click
 
 from ..cli import cli
+from ._shared_options import (
+    force_file_option,
+    graph_option,
+    output_file_option,
+    progress_quiet_option,
+    sample_option,
+)
 from .evaluate import claim_output, emit_json, load_graph
 
 
@@ -18,37 +25,18 @@ from .evaluate import claim_output, emit_json, load_graph
     help="median-displacement-km=KM (at most KM) or max-self-probability=P (at most "
     "P); repeat to combine.",
 )
-@click.option(
-    "--graph",
-    "graph_path",
-    metavar="ARTEFACT",
-    help="Graph artefact to use instead of the embedded national graph.",
-)
-@click.option(
-    "--sample",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    metavar="N",
-    help="Postcodes to sample (by prior, without replacement).",
-)
+@graph_option
+@sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
 @click.option(
     "--seed", type=int, default=0, show_default=True, metavar="S", help="Seed of the sample."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
-@click.option(
-    "-o",
-    "--output",
-    metavar="FILE",
+@output_file_option(
+    required=False,
     help="Write the machine-readable result to FILE (atomically; an existing file needs --force).",
 )
-@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
-@click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
-)
+@force_file_option
+@progress_quiet_option
 def calibrate_command(targets, graph_path, sample, seed, as_json, output, force, quiet) -> None:
     """Find the epsilon (two significant figures, 0.01 to 10) meeting the targets on a sample.
 

@@ -9,6 +9,15 @@ import warnings
 import click
 
 from ..cli import cli
+from ._shared_options import (
+    force_file_option,
+    graph_option,
+    output_file_option,
+    progress_quiet_option,
+    releases_option,
+    sample_option,
+    seed_option,
+)
 
 
 def load_graph(graph_path: str | None, quiet: bool = False):
@@ -122,12 +131,7 @@ def mechanism_options(command):
             click.option(
                 "--epsilon", required=True, metavar="E", help="Privacy parameter per hop."
             ),
-            click.option(
-                "--graph",
-                "graph_path",
-                metavar="ARTEFACT",
-                help="Graph artefact to use instead of the embedded national graph.",
-            ),
+            graph_option,
             click.option(
                 "--radius",
                 type=int,
@@ -143,30 +147,9 @@ def mechanism_options(command):
 
 @cli.command("evaluate")
 @mechanism_options
-@click.option(
-    "--sample",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    metavar="N",
-    help="Postcodes to sample (by prior, without replacement).",
-)
-@click.option(
-    "--releases",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    metavar="K",
-    help="Releases per subject for the repeated-release scenarios.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    metavar="S",
-    help="Seed of the evaluation's own randomness (sample and stand-in keys).",
-)
+@sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
+@releases_option("Releases per subject for the repeated-release scenarios.")
+@seed_option("Seed of the evaluation's own randomness (sample and stand-in keys).")
 @click.option(
     "--adversary-hops",
     type=click.IntRange(min=1),
@@ -189,19 +172,12 @@ def mechanism_options(command):
     help="Skip the search for the epsilon whose utility matches each truncation.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
-@click.option(
-    "-o",
-    "--output",
-    metavar="FILE",
+@output_file_option(
+    required=False,
     help="Write the JSON report to FILE (atomically; an existing file needs --force).",
 )
-@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
-@click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
-)
+@force_file_option
+@progress_quiet_option
 def evaluate_command(
     epsilon,
     graph_path,

@@ -10,6 +10,7 @@ import click
 
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
+from ._shared_options import graph_option
 
 LEDGER_SECRET_HELP = (
     "The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
@@ -86,12 +87,7 @@ def echo_summary(summary: dict) -> None:
     help="Release key file (default: $POSTCODE_PRIVACY_KEY).",
 )
 @click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
-@click.option(
-    "--graph",
-    "graph_path",
-    metavar="ARTEFACT",
-    help="Graph artefact (default: the embedded national graph).",
-)
+@graph_option
 @click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
 @click.option(
     "--chunk-size",

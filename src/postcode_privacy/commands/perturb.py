@@ -13,6 +13,7 @@ import click
 
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
+from ._shared_options import graph_option
 
 
 def resolve_key(key_path: str | None):
@@ -120,12 +121,7 @@ def graph_loader(graph_path: str | None, progress: bool):
     "read from $POSTCODE_PRIVACY_KEY.",
 )
 @click_options
-@click.option(
-    "--graph",
-    "graph_path",
-    metavar="ARTEFACT",
-    help="Graph artefact to use instead of the embedded national graph.",
-)
+@graph_option
 @click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
 @click.option(
     "--chunk-size",

@@ -5,6 +5,15 @@ from __future__ import annotations
 import click
 
 from ..cli import cli, echo_status
+from ._shared_options import (
+    force_file_option,
+    graph_option,
+    output_file_option,
+    progress_quiet_option,
+    releases_option,
+    sample_option,
+    seed_option,
+)
 from .evaluate import echo_warnings, load_graph
 
 
@@ -19,12 +28,7 @@ from .evaluate import echo_warnings, load_graph
     help="Describe this release (its OUTPUT.manifest.json): its epsilon, radius, graph, "
     "key fingerprint and rows.",
 )
-@click.option(
-    "--graph",
-    "graph_path",
-    metavar="ARTEFACT",
-    help="Graph artefact to use instead of the embedded national graph.",
-)
+@graph_option
 @click.option(
     "--radius",
     type=int,
@@ -37,47 +41,20 @@ from .evaluate import echo_warnings, load_graph
     metavar="P",
     help="Also show this postcode: its full row of figures and its own map.",
 )
-@click.option(
-    "--sample",
-    type=click.IntRange(min=1),
+@sample_option(
     default=10,
-    show_default=True,
-    metavar="N",
     help="Postcodes drawn by population for the attacker figures and the sample summary.",
 )
-@click.option(
-    "--releases",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    metavar="K",
-    help="Independent releases in the repeated-release attacker figure.",
+@releases_option("Independent releases in the repeated-release attacker figure.")
+@seed_option("Seed of the sample and of the stand-in keys.")
+@output_file_option(
+    required=True, help="File to write (atomically; an existing file needs --force)."
 )
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    metavar="S",
-    help="Seed of the sample and of the stand-in keys.",
-)
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    metavar="FILE",
-    help="File to write (atomically; an existing file needs --force).",
-)
-@click.option("--force", is_flag=True, help="Replace an existing FILE (never a key file).")
+@force_file_option
 @click.option(
     "--json", "as_json", is_flag=True, help="Write the report's data as JSON instead of HTML."
 )
-@click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
-)
+@progress_quiet_option
 def report_command(
     epsilon,
     manifest_path,
