@@ -43,7 +43,8 @@ from .evaluate import echo_warnings, load_graph
 )
 @sample_option(
     default=10,
-    help="Postcodes drawn by population for the attacker figures and the sample summary.",
+    help="Postcodes drawn in proportion to the graph's prior for the attacker figures and the "
+    "sample summary.",
 )
 @releases_option("Independent releases in the repeated-release attacker figure.")
 @seed_option("Seed of the sample and of the stand-in keys.")

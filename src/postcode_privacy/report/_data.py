@@ -27,6 +27,7 @@ from ..evaluate.truncation import group_codes, truncation_baseline
 from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.mechanism import Mechanism
+from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
 from ._manifest import ReleaseFacts
@@ -251,6 +252,7 @@ def build_report(
         "generated": generated_at(),
         **identify_mechanism(mechanism),
         "radius_is_default": radius is None,
+        "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
         "teleport_bound": fraction_json(mechanism.teleport_bound),
         "likelihood_ratio_bounds": ratios,
