@@ -8,6 +8,7 @@ callable and calls ``progress(stage, done, total)``; the command line passes a :
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -89,3 +90,16 @@ def step_bar(desc: str, total: int):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def stage_progress(prefix: str, *, quiet: bool):
+    """A :class:`Progress` for the block (``None`` with ``quiet``), closed however it ends."""
+    if quiet:
+        yield None
+        return
+    progress = Progress(prefix)
+    try:
+        yield progress
+    finally:
+        progress.close()

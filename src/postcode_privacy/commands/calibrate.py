@@ -45,7 +45,7 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     self-probability targets are given).  When no epsilon in range meets them it prints why
     and exits with status 1 (after the JSON, with --json).
     """
-    from .._progress import Progress
+    from .._progress import stage_progress
     from ..errors import PostcodePrivacyError
     from ..evaluate import calibrate, parse_target, select_sample
     from ..version import OUTPUT_STABILITY_VERSION, __version__
@@ -54,12 +54,8 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     with claim_output(output, force):  # before the work: refuse early, one run at a time
         graph = load_graph(graph_path, quiet)
         nodes = select_sample(graph, sample, seed)
-        progress = None if quiet else Progress("calibrate")
-        try:
+        with stage_progress("calibrate", quiet=quiet) as progress:
             result = calibrate(graph, parsed, nodes, progress=progress)
-        finally:
-            if progress is not None:
-                progress.close()
         data = {
             "format": "postcode-privacy-calibration",
             "format_version": 1,

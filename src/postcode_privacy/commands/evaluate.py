@@ -202,29 +202,24 @@ def evaluate_command(
     sector and district on the same measures.  The stand-in keys are derived from the seed and
     are not secret: this command never touches a real key.
     """
-    from .._progress import Progress
+    from .._progress import stage_progress
     from ..evaluate import evaluate_release
 
     with claim_output(output, force):  # before the work: refuse early, one run at a time
         graph = load_graph(graph_path, quiet)
-        progress = None if quiet else Progress("evaluate")
-        with echo_warnings():
-            try:
-                result = evaluate_release(
-                    graph,
-                    epsilon,
-                    radius=radius,
-                    sample=sample,
-                    releases=releases,
-                    seed=seed,
-                    adversary_hops=adversary_hops,
-                    compromise_hops=compromise_hops,
-                    match_truncation=not no_matching_epsilon,
-                    progress=progress,
-                )
-            finally:
-                if progress is not None:
-                    progress.close()
+        with echo_warnings(), stage_progress("evaluate", quiet=quiet) as progress:
+            result = evaluate_release(
+                graph,
+                epsilon,
+                radius=radius,
+                sample=sample,
+                releases=releases,
+                seed=seed,
+                adversary_hops=adversary_hops,
+                compromise_hops=compromise_hops,
+                match_truncation=not no_matching_epsilon,
+                progress=progress,
+            )
         if output is not None:
             emit_json(result, output)
     if as_json:

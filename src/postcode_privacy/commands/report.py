@@ -78,7 +78,7 @@ def report_command(
     as one; R and the teleport bound; exact displacement in a city, a town, a remote area (and
     --postcode), each with a map drawn offline from the graph's own postcode locations.
     """
-    from .._progress import Progress
+    from .._progress import stage_progress
     from ..atomic import OutputClaim
     from ..report import build_report, read_manifest, write_report
 
@@ -87,23 +87,18 @@ def report_command(
     with OutputClaim([output], force=force):  # before the work: refuse early, one run at a time
         release = read_manifest(manifest_path) if manifest_path is not None else None
         graph = load_graph(graph_path, quiet)
-        progress = None if quiet else Progress("report")
-        with echo_warnings():
-            try:
-                result = build_report(
-                    graph,
-                    epsilon,
-                    radius=radius,
-                    postcode=postcode,
-                    sample=sample,
-                    seed=seed,
-                    releases=releases,
-                    release=release,
-                    progress=progress,
-                )
-            finally:
-                if progress is not None:
-                    progress.close()
+        with echo_warnings(), stage_progress("report", quiet=quiet) as progress:
+            result = build_report(
+                graph,
+                epsilon,
+                radius=radius,
+                postcode=postcode,
+                sample=sample,
+                seed=seed,
+                releases=releases,
+                release=release,
+                progress=progress,
+            )
         write_report(result, output, as_json=as_json)
     if not quiet:
         echo_status(
