@@ -91,10 +91,10 @@ def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_engine_equals_reference_on_generated_graphs(seed, monkeypatch):
-    # Small covers and profile depths, so profile rows are shifted and cut short (beyond the
-    # depth the bound is the total prior) on these small graphs, as on the national one.
-    monkeypatch.setattr(engine_profiles, "COVER", [0, 1, 2, 3][seed % 4])
-    monkeypatch.setattr(engine_profiles, "DEPTH", [1, 2, 4, 9][seed // 2 % 4])
+    # Small profile depths (some below the radius, some beyond it) and small sweep groups, so
+    # the profile path meets the depths and group boundaries it meets on the national graph.
+    monkeypatch.setattr(engine_profiles, "DEPTH", [0, 1, 2, 4, 9][seed % 5])
+    monkeypatch.setattr(engine_profiles, "_GROUP", [1, 3, 64][seed % 3])
     rng = random.Random(1000 + seed)
     records = 0
     for case in range(30):
@@ -203,64 +203,6 @@ def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
     assert differing > 0
 
 
-@pytest.mark.parametrize("cover", [0, 2])
-def test_profile_bounds_bracket_the_exact_z_at_every_depth(cover):
-    """z_low <= Z <= z_high from the profile rows, at every depth, against Z summed exactly
-    from the reference shells (both the raised lower and the tightened upper bound)."""
-    rng = random.Random(90 + cover)
-    checked = raised = 0
-    for _ in range(6):
-        graph = planar_graph(rng, 30, 40, rng.choice([1.0, 0.6]), rng.choice([1, 40]))
-        mechanism = Mechanism(graph, rng.choice(["0.3", "0.7", "1"]))
-        radius, powers = mechanism.radius, mechanism.powers
-        table = engine_profiles.build_profiles(
-            graph, engine_landmarks.GraphTables(graph).loc_mass, cover=cover, depth=4
-        )
-        sampler = FastSampler(mechanism, profiles=table)
-        for source in range(len(graph)):
-            shells = node_shells(graph, source, radius - 1)
-            masses = [int(graph.prior[s].sum()) for s in shells]
-            z = sum(p * m for p, m in zip(powers, masses))
-            z += powers[radius] * (graph.total_prior - sum(masses))
-            rows, low = sampler._ball_bounds(int(graph.node_location[source]))
-            search = sampler.search
-            search.start(source)
-            for depth in range(1, radius):
-                search.explore_to(depth)
-                walk = fast_module._CompiledWalk(search, powers)
-                z_low, z_high = sampler._bounds(walk, rows[0], low[0])
-                assert z_low <= z <= z_high
-                core_low = walk.cumulative[-1] + powers[radius] * (
-                    graph.total_prior - walk.explored_mass
-                )
-                raised += z_low > core_low
-                checked += 1
-    assert checked > 200 and raised > 20
-
-
-def test_an_understated_profile_would_be_caught(monkeypatch):
-    """Mutation check for the ball-mass profiles: a row shifted one hop too far in (so it
-    understates some ball masses) changes outputs, and the identity comparison detects it."""
-
-    def off_by_one(self, location, radius):
-        high, low = original(self, location, radius)
-        return np.concatenate([high[:1], high[:-1]]), low
-
-    original = engine_profiles.BallProfiles.rows
-    monkeypatch.setattr(engine_profiles.BallProfiles, "rows", off_by_one)
-    monkeypatch.setattr(engine_profiles, "COVER", 0)
-    rng = random.Random(5)
-    differing = 0
-    for _ in range(25):
-        mechanism, key, ids, codes = random_case(rng)
-        got = perturb_many(mechanism, key, ids, codes, workers=1, profiles=True)
-        differing += got != mechanism.perturb_reference(key, ids, codes)
-    assert differing > 0
-
-
-# -- the compiled search and the bounds, against the reference shells ----------------------------
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_shell_search_gives_the_reference_shells(seed):
     rng = random.Random(seed)
@@ -335,74 +277,6 @@ def test_landmarks_of_a_freed_graph_are_refused_clearly():
     gc.collect()
     with pytest.raises(RuntimeError, match="no longer exists"):
         tables.ensure_landmarks()
-
-
-@pytest.mark.parametrize("cover", [0, 1, 3])
-def test_profile_rows_bound_every_ball(cover):
-    rng = random.Random(70 + cover)
-    for keep in (1.0, 0.6, 0.3):
-        graph = planar_graph(rng, 35, 45, keep, 40)
-        loc_mass = engine_landmarks.GraphTables(graph).loc_mass
-        for depth in (2, 6):
-            table = engine_profiles.build_profiles(graph, loc_mass, cover=cover, depth=depth)
-            assert table.offset.max() <= cover
-            radius = 9
-            for source in range(len(graph)):
-                high, low = table.rows(int(graph.node_location[source]), radius)
-                row, low = high.tolist(), low.tolist()
-                shells = node_shells(graph, source, radius - 1)
-                balls = np.cumsum([int(graph.prior[s].sum()) for s in shells]).tolist()
-                assert all(q >= b for q, b in zip(row, balls))
-                assert all(lo <= b for lo, b in zip(low, balls)) and low == sorted(low)
-                assert row == sorted(row) and row[-1] <= graph.total_prior
-                if cover == 0 and depth == 6:  # every location its own centre: exact to the depth
-                    assert row[1:7] == balls[1:7]
-
-
-def test_cached_profiles_are_verified_and_rebuilt(tmp_path, monkeypatch):
-    """The on-disk table is bound to its graph by content hash: a corrupt or stale file is
-    refused (with a warning) and rebuilt, never used."""
-    rng = random.Random(3)
-    graph = planar_graph(rng, 40, 50, 1.0, 8)
-    loc_mass = engine_landmarks.GraphTables(graph).loc_mass
-    table = engine_profiles.build_profiles(graph, loc_mass, cover=2, depth=5)
-    path = tmp_path / "p.npz"
-    table.save(path, graph.sha256)
-    loaded = engine_profiles.BallProfiles.load(path, graph, 2, 5)
-    assert np.array_equal(loaded.cumulative, table.cumulative)
-    with pytest.raises(ValueError, match="another graph or other parameters"):
-        engine_profiles.BallProfiles.load(path, graph, 2, 6)
-    tampered = table.cumulative.copy()
-    tampered[0, -1] += 1
-    engine_profiles.BallProfiles(
-        2, 5, table.centre_of, table.offset, tampered, graph.total_prior
-    ).save(path, graph.sha256)
-    data = dict(np.load(path))
-    np.savez(
-        path,
-        header=engine_profiles.np.frombuffer(bytes(np.load(path)["header"]), dtype=np.uint8),
-        centre_of=data["centre_of"],
-        offset=data["offset"],
-        cumulative=table.cumulative + 0,
-    )
-    # the header's hash is of the tampered table, the arrays are the true ones: refused
-    with pytest.raises(ValueError, match="content hash"):
-        engine_profiles.BallProfiles.load(path, graph, 2, 5)
-    # through profiles_for (the cache path): refused with a warning, rebuilt and rewritten
-    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
-    monkeypatch.setattr(engine_profiles, "COVER", 2)
-    monkeypatch.setattr(engine_profiles, "DEPTH", 5)
-    monkeypatch.setattr(engine_profiles, "_cache_path", lambda g, c, d: path)
-    with pytest.warns(RuntimeWarning, match="refused"):
-        rebuilt = engine_profiles.profiles_for(graph, loc_mass)
-    assert np.array_equal(rebuilt.cumulative, table.cumulative)
-    assert np.array_equal(
-        engine_profiles.BallProfiles.load(path, graph, 2, 5).cumulative, table.cumulative
-    )
-    path.write_bytes(b"not a table")
-    fresh = planar_graph(random.Random(3), 40, 50, 1.0, 8)  # same content, new object
-    with pytest.warns(RuntimeWarning, match="refused"):
-        engine_profiles.profiles_for(fresh, loc_mass)
 
 
 # -- batches: determinism, workers, errors -------------------------------------------------------

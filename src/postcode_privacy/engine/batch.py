@@ -36,7 +36,7 @@ from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
 from .fast import Bracket, Brackets, FastSampler, wants_bracket
 from .landmarks import GraphTables, graph_tables
-from .profiles import BallProfiles, profiles_for
+from .profiles import BallProfiles, profiles_to_use
 
 __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "WORKERS_ENV"]
 
@@ -202,7 +202,7 @@ def perturb_nodes(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     landmarks: bool | None = None,
-    profiles: bool | None = None,
+    profiles: bool | str | None = None,
 ) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, subject ``subject_ids[i]``).
 
@@ -234,7 +234,7 @@ def _perturb_canonical(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     landmarks: bool | None = None,
-    profiles: bool | None = None,
+    profiles: bool | str | None = None,
     brackets: Brackets | None = None,
 ) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
@@ -246,8 +246,9 @@ def _perturb_canonical(
     ``progress``, if given, is called in the calling process with the number of records
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
     (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
-    whether to use the ball-mass profiles (engine/profiles.py; cached on disk for large graphs);
-    ``None`` means off (the default; measured gains are modest, docs/performance.md).
+    whether to use the ball-mass profile table (engine/profiles.py, ``profiles_to_use``: True,
+    False, "cached", or None for the default, which uses it on the embedded graph and builds it
+    there on first use for a batch of many distinct postcodes).
     ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
     layer keeps one per release), in which bounds on Z are kept by source so that a postcode
     seen again in a later batch needs no deep exploration (``FastSampler._decide_from_bracket``).
@@ -278,8 +279,6 @@ def _perturb_canonical(
     if landmarks is None:
         landmarks = many_sources
     tables = graph_tables(graph)
-    if profiles is None:  # opt-in: measured gains are modest (docs/performance.md)
-        profiles = False
     job = _Job(
         mechanism=mechanism,
         context=mechanism.stream_context(key),
@@ -288,7 +287,7 @@ def _perturb_canonical(
         ids=subject_ids,
         tables=tables,
         landmarks=bool(landmarks),
-        profiles=profiles_for(graph, tables.loc_mass, progress=True) if profiles else None,
+        profiles=profiles_to_use(graph, tables.loc_mass, distinct, profiles, usable_cpus()),
         brackets=brackets,
     )
     if workers is None:
@@ -335,7 +334,7 @@ def perturb_many(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     landmarks: bool | None = None,
-    profiles: bool | None = None,
+    profiles: bool | str | None = None,
 ) -> list[str]:
     """Released postcode for each (subject identifier, true postcode), as ``Mechanism.perturb``.
 

@@ -4,28 +4,34 @@ For a group of records with the same true node x, :meth:`FastSampler.sample_grou
 same outputs as ``mechanism.sampler.sample`` does for each record alone:
 
 1. Each record's shell uniform U is read from its keyed stream (``LazyUniform``, first block).
-2. The compiled search explores shells from x until a floating-point estimate of every record's
-   shell decision looks settled (``ShellSearch.explore_guided``).  This only sets how far to
-   explore; no output depends on it.
-3. The shell of each record is decided exactly, with integers, by the core's ``decide_below``
-   against bounds z_low <= Z <= z_high valid at the depth reached (``_decide``).  z_high is the
-   core's, or the landmark bound (engine/landmarks.py) when that is smaller.  If
-   that does not settle a record, the core's own ``choose_shell`` takes over on the same walk
-   and explores further (one shell at a time) until its exact comparisons decide.  A wrong
-   estimate in step 2 therefore costs time, never a different output.
-4. Within the chosen shell the member draw J is the core's ``uniform_int`` on the "member"
+2. The shell of each record is decided exactly, with integers, by the core's ``decide_below``
+   rule against bounds z_low <= Z <= z_high on the normaliser (``_decide_all``).  The bounds
+   come, in this order, from
+   a. a bracket kept for this source by an earlier batch of the release (``Bracket``);
+   b. the ball-mass profile table (engine/profiles.py), which gives C_0 .. C_D exactly without
+      exploring, D being the table's depth, with the core's or the landmark bound beyond D;
+   c. exploring from shell 0 until a floating-point estimate of every decision looks settled
+      (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
+      core's or the landmark bound (engine/landmarks.py) beyond the depth reached; records
+      these bounds do not settle go to the core's own ``choose_shell``, which explores further
+      one shell at a time until its exact comparisons decide.
+   Each step is used only if it settles every record of the group, so a loose bound costs
+   time, never a different output.
+3. Within the chosen shell the member draw J is the core's ``uniform_int`` on the "member"
    sub-stream, and the node is picked by cumulative prior in node order, as ``pick_in_shell``.
-5. A tail draw (rare at the default radius) explores the whole ball and uses the core's
+   The search explores only as far as the deepest chosen shell for that.
+4. A tail draw (rare at the default radius) explores the whole ball and uses the core's
    ``pick_in_tail``.
 
-Shell explorations are shared by the records of a group; nothing is kept between groups except
-the fixed-size buffers of the search.
+Nothing is kept between groups except the fixed-size buffers of the search and the brackets.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
+from operator import mul
 from typing import NamedTuple
 
 import numpy as np
@@ -101,24 +107,28 @@ class _CompiledWalk:
 
 
 def _z_high(
-    walk: _CompiledWalk, bound: np.ndarray, powers: tuple[int, ...], radius: int, total_prior: int
+    cumulative: list[int],
+    explored: int,
+    bound: np.ndarray,
+    powers: tuple[int, ...],
+    radius: int,
+    total_prior: int,
 ) -> int | None:
     """Upper bound on Z from a landmark row ``bound`` (Q[j] >= pi(B_j)), or None if unusable.
 
-    With h = depth - 1 < R - 1 and E = pi(B_h): a node outside B_h is at least h + 1 hops from
+    ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node outside B_h is at least h + 1 hops from
     x, and at least j hops if it lies outside the region counted by Q[j - 1]; weights do not
     increase with distance, so the unexplored part of Z is at most
     P_{h+1} (Q[h+1] - E) + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
     Every coefficient is checked non-negative; a row failing that is not used.  Only the j
     where Q changes contribute (Q is constant once the landmark squares cover everything).
     """
-    h = walk.depth - 1
-    explored = walk.explored_mass
+    h = len(cumulative) - 1
     rows = bound[h + 1 : radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
     first, last = rows[0], rows[-1]
     if first < explored or last > total_prior:
         return None
-    z = walk.cumulative[h] + powers[h + 1] * (first - explored)
+    z = cumulative[h] + powers[h + 1] * (first - explored)
     previous = first
     for j, q in enumerate(rows[1:], start=h + 2):
         step = q - previous  # Q[j] - Q[j-1]
@@ -128,34 +138,6 @@ def _z_high(
             z += powers[j] * step
         previous = q
     return z + powers[radius] * (total_prior - last)
-
-
-def _z_low(
-    walk: _CompiledWalk, low: np.ndarray, powers: tuple[int, ...], radius: int, total_prior: int
-) -> int | None:
-    """Lower bound on Z from a row ``low`` (L[j] <= pi(B_j) for j >= 1), or None if unusable.
-
-    With h = depth - 1 < R - 1, E = pi(B_h) and a_j = max(L[j] - E, 0) <= pi(B_j) - E, the
-    unexplored part of Z is sum_{j=h+1}^{R-1} P_j m_j + P_R m_R (m_j: unexplored mass at j hops,
-    m_R: at R or more), which by summation by parts is
-    sum_{j=h+1}^{R-1} (P_j - P_{j+1}) (pi(B_j) - E) + P_R (Pi - E).  The coefficients
-    P_j - P_{j+1} are checked non-negative (the powers do not increase), so replacing
-    pi(B_j) - E by a_j gives a lower bound.  Written by parts again, it needs P only where a
-    changes: P_{h+1} a_{h+1} + sum_{j=h+2}^{R-1} P_j (a_j - a_{j-1}) - P_R a_{R-1}.
-    """
-    h = walk.depth - 1
-    explored = walk.explored_mass
-    a = np.maximum(low[h + 1 :] - explored, 0)  # a_{h+1} .. a_{R-1}, exact int64
-    if int(a[-1]) > total_prior - explored:
-        return None
-    steps = np.diff(a)
-    if steps.size and steps.min() < 0:
-        return None
-    z = walk.cumulative[h] + powers[radius] * (total_prior - explored)
-    z += powers[h + 1] * int(a[0])
-    for offset in np.flatnonzero(steps).tolist():
-        z += powers[h + 2 + offset] * int(steps[offset])
-    return z - powers[radius] * int(a[-1])
 
 
 def _decide(
@@ -216,7 +198,8 @@ class FastSampler:
 
     ``tables`` (per-graph arrays, see ``engine/landmarks.py``) may be passed in so that worker
     processes share one copy; ``landmarks`` chooses whether the landmark bound is used (it is
-    built on first use, once per graph).
+    built on first use, once per graph); ``profiles`` is the table of engine/profiles.py, or
+    None to explore from shell 0 every time.
     """
 
     def __init__(
@@ -240,8 +223,9 @@ class FastSampler:
         if tables is None:
             tables = graph_tables(graph)
         self.landmarks = tables.ensure_landmarks() if landmarks else None
+        if profiles is not None and profiles.graph_sha256 != graph.sha256:
+            raise ValueError("the ball-mass profiles belong to another graph")
         self.profiles = profiles
-        self._powers_decrease = all(a >= b for a, b in zip(self.powers, self.powers[1:]))
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         # Brackets on Z by source, shared by the caller across batches of one release (see
         # _decide_from_bracket); kept_brackets lists those added here, for worker processes
@@ -256,49 +240,53 @@ class FastSampler:
             "fallbacks": 0,
             "tail": 0,
             "bracket_hits": 0,
+            "profile_hits": 0,
         }
 
     def _bounds(
-        self, walk: _CompiledWalk, bound: np.ndarray | None, low: np.ndarray | None = None
+        self, cumulative: list[int], explored: int, bound: np.ndarray | None
     ) -> tuple[int, int]:
-        """z_low <= Z <= z_high at the walk's depth: the larger of the core's z_low and the one
-        from the lower row ``low`` (``_z_low``), and the smaller of the core's z_high and the
-        one from the upper row ``bound`` (all are valid bounds)."""
+        """z_low <= Z <= z_high once shells 0 .. h are known (``cumulative`` = C_0 .. C_h,
+        ``explored`` = their mass): the core's z_low, and the smaller of the core's z_high and
+        the one from the landmark row ``bound`` (both are valid bounds)."""
         radius, powers, total = self.radius, self.powers, self.total_prior
-        h = walk.depth - 1
-        z_low = walk.cumulative[h] + powers[radius] * (total - walk.explored_mass)
+        h = len(cumulative) - 1
+        z_low = cumulative[h] + powers[radius] * (total - explored)
         if h == radius - 1:
             return z_low, z_low
-        if low is not None and self._powers_decrease:
-            raised = _z_low(walk, low, powers, radius, total)
-            if raised is not None and raised > z_low:
-                z_low = raised
-        z_high = walk.cumulative[h] + powers[h + 1] * (total - walk.explored_mass)
+        z_high = cumulative[h] + powers[h + 1] * (total - explored)
         if bound is not None:
-            landmark = _z_high(walk, bound, powers, radius, total)
+            landmark = _z_high(cumulative, explored, bound, powers, radius, total)
             if landmark is not None and landmark < z_high:
                 z_high = landmark
         return z_low, z_high
 
-    def _ball_bounds(self, location: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Candidate rows Q[j] >= pi(B_j(x)) and a row L[j] <= pi(B_j(x)) (j < R), or None.
+    def _profile_shells(self, node: int) -> tuple[np.ndarray, list[int]]:
+        """Masses of shells 0 .. D and C_0 .. C_D, D = min(profile depth, R - 1), read from the
+        profile table (engine/profiles.py) without exploring.
 
-        The profile rows (engine/profiles.py) are tight near x; landmark rows can be tighter far
-        away, where the profile is cut at its depth.  The elementwise minimum of two valid
-        non-decreasing upper bounds is again one, so each landmark row is also offered combined.
+        The table gives pi(B_k(x)) exactly for k <= D, so these are the masses and the C that
+        the exact path has after exploring shells 0 .. D.  Precondition: ``self.profiles``.
         """
-        radius = self.radius
-        rows = low = None
-        if self.landmarks is not None:
-            rows = self.landmarks.bounds_for(location, radius)
-        if self.profiles is not None:
-            near, low = self.profiles.rows(location, radius)
-            if rows is None:
-                rows = near.reshape(1, -1)
-            else:
-                rows = np.vstack([near.reshape(1, -1), np.minimum(rows, near)])
-            low = low.reshape(1, -1)
-        return rows, low
+        profiles = self.profiles
+        assert profiles is not None
+        depth = min(profiles.depth, self.radius - 1)
+        location = int(self.graph.node_location[node])
+        masses = profiles.shell_masses(location, int(self.graph.prior[node]), depth)
+        cumulative = list(accumulate(map(mul, self.powers, masses.tolist())))
+        return masses, cumulative
+
+    def _landmark_z_high(self, node: int, cumulative: list[int], explored: int) -> int | None:
+        """The smallest landmark upper bound on Z once shells 0 .. h are known, or None."""
+        if self.landmarks is None or len(cumulative) >= self.radius:
+            return None
+        location = int(self.graph.node_location[node])
+        best = None
+        for row in self.landmarks.bounds_for(location, self.radius):
+            z = _z_high(cumulative, explored, row, self.powers, self.radius, self.total_prior)
+            if z is not None and (best is None or z < best):
+                best = z
+        return best
 
     def _decide_from_bracket(self, node: int, blocks: list[int]) -> list[int] | None:
         """Every record's shell from a kept bracket for ``node``, or None if one is undecided.
@@ -322,23 +310,79 @@ class FastSampler:
         self.search.explore_to(min(max(shells), self.radius - 1) + 1)
         return shells
 
-    def _keep_bracket(
+    def _decide_from_profile(self, node: int, blocks: list[int]) -> list[int] | None:
+        """Every record's shell from the profile table, or None if one is undecided (or there
+        is no table).
+
+        The bounds at depth D are the core's; where they leave a record undecided, the landmark
+        upper bound is tried too (it costs more to compute than it usually saves).  Like
+        ``_decide_from_bracket``, the search then explores only as far as the deepest chosen
+        shell, and the masses it finds there are checked against the table: a table that
+        disagreed with the graph would change outputs, so it is refused loudly.
+        """
+        if self.profiles is None:
+            return None
+        masses, cumulative = self._profile_shells(node)
+        explored = int(masses.sum())
+        z_low, z_high = self._bounds(cumulative, explored, None)
+        shells, undecided = _decide_all(cumulative, blocks, z_low, z_high, self.radius)
+        if undecided:
+            landmark = self._landmark_z_high(node, cumulative, explored)
+            if landmark is None or landmark >= z_high:
+                return None
+            shells, undecided = _decide_all(cumulative, blocks, z_low, landmark, self.radius)
+            if undecided:
+                return None
+        self.stats["profile_hits"] += 1
+        depth = min(max(shells), self.radius - 1) + 1
+        self.search.explore_to(depth)
+        known = min(depth, masses.size)
+        if not np.array_equal(self.search.masses[:known], masses[:known]):
+            raise RuntimeError(
+                "the ball-mass profiles disagree with the graph; delete the cached profiles"
+            )
+        return shells
+
+    def _decide_by_exploring(
         self,
-        brackets: Brackets,
+        context: StreamContext,
         node: int,
-        walk: _CompiledWalk,
-        bound: np.ndarray | None,
-        low_row: np.ndarray | None,
-    ) -> None:
-        """Keep C and the bounds on Z at the depth reached, for later groups at ``node``; a
-        deeper (tighter) bracket replaces a kept one, so misses become rarer batch by batch."""
-        if not wants_bracket(brackets, node, walk.depth):
-            return
-        walk.sync()
-        z_low, z_high = self._bounds(walk, bound, low_row)
-        entry = Bracket(list(walk.cumulative), z_low, z_high)
-        brackets[node] = entry
-        self.kept_brackets.append((node, entry))
+        subject_ids: Sequence[str],
+        label: str,
+        shell_blocks: list[int],
+        streams: dict[int, SubjectStream],
+    ) -> list[int]:
+        """Every record's shell by exploring from shell 0 (the search has just started), as
+        far as a float estimate says, then deciding exactly; records the bounds do not settle
+        go to the core's ``choose_shell``, which explores on one shell at a time."""
+        search = self.search
+        radius, powers, total = self.radius, self.powers, self.total_prior
+        rows = None
+        if self.landmarks is not None:
+            rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
+        shift = BLOCK_BITS - _TOP_BITS
+        estimate = np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
+        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
+        walk = _CompiledWalk(search, powers)
+        # explore_guided names a row (best >= 0) only when it was given rows
+        bound = rows[best] if rows is not None and best >= 0 else None
+        z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound)
+        shells, undecided = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
+        for r in undecided:  # the bounds do not settle it: the core decides, exploring on
+            self.stats["fallbacks"] += 1
+            streams[r] = context.for_subject(subject_ids[r], label)
+            shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius, powers, total)
+        brackets = self.brackets
+        if brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
+            # Keep C and the bounds at the depth reached, for later groups at this node; a
+            # deeper (tighter) bracket replaces a kept one, so misses become rarer.
+            if wants_bracket(brackets, node, walk.depth):
+                walk.sync()
+                z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound)
+                entry = Bracket(list(walk.cumulative), z_low, z_high)
+                brackets[node] = entry
+                self.kept_brackets.append((node, entry))
+        return shells
 
     def sample_group(
         self, context: StreamContext, node: int, subject_ids: Sequence[str]
@@ -355,30 +399,15 @@ class FastSampler:
 
         search = self.search
         search.start(node)
-        radius, powers, total = self.radius, self.powers, self.total_prior
+        radius, total = self.radius, self.total_prior
         streams: dict[int, SubjectStream] = {}
         shells = self._decide_from_bracket(node, shell_blocks)
         if shells is None:
-            rows, low = self._ball_bounds(int(self.graph.node_location[node]))
-            shift = BLOCK_BITS - _TOP_BITS
-            estimate = (
-                np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
+            shells = self._decide_from_profile(node, shell_blocks)
+        if shells is None:
+            shells = self._decide_by_exploring(
+                context, node, subject_ids, label, shell_blocks, streams
             )
-            best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, low)
-            walk = _CompiledWalk(search, powers)
-            # explore_guided names a row (best >= 0) only when it was given rows
-            bound = rows[best] if rows is not None and best >= 0 else None
-            low_row = None if low is None else low[0]
-            z_low, z_high = self._bounds(walk, bound, low_row)
-            shells, undecided = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
-            for r in undecided:  # the bounds do not settle it: the core decides, exploring on
-                self.stats["fallbacks"] += 1
-                streams[r] = context.for_subject(subject_ids[r], label)
-                shells[r] = choose_shell(
-                    walk, LazyUniform(streams[r], SHELL), radius, powers, total
-                )
-            if self.brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
-                self._keep_bracket(self.brackets, node, walk, bound, low_row)
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]

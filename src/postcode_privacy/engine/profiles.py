@@ -1,36 +1,35 @@
-"""Ball-mass profiles of cluster centres: a tight upper bound on Z from a small precomputed table.
+"""Exact ball-mass profiles of every location, to a fixed depth, computed once per graph.
 
-The exact decision needs bounds z_low <= Z <= z_high; the unexplored part of Z is bounded by
-how much prior mass can lie within j hops of the true postcode x, for every j beyond the depth
-explored (engine/fast.py, ``_z_high``).  This module gives such a bound, Q[j] >= pi(B_j(x)),
-that is close to the true ball mass, from a table computed once per graph:
+``cumulative[loc, k]`` is the prior mass of the locations within k hops of location ``loc``,
+for k = 0 .. ``depth``.  For a true node x at that location the node ball B_k(x) (docs/spec.md,
+"Sampling": shell 0 is x alone, shell 1 adds its co-located postcodes) has mass
+pi(x) for k = 0 and ``cumulative[loc, k]`` for k >= 1, so the first ``depth`` + 1 shell masses
+of every source, and hence C_0 .. C_depth, are known without exploring
+(``FastSampler._profile_bracket`` in engine/fast.py).  Beyond ``depth`` the engine bounds Z as
+it always has; the profile only lets the exact decision start deep instead of at shell 0.
 
-* The locations are covered by clusters: every location lies within ``cover`` hops of its
-  cluster's centre c (chosen greedily in location order; any choice is valid).
-* For every centre the cumulative prior mass within k hops, k = 0 .. ``depth``, is computed
-  once (bit-parallel breadth-first sweeps of 64 centres, ``engine/sweep.py``).
-* If x's location is d <= cover hops from its centre c, every node within j hops of x lies
-  within j + d hops of c (triangle inequality), so
-  Q[j] = profile[c, j + d] (or the total prior Pi once j + d > depth) bounds pi(B_j(x)),
-  and Q is non-decreasing in j.
-* Conversely every node within j - d hops of c is within j hops of x, so
-  L[j] = profile[c, min(j - d, depth)] (0 for j < d, and for j = 0) is a lower bound
-  L[j] <= pi(B_j(x)), which raises the lower bound on Z (the far mass is at least that).
+How the table is computed (``build_profiles``): locations are put in compact groups of at most
+64 (grown breadth-first), and each group is swept at once by a breadth-first search that keeps
+one bit per source in a 64-bit word per location, so sources that share most of their ball
+share the work.  The graph is renumbered group by group first, so that a sweep touches memory
+that is close together.  The masses are exact integer sums.
 
-Nothing here decides an output: Q only tightens the bracket on Z that the exact comparisons of
-the core's ``decide_below`` use, and it is checked like every other bound (non-negative
-coefficients, Q[h + 1] at least the explored mass) before it is used.  A wrong table would
-make the engine's outputs differ from the reference, which the equivalence tests would show;
-so the table is also verified by content hash whenever it is loaded from disk (``load`` /
-``profiles_for``), and a stale or corrupt file is refused and rebuilt, never trusted.
+Nothing here decides an output by itself: the table gives exact masses the reference sampler
+would compute by exploring, so a correct table changes only the time taken.  A wrong table
+would change outputs, so (i) tests compare it with the reference search on generated graphs
+and on locations of the national graph, (ii) a cached table is bound to its graph by a content
+hash checked on every load (a stale or corrupt file is refused and rebuilt, never trusted), and
+(iii) the engine checks the masses it explores anyway against the table before drawing.
 
-Cost on the national graph: see docs/performance.md ("Ball-mass profiles").
+Cost on the national graph: docs/performance.md ("Ball-mass profiles").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import threading
 import warnings
 import weakref
@@ -39,278 +38,432 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from ..atomic import atomic_output
+from ..errors import InvalidParameterError
 from ..graph.graph import Graph
-from .sweep import LocationSearch
 
-__all__ = ["BallProfiles", "build_profiles", "profiles_for", "COVER", "DEPTH", "FORMAT"]
+__all__ = [
+    "BallProfiles",
+    "build_profiles",
+    "cached_profiles",
+    "load_profiles",
+    "profiles_for",
+    "profiles_to_use",
+    "DEPTH",
+    "FORMAT",
+]
 
-COVER = 8  # hops from a location to its cluster centre, at most
-DEPTH = 40  # hops of each centre's profile; beyond it the bound is the total prior
-FORMAT = "postcode-privacy-ball-profiles/1"
-CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in well under a second
-_CHUNK = 64  # centres per bit-parallel sweep
+DEPTH = 32  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
+FORMAT = "postcode-privacy-location-profiles/1"
+CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
+_GROUP = 64  # sources per sweep: one bit each in an int64 word
+_GROUP_HOPS = 10  # a group grows at most this far from its first location
+_GROUPS_PER_TASK = 256  # groups a build worker sweeps per task (progress granularity)
 
 
 @njit(cache=True)
-def _cover(indptr, indices, cover, dist, queue, stamp):
-    """Greedy cover: a location becomes a centre if no centre so far is within ``cover`` hops.
+def _groups(indptr, indices, size, max_hops):  # pragma: no cover - compiled
+    """Partition the locations into compact groups of at most ``size``.
 
-    ``dist`` (int32, all > cover on entry) ends as each location's hop distance to the nearest
-    chosen centre, capped at cover + 1.  Returns the centre locations in the order chosen.
+    From the lowest unassigned location, a breadth-first search (through any location, to at
+    most ``max_hops``) takes unassigned locations until ``size`` are taken.  Returns the
+    locations in group order and the group boundaries in that order.
     """
     n = indptr.size - 1
-    centres = np.empty(n, dtype=np.int64)
-    n_centres = 0
-    epoch = 0
-    for s in range(n):
-        if dist[s] <= cover:
+    assigned = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    bounds = np.empty(n + 1, dtype=np.int64)
+    queue = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    stamp = np.zeros(n, dtype=np.int64)
+    n_groups = 0
+    placed = 0
+    for seed in range(n):
+        if assigned[seed]:
             continue
-        centres[n_centres] = s
-        n_centres += 1
-        epoch += 1
-        stamp[s] = epoch
-        dist[s] = 0
-        queue[0] = s
-        head, tail, level_end, level = 0, 1, 1, 0
-        while head < tail and level < cover:
+        bounds[n_groups] = placed
+        n_groups += 1
+        stamp[seed] = n_groups
+        queue[0] = seed
+        depth[seed] = 0
+        head, tail, taken = 0, 1, 0
+        while head < tail and taken < size:
             v = queue[head]
             head += 1
+            if not assigned[v]:
+                assigned[v] = True
+                order[placed] = v
+                placed += 1
+                taken += 1
+            if depth[v] >= max_hops:
+                continue
             for e in range(indptr[v], indptr[v + 1]):
                 w = indices[e]
-                if stamp[w] != epoch:
-                    stamp[w] = epoch
-                    if dist[w] > level + 1:
-                        dist[w] = level + 1
+                if stamp[w] != n_groups:
+                    stamp[w] = n_groups
+                    depth[w] = depth[v] + 1
                     queue[tail] = w
                     tail += 1
-            if head == level_end:
-                level += 1
-                level_end = tail
-    return centres[:n_centres]
+    bounds[n_groups] = placed
+    return order, bounds[: n_groups + 1]
 
 
 @njit(cache=True)
-def _assign(indptr, indices, centres, centre_of, offset, queue):
-    """Multi-source breadth-first search from all centres: each location's nearest centre
-    (index into ``centres``; ties go to the centre reached first) and its distance."""
-    centre_of[:] = -1
-    tail = 0
-    for i in range(centres.size):
-        c = centres[i]
-        centre_of[c] = i
-        offset[c] = 0
-        queue[tail] = c
-        tail += 1
-    head = 0
-    while head < tail:
-        v = queue[head]
-        head += 1
-        for e in range(indptr[v], indptr[v + 1]):
-            w = indices[e]
-            if centre_of[w] < 0:
-                centre_of[w] = centre_of[v]
-                offset[w] = offset[v] + 1
-                queue[tail] = w
-                tail += 1
+def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, touched, tally, out):
+    """Cumulative ball masses of sources first .. first + count - 1 (count <= 64), into
+    ``out[b, k]`` for k = 0 .. depth.  (pragma: compiled)
 
-
-@njit(cache=True)
-def _rows(cumulative, centre, offset, radius, total, high, low):
-    """high[j] = cumulative[centre, j + offset] (total beyond the depth): >= pi(B_j(x));
-    low[j] = cumulative[centre, min(j - offset, depth)] (0 for j < offset or j = 0): <= it."""
-    depth = cumulative.shape[1] - 1
-    for j in range(radius):
-        k = j + offset
-        high[j] = cumulative[centre, k] if k <= depth else total
-        k = j - offset
-        low[j] = cumulative[centre, min(k, depth)] if k >= 0 and j > 0 else 0
-
-
-class BallProfiles:
-    """Cluster centres, each location's centre and offset, and the centres' cumulative profiles.
-
-    ``cumulative[i, k]`` is the prior mass of the locations within k hops of centre i (exact
-    int64), for k = 0 .. depth.  ``centre_of[loc]`` is the centre index of a location and
-    ``offset[loc]`` its hop distance to that centre (-1 / unreachable locations do not occur:
-    every location is its own component's centre or covered).
+    ``state[v]`` holds three int64 bit sets for location v: sources that have reached it, that
+    reached it at the last level (the frontier), and that reach it at this level.  All zero on
+    entry and on exit.  ``tally[byte, value]`` sums the mass of the locations newly reached by
+    the sources whose bits form ``value`` in that byte; it is spread onto the sources once per
+    level, so a location costs eight additions, not one per source.
     """
+    n_active = 0
+    n_touched = 0
+    for b in range(count):
+        s = first + b
+        state[s, 0] = np.int64(1) << b
+        state[s, 1] = np.int64(1) << b
+        touched[n_touched] = s
+        n_touched += 1
+        active[n_active] = s
+        n_active += 1
+        out[b, 0] = mass[s]
+    for level in range(1, depth + 1):
+        n_fresh = 0
+        for i in range(n_active):
+            v = active[i]
+            frontier = state[v, 1]
+            state[v, 1] = 0
+            for e in range(indptr[v], indptr[v + 1]):
+                w = indices[e]
+                new = frontier & ~state[w, 0]
+                if new:
+                    if state[w, 2] == 0:
+                        fresh[n_fresh] = w
+                        n_fresh += 1
+                    state[w, 2] |= new
+        for i in range(n_fresh):
+            w = fresh[i]
+            new = state[w, 2]
+            state[w, 2] = 0
+            if state[w, 0] == 0:
+                touched[n_touched] = w
+                n_touched += 1
+            state[w, 0] |= new
+            state[w, 1] = new
+            m = mass[w]
+            for byte in range(8):
+                tally[byte, (new >> (8 * byte)) & 255] += m
+            active[i] = w
+        n_active = n_fresh
+        for b in range(count):
+            out[b, level] = out[b, level - 1]
+        for byte in range(8):
+            tally[byte, 0] = 0
+            for value in range(1, 256):
+                t = tally[byte, value]
+                if t:
+                    tally[byte, value] = 0
+                    bits = value
+                    b = 8 * byte
+                    while bits:
+                        if bits & 1:
+                            out[b, level] += t
+                        bits >>= 1
+                        b += 1
+    for i in range(n_active):
+        state[active[i], 1] = 0
+    for i in range(n_touched):
+        state[touched[i], 0] = 0
 
-    def __init__(
-        self,
-        cover: int,
-        depth: int,
-        centre_of: np.ndarray,
-        offset: np.ndarray,
-        cumulative: np.ndarray,
-        total: int,
-    ):
-        self.cover, self.depth = int(cover), int(depth)
-        self.centre_of = centre_of
-        self.offset = offset
-        self.cumulative = cumulative
-        self.total = int(total)
 
-    @property
-    def nbytes(self) -> int:
-        return self.centre_of.nbytes + self.offset.nbytes + self.cumulative.nbytes
+class _Renumbered:
+    """The location graph renumbered group by group (for memory locality during the sweeps)."""
 
-    def rows(self, location: int, radius: int) -> tuple[np.ndarray, np.ndarray]:
-        """(Q, L) with L[j] <= pi(B_j(x)) <= Q[j] for j = 0 .. radius - 1 and any node x at
-        ``location``; both non-decreasing."""
-        high = np.empty(int(radius), dtype=np.int64)
-        low = np.empty(int(radius), dtype=np.int64)
-        _rows(
-            self.cumulative,
-            int(self.centre_of[location]),
-            int(self.offset[location]),
-            int(radius),
-            self.total,
-            high,
-            low,
-        )
-        return high, low
+    def __init__(self, graph: Graph, loc_mass: np.ndarray):
+        indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
+        indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int64)
+        order, bounds = _groups(indptr, indices, _GROUP, _GROUP_HOPS)
+        n = order.size
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        degree = np.diff(indptr)[order]
+        new_indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(degree, out=new_indptr[1:])
+        gather = np.arange(new_indptr[-1]) + np.repeat(indptr[order] - new_indptr[:-1], degree)
+        self.indptr = new_indptr
+        self.indices = rank[indices[gather]]
+        self.mass = np.ascontiguousarray(loc_mass[order], dtype=np.int64)
+        self.order = order  # new number -> location
+        self.bounds = bounds  # group g is new numbers bounds[g] .. bounds[g + 1] - 1
 
-    def row(self, location: int, radius: int) -> np.ndarray:
-        """Q[j] >= pi(B_j(x)) for j = 0 .. radius - 1, for any node x at ``location``."""
-        return self.rows(location, radius)[0]
 
-    def content_sha256(self, graph_sha256: str) -> str:
-        """Hash binding the table to its graph and parameters (checked on every load)."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps(self._header(graph_sha256), sort_keys=True).encode())
-        for array in (self.centre_of, self.offset, self.cumulative):
-            digest.update(np.ascontiguousarray(array).tobytes())
-        return digest.hexdigest()
+def _sweep_groups(net: _Renumbered, groups: range, depth: int, out: np.ndarray) -> None:
+    """Write the profiles of the locations of ``groups`` into ``out`` (rows by location)."""
+    n = net.order.size
+    state = np.zeros((n, 3), dtype=np.int64)
+    active = np.empty(n, dtype=np.int64)
+    fresh = np.empty(n, dtype=np.int64)
+    touched = np.empty(n, dtype=np.int64)
+    tally = np.zeros((8, 256), dtype=np.int64)
+    rows = np.zeros((_GROUP, depth + 1), dtype=np.int64)
+    for g in groups:
+        first, stop = int(net.bounds[g]), int(net.bounds[g + 1])
+        count = stop - first
+        _sweep(
+            net.indptr, net.indices, net.mass, first, count, depth,
+            state, active, fresh, touched, tally, rows,
+        )  # fmt: skip
+        out[net.order[first:stop]] = rows[:count]
 
-    def _header(self, graph_sha256: str) -> dict:
-        return {
-            "format": FORMAT,
-            "graph_sha256": graph_sha256,
-            "cover": self.cover,
-            "depth": self.depth,
-            "total": self.total,
-            "shapes": [
-                list(self.centre_of.shape),
-                list(self.offset.shape),
-                list(self.cumulative.shape),
-            ],
-        }
 
-    def save(self, path: Path, graph_sha256: str) -> None:
-        """Write the table atomically with its content hash (``.npz``, no pickles)."""
-        header = self._header(graph_sha256)
-        header["sha256"] = self.content_sha256(graph_sha256)
-        with atomic_output(path) as handle:
-            np.savez(
-                handle,
-                header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-                centre_of=self.centre_of,
-                offset=self.offset,
-                cumulative=self.cumulative,
-            )
+# Build workers inherit these through fork (never pickled).
+_BUILD: tuple[_Renumbered, int, str] | None = None
 
-    @classmethod
-    def load(cls, path: Path, graph: Graph, cover: int, depth: int) -> BallProfiles:
-        """Read a saved table for ``graph``; ValueError unless every byte checks out."""
-        with np.load(path, allow_pickle=False) as data:
-            header = json.loads(bytes(data["header"]).decode())
-            arrays = (data["centre_of"], data["offset"], data["cumulative"])
-        if (
-            header.get("format") != FORMAT
-            or header.get("graph_sha256") != graph.sha256
-            or header.get("cover") != cover
-            or header.get("depth") != depth
-            or header.get("total") != graph.total_prior
-        ):
-            raise ValueError("ball profiles were built for another graph or other parameters")
-        centre_of, offset, cumulative = arrays
-        if (
-            centre_of.dtype != np.int32
-            or offset.dtype != np.int16
-            or cumulative.dtype != np.int64
-            or centre_of.shape != (graph.n_locations,)
-            or offset.shape != (graph.n_locations,)
-            or cumulative.ndim != 2
-            or cumulative.shape[1] != depth + 1
-        ):
-            raise ValueError("ball profiles have the wrong shape")
-        table = cls(cover, depth, centre_of, offset, cumulative, graph.total_prior)
-        if table.content_sha256(graph.sha256) != header.get("sha256"):
-            raise ValueError("ball profiles failed their content hash")
-        return table
+
+def _build_task(groups: tuple[int, int]) -> int:
+    net, depth, path = _BUILD  # type: ignore[misc]
+    out = np.load(path, mmap_mode="r+")
+    _sweep_groups(net, range(*groups), depth, out)
+    out.flush()
+    return groups[1] - groups[0]
+
+
+def _dtype_for(total_prior: int) -> np.dtype:
+    return np.dtype(np.uint32) if total_prior < 2**32 else np.dtype(np.int64)
 
 
 def build_profiles(
     graph: Graph,
     loc_mass: np.ndarray,
-    cover: int = COVER,
-    depth: int = DEPTH,
+    depth: int | None = None,
+    *,
+    path: Path | None = None,
     progress: bool = False,
-) -> BallProfiles:
-    """Compute the table for ``graph`` (see the module docstring)."""
-    indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
-    indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int32)
-    n = graph.n_locations
-    dist = np.full(n, cover + 1, dtype=np.int32)
-    queue = np.empty(n, dtype=np.int64)
-    stamp = np.zeros(n, dtype=np.int64)
-    centres = _cover(indptr, indices, int(cover), dist, queue, stamp)
-    centre_of = np.empty(n, dtype=np.int32)
-    offset = np.empty(n, dtype=np.int16)
-    _assign(indptr, indices, centres, centre_of, offset, queue)
-    cumulative = np.empty((centres.size, depth + 1), dtype=np.int64)
-    search = LocationSearch(graph)
-    steps = range(0, centres.size, _CHUNK)
-    if progress:
-        from tqdm import tqdm
+    workers: int = 1,
+) -> np.ndarray:
+    """The table ``cumulative[loc, k]`` (see the module docstring), in memory or, with
+    ``path``, written to that ``.npy`` file (by ``workers`` forked processes) and memory-mapped.
+    ``depth`` defaults to ``DEPTH``."""
+    global _BUILD
+    depth = DEPTH if depth is None else int(depth)
+    net = _Renumbered(graph, loc_mass)
+    n_groups = net.bounds.size - 1
+    shape = (graph.n_locations, depth + 1)
+    dtype = _dtype_for(graph.total_prior)
+    report = None
+    if progress:  # a bar with rate and ETA on a terminal, a line per quarter in a log
+        from .._progress import Progress
 
-        steps = tqdm(steps, desc="ball profiles (once per graph)", unit="sweep", leave=False)
-    for start in steps:
-        shells = search.shell_masses_many(centres[start : start + _CHUNK], depth, loc_mass)
-        np.cumsum(shells, axis=1, out=cumulative[start : start + _CHUNK])
-    return BallProfiles(cover, depth, centre_of, offset, cumulative, graph.total_prior)
+        report = Progress("postcode-privacy")
+    if path is None:
+        out = np.zeros(shape, dtype=dtype)
+        _sweep_groups(net, range(n_groups), depth, out)
+        return out
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    del out  # workers write through their own maps
+    tasks = [
+        (start, min(start + _GROUPS_PER_TASK, n_groups))
+        for start in range(0, n_groups, _GROUPS_PER_TASK)
+    ]
+    stage = "ball-mass profiles (built once per graph, groups of locations)"
+    finished = 0
+    try:
+        _BUILD = (net, depth, str(path))
+        if workers > 1:
+            context = multiprocessing.get_context("fork")
+            with context.Pool(workers) as pool:
+                for done in pool.imap_unordered(_build_task, tasks):
+                    finished += done
+                    if report is not None:
+                        report(stage, finished, n_groups)
+        else:
+            for task in tasks:
+                finished += _build_task(task)
+                if report is not None:
+                    report(stage, finished, n_groups)
+    finally:
+        _BUILD = None
+        if report is not None:
+            report.close()
+    return np.load(path, mmap_mode="r")
 
 
-def _cache_path(graph: Graph, cover: int, depth: int) -> Path:
+class BallProfiles:
+    """Every location's cumulative ball masses ``cumulative[loc, k]``, k = 0 .. ``depth``."""
+
+    def __init__(self, cumulative: np.ndarray, graph: Graph):
+        self.cumulative = cumulative
+        self._rows = np.asarray(cumulative)  # the same memory without np.memmap's overhead
+        self.depth = cumulative.shape[1] - 1
+        self.graph_sha256 = graph.sha256
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.cumulative.nbytes)
+
+    def shell_masses(self, location: int, prior: int, depth: int) -> np.ndarray:
+        """pi(S_0(x)) .. pi(S_depth(x)) (int64) for a node x at ``location`` with prior
+        ``prior``, ``depth`` <= the table's: shell 0 is x alone, shell 1 adds the other
+        postcodes at its location to the neighbouring locations (docs/spec.md, "Sampling")."""
+        balls = self._rows[location, : depth + 1].astype(np.int64)
+        masses = np.empty_like(balls)
+        masses[0] = prior
+        masses[1:] = np.diff(balls)
+        if depth:
+            masses[1] += balls[0] - prior
+        return masses
+
+
+def _content_sha256(array: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    for start in range(0, array.shape[0], 65_536):  # in slices: bounded memory for a memmap
+        digest.update(np.ascontiguousarray(array[start : start + 65_536]).tobytes())
+    return digest.hexdigest()
+
+
+def _header(graph: Graph, depth: int, sha256: str) -> dict:
+    return {
+        "format": FORMAT,
+        "graph_sha256": graph.sha256,
+        "depth": depth,
+        "locations": graph.n_locations,
+        "total_prior": graph.total_prior,
+        "dtype": _dtype_for(graph.total_prior).str,
+        "sha256": sha256,
+    }
+
+
+def _paths(graph: Graph, depth: int) -> tuple[Path, Path]:
     from ..graph.national import cache_dir  # the directory the default graph is cached in
 
-    return cache_dir() / f"profiles-{graph.sha256[:32]}-c{cover}-d{depth}.npz"
+    stem = cache_dir() / f"profiles-{graph.sha256[:32]}-d{depth}"
+    return stem.with_suffix(".npy"), stem.with_suffix(".json")
+
+
+def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
+    """The cached table for ``graph``, memory-mapped; ValueError unless every byte checks out
+    (format, graph, depth, shape, type and the content hash of the whole table)."""
+    depth = DEPTH if depth is None else int(depth)
+    table_path, header_path = _paths(graph, depth)
+    header = json.loads(header_path.read_text(encoding="utf-8"))
+    array = np.load(table_path, mmap_mode="r", allow_pickle=False)
+    expected = _header(graph, depth, header.get("sha256", ""))
+    if header != expected:
+        raise ValueError("the ball-mass profiles were built for another graph or depth")
+    if array.shape != (graph.n_locations, depth + 1) or array.dtype.str != expected["dtype"]:
+        raise ValueError("the ball-mass profiles have the wrong shape")
+    if _content_sha256(array) != header["sha256"]:
+        raise ValueError("the ball-mass profiles failed their content hash")
+    return BallProfiles(array, graph)
+
+
+def _build_and_cache(graph: Graph, loc_mass: np.ndarray, depth: int, workers: int) -> BallProfiles:
+    from ..atomic import atomic_output
+
+    table_path, header_path = _paths(graph, depth)
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = table_path.with_name(f"{table_path.stem}.partial-{os.getpid()}.npy")
+    try:
+        array = build_profiles(graph, loc_mass, depth, path=partial, progress=True, workers=workers)
+        sha256 = _content_sha256(array)
+        os.replace(partial, table_path)
+    finally:
+        partial.unlink(missing_ok=True)
+    with atomic_output(header_path) as handle:
+        handle.write(json.dumps(_header(graph, depth, sha256), indent=1).encode())
+    return BallProfiles(np.load(table_path, mmap_mode="r", allow_pickle=False), graph)
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def profiles_for(graph: Graph, loc_mass: np.ndarray, progress: bool = False) -> BallProfiles:
-    """The profiles of ``graph``, once per process: from the on-disk cache for large graphs
-    (verified by content hash; refused and rebuilt if stale or corrupt), else built here."""
+def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | None:
+    """The profiles of ``graph`` if this process has them or a valid cached file exists (a
+    refused file is reported and ignored); never builds."""
+    depth = DEPTH if depth is None else int(depth)
     with _LOCK:
         table = _TABLES.get(graph)
-        if table is not None:
+        if table is not None and table.depth == depth:
             return table
-        cached = graph.n_locations >= CACHE_MIN_LOCATIONS
-        path = _cache_path(graph, COVER, DEPTH) if cached else None
-        if path is not None and path.exists():
+        if graph.n_locations < CACHE_MIN_LOCATIONS:
+            return None
+        table_path, header_path = _paths(graph, depth)
+        if not (table_path.exists() and header_path.exists()):
+            return None
+        try:
+            table = load_profiles(graph, depth)
+        except (OSError, ValueError, KeyError) as exc:
+            warnings.warn(
+                f"the cached ball-mass profiles were refused ({exc}); they will be rebuilt",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        _TABLES[graph] = table
+        return table
+
+
+def profiles_for(
+    graph: Graph, loc_mass: np.ndarray, depth: int | None = None, workers: int = 1
+) -> BallProfiles:
+    """The profiles of ``graph``, once per process: from the on-disk cache for large graphs
+    (verified by content hash; refused and rebuilt if stale or corrupt), else built here."""
+    depth = DEPTH if depth is None else int(depth)
+    table = cached_profiles(graph, depth)
+    if table is not None:
+        return table
+    with _LOCK:
+        table = _TABLES.get(graph)
+        if table is not None and table.depth == depth:
+            return table
+        if graph.n_locations < CACHE_MIN_LOCATIONS:
+            table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
+        else:
             try:
-                table = BallProfiles.load(path, graph, COVER, DEPTH)
-            except (OSError, ValueError, KeyError) as exc:
+                table = _build_and_cache(graph, loc_mass, depth, workers)
+            except OSError as exc:
                 warnings.warn(
-                    f"the cached ball profiles were refused ({exc}); rebuilding them",
+                    f"could not cache the ball-mass profiles ({exc.strerror or exc}); "
+                    "building them in memory",
                     RuntimeWarning,
                     stacklevel=2,
                 )
-        if table is None:
-            table = build_profiles(graph, loc_mass, COVER, DEPTH, progress=progress and cached)
-            if path is not None:
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    table.save(path, graph.sha256)
-                except OSError as exc:
-                    warnings.warn(
-                        f"could not cache the ball profiles ({exc.strerror or exc})",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+                table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
         _TABLES[graph] = table
         return table
+
+
+BUILD_MIN_SOURCES = 20_000  # distinct postcodes in one call that justify a first-use build
+
+
+def profiles_to_use(
+    graph: Graph, loc_mass: np.ndarray, sources: int, wanted: bool | str | None, workers: int
+) -> BallProfiles | None:
+    """The table a batch of ``sources`` distinct postcodes should use, per ``wanted``:
+
+    * False: none;
+    * True: this graph's, built now if it is not cached (any graph);
+    * "cached": this graph's if this process has it or a valid cached file exists;
+    * None (the default): as "cached" for the embedded default graph, and built on first use
+      there once a batch has ``BUILD_MIN_SOURCES`` distinct postcodes (where exploring from
+      shell 0 would cost more than the build); none for other graphs, for which the table
+      is optional (pass True).
+    """
+    if wanted not in (True, False, None, "cached"):
+        raise InvalidParameterError('profiles must be True, False, None or "cached"')
+    if wanted is False:
+        return None
+    if wanted is None:
+        from ..graph.national import DEFAULT_GRAPH_SHA256
+
+        if graph.sha256 != DEFAULT_GRAPH_SHA256:
+            return None
+    table = cached_profiles(graph)
+    if table is not None or wanted == "cached":
+        return table
+    if wanted is None and sources < BUILD_MIN_SOURCES:
+        return None
+    return profiles_for(graph, loc_mass, workers=workers)

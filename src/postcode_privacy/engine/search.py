@@ -102,7 +102,6 @@ def _explore_guided(
     total,
     margin,
     ball_bounds,
-    low_bounds,
     best,
 ):
     """Explore until a float estimate of every record's shell decision looks settled.
@@ -113,10 +112,6 @@ def _explore_guided(
     that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
     shells explored and writes to ``best[0]`` the row giving the smallest bound at that depth
     (-1 if none beats the core's).  The caller makes the exact decision afterwards.
-
-    Each row L of ``low_bounds`` holds lower bounds L[j] <= pi(B_j) (j >= 1), which raise the
-    lower bound on Z as the exact path does: with a_j = max(L[j] - pi(B_h), 0),
-    Z >= C_h + sum_{j=h+1}^{R-1} (P_j - P_{j+1}) a_j + P_R (Pi - pi(B_h)).
 
     A row Q of ``ball_bounds`` bounds Z as the exact path does (engine/fast.py): every node
     outside the explored ball B_h is at least h + 1 hops away, and at least j hops away if it
@@ -146,15 +141,6 @@ def _explore_guided(
         if h >= 0:
             remaining = float(total - explored)
             z_low = cf[h] + pf[radius] * remaining
-            if h < radius - 1:
-                for q in range(low_bounds.shape[0]):
-                    extra = 0.0
-                    for j in range(h + 1, radius):
-                        a = low_bounds[q, j] - explored
-                        if a > 0:
-                            extra += (pf[j] - pf[j + 1]) * float(a)
-                    if cf[h] + pf[radius] * remaining + extra > z_low:
-                        z_low = cf[h] + pf[radius] * remaining + extra
             best[0] = -1
             if h == radius - 1:
                 z_high = z_low
@@ -485,7 +471,6 @@ class ShellSearch:
         radius: int,
         total_prior: int,
         ball_bounds: np.ndarray | None = None,
-        low_bounds: np.ndarray | None = None,
     ) -> int:
         """Explore as far as a float estimate says the shell decisions of ``uniforms`` need.
 
@@ -499,8 +484,6 @@ class ShellSearch:
             raise InvalidParameterError("radius exceeds the shells this search was sized for")
         if ball_bounds is None:
             ball_bounds = np.zeros((0, radius), dtype=np.int64)
-        if low_bounds is None:
-            low_bounds = np.zeros((0, radius), dtype=np.int64)
         best = np.full(1, -1, dtype=np.int64)
         self.n_shells = int(
             _explore_guided(
@@ -520,7 +503,6 @@ class ShellSearch:
                 int(total_prior),
                 _GUIDE_MARGIN,
                 ball_bounds,
-                low_bounds,
                 best,
             )
         )

@@ -89,6 +89,9 @@ class ReleasePlan:
         self.screen: Screen | None = None
         self._subjects = _SubjectTracker()
         self._brackets: dict = {}  # the engine's bounds on Z by source, kept across chunks
+        # The engine's ball-mass profile policy (engine/profiles.py, ``profiles_to_use``);
+        # Spark executors set "cached" so that no executor builds the table itself.
+        self.profiles: bool | str | None = None
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
         # Optional, for the operator only (release/displacement.py): never in a manifest.
@@ -137,7 +140,13 @@ class ReleasePlan:
         identifiers canonicalised once by the record checks, never looked up again.  Returns
         the released labels (an object array), each distinct output labelled once."""
         released = _perturb_canonical(
-            self.mechanism, self.key, subject_ids, nodes, brackets=self._brackets, progress=progress
+            self.mechanism,
+            self.key,
+            subject_ids,
+            nodes,
+            brackets=self._brackets,
+            progress=progress,
+            profiles=self.profiles,
         )
         if self.displacement is not None:
             self.displacement.add(nodes, released)

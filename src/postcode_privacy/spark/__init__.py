@@ -354,6 +354,7 @@ def _worker_plan(spec: _TaskSpec, key: Key) -> ReleasePlan:
         # An explicit radius short of the teleport target was already reported on the driver.
         warnings.simplefilter("ignore", TeleportWarning)
         plan = ReleasePlan(key=key, options=spec.options, graph=graph)
+    plan.profiles = "cached"  # use the profile table if this machine has it; never build it here
     if plan.mechanism.radius != spec.expected_radius:
         raise InvalidParameterError("the radius on this executor differs from the driver's")
     return plan

@@ -1,0 +1,286 @@
+"""The ball-mass profile table (engine/profiles.py) and the engine path that reads it.
+
+The table must hold exactly the masses the reference shells have (``graph.shells``), whatever
+the graph shape, the sweep grouping and the depth; the engine reading it must give exactly the
+reference sampler's outputs (also checked, with the table on and off, in test_fast_path.py); a
+cached table must be refused unless it is byte for byte the one built for its graph.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from graphs import colocated
+from test_fast_path import planar_graph, random_case
+
+from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
+from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import landmarks as engine_landmarks
+from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.errors import InvalidParameterError
+from postcode_privacy.graph.shells import node_shells
+from postcode_privacy.mechanism.subject import canonical_subject_id
+
+
+def reference_masses(graph, node: int, depth: int) -> list[int]:
+    """Masses of the reference node shells 0 .. depth of ``node``."""
+    return [int(graph.prior[s].sum()) for s in node_shells(graph, node, depth)]
+
+
+def loc_mass(graph) -> np.ndarray:
+    return engine_landmarks.GraphTables(graph).loc_mass
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_profile_shells_equal_the_reference_shells(seed, monkeypatch):
+    """Every node's shell masses from the table equal the reference shells', for sweep groups
+    of one, a few or 64 sources and depths from 0 to beyond the graph's diameter."""
+    rng = random.Random(300 + seed)
+    monkeypatch.setattr(engine_profiles, "_GROUP", [1, 3, 64][seed % 3])
+    monkeypatch.setattr(engine_profiles, "_GROUP_HOPS", [0, 1, 6][seed // 3 % 3])
+    checked = 0
+    for keep in (1.0, 0.6, 0.3):
+        graph = planar_graph(rng, rng.randrange(2, 70), 90, keep, rng.choice([1, 40]))
+        for depth in (0, 1, 3, 12):
+            table = engine_profiles.BallProfiles(
+                engine_profiles.build_profiles(graph, loc_mass(graph), depth), graph
+            )
+            for node in range(len(graph)):
+                location = int(graph.node_location[node])
+                got = table.shell_masses(location, int(graph.prior[node]), depth).tolist()
+                assert got == reference_masses(graph, node, depth), (seed, keep, depth, node)
+                checked += 1
+    assert checked > 500
+
+
+def test_groups_partition_the_locations():
+    graph = planar_graph(random.Random(4), 300, 320, 0.7, 4)
+    net = engine_profiles._Renumbered(graph, loc_mass(graph))
+    assert sorted(net.order.tolist()) == list(range(graph.n_locations))
+    sizes = np.diff(net.bounds)
+    assert sizes.min() >= 1 and sizes.max() <= 64 and sizes.sum() == graph.n_locations
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache directory, and tables cached for graphs of any size."""
+    monkeypatch.setenv("POSTCODE_PRIVACY_CACHE", str(tmp_path))
+    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
+    monkeypatch.setattr(engine_profiles, "_GROUP", 4)
+    monkeypatch.setattr(engine_profiles, "_GROUPS_PER_TASK", 3)
+    monkeypatch.setattr(engine_profiles, "DEPTH", 6)
+    return tmp_path
+
+
+def test_cached_build_in_workers_equals_the_in_memory_build(cache):
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    table = engine_profiles.profiles_for(graph, loc_mass(graph), workers=2)
+    expected = engine_profiles.build_profiles(graph, loc_mass(graph), 6)
+    assert np.array_equal(np.asarray(table.cumulative), expected)
+    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".npy"]  # no partial files
+    loaded = engine_profiles.load_profiles(graph)
+    assert np.array_equal(np.asarray(loaded.cumulative), expected)
+
+
+def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
+    """A corrupt, truncated, stale or mislabelled file is refused with a warning and rebuilt,
+    never used."""
+    graph = planar_graph(random.Random(9), 60, 70, 1.0, 8)
+    engine_profiles.profiles_for(graph, loc_mass(graph))
+    table_path, header_path = engine_profiles._paths(graph, 6)
+    good = table_path.read_bytes()
+    header = json.loads(header_path.read_text())
+
+    def refused(match):
+        fresh = planar_graph(random.Random(9), 60, 70, 1.0, 8)  # same content, new object
+        with pytest.raises(ValueError, match=match):
+            engine_profiles.load_profiles(fresh)
+        with pytest.warns(RuntimeWarning, match="refused"):
+            assert engine_profiles.cached_profiles(fresh) is None
+        with pytest.warns(RuntimeWarning, match="refused"):
+            rebuilt = engine_profiles.profiles_for(fresh, loc_mass(fresh))
+        assert table_path.read_bytes() == good  # rebuilt and rewritten
+        assert np.array_equal(np.asarray(rebuilt.cumulative), np.load(table_path))
+
+    flipped = bytearray(good)
+    flipped[-3] ^= 1  # one mass, one bit
+    table_path.write_bytes(bytes(flipped))
+    refused("content hash")
+    header_path.write_text(json.dumps({**header, "graph_sha256": "0" * 64}))
+    refused("another graph or depth")
+    header_path.write_text(json.dumps({**header, "depth": 5}))
+    refused("another graph or depth")
+    table_path.write_bytes(good[: len(good) // 2])
+    refused(None)
+
+
+def test_an_engine_table_for_another_graph_is_refused():
+    graph = planar_graph(random.Random(1), 20, 25, 1.0, 4)
+    other = planar_graph(random.Random(2), 20, 25, 1.0, 4)
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(other, loc_mass(other), 3), other
+    )
+    with pytest.raises(ValueError, match="another graph"):
+        FastSampler(Mechanism(graph, "1"), profiles=table)
+
+
+def test_the_profile_path_is_taken_and_equals_the_reference():
+    """With the table the engine decides most groups without exploring from shell 0 (so the
+    identity checks exercise that path), and its outputs are the reference's."""
+    rng = random.Random(17)
+    hits = records = 0
+    for _ in range(40):
+        mechanism, key, ids, codes = random_case(rng)
+        graph = mechanism.graph
+        depth = rng.choice([1, 3, 30])
+        table = engine_profiles.BallProfiles(
+            engine_profiles.build_profiles(graph, loc_mass(graph), depth), graph
+        )
+        sampler = FastSampler(mechanism, profiles=table, landmarks=rng.random() < 0.5)
+        context = mechanism.stream_context(key)
+        got = []
+        for subject, code in zip(ids, codes):
+            node = graph.index_of(code)
+            draw = sampler.sample_group(context, node, [canonical_subject_id(subject)])
+            got.append(graph.label(draw[0]))
+        assert got == mechanism.perturb_reference(key, ids, codes)
+        hits += sampler.stats["profile_hits"]
+        records += len(ids)
+    assert hits > records / 2
+
+
+def test_a_wrong_table_is_caught(monkeypatch):
+    """Mutation checks.  A table whose far masses are wrong changes outputs (so the identity
+    tests would see it); one whose near masses are wrong is refused by the engine's own check
+    against the shells it explores."""
+    rng = random.Random(23)
+    differing = refused = 0
+    for case in range(30):
+        mechanism, key, ids, codes = random_case(rng)
+        graph = mechanism.graph
+        depth = min(12, mechanism.radius - 1)
+        wrong = engine_profiles.build_profiles(graph, loc_mass(graph), 12)
+        if case % 2:
+            wrong[:, 1:] += 1  # every ball from 1 hop on holds one unit more: near masses wrong
+        else:
+            wrong[:, depth:] *= 3  # the deepest ball the engine reads: a far mass wrong
+        table = engine_profiles.BallProfiles(wrong, graph)
+        monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, table=table: table)
+        try:
+            got = perturb_many(mechanism, key, ids, codes, workers=1)
+        except RuntimeError as exc:
+            assert "disagree" in str(exc)
+            refused += 1
+            continue
+        differing += got != mechanism.perturb_reference(key, ids, codes)
+    assert differing > 0 and refused > 0, (differing, refused)
+
+
+def test_which_table_a_batch_uses(cache, monkeypatch):
+    """The default policy: a custom graph uses none unless asked; the embedded graph uses a
+    cached one and builds one on first use only for a batch of many distinct postcodes;
+    "cached" never builds."""
+    graph = planar_graph(random.Random(31), 50, 60, 1.0, 3)
+    mass = loc_mass(graph)
+    use = engine_profiles.profiles_to_use
+    assert use(graph, mass, 10**6, None, 1) is None  # not the embedded graph
+    assert use(graph, mass, 10**6, "cached", 1) is None  # nothing cached, nothing built
+    with pytest.raises(InvalidParameterError):
+        use(graph, mass, 10, "yes", 1)
+    import postcode_privacy.graph.national as national
+
+    monkeypatch.setattr(national, "DEFAULT_GRAPH_SHA256", graph.sha256)
+    monkeypatch.setattr(engine_profiles, "BUILD_MIN_SOURCES", 40)
+    assert use(graph, mass, 39, None, 1) is None  # too few to justify a build
+    assert not list(cache.iterdir())
+    built = use(graph, mass, 40, None, 1)
+    assert built is not None and list(cache.iterdir())
+    assert use(graph, mass, 1, None, 1) is built and use(graph, mass, 1, "cached", 1) is built
+    assert use(graph, mass, 1, False, 1) is None
+    other = planar_graph(random.Random(32), 50, 60, 1.0, 3)
+    assert use(other, loc_mass(other), 1, True, 1) is not None  # asked for: built for any graph
+
+
+def test_outputs_do_not_depend_on_the_table(monkeypatch):
+    """Table on, off, shallow or deep, many workers or one: the same outputs."""
+    rng = random.Random(41)
+    graph = planar_graph(rng, 220, 260, 1.0, 12)
+    mechanism = Mechanism(graph, "0.8")
+    key = Key.from_bytes(rng.randbytes(32))
+    n = 4000
+    ids = [str(rng.randrange(10**9)) for _ in range(n)]
+    nodes = np.array([rng.randrange(len(graph)) for _ in range(n)])
+    base = perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=False)
+    for depth in (2, 8, 40):
+        monkeypatch.setattr(engine_profiles, "DEPTH", depth)
+        for workers in (1, 2):
+            got = perturb_nodes(mechanism, key, ids, nodes, workers=workers, profiles=True)
+            assert np.array_equal(got, base), (depth, workers)
+
+
+def test_colocated_postcodes_have_their_own_shell_zero():
+    """Shell 0 is the postcode alone; its co-located postcodes belong to shell 1."""
+    graph = colocated([3, 5, 7, 1, 2, 9, 4, 8, 6])
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, loc_mass(graph), 4), graph
+    )
+    for node in range(len(graph)):
+        location = int(graph.node_location[node])
+        got = table.shell_masses(location, int(graph.prior[node]), 4).tolist()
+        assert got == reference_masses(graph, node, 4)
+
+
+# -- the national graph ------------------------------------------------------------------------
+
+
+def _partial_table(graph, locations, depth):
+    """A table holding true rows for the sweep groups containing ``locations`` (zeros
+    elsewhere, which the engine would refuse if it read them): the builder's own kernel on the
+    national graph, without the full build's minutes."""
+    net = engine_profiles._Renumbered(graph, loc_mass(graph))
+    rank = np.empty(net.order.size, dtype=np.int64)
+    rank[net.order] = np.arange(net.order.size)
+    groups = np.unique(np.searchsorted(net.bounds, rank[locations], side="right") - 1)
+    out = np.zeros((graph.n_locations, depth + 1), dtype=np.int64)
+    for g in groups.tolist():
+        engine_profiles._sweep_groups(net, range(g, g + 1), depth, out)
+    return engine_profiles.BallProfiles(out, graph)
+
+
+def test_national_profiles_and_draws_equal_the_reference(national_graph):
+    """On the national graph: table rows equal the reference shells, and draws with the table
+    equal the reference sampler's at epsilon 2, 1, 0.5 and 0.25."""
+    graph = national_graph
+    rng = np.random.default_rng(2026)
+    key = Key.from_bytes(bytes(range(64, 96)))
+    cases = (("2", 60), ("1", 30), ("0.5", 4), ("0.25", 2))
+    nodes = rng.choice(len(graph), sum(c for _, c in cases), replace=False)
+    locations = graph.node_location[nodes].astype(np.int64)
+    depth = engine_profiles.DEPTH
+    table = _partial_table(graph, locations, depth)
+    for node in nodes[:12].tolist():
+        location = int(graph.node_location[node])
+        got = table.shell_masses(location, int(graph.prior[node]), depth).tolist()
+        assert got == reference_masses(graph, node, depth)
+    start = 0
+    hits = 0
+    for eps, count in cases:
+        mechanism = Mechanism(graph, eps)
+        picked = nodes[start : start + count].tolist()
+        start += count
+        codes = [graph.label(v) for v in picked]
+        ids = [f"subject-{i}" for i in range(count)]
+        expected = mechanism.perturb_reference(key, ids, codes)
+        context = mechanism.stream_context(key)
+        for landmarks in (False, True):
+            sampler = FastSampler(mechanism, profiles=table, landmarks=landmarks)
+            got = [
+                graph.label(sampler.sample_group(context, v, [s])[0]) for v, s in zip(picked, ids)
+            ]
+            assert got == expected, (eps, landmarks)
+            hits += sampler.stats["profile_hits"]
+    assert hits > 60
