@@ -127,6 +127,34 @@ def test_layout(saved):
     assert len(data) == data_start + header["data_nbytes"]
 
 
+def test_bulk_label_lookups_equal_one_at_a_time(graph, saved):
+    """``find_labels`` (one binary search for many, used by the release checks) answers as
+    ``find`` does for text that is already normalised, on the loaded (byte) and the built
+    (list) labels, including text that cannot be a label: too long, non-ASCII, holding NUL."""
+    loaded = load_graph(saved)
+    queries = graph.postcodes[::-1] + [
+        "AB1 0AC",
+        "ZZ9 9ZZ",
+        "AB1 0A",
+        "AB1 0AE\x00",
+        "\x00AB1 0AE",
+        "AB1 0AE ",
+        "AB12 0AEE",
+        "AB1 0AEAB1 0AE",
+        "",
+        "\u00e9",
+        "AB1 0A\u00c9",
+        "A",
+        "zz",
+    ]
+    expected = [graph._labels.lookup(q) for q in queries]
+    expected = [-1 if e is None else e for e in expected]
+    assert loaded.find_labels(queries).tolist() == expected
+    assert graph.find_labels(queries).tolist() == expected
+    assert not loaded._labels.index_built  # no dict of every label was needed
+    assert loaded.find_labels([]).tolist() == []
+
+
 def test_graph_without_coordinates_and_unusual_labels(tmp_path):
     g = Graph.from_edges(
         ["a", "b\u00e9", "c c", "AB1 0AA"],
@@ -137,6 +165,7 @@ def test_graph_without_coordinates_and_unusual_labels(tmp_path):
     loaded = load_graph(tmp_path / "x")
     assert_same(g, loaded)
     assert loaded.find("b\u00e9") == 1 and loaded.find("ab10aa") == 3
+    assert loaded.find_labels(["b\u00e9", "a", "ab10aa", "c c"]).tolist() == [1, 0, -1, 2]
 
 
 def test_labels_with_nul_are_refused(tmp_path):

@@ -151,8 +151,8 @@ def test_repeated_postcodes_are_classified_once(plan, monkeypatch):
         {"id": [f"s{i}" for i in range(1000)], "postcode": [codes[i % 5] for i in range(1000)]}
     )
     calls = []
-    original = plan.rules._postcode_outcome
-    monkeypatch.setattr(plan.rules, "_postcode_outcome", lambda v: calls.append(v) or original(v))
+    original = plan.rules._normalised
+    monkeypatch.setattr(plan.rules, "_normalised", lambda v: calls.append(v) or original(v))
     checked = plan.check_records(df, 0)
     assert len(calls) == 5
     assert checked.nodes.tolist() == [plan.graph.find(codes[i % 5]) for i in range(1000)]

@@ -275,10 +275,11 @@ def _perturb_canonical(
     tasks = _tasks(sorted_nodes)
     graph = mechanism.graph
     distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
-    many_sources = distinct * LANDMARK_SHARE >= graph.n_locations
-    if landmarks is None:
-        landmarks = many_sources
     tables = graph_tables(graph)
+    table = profiles_to_use(graph, tables.loc_mass, distinct, profiles, usable_cpus())
+    if landmarks is None:  # worth building for many sources, unless the table reaches R - 1
+        covered = table is not None and table.depth >= mechanism.radius - 1
+        landmarks = distinct * LANDMARK_SHARE >= graph.n_locations and not covered
     job = _Job(
         mechanism=mechanism,
         context=mechanism.stream_context(key),
@@ -287,7 +288,7 @@ def _perturb_canonical(
         ids=subject_ids,
         tables=tables,
         landmarks=bool(landmarks),
-        profiles=profiles_to_use(graph, tables.loc_mass, distinct, profiles, usable_cpus()),
+        profiles=table,
         brackets=brackets,
     )
     if workers is None:

@@ -261,7 +261,7 @@ class FastSampler:
                 z_high = landmark
         return z_low, z_high
 
-    def _profile_shells(self, node: int) -> tuple[np.ndarray, list[int]]:
+    def _profile_shells(self, node: int) -> tuple[list[int], list[int]]:
         """Masses of shells 0 .. D and C_0 .. C_D, D = min(profile depth, R - 1), read from the
         profile table (engine/profiles.py) without exploring.
 
@@ -273,8 +273,7 @@ class FastSampler:
         depth = min(profiles.depth, self.radius - 1)
         location = int(self.graph.node_location[node])
         masses = profiles.shell_masses(location, int(self.graph.prior[node]), depth)
-        cumulative = list(accumulate(map(mul, self.powers, masses.tolist())))
-        return masses, cumulative
+        return masses, list(accumulate(map(mul, self.powers, masses)))
 
     def _landmark_z_high(self, node: int, cumulative: list[int], explored: int) -> int | None:
         """The smallest landmark upper bound on Z once shells 0 .. h are known, or None."""
@@ -323,7 +322,7 @@ class FastSampler:
         if self.profiles is None:
             return None
         masses, cumulative = self._profile_shells(node)
-        explored = int(masses.sum())
+        explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)
         shells, undecided = _decide_all(cumulative, blocks, z_low, z_high, self.radius)
         if undecided:
@@ -336,8 +335,8 @@ class FastSampler:
         self.stats["profile_hits"] += 1
         depth = min(max(shells), self.radius - 1) + 1
         self.search.explore_to(depth)
-        known = min(depth, masses.size)
-        if not np.array_equal(self.search.masses[:known], masses[:known]):
+        known = min(depth, len(masses))
+        if self.search.masses[:known].tolist() != masses[:known]:
             raise RuntimeError(
                 "the ball-mass profiles disagree with the graph; delete the cached profiles"
             )

@@ -303,17 +303,13 @@ class BallProfiles:
     def nbytes(self) -> int:
         return int(self.cumulative.nbytes)
 
-    def shell_masses(self, location: int, prior: int, depth: int) -> np.ndarray:
-        """pi(S_0(x)) .. pi(S_depth(x)) (int64) for a node x at ``location`` with prior
-        ``prior``, ``depth`` <= the table's: shell 0 is x alone, shell 1 adds the other
-        postcodes at its location to the neighbouring locations (docs/spec.md, "Sampling")."""
-        balls = self._rows[location, : depth + 1].astype(np.int64)
-        masses = np.empty_like(balls)
-        masses[0] = prior
-        masses[1:] = np.diff(balls)
-        if depth:
-            masses[1] += balls[0] - prior
-        return masses
+    def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
+        """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
+        ``depth`` <= the table's: shell 0 is x alone, shell 1 adds the other postcodes at its
+        location to the neighbouring locations (docs/spec.md, "Sampling")."""
+        balls = self._rows[location, : depth + 1].tolist()
+        balls[0] = prior  # B_0 is the node alone; B_k for k >= 1 is the location ball
+        return [prior] + [b - a for a, b in zip(balls, balls[1:])]
 
 
 def _content_sha256(array: np.ndarray) -> str:

@@ -50,6 +50,11 @@ class NodeLabels(ABC):
     def lookup(self, label: str) -> int | None:
         """The node whose label is exactly ``label``, or None."""
 
+    def lookup_many(self, labels: list[str]) -> np.ndarray:
+        """``lookup`` of each label as an int64 array, -1 for None."""
+        found = [self.lookup(label) for label in labels]
+        return np.array([-1 if i is None else i for i in found], dtype=np.int64)
+
     @abstractmethod
     def hash_bytes(self) -> bytes:
         """The labels UTF-8 encoded and joined by ``b"\\n"`` (the content hash's section)."""
@@ -150,6 +155,24 @@ class ByteLabels(NodeLabels):
             j = int(np.searchsorted(arr, key))
             return j if j < self._n and arr[j] == key else None
         return self._label_index().get(label)
+
+    def lookup_many(self, labels: list[str]) -> np.ndarray:
+        if self._index is not None or not self._sorted:
+            return super().lookup_many(labels)
+        # One binary search for all: keys that cannot be a label (too long, non-ASCII, or
+        # holding NUL, which the fixed-width array would strip) are left out first.
+        arr = self._bytes
+        width = arr.dtype.itemsize
+        out = np.full(len(labels), -1, dtype=np.int64)
+        where = [
+            i for i, s in enumerate(labels) if len(s) <= width and s.isascii() and "\0" not in s
+        ]
+        if where:
+            keys = np.array([labels[i] for i in where], dtype=arr.dtype)
+            j = np.minimum(np.searchsorted(arr, keys), self._n - 1)
+            hit = arr[j] == keys
+            out[np.asarray(where, dtype=np.int64)[hit]] = j[hit]
+        return out
 
     def hash_bytes(self) -> bytes:
         # Same bytes as ListLabels.hash_bytes without a Python object per label: append a

@@ -349,6 +349,11 @@ class Graph:
             return i
         return None
 
+    def find_labels(self, labels: list[str]) -> np.ndarray:
+        """Node index of each exact label (int64, -1 where none): ``find`` for text that is
+        already normalised, in one vectorised lookup."""
+        return self._labels.lookup_many(labels)
+
     def index_of(self, postcode: object) -> int:
         i = self.find(postcode)
         if i is None:

@@ -289,27 +289,22 @@ class RecordRules:
             "outside its area)"
         )
 
-    def _postcode_outcome(self, value: object) -> tuple[int, int, int, bool]:
-        """(failure kind index or 0, node to release from, true code, mapped?) for one cell.
-
-        Index 0 of FAILURE_KINDS is an identifier kind, so 0 can mean "no failure" here.
-        """
+    def _normalised(self, value: object) -> str | int:
+        """The normalised postcode of a cell, or the index of its failure kind."""
         if _is_missing(value) or (isinstance(value, str) and not value.strip()):
-            return _KIND["missing_postcode"], -1, -1, False
+            return _KIND["missing_postcode"]
         norm = try_normalise(value)
-        if norm is None:
-            return _KIND["malformed_postcode"], -1, -1, False
-        node, code, mapped = self._locate(norm, len(self.graph))
-        if node < 0:
-            return _KIND["unknown_postcode"], -1, -1, False
-        return 0, node, code, mapped
+        return _KIND["malformed_postcode"] if norm is None else norm
 
     def _postcode_outcomes(self, values: list) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Outcome arrays per distinct postcode cell and, per row, the index of its cell.
 
+        An outcome is (failure kind index or 0, node to release from, true code, mapped?);
+        index 0 of FAILURE_KINDS is an identifier kind, so 0 can mean "no failure" here.
         Text cells are grouped by exact equality (``pd.factorize``); any other cell (missing
         values, numbers) is classified on its own, so grouping can never merge cells that the
-        rules treat differently.
+        rules treat differently.  The normalised postcodes are looked up in the graph in one
+        vectorised call (``Graph.find_labels``, the same answers as ``Graph.find``).
         """
         distinct: list[Any]
         if all(type(v) is str for v in values):
@@ -328,7 +323,18 @@ class RecordRules:
                     at = len(distinct)
                     distinct.append(value)
                 which[i] = at
-        table = [self._postcode_outcome(v) for v in distinct]
+        norms = [self._normalised(v) for v in distinct]
+        found = iter(self.graph.find_labels([n for n in norms if type(n) is str]).tolist())
+        table = []
+        for norm in norms:
+            if type(norm) is not str:
+                table.append((norm, -1, -1, False))
+                continue
+            node = next(found)
+            if node >= 0:
+                table.append((0, node, node, False))
+            else:  # not a node: a terminated postcode the directory locates, or unknown
+                table.append(self._unlisted(norm, len(self.graph)))
         outcomes = {
             "kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
             "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
@@ -337,13 +343,10 @@ class RecordRules:
         }
         return outcomes, np.asarray(which, dtype=np.int64)
 
-    def _locate(self, norm: str, n_nodes: int) -> tuple[int, int, bool]:
-        """(node to release from, code of the true postcode, mapped?) or (-1, -1, False)."""
-        node = self.graph.find(norm)
-        if node is not None:
-            return node, node, False
+    def _unlisted(self, norm: str, n_nodes: int) -> tuple[int, int, int, bool]:
+        """Outcome of a well-formed postcode that is not a node of the graph."""
         if self._nearest is not None:
             row = self._nearest.row_of(norm)
             if row is not None:
-                return self._nearest.nearest_node(row), n_nodes + row, True
-        return -1, -1, False
+                return 0, self._nearest.nearest_node(row), n_nodes + row, True
+        return _KIND["unknown_postcode"], -1, -1, False
