@@ -458,15 +458,16 @@ def test_brackets_kept_across_batches_give_the_reference_outputs(seed, monkeypat
     """A postcode seen again in a later batch is decided from the kept bounds on Z."""
     monkeypatch.setattr(fast_module, "BRACKET_MIN_RECORDS", 2)
     rng = random.Random(300 + seed)
-    counting: list[bool] = []
-    original = FastSampler._decide_from_bracket
+    counting: list[int] = []
+    original = FastSampler.sample_group
 
-    def counted(self, node, blocks):
-        shells = original(self, node, blocks)
-        counting.append(shells is not None)
-        return shells
+    def counted(self, context, node, subject_ids):
+        before = self.stats["bracket_hits"]
+        out = original(self, context, node, subject_ids)
+        counting.append(self.stats["bracket_hits"] - before)  # records decided from a bracket
+        return out
 
-    monkeypatch.setattr(FastSampler, "_decide_from_bracket", counted)
+    monkeypatch.setattr(FastSampler, "sample_group", counted)
     for _ in range(12):
         mechanism, key, ids, codes = random_case(rng)
         ids, codes = ids * 4, codes * 4  # the same sources in every batch

@@ -251,7 +251,7 @@ def _perturb_canonical(
     there on first use for a batch of many distinct postcodes).
     ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
     layer keeps one per release), in which bounds on Z are kept by source so that a postcode
-    seen again in a later batch needs no deep exploration (``FastSampler._decide_from_bracket``).
+    seen again in a later batch needs no deep exploration (``FastSampler._brackets_for``).
     None of these options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.

@@ -29,7 +29,7 @@ Nothing is kept between groups except the fixed-size buffers of the search and t
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from operator import mul
 from typing import NamedTuple
@@ -52,7 +52,7 @@ _UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real s
 
 
 class Bracket(NamedTuple):
-    """Valid bounds on one source's Z at depth h, kept across batches (``_decide_from_bracket``)."""
+    """Valid bounds on one source's Z at depth h, kept across batches (``_brackets_for``)."""
 
     cumulative: list[int]  # C_0 .. C_h
     z_low: int
@@ -228,10 +228,11 @@ class FastSampler:
         self.profiles = profiles
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         # Brackets on Z by source, shared by the caller across batches of one release (see
-        # _decide_from_bracket); kept_brackets lists those added here, for worker processes
+        # _brackets_for); kept_brackets lists those added here, for worker processes
         # to hand back.
         self.brackets = brackets
         self.kept_brackets: list[tuple[int, Bracket]] = []
+        self._profile_masses: list[int] | None = None  # the group's shells from the table
         self.stats = {
             "groups": 0,
             "records": 0,
@@ -287,60 +288,73 @@ class FastSampler:
                 best = z
         return best
 
-    def _decide_from_bracket(self, node: int, blocks: list[int]) -> list[int] | None:
-        """Every record's shell from a kept bracket for ``node``, or None if one is undecided.
-
-        A bracket (C_0 .. C_h, z_low, z_high) was valid bounds on this source's Z at depth h
-        when it was kept, and stays so: it depends only on the graph, the radius and the
-        powers, fixed for this sampler.  The search is then explored only as far as the
-        deepest chosen shell, which the within-shell draws need.
-        """
-        if self.brackets is None:
-            return None
-        kept = self.brackets.get(node)
-        if kept is None:
-            return None
-        shells, undecided = _decide_all(
-            kept.cumulative, blocks, kept.z_low, kept.z_high, self.radius
-        )
-        if undecided:
-            return None
-        self.stats["bracket_hits"] += 1
-        self.search.explore_to(min(max(shells), self.radius - 1) + 1)
-        return shells
-
-    def _decide_from_profile(self, node: int, blocks: list[int]) -> list[int] | None:
-        """Every record's shell from the profile table, or None if one is undecided (or there
-        is no table).
-
-        The bounds at depth D are the core's; where they leave a record undecided, the landmark
-        upper bound is tried too (it costs more to compute than it usually saves).  Like
-        ``_decide_from_bracket``, the search then explores only as far as the deepest chosen
-        shell, and the masses it finds there are checked against the table: a table that
-        disagreed with the graph would change outputs, so it is refused loudly.
-        """
+    def _brackets_for(self, node: int) -> Iterator[tuple[str, Bracket]]:
+        """Bounds on this source's Z that need no exploring, cheapest first: a bracket kept by
+        an earlier batch (it depends only on the graph, the radius and the powers, so it stays
+        valid), then the profile table's C_0 .. C_D with the core's bound beyond D, then the
+        same with the landmark bound (dearer to compute, so only for what is left)."""
+        if self.brackets is not None:
+            kept = self.brackets.get(node)
+            if kept is not None:
+                yield "bracket_hits", kept
         if self.profiles is None:
-            return None
+            return
         masses, cumulative = self._profile_shells(node)
+        self._profile_masses = masses
         explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)
-        shells, undecided = _decide_all(cumulative, blocks, z_low, z_high, self.radius)
-        if undecided:
-            landmark = self._landmark_z_high(node, cumulative, explored)
-            if landmark is None or landmark >= z_high:
-                return None
-            shells, undecided = _decide_all(cumulative, blocks, z_low, landmark, self.radius)
-            if undecided:
-                return None
-        self.stats["profile_hits"] += 1
-        depth = min(max(shells), self.radius - 1) + 1
-        self.search.explore_to(depth)
-        known = min(depth, len(masses))
+        yield "profile_hits", Bracket(cumulative, z_low, z_high)
+        landmark = self._landmark_z_high(node, cumulative, explored)
+        if landmark is not None and landmark < z_high:
+            yield "profile_hits", Bracket(cumulative, z_low, landmark)
+
+    def _decide_shells(
+        self,
+        context: StreamContext,
+        node: int,
+        subject_ids: Sequence[str],
+        label: str,
+        blocks: list[int],
+        streams: dict[int, SubjectStream],
+    ) -> list[int]:
+        """Every record's shell: from the brackets of ``_brackets_for`` while they settle
+        records, then by exploring for those still undecided (``_decide_by_exploring``)."""
+        shells = [_UNDECIDED] * len(blocks)
+        pending = list(range(len(blocks)))
+        for stat, bracket in self._brackets_for(node):
+            decided, undecided = _decide_all(
+                bracket.cumulative,
+                [blocks[r] for r in pending],
+                bracket.z_low,
+                bracket.z_high,
+                self.radius,
+            )
+            still = []
+            for r, shell in zip(pending, decided):
+                if shell == _UNDECIDED:
+                    still.append(r)
+                else:
+                    shells[r] = shell
+            self.stats[stat] += len(pending) - len(still)
+            pending = still
+            if not pending:
+                return shells
+        self._decide_by_exploring(
+            context, node, subject_ids, label, blocks, streams, shells, pending
+        )
+        return shells
+
+    def _check_profile(self) -> None:
+        """The shells the search explored must have the masses the profile table gave: a cheap
+        guard against a table that disagrees with the graph (it would change outputs)."""
+        masses = self._profile_masses
+        if masses is None:
+            return
+        known = min(self.search.n_shells, len(masses))
         if self.search.masses[:known].tolist() != masses[:known]:
             raise RuntimeError(
                 "the ball-mass profiles disagree with the graph; delete the cached profiles"
             )
-        return shells
 
     def _decide_by_exploring(
         self,
@@ -348,26 +362,32 @@ class FastSampler:
         node: int,
         subject_ids: Sequence[str],
         label: str,
-        shell_blocks: list[int],
+        blocks: list[int],
         streams: dict[int, SubjectStream],
-    ) -> list[int]:
-        """Every record's shell by exploring from shell 0 (the search has just started), as
-        far as a float estimate says, then deciding exactly; records the bounds do not settle
-        go to the core's ``choose_shell``, which explores on one shell at a time."""
+        shells: list[int],
+        pending: list[int],
+    ) -> None:
+        """The shells of records ``pending`` (into ``shells``) by exploring as far as a float
+        estimate says, then deciding exactly; records the bounds do not settle go to the core's
+        ``choose_shell``, which explores on one shell at a time."""
         search = self.search
         radius, powers, total = self.radius, self.powers, self.total_prior
         rows = None
         if self.landmarks is not None:
             rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
         shift = BLOCK_BITS - _TOP_BITS
-        estimate = np.array([u >> shift for u in shell_blocks], dtype=np.uint64) * 2.0**-_TOP_BITS
+        mine = [blocks[r] for r in pending]
+        estimate = np.array([u >> shift for u in mine], dtype=np.uint64) * 2.0**-_TOP_BITS
         best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
         walk = _CompiledWalk(search, powers)
         # explore_guided names a row (best >= 0) only when it was given rows
         bound = rows[best] if rows is not None and best >= 0 else None
         z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound)
-        shells, undecided = _decide_all(walk.cumulative, shell_blocks, z_low, z_high, radius)
-        for r in undecided:  # the bounds do not settle it: the core decides, exploring on
+        decided, undecided = _decide_all(walk.cumulative, mine, z_low, z_high, radius)
+        for r, shell in zip(pending, decided):
+            shells[r] = shell
+        for i in undecided:  # the bounds do not settle it: the core decides, exploring on
+            r = pending[i]
             self.stats["fallbacks"] += 1
             streams[r] = context.for_subject(subject_ids[r], label)
             shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius, powers, total)
@@ -381,7 +401,6 @@ class FastSampler:
                 entry = Bracket(list(walk.cumulative), z_low, z_high)
                 brackets[node] = entry
                 self.kept_brackets.append((node, entry))
-        return shells
 
     def sample_group(
         self, context: StreamContext, node: int, subject_ids: Sequence[str]
@@ -400,13 +419,11 @@ class FastSampler:
         search.start(node)
         radius, total = self.radius, self.total_prior
         streams: dict[int, SubjectStream] = {}
-        shells = self._decide_from_bracket(node, shell_blocks)
-        if shells is None:
-            shells = self._decide_from_profile(node, shell_blocks)
-        if shells is None:
-            shells = self._decide_by_exploring(
-                context, node, subject_ids, label, shell_blocks, streams
-            )
+        self._profile_masses = None
+        shells = self._decide_shells(context, node, subject_ids, label, shell_blocks, streams)
+        # The within-shell draws need every chosen shell explored.
+        search.explore_to(min(max(shells), radius - 1) + 1)
+        self._check_profile()
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]

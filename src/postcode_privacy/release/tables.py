@@ -406,8 +406,15 @@ def _holds_carriage_return(frame: pd.DataFrame, header: bool) -> bool:
             or isinstance(column.dtype, pd.StringDtype)
             or (isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU")
         ):
+            values = column.to_numpy(dtype=object)
+            try:  # all text (the usual case): one search of the joined cells, in C
+                if "\r" in "".join(values):
+                    return True
+                continue
+            except TypeError:
+                pass
             # Nested values (dicts, lists) are written as their str(): check that text too.
-            if column.astype(object).map(_text_has_cr).any():
+            if any(_text_has_cr(value) for value in values):
                 return True
     return False
 
