@@ -40,6 +40,8 @@ from pathlib import Path
 from postcode_privacy import Key, Mechanism
 from postcode_privacy.engine import FastSampler
 from postcode_privacy.engine.batch import usable_cpus
+from postcode_privacy.engine.landmarks import graph_tables
+from postcode_privacy.engine.profiles import cached_profiles, profiles_for
 from postcode_privacy.graph.national import default_graph
 from postcode_privacy.keyfile import write_key_file
 
@@ -110,7 +112,14 @@ def load_average() -> str:
 
 
 PROFILE_PARTS = [  # (label, predicate on (file, function)), first match wins
-    ("shell exploration (compiled search)", lambda f, n: n == "_explore_guided"),
+    (
+        "shell exploration (compiled search)",
+        lambda f, n: n in ("_explore_guided", "_explore", "_expand"),
+    ),
+    (
+        "ball-mass profile table (rows read, C built)",
+        lambda f, n: f.endswith("profiles.py") or n in ("_profile_shells", "_brackets_for"),
+    ),
     (
         "landmark tables, built once per process",
         lambda f, n: "landmarks.py" in f or n in ("_location_distances", "pair_table"),
@@ -207,6 +216,12 @@ def profile_cli(graph, records: int, eps: str) -> None:
     stats.sort_stats("tottime").print_stats(15)
 
 
+def _bound_name(landmarks: bool, profiles) -> str:
+    if profiles is not None:
+        return f"profile table to {profiles.depth} hops + landmark pairs"
+    return "landmark pairs" if landmarks else "core"
+
+
 def exploration(graph, epsilons: list[str], records: int) -> None:
     """How much of the graph the engine explores per record, with and without landmarks."""
     rng = random.Random(5)
@@ -219,8 +234,10 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
     for eps in epsilons:
         mechanism = Mechanism(graph, eps)
         context = mechanism.stream_context(key)
-        for landmarks in (False, True):
-            sampler = FastSampler(mechanism, landmarks=landmarks)
+        table = cached_profiles(graph)
+        variants = [(False, None), (True, None)] + ([(True, table)] if table else [])
+        for landmarks, profiles in variants:
+            sampler = FastSampler(mechanism, landmarks=landmarks, profiles=profiles)
             sampler.sample_group(context, nodes[0], ["warm-up"])
             sampler.stats.update(dict.fromkeys(sampler.stats, 0))
             started = time.perf_counter()
@@ -229,7 +246,7 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
             rate = records / (time.perf_counter() - started)
             stats = sampler.stats
             print(
-                f"| {eps} | {mechanism.radius} | {'landmark pairs' if landmarks else 'core'} "
+                f"| {eps} | {mechanism.radius} | {_bound_name(landmarks, profiles)} "
                 f"| {stats['shells_explored'] / records:.1f} "
                 f"| {stats['locations_explored'] / records:,.0f} | {rate:,.0f} |",
                 flush=True,
@@ -383,6 +400,18 @@ def table_benchmark(graph, rows: dict) -> None:
     print(f"\n{usable_cpus()} usable CPUs; load average at end: {load_average()}")
 
 
+def ensure_profiles(graph) -> None:
+    """The CLI rows measure releases with the profile table in the cache, as every release after
+    the first one on this machine has it; a first build is timed and reported here instead
+    (benchmarks/profiles_build.py measures it properly)."""
+    if cached_profiles(graph) is not None:
+        print("ball-mass profile table: in the cache")
+        return
+    started = time.perf_counter()
+    profiles_for(graph, graph_tables(graph).loc_mass, workers=usable_cpus())
+    print(f"ball-mass profile table: built now, {time.perf_counter() - started:.0f} s (one-off)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -396,6 +425,14 @@ def main() -> None:
         help="a few seconds on tiny inputs (200 distinct records at epsilon 2, "
         "3,000 repeated at epsilon 1), so the script cannot rot; the "
         "figures mean nothing",
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the chosen rows on N records instead of the table's count (to sample a slow "
+        "row); the table says so",
     )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
@@ -423,7 +460,14 @@ def main() -> None:
     unknown = [n for n in names if n not in ROWS]
     if unknown:
         parser.error("unknown rows: " + ", ".join(unknown) + "; choose from " + ", ".join(ROWS))
-    table_benchmark(graph, {n: ROWS[n] for n in names})
+    rows = {n: ROWS[n] for n in names}
+    if args.records:
+        rows = {
+            n: (f"{w} — sampled: {args.records:,} records", e, args.records, d)
+            for n, (w, e, _, d) in rows.items()
+        }
+    ensure_profiles(graph)
+    table_benchmark(graph, rows)
     if args.exploration:
         exploration(graph, args.epsilons.split(","), args.exploration)
     if args.profile:

@@ -1,0 +1,100 @@
+"""The one-off cost of the ball-mass profile table (engine/profiles.py): time, memory, disk.
+
+Builds the table for the national graph into an empty temporary cache directory, exactly as a
+first release on the embedded graph does (``profiles_for`` with all usable CPUs), in a child
+process whose wall time, CPU time and peak summed PSS (with its build workers) are measured;
+then loads it back (content hash checked) and compares the rows of a sample of locations with
+single-source breadth-first searches.  ``--smoke`` does the same on a small generated graph.
+
+    /work/main/.venv/bin/python benchmarks/profiles_build.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perturb_national import load_average, run_cli  # noqa: E402
+
+from postcode_privacy.engine import profiles as engine_profiles  # noqa: E402
+from postcode_privacy.engine.batch import usable_cpus  # noqa: E402
+from postcode_privacy.engine.landmarks import graph_tables  # noqa: E402
+from postcode_privacy.engine.sweep import LocationSearch  # noqa: E402
+
+_BUILD = """
+import sys
+from postcode_privacy.engine import profiles
+from postcode_privacy.engine.landmarks import graph_tables
+{graph}
+profiles.CACHE_MIN_LOCATIONS = 1
+profiles.profiles_for(graph, graph_tables(graph).loc_mass, workers={workers})
+"""
+_NATIONAL = "from postcode_privacy import default_graph\ngraph = default_graph(progress=False)"
+_SMOKE = (
+    "import numpy as np\nfrom postcode_privacy import Graph\n"
+    "n = 3000\nnames = [f'N{i:05d}' for i in range(n)]\n"
+    "edges = [(i, i + 1) for i in range(n - 1)] + [(i, i + 50) for i in range(n - 50)]\n"
+    "graph = Graph.from_edges(names, edges)"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a small generated graph, seconds")
+    parser.add_argument("--sample", type=int, default=200, help="rows checked against BFS")
+    args = parser.parse_args()
+    workers = usable_cpus()
+    source = _SMOKE if args.smoke else _NATIONAL
+    with tempfile.TemporaryDirectory() as cache:
+        env_before = os.environ.get("POSTCODE_PRIVACY_CACHE")
+        os.environ["POSTCODE_PRIVACY_CACHE"] = cache
+        try:
+            load_before = load_average()
+            code = _BUILD.format(graph=source, workers=workers)
+            measured = run_cli([sys.executable, "-W", "error", "-c", code])
+            files = sorted(Path(cache).iterdir())
+            size = sum(p.stat().st_size for p in files)
+            namespace: dict = {}
+            exec(source, namespace)  # the same graph, in this process
+            graph = namespace["graph"]
+            engine_profiles.CACHE_MIN_LOCATIONS = 1
+            started = time.perf_counter()
+            table = engine_profiles.load_profiles(graph)
+            load_seconds = time.perf_counter() - started
+        finally:
+            if env_before is None:
+                del os.environ["POSTCODE_PRIVACY_CACHE"]
+            else:
+                os.environ["POSTCODE_PRIVACY_CACHE"] = env_before
+        rng = np.random.default_rng(11)
+        search = LocationSearch(graph)
+        mass = graph_tables(graph).loc_mass
+        locations = rng.choice(
+            graph.n_locations, min(args.sample, graph.n_locations), replace=False
+        )
+        for loc in locations.tolist():
+            expected = np.cumsum(search.shell_masses(loc, table.depth, mass))
+            if not np.array_equal(np.asarray(table.cumulative[loc], dtype=np.int64), expected):
+                raise SystemExit(f"location {loc}: the table differs from a breadth-first search")
+        del table
+    print(
+        f"graph: {graph.n_locations:,} locations; depth {engine_profiles.DEPTH}; "
+        f"{workers} build processes; load average {load_before} → {load_average()}\n"
+        f"build (first use, from an empty cache): {measured['wall']:.1f} s wall, "
+        f"{measured['cpu']:.1f} s CPU, peak PSS {measured['peak_pss'] / 2**30:.2f} GiB "
+        f"(RSS summed {measured['peak_rss'] / 2**30:.2f} GiB)\n"
+        f"on disk: {size / 2**20:.1f} MiB in {len(files)} files; "
+        f"load with content-hash check: {load_seconds:.2f} s\n"
+        f"{len(locations)} sampled rows equal single-source breadth-first searches"
+    )
+
+
+if __name__ == "__main__":
+    main()
