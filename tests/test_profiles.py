@@ -169,7 +169,7 @@ def test_a_wrong_table_is_caught(monkeypatch):
         else:
             wrong[:, depth:] *= 3  # the deepest ball the engine reads: a far mass wrong
         table = engine_profiles.BallProfiles(wrong, graph)
-        monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, table=table: table)
+        monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, table=table, **k: table)
         try:
             got = perturb_many(mechanism, key, ids, codes, workers=1)
         except RuntimeError as exc:

@@ -236,6 +236,7 @@ def _perturb_canonical(
     landmarks: bool | None = None,
     profiles: bool | str | None = None,
     brackets: Brackets | None = None,
+    quiet: bool = False,
 ) -> np.ndarray:
     """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
 
@@ -252,7 +253,8 @@ def _perturb_canonical(
     ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
     layer keeps one per release), in which bounds on Z are kept by source so that a postcode
     seen again in a later batch needs no deep exploration (``FastSampler._brackets_for``).
-    None of these options changes any output.
+    ``quiet``: no progress lines if the profile table is built on first use.  None of these
+    options changes any output.
 
     Postcondition: element i equals the reference sampler's output for record i.
     """
@@ -276,7 +278,9 @@ def _perturb_canonical(
     graph = mechanism.graph
     distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
     tables = graph_tables(graph)
-    table = profiles_to_use(graph, tables.loc_mass, distinct, profiles, usable_cpus())
+    table = profiles_to_use(
+        graph, tables.loc_mass, distinct, profiles, usable_cpus(), progress=not quiet
+    )
     if landmarks is None:  # worth building for many sources, unless the table reaches R - 1
         covered = table is not None and table.depth >= mechanism.radius - 1
         landmarks = distinct * LANDMARK_SHARE >= graph.n_locations and not covered

@@ -355,14 +355,18 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
     return BallProfiles(array, graph)
 
 
-def _build_and_cache(graph: Graph, loc_mass: np.ndarray, depth: int, workers: int) -> BallProfiles:
+def _build_and_cache(
+    graph: Graph, loc_mass: np.ndarray, depth: int, workers: int, progress: bool
+) -> BallProfiles:
     from ..atomic import atomic_output
 
     table_path, header_path = _paths(graph, depth)
     table_path.parent.mkdir(parents=True, exist_ok=True)
     partial = table_path.with_name(f"{table_path.stem}.partial-{os.getpid()}.npy")
     try:
-        array = build_profiles(graph, loc_mass, depth, path=partial, progress=True, workers=workers)
+        array = build_profiles(
+            graph, loc_mass, depth, path=partial, progress=progress, workers=workers
+        )
         sha256 = _content_sha256(array)
         os.replace(partial, table_path)
     finally:
@@ -403,10 +407,15 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
 
 
 def profiles_for(
-    graph: Graph, loc_mass: np.ndarray, depth: int | None = None, workers: int = 1
+    graph: Graph,
+    loc_mass: np.ndarray,
+    depth: int | None = None,
+    workers: int = 1,
+    progress: bool = True,
 ) -> BallProfiles:
     """The profiles of ``graph``, once per process: from the on-disk cache for large graphs
-    (verified by content hash; refused and rebuilt if stale or corrupt), else built here."""
+    (verified by content hash; refused and rebuilt if stale or corrupt), else built here
+    (with progress lines on stderr for a cached build, unless ``progress`` is False)."""
     depth = DEPTH if depth is None else int(depth)
     table = cached_profiles(graph, depth)
     if table is not None:
@@ -419,7 +428,7 @@ def profiles_for(
             table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
         else:
             try:
-                table = _build_and_cache(graph, loc_mass, depth, workers)
+                table = _build_and_cache(graph, loc_mass, depth, workers, progress)
             except OSError as exc:
                 warnings.warn(
                     f"could not cache the ball-mass profiles ({exc.strerror or exc}); "
@@ -436,7 +445,12 @@ BUILD_MIN_SOURCES = 20_000  # distinct postcodes in one call that justify a firs
 
 
 def profiles_to_use(
-    graph: Graph, loc_mass: np.ndarray, sources: int, wanted: bool | str | None, workers: int
+    graph: Graph,
+    loc_mass: np.ndarray,
+    sources: int,
+    wanted: bool | str | None,
+    workers: int,
+    progress: bool = True,
 ) -> BallProfiles | None:
     """The table a batch of ``sources`` distinct postcodes should use, per ``wanted``:
 
@@ -462,4 +476,4 @@ def profiles_to_use(
         return table
     if wanted is None and sources < BUILD_MIN_SOURCES:
         return None
-    return profiles_for(graph, loc_mass, workers=workers)
+    return profiles_for(graph, loc_mass, workers=workers, progress=progress)

@@ -240,6 +240,7 @@ def _release(
         if ledger is not None:
             ledger.attach(plan)
         plan.displacement = Displacement(plan.graph)  # for the private audit file only
+        plan.quiet = not progress  # also silences a first-use build of the profile table
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 

@@ -92,6 +92,7 @@ class ReleasePlan:
         # The engine's ball-mass profile policy (engine/profiles.py, ``profiles_to_use``);
         # Spark executors set "cached" so that no executor builds the table itself.
         self.profiles: bool | str | None = None
+        self.quiet = False  # no progress lines from a first-use build of that table
         self._warned = 0  # conflicts already reported in a warning
         self._pending_rows: list[int] = []  # record numbers of conflicts not yet reported
         # Optional, for the operator only (release/displacement.py): never in a manifest.
@@ -147,6 +148,7 @@ class ReleasePlan:
             brackets=self._brackets,
             progress=progress,
             profiles=self.profiles,
+            quiet=self.quiet,
         )
         if self.displacement is not None:
             self.displacement.add(nodes, released)
