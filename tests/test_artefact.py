@@ -155,6 +155,20 @@ def test_bulk_label_lookups_equal_one_at_a_time(graph, saved):
     assert loaded.find_labels([]).tolist() == []
 
 
+def test_bulk_lookups_of_non_ascii_labels(tmp_path):
+    """Labels in ascending byte order (so a loaded graph searches its byte array) that are not
+    all ASCII: the bulk lookup compares UTF-8 bytes, as ``find`` does."""
+    labels = ["AB1 0AA", "AB1 0AB", "caf\u00e9", "zz"]
+    g = Graph.from_edges(labels, [(0, 1), (1, 2), (2, 3)])
+    save_graph(g, tmp_path / "x")
+    loaded = load_graph(tmp_path / "x")
+    queries = ["caf\u00e9", "cafe", "zz", "AB1 0AA", "caf\u00e9\u00e9\u00e9\u00e9", "\ud800"]
+    expected = [2, -1, 3, 0, -1, -1]
+    assert loaded.find_labels(queries).tolist() == expected
+    assert g.find_labels(queries).tolist() == expected
+    assert [loaded.find(q) for q in queries[:5]] == [2, None, 3, 0, None]
+
+
 def test_graph_without_coordinates_and_unusual_labels(tmp_path):
     g = Graph.from_edges(
         ["a", "b\u00e9", "c c", "AB1 0AA"],

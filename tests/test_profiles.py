@@ -118,6 +118,44 @@ def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
     refused(None)
 
 
+def test_a_pinned_table_is_refused_even_with_a_recomputed_header(cache, monkeypatch):
+    """For a graph whose table is pinned (the embedded one), an edited table is refused even
+    when whoever edited it also rewrote the header's hash; a build that differs from the pin
+    is neither cached nor used."""
+    graph = planar_graph(random.Random(12), 60, 70, 1.0, 8)
+    table = engine_profiles.profiles_for(graph, loc_mass(graph))
+    table_path, header_path = engine_profiles._paths(graph, 6)
+    good = table_path.read_bytes()
+    true_hash = engine_profiles._content_sha256(np.asarray(table.cumulative))
+    monkeypatch.setitem(engine_profiles.PINNED_SHA256, (graph.sha256, 6), true_hash)
+    edited = np.load(table_path)
+    edited[:, 4:] *= 2
+    np.save(table_path, edited)
+    header = json.loads(header_path.read_text())
+    header["sha256"] = engine_profiles._content_sha256(edited)
+    header_path.write_text(json.dumps(header))
+    fresh = planar_graph(random.Random(12), 60, 70, 1.0, 8)
+    with pytest.raises(ValueError, match="pinned"):
+        engine_profiles.load_profiles(fresh)
+    with pytest.warns(RuntimeWarning, match="refused"):
+        engine_profiles.profiles_for(fresh, loc_mass(fresh))
+    assert table_path.read_bytes() == good
+    # A build whose content is not the pinned one: a warning, no table, nothing cached.
+    other = planar_graph(random.Random(12), 60, 70, 1.0, 8)
+    monkeypatch.setitem(engine_profiles.PINNED_SHA256, (graph.sha256, 6), "0" * 64)
+    for path in (table_path, header_path):
+        path.unlink()
+    with pytest.warns(RuntimeWarning, match="not the pinned table"):
+        assert engine_profiles.profiles_to_use(other, loc_mass(other), 1, True, 1) is None
+    assert list(cache.iterdir()) == []
+
+
+def test_the_embedded_graphs_table_is_pinned():
+    from postcode_privacy.graph.national import DEFAULT_GRAPH_SHA256
+
+    assert (DEFAULT_GRAPH_SHA256, engine_profiles.DEPTH) in engine_profiles.PINNED_SHA256
+
+
 def test_an_engine_table_for_another_graph_is_refused():
     graph = planar_graph(random.Random(1), 20, 25, 1.0, 4)
     other = planar_graph(random.Random(2), 20, 25, 1.0, 4)
@@ -189,11 +227,10 @@ def test_which_table_a_batch_uses(cache, monkeypatch):
     use = engine_profiles.profiles_to_use
     assert use(graph, mass, 10**6, None, 1) is None  # not the embedded graph
     assert use(graph, mass, 10**6, "cached", 1) is None  # nothing cached, nothing built
-    with pytest.raises(InvalidParameterError):
-        use(graph, mass, 10, "yes", 1)
-    import postcode_privacy.graph.national as national
-
-    monkeypatch.setattr(national, "DEFAULT_GRAPH_SHA256", graph.sha256)
+    for wrong in ("yes", 0, 1, 0.0):
+        with pytest.raises(InvalidParameterError):
+            use(graph, mass, 10, wrong, 1)
+    monkeypatch.setattr(engine_profiles, "DEFAULT_GRAPH_SHA256", graph.sha256)
     monkeypatch.setattr(engine_profiles, "BUILD_MIN_SOURCES", 40)
     assert use(graph, mass, 39, None, 1) is None  # too few to justify a build
     assert not list(cache.iterdir())
@@ -203,6 +240,22 @@ def test_which_table_a_batch_uses(cache, monkeypatch):
     assert use(graph, mass, 1, False, 1) is None
     other = planar_graph(random.Random(32), 50, 60, 1.0, 3)
     assert use(other, loc_mass(other), 1, True, 1) is not None  # asked for: built for any graph
+
+
+def test_a_first_use_build_runs_on_the_callers_processes(monkeypatch):
+    """The build uses the workers the call would use (one where forking is unavailable, as in
+    a daemon process), never more."""
+    seen = []
+    monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, **k: seen.append(a[4]) or None)
+    graph = planar_graph(random.Random(2), 30, 30, 1.0, 3)
+    mechanism, key = Mechanism(graph, "1"), Key.from_bytes(bytes(range(1, 33)))
+    nodes = np.arange(3000) % len(graph)
+    ids = [str(i) for i in range(3000)]
+    perturb_nodes(mechanism, key, ids, nodes, workers=1)
+    perturb_nodes(mechanism, key, ids, nodes, workers=2)
+    monkeypatch.setattr(engine_batch, "_fork_available", lambda: False)
+    perturb_nodes(mechanism, key, ids, nodes, workers=2)
+    assert seen == [1, 2, 1]
 
 
 def test_outputs_do_not_depend_on_the_table(monkeypatch):

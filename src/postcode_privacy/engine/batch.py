@@ -278,8 +278,12 @@ def _perturb_canonical(
     graph = mechanism.graph
     distinct = 1 + int(np.count_nonzero(np.diff(sorted_nodes)))
     tables = graph_tables(graph)
+    if workers is None:
+        workers = default_workers(n)
+    fork = _fork_available()
+    # A first-use build of the profile table runs on the same processes as the draws.
     table = profiles_to_use(
-        graph, tables.loc_mass, distinct, profiles, usable_cpus(), progress=not quiet
+        graph, tables.loc_mass, distinct, profiles, workers if fork else 1, progress=not quiet
     )
     if landmarks is None:  # worth building for many sources, unless the table reaches R - 1
         covered = table is not None and table.depth >= mechanism.radius - 1
@@ -295,10 +299,8 @@ def _perturb_canonical(
         profiles=table,
         brackets=brackets,
     )
-    if workers is None:
-        workers = default_workers(n)
     workers = min(workers, len(tasks))
-    if workers > 1 and not _fork_available():
+    if workers > 1 and not fork:
         workers = 1
     sampler = FastSampler(mechanism, job.tables, job.landmarks, job.profiles, brackets)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.

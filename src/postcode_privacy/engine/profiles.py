@@ -17,9 +17,13 @@ that is close together.  The masses are exact integer sums.
 Nothing here decides an output by itself: the table gives exact masses the reference sampler
 would compute by exploring, so a correct table changes only the time taken.  A wrong table
 would change outputs, so (i) tests compare it with the reference search on generated graphs
-and on locations of the national graph, (ii) a cached table is bound to its graph by a content
-hash checked on every load (a stale or corrupt file is refused and rebuilt, never trusted), and
-(iii) the engine checks the masses it explores anyway against the table before drawing.
+and on locations of the national graph; (ii) a cached table is bound to its graph and checked
+by content hash on every load, and for the embedded graph that hash is pinned in this module
+(``PINNED_SHA256``), so a stale, corrupt or edited file is refused and rebuilt, and a build
+that differs is not used; (iii) the engine checks the masses it explores anyway against the
+table before drawing (a partial guard: it sees only the shells it explores).  A table for a
+custom graph (opt-in) has only its own header hash, which guards against damage, not against
+someone who can write to the cache directory.
 
 Cost on the national graph: docs/performance.md ("Ball-mass profiles").
 """
@@ -40,6 +44,7 @@ from numba import njit
 
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
+from ..graph.national import DEFAULT_GRAPH_SHA256
 
 __all__ = [
     "BallProfiles",
@@ -54,6 +59,11 @@ __all__ = [
 
 DEPTH = 32  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
 FORMAT = "postcode-privacy-location-profiles/1"
+# The content hash of the table of the embedded graph (pinned like the graph itself): a cached
+# file, or a build, whose content differs is refused, whoever recomputed its header.
+PINNED_SHA256 = {
+    (DEFAULT_GRAPH_SHA256, 32): "d0d2b19507c3b6d72720d07d49d4e095db87c5f1fa79a43586c75e863eb53dc5",
+}
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
 _GROUP = 64  # sources per sweep: one bit each in an int64 word
 _GROUP_HOPS = 10  # a group grows at most this far from its first location
@@ -350,9 +360,18 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
         raise ValueError("the ball-mass profiles were built for another graph or depth")
     if array.shape != (graph.n_locations, depth + 1) or array.dtype.str != expected["dtype"]:
         raise ValueError("the ball-mass profiles have the wrong shape")
-    if _content_sha256(array) != header["sha256"]:
+    content = _content_sha256(array)
+    if content != header["sha256"]:
         raise ValueError("the ball-mass profiles failed their content hash")
+    _check_pinned(graph, depth, content)
     return BallProfiles(array, graph)
+
+
+def _check_pinned(graph: Graph, depth: int, content: str) -> None:
+    """ValueError if this graph's table at this depth is pinned and ``content`` differs."""
+    pinned = PINNED_SHA256.get((graph.sha256, depth))
+    if pinned is not None and content != pinned:
+        raise ValueError("the ball-mass profiles are not the pinned table of the embedded graph")
 
 
 def _build_and_cache(
@@ -368,6 +387,7 @@ def _build_and_cache(
             graph, loc_mass, depth, path=partial, progress=progress, workers=workers
         )
         sha256 = _content_sha256(array)
+        _check_pinned(graph, depth, sha256)  # a wrong build is neither cached nor used
         os.replace(partial, table_path)
     finally:
         partial.unlink(missing_ok=True)
@@ -462,18 +482,23 @@ def profiles_to_use(
       shell 0 would cost more than the build); none for other graphs, for which the table
       is optional (pass True).
     """
-    if wanted not in (True, False, None, "cached"):
+    if not (wanted is True or wanted is False or wanted is None or wanted == "cached"):
         raise InvalidParameterError('profiles must be True, False, None or "cached"')
     if wanted is False:
         return None
-    if wanted is None:
-        from ..graph.national import DEFAULT_GRAPH_SHA256
-
-        if graph.sha256 != DEFAULT_GRAPH_SHA256:
-            return None
+    if wanted is None and graph.sha256 != DEFAULT_GRAPH_SHA256:
+        return None
     table = cached_profiles(graph)
     if table is not None or wanted == "cached":
         return table
     if wanted is None and sources < BUILD_MIN_SOURCES:
         return None
-    return profiles_for(graph, loc_mass, workers=workers, progress=progress)
+    try:
+        return profiles_for(graph, loc_mass, workers=workers, progress=progress)
+    except ValueError as exc:  # a build that is not the pinned table: not used
+        warnings.warn(
+            f"the ball-mass profiles were not used ({exc}); releases are slower, not different",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None

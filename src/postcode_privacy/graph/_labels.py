@@ -159,18 +159,25 @@ class ByteLabels(NodeLabels):
     def lookup_many(self, labels: list[str]) -> np.ndarray:
         if self._index is not None or not self._sorted:
             return super().lookup_many(labels)
-        # One binary search for all: keys that cannot be a label (too long, non-ASCII, or
-        # holding NUL, which the fixed-width array would strip) are left out first.
+        # One binary search for all, on the UTF-8 bytes as ``lookup`` compares them; keys that
+        # cannot be a label (too long, holding NUL, which the fixed-width array would strip,
+        # or not encodable) are left out first.
         arr = self._bytes
         width = arr.dtype.itemsize
         out = np.full(len(labels), -1, dtype=np.int64)
-        where = [
-            i for i, s in enumerate(labels) if len(s) <= width and s.isascii() and "\0" not in s
-        ]
-        if where:
-            keys = np.array([labels[i] for i in where], dtype=arr.dtype)
-            j = np.minimum(np.searchsorted(arr, keys), self._n - 1)
-            hit = arr[j] == keys
+        where, keys = [], []
+        for i, label in enumerate(labels):
+            try:
+                key = label.encode("utf-8")
+            except UnicodeEncodeError:
+                continue
+            if len(key) <= width and b"\0" not in key:
+                where.append(i)
+                keys.append(key)
+        if keys:
+            wanted = np.array(keys, dtype=arr.dtype)
+            j = np.minimum(np.searchsorted(arr, wanted), self._n - 1)
+            hit = arr[j] == wanted
             out[np.asarray(where, dtype=np.int64)[hit]] = j[hit]
         return out
 
