@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import GraphError, InvalidParameterError, UnknownPostcodeError
 from ..postcodes import try_normalise
 from ._labels import ByteLabels, ListLabels, NodeLabels
+from .pinned import DEFAULT_GRAPH_SHA256
 
 GRAPH_HASH_DOMAIN = b"postcode-privacy/graph/v1"
 MAX_TOTAL_PRIOR = 2**62
@@ -197,10 +198,11 @@ class Graph:
 
         ``label_bytes`` holds the labels UTF-8 encoded in a fixed-width ``S`` array (no label
         contains a NUL).  The labels stay in that array (``ByteLabels``), so loading the national
-        graph costs no per-label Python objects.  Every structural check runs; symmetry is
+        graph costs no per-label Python objects.  The structural checks run (symmetry is
         checked by a compiled binary search for each reversed edge instead of the O(E log E)
-        sort; label uniqueness is checked by strict order when the labels are sorted (as built
-        graphs are), else through the label index.
+        sort; label uniqueness is checked by strict order when the labels are sorted, as built
+        graphs are, else through the label index), except for content equal to the pinned
+        default graph (``graph/pinned.py``), which was checked in full when it was built.
 
         Postcondition: ``sha256`` is the content hash of the arrays as given.  The caller must
         compare it with the hash recorded when the graph was built (and fully validated), and
@@ -230,11 +232,14 @@ class Graph:
         )
         self.params = dict(params)
         self.provenance = dict(provenance)
-        self._check_structure(full=False)
+        self.sha256 = self._content_hash()
+        if self.sha256 != DEFAULT_GRAPH_SHA256:
+            # The pinned graph's content was checked in full when it was built; any other
+            # content is checked here.
+            self._check_structure(full=False)
         self._members_indptr, self._members = self._location_members()
         self.total_prior = int(self.prior.sum(dtype=np.int64))
         self.prior_cumsum = np.cumsum(self.prior, dtype=np.int64)
-        self.sha256 = self._content_hash()
         return self
 
     def _check_structure(self, full: bool = True) -> None:

