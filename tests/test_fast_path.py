@@ -67,6 +67,16 @@ def planar_graph(
     return Graph(names, node_location, indptr, indices, prior)
 
 
+def random_batch(rng: random.Random, locations: int, nodes: int, epsilon: str, records: int):
+    """A planar graph, a mechanism on it, a key, and ``records`` random (identifier, node)."""
+    graph = planar_graph(rng, locations, nodes, 1.0, 20)
+    mechanism = Mechanism(graph, epsilon)
+    key = Key.from_bytes(rng.randbytes(32))
+    ids = [str(rng.randrange(10**9)) for _ in range(records)]
+    true_nodes = np.array([rng.randrange(len(graph)) for _ in range(records)])
+    return graph, mechanism, key, ids, true_nodes
+
+
 def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
     n_loc = rng.randrange(1, 45)
     graph = planar_graph(
@@ -283,13 +293,8 @@ def test_landmarks_of_a_freed_graph_are_refused_clearly():
 
 
 def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
-    rng = random.Random(21)
-    graph = planar_graph(rng, 200, 260, 1.0, 20)
-    mechanism = Mechanism(graph, "0.7")
-    key = Key.from_bytes(rng.randbytes(32))
     n = 5000
-    ids = [str(rng.randrange(10**9)) for _ in range(n)]
-    nodes = np.array([rng.randrange(len(graph)) for _ in range(n)])
+    graph, mechanism, key, ids, nodes = random_batch(random.Random(21), 200, 260, "0.7", n)
     base = perturb_nodes(mechanism, key, ids, nodes, workers=1)
     assert np.array_equal(base, perturb_nodes(mechanism, key, ids, nodes, workers=2))
     monkeypatch.setattr(engine_batch, "TASK_RECORDS", 37)

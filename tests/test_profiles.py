@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 from graphs import colocated
-from test_fast_path import planar_graph, random_case
+from test_fast_path import planar_graph, random_batch, random_case
 
 from postcode_privacy import Key, Mechanism
 from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
@@ -260,13 +260,7 @@ def test_a_first_use_build_runs_on_the_callers_processes(monkeypatch):
 
 def test_outputs_do_not_depend_on_the_table(monkeypatch):
     """Table on, off, shallow or deep, many workers or one: the same outputs."""
-    rng = random.Random(41)
-    graph = planar_graph(rng, 220, 260, 1.0, 12)
-    mechanism = Mechanism(graph, "0.8")
-    key = Key.from_bytes(rng.randbytes(32))
-    n = 4000
-    ids = [str(rng.randrange(10**9)) for _ in range(n)]
-    nodes = np.array([rng.randrange(len(graph)) for _ in range(n)])
+    _, mechanism, key, ids, nodes = random_batch(random.Random(41), 220, 260, "0.8", 4000)
     base = perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=False)
     for depth in (2, 8, 40):
         monkeypatch.setattr(engine_profiles, "DEPTH", depth)

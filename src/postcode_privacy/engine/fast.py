@@ -193,6 +193,32 @@ def _decide_all(
     return shells, undecided
 
 
+class _Group:
+    """The records of one true postcode being sampled: their stream context, node, identifiers,
+    label and first shell blocks, and the keyed streams opened for the few that need more."""
+
+    __slots__ = ("context", "node", "subject_ids", "label", "shell_blocks", "_streams")
+
+    def __init__(
+        self,
+        context: StreamContext,
+        node: int,
+        subject_ids: Sequence[str],
+        label: str,
+        shell_blocks: list[int],
+    ):
+        self.context, self.node, self.subject_ids = context, node, subject_ids
+        self.label, self.shell_blocks = label, shell_blocks
+        self._streams: dict[int, SubjectStream] = {}
+
+    def stream(self, r: int) -> SubjectStream:
+        """Record r's keyed stream (opened once)."""
+        stream = self._streams.get(r)
+        if stream is None:
+            stream = self._streams[r] = self.context.for_subject(self.subject_ids[r], self.label)
+        return stream
+
+
 class FastSampler:
     """Fast exact sampling for one mechanism; holds one shell search's buffers (not thread-safe).
 
@@ -308,20 +334,13 @@ class FastSampler:
         if landmark is not None and landmark < z_high:
             yield "profile_hits", Bracket(cumulative, z_low, landmark)
 
-    def _decide_shells(
-        self,
-        context: StreamContext,
-        node: int,
-        subject_ids: Sequence[str],
-        label: str,
-        blocks: list[int],
-        streams: dict[int, SubjectStream],
-    ) -> list[int]:
+    def _decide_shells(self, group: _Group) -> list[int]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
         records, then by exploring for those still undecided (``_decide_by_exploring``)."""
+        blocks = group.shell_blocks
         shells = [_UNDECIDED] * len(blocks)
         pending = list(range(len(blocks)))
-        for stat, bracket in self._brackets_for(node):
+        for stat, bracket in self._brackets_for(group.node):
             decided, undecided = _decide_all(
                 bracket.cumulative,
                 [blocks[r] for r in pending],
@@ -339,9 +358,7 @@ class FastSampler:
             pending = still
             if not pending:
                 return shells
-        self._decide_by_exploring(
-            context, node, subject_ids, label, blocks, streams, shells, pending
-        )
+        self._decide_by_exploring(group, shells, pending)
         return shells
 
     def _check_profile(self) -> None:
@@ -356,27 +373,17 @@ class FastSampler:
                 "the ball-mass profiles disagree with the graph; delete the cached profiles"
             )
 
-    def _decide_by_exploring(
-        self,
-        context: StreamContext,
-        node: int,
-        subject_ids: Sequence[str],
-        label: str,
-        blocks: list[int],
-        streams: dict[int, SubjectStream],
-        shells: list[int],
-        pending: list[int],
-    ) -> None:
+    def _decide_by_exploring(self, group: _Group, shells: list[int], pending: list[int]) -> None:
         """The shells of records ``pending`` (into ``shells``) by exploring as far as a float
         estimate says, then deciding exactly; records the bounds do not settle go to the core's
         ``choose_shell``, which explores on one shell at a time."""
-        search = self.search
+        search, node = self.search, group.node
         radius, powers, total = self.radius, self.powers, self.total_prior
         rows = None
         if self.landmarks is not None:
             rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
         shift = BLOCK_BITS - _TOP_BITS
-        mine = [blocks[r] for r in pending]
+        mine = [group.shell_blocks[r] for r in pending]
         estimate = np.array([u >> shift for u in mine], dtype=np.uint64) * 2.0**-_TOP_BITS
         best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
         walk = _CompiledWalk(search, powers)
@@ -389,10 +396,10 @@ class FastSampler:
         for i in undecided:  # the bounds do not settle it: the core decides, exploring on
             r = pending[i]
             self.stats["fallbacks"] += 1
-            streams[r] = context.for_subject(subject_ids[r], label)
-            shells[r] = choose_shell(walk, LazyUniform(streams[r], SHELL), radius, powers, total)
+            uniform = LazyUniform(group.stream(r), SHELL)
+            shells[r] = choose_shell(walk, uniform, radius, powers, total)
         brackets = self.brackets
-        if brackets is not None and len(subject_ids) >= BRACKET_MIN_RECORDS:
+        if brackets is not None and len(group.subject_ids) >= BRACKET_MIN_RECORDS:
             # Keep C and the bounds at the depth reached, for later groups at this node; a
             # deeper (tighter) bracket replaces a kept one, so misses become rarer.
             if wants_bracket(brackets, node, walk.depth):
@@ -418,9 +425,9 @@ class FastSampler:
         search = self.search
         search.start(node)
         radius, total = self.radius, self.total_prior
-        streams: dict[int, SubjectStream] = {}
+        group = _Group(context, node, subject_ids, label, shell_blocks)
         self._profile_masses = None
-        shells = self._decide_shells(context, node, subject_ids, label, shell_blocks, streams)
+        shells = self._decide_shells(group)
         # The within-shell draws need every chosen shell explored.
         search.explore_to(min(max(shells), radius - 1) + 1)
         self._check_profile()
@@ -441,11 +448,9 @@ class FastSampler:
                 value = member_blocks[r] >> drop if n > 1 else 0
                 attempt = 0
                 while value >= n:  # rejected: attempt c reads block c, as uniform_int does
-                    if r not in streams:
-                        streams[r] = context.for_subject(subject_ids[r], label)
-                    stream = streams[r]
                     attempt += 1
-                    value = int.from_bytes(stream.block(MEMBER, 0, attempt), "big") >> drop
+                    block = group.stream(r).block(MEMBER, 0, attempt)
+                    value = int.from_bytes(block, "big") >> drop
                 draws[t] = value
             for r, y in zip(inner, search.pick(picked_shells, draws).tolist()):
                 out[r] = y
@@ -455,8 +460,7 @@ class FastSampler:
             prior_cumsum = self.graph.prior_cumsum
             for r, h in enumerate(shells):
                 if h == radius:
-                    stream = streams.get(r) or context.for_subject(subject_ids[r], label)
-                    out[r] = pick_in_tail(stream, ball, prior_cumsum, total)
+                    out[r] = pick_in_tail(group.stream(r), ball, prior_cumsum, total)
                     self.stats["tail"] += 1
 
         stats = self.stats
