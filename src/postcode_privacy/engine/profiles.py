@@ -44,7 +44,7 @@ from numba import njit
 
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
-from ..graph.national import DEFAULT_GRAPH_SHA256
+from ..graph.pinned import DEFAULT_GRAPH_SHA256
 
 __all__ = [
     "BallProfiles",
