@@ -489,6 +489,7 @@ def test_missing_key_file_and_corrupt_graph(setup, tmp_path, capsys):
     assert only(tmp_path, "in.csv", "junk.ppgraph")
 
 
+@pytest.mark.slow  # a CLI process, signalled mid-release
 def test_sigterm_leaves_no_partial_output(setup, tmp_path):
     codes = setup["codes"]
     n = 40_000

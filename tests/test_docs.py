@@ -118,6 +118,7 @@ def site(tmp_path_factory) -> Path:
     return site
 
 
+@pytest.mark.slow  # builds the whole site with mkdocs
 def test_mkdocs_build_strict(site):
     for page in (
         "index",
@@ -197,6 +198,7 @@ def test_api_page_documents_exactly_the_public_surface():
         assert by_module[sub] == set(_static_all(source)), f"postcode_privacy.{sub}"
 
 
+@pytest.mark.slow  # builds the whole site with mkdocs
 def test_api_page_renders_no_private_name(site):
     html = (site / "api.html").read_text(encoding="utf-8")
     ids = re.findall(r'\bid="(postcode_privacy\.[^"]+)"', html)

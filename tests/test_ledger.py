@@ -464,6 +464,7 @@ def _perturb_args(tmp_path, location, src, out, epsilon="1"):
     return args + (["--ledger-secret", secret] if secret else [])
 
 
+@pytest.mark.slow  # two concurrent CLI processes per backend
 def test_two_concurrent_releases_lose_nothing(ledger, location, tmp_path):
     n = 3000
     people = [str(i) for i in range(n)]
@@ -484,6 +485,7 @@ def test_two_concurrent_releases_lose_nothing(ledger, location, tmp_path):
     assert spends(summary["subjects"]) == {"1.5": n}
 
 
+@pytest.mark.slow  # CLI processes killed at each stage
 @pytest.mark.parametrize("stage", ["prepared", "renamed"])
 def test_a_crash_between_release_and_commit_is_resolved(ledger, location, tmp_path, stage):
     src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])

@@ -351,6 +351,7 @@ def test_file_names_that_are_not_utf8_are_refused_before_work(setup, tmp_path, c
     assert names(tmp_path) == sorted(["in.csv", os.fsdecode(b"in\xfe.csv")])
 
 
+@pytest.mark.slow  # three CLI processes
 @pytest.mark.parametrize("stdout", ["closed", "broken-pipe", "full"])
 def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout):
     src = tmp_path / "in.csv"

@@ -100,6 +100,7 @@ def test_evaluate_and_calibrate_report_their_stages(graph_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow  # a whole report run
 def test_report_reports_its_stages(graph_path, tmp_path, capsys):
     assert (
         main(

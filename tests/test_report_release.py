@@ -30,6 +30,7 @@ def report(geo):
     return build_report(geo, "0.9", postcode=geo.label(77), sample=6, seed=2, releases=3)
 
 
+@pytest.mark.slow  # evaluates the attacker on the sample: several seconds
 def test_attacker_rows_are_evaluates(geo, report):
     ev = evaluate_release(
         geo, "0.9", sample=6, releases=3, seed=2, compromise_sample=1, match_truncation=False
