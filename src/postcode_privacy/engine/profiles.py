@@ -309,10 +309,6 @@ class BallProfiles:
         self.depth = cumulative.shape[1] - 1
         self.graph_sha256 = graph.sha256
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.cumulative.nbytes)
-
     def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
         """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
         ``depth`` <= the table's: shell 0 is x alone, shell 1 adds the other postcodes at its
@@ -400,16 +396,20 @@ _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
+def _known(graph: Graph, depth: int) -> BallProfiles | None:
+    """The table this process already holds for ``graph`` at ``depth`` (call under _LOCK)."""
+    table = _TABLES.get(graph)
+    return table if table is not None and table.depth == depth else None
+
+
 def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | None:
     """The profiles of ``graph`` if this process has them or a valid cached file exists (a
     refused file is reported and ignored); never builds."""
     depth = DEPTH if depth is None else int(depth)
     with _LOCK:
-        table = _TABLES.get(graph)
-        if table is not None and table.depth == depth:
+        table = _known(graph, depth)
+        if table is not None or graph.n_locations < CACHE_MIN_LOCATIONS:
             return table
-        if graph.n_locations < CACHE_MIN_LOCATIONS:
-            return None
         table_path, header_path = _paths(graph, depth)
         if not (table_path.exists() and header_path.exists()):
             return None
@@ -441,12 +441,10 @@ def profiles_for(
     if table is not None:
         return table
     with _LOCK:
-        table = _TABLES.get(graph)
-        if table is not None and table.depth == depth:
+        table = _known(graph, depth)
+        if table is not None:
             return table
-        if graph.n_locations < CACHE_MIN_LOCATIONS:
-            table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
-        else:
+        if graph.n_locations >= CACHE_MIN_LOCATIONS:
             try:
                 table = _build_and_cache(graph, loc_mass, depth, workers, progress)
             except OSError as exc:
@@ -456,7 +454,8 @@ def profiles_for(
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
+        if table is None:  # a small graph, or the cache could not be written
+            table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
         _TABLES[graph] = table
         return table
 
