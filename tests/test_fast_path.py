@@ -33,10 +33,16 @@ EPSILONS = ["0.05", "0.3", "0.7", "1", "2", "4.5"]
 
 
 def planar_graph(
-    rng: random.Random, n_locations: int, n_nodes: int, keep: float, max_prior_bits: int
+    rng: random.Random,
+    n_locations: int,
+    n_nodes: int,
+    keep: float,
+    max_prior_bits: int,
+    with_coordinates: bool = False,
 ) -> Graph:
     """Delaunay graph of random points, edges kept with probability ``keep`` (so it may fall
-    apart), ``n_nodes - n_locations`` extra postcodes sharing points, priors up to 2**bits."""
+    apart), ``n_nodes - n_locations`` extra postcodes sharing points, priors up to 2**bits;
+    the points become the locations' coordinates if ``with_coordinates``."""
     points = np.array([[rng.random(), rng.random()] for _ in range(n_locations)])
     pairs = set()
     if n_locations >= 3:
@@ -64,7 +70,12 @@ def planar_graph(
         rng.randrange(1, 2 ** rng.randrange(1, max_prior_bits + 1) + 1) for _ in range(n_nodes)
     ]
     names = [f"P{i:03d}" for i in range(n_nodes)]
-    return Graph(names, node_location, indptr, indices, prior)
+    coordinates = None
+    if with_coordinates:
+        coordinates = np.empty((n_locations, 2))
+        for loc, new in renumber.items():
+            coordinates[new] = points[loc]
+    return Graph(names, node_location, indptr, indices, prior, coordinates)
 
 
 def random_batch(rng: random.Random, locations: int, nodes: int, epsilon: str, records: int):

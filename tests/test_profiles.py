@@ -38,13 +38,16 @@ def loc_mass(graph) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(6))
 def test_profile_shells_equal_the_reference_shells(seed, monkeypatch):
     """Every node's shell masses from the table equal the reference shells', for sweep groups
-    of one, a few or 64 sources and depths from 0 to beyond the graph's diameter."""
+    of one, a few or 64 sources, depths from 0 to beyond the graph's diameter, and graphs with
+    coordinates (swept in map order) or without."""
     rng = random.Random(300 + seed)
     monkeypatch.setattr(engine_profiles, "_GROUP", [1, 3, 64][seed % 3])
     monkeypatch.setattr(engine_profiles, "_GROUP_HOPS", [0, 1, 6][seed // 3 % 3])
     checked = 0
     for keep in (1.0, 0.6, 0.3):
-        graph = planar_graph(rng, rng.randrange(2, 70), 90, keep, rng.choice([1, 40]))
+        graph = planar_graph(
+            rng, rng.randrange(2, 70), 90, keep, rng.choice([1, 40]), seed % 2 == 0
+        )
         for depth in (0, 1, 3, 12):
             table = engine_profiles.BallProfiles(
                 engine_profiles.build_profiles(graph, loc_mass(graph), depth), graph
@@ -57,12 +60,32 @@ def test_profile_shells_equal_the_reference_shells(seed, monkeypatch):
     assert checked > 500
 
 
-def test_groups_partition_the_locations():
-    graph = planar_graph(random.Random(4), 300, 320, 0.7, 4)
-    net = engine_profiles._Renumbered(graph, loc_mass(graph))
+@pytest.mark.parametrize("with_coordinates", [False, True])
+def test_groups_partition_the_locations(with_coordinates):
+    """The renumbered graph is the same graph (each location keeps its neighbours and mass),
+    and the groups partition its locations."""
+    graph = planar_graph(random.Random(4), 300, 320, 0.7, 4, with_coordinates)
+    mass = loc_mass(graph)
+    net = engine_profiles._Renumbered(graph, mass)
     assert sorted(net.order.tolist()) == list(range(graph.n_locations))
     sizes = np.diff(net.bounds)
     assert sizes.min() >= 1 and sizes.max() <= 64 and sizes.sum() == graph.n_locations
+    for new, location in enumerate(net.order.tolist()):
+        neighbours = net.order[net.indices[net.indptr[new] : net.indptr[new + 1]]]
+        assert sorted(neighbours.tolist()) == sorted(graph.location_neighbours(location).tolist())
+        assert net.mass[new] == mass[location]
+
+
+def test_map_order_follows_a_hilbert_curve():
+    """Every cell of the grid has its own position, and consecutive positions are adjacent
+    cells (what makes a ball lie in few stretches of memory)."""
+    side = 16
+    x, y = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
+    positions = engine_profiles._curve_positions(x.ravel(), y.ravel(), side)
+    assert sorted(positions.tolist()) == list(range(side * side))
+    along = np.argsort(positions)
+    steps = np.abs(np.diff(x.ravel()[along])) + np.abs(np.diff(y.ravel()[along]))
+    assert steps.tolist() == [1] * (side * side - 1)
 
 
 @pytest.fixture

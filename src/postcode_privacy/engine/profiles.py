@@ -124,7 +124,8 @@ def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, tou
 
     ``state[v]`` holds three int64 bit sets for location v: sources that have reached it, that
     reached it at the last level (the frontier), and that reach it at this level.  All zero on
-    entry and on exit.  ``tally[byte, value]`` sums the mass of the locations newly reached by
+    entry and on exit.  ``fresh`` and ``touched`` have room for one more than the locations
+    (each is written one place ahead of its count).  ``tally[byte, value]`` sums the mass of the locations newly reached by
     the sources whose bits form ``value`` in that byte; it is spread onto the sources once per
     level, so a location costs eight additions, not one per source.
     """
@@ -146,20 +147,21 @@ def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, tou
             frontier = state[v, 1]
             state[v, 1] = 0
             for e in range(indptr[v], indptr[v + 1]):
+                # Branch-free: whether an edge brings new sources is unpredictable, and a
+                # mispredicted branch per edge cost half the sweep's time.  ``fresh`` is
+                # written every time but only advances for a location reached first here.
                 w = indices[e]
                 new = frontier & ~state[w, 0]
-                if new:
-                    if state[w, 2] == 0:
-                        fresh[n_fresh] = w
-                        n_fresh += 1
-                    state[w, 2] |= new
+                old = state[w, 2]
+                state[w, 2] = old | new
+                fresh[n_fresh] = w
+                n_fresh += (new != 0) & (old == 0)
         for i in range(n_fresh):
             w = fresh[i]
             new = state[w, 2]
             state[w, 2] = 0
-            if state[w, 0] == 0:
-                touched[n_touched] = w
-                n_touched += 1
+            touched[n_touched] = w  # kept only if no source had reached w before
+            n_touched += state[w, 0] == 0
             state[w, 0] |= new
             state[w, 1] = new
             m = mass[w]
@@ -188,22 +190,72 @@ def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, tou
         state[touched[i], 0] = 0
 
 
+@njit(cache=True)
+def _curve_positions(cells_x, cells_y, side):  # pragma: no cover - compiled
+    """Position along a Hilbert curve over a ``side`` x ``side`` grid (side a power of two) of
+    each cell (x, y): cells close on the curve are close on the map."""
+    out = np.empty(cells_x.size, dtype=np.int64)
+    for i in range(cells_x.size):
+        x, y, position = cells_x[i], cells_y[i], 0
+        half = side // 2
+        while half > 0:
+            right = 1 if x & half else 0
+            up = 1 if y & half else 0
+            position += half * half * ((3 * right) ^ up)
+            if up == 0:  # turn the quadrant so the curve stays continuous
+                if right == 1:
+                    x, y = half - 1 - x, half - 1 - y
+                x, y = y, x
+            half //= 2
+        out[i] = position
+    return out
+
+
+def _map_order(graph: Graph) -> np.ndarray:
+    """The locations in Hilbert-curve order of their coordinates, or in their own order for a
+    graph without coordinates.  Only the speed of the sweeps depends on this order: a ball
+    then lies in few stretches of memory (measured: a quarter less time on the national
+    graph)."""
+    n = graph.n_locations
+    coordinates = graph.location_coordinates
+    if coordinates is None or n == 0:
+        return np.arange(n, dtype=np.int64)
+    side = 1 << 16
+    cells = []
+    for axis in (0, 1):
+        values = np.asarray(coordinates[:, axis], dtype=np.float64)
+        low, span = values.min(), float(np.ptp(values)) or 1.0
+        cells.append(np.minimum(((values - low) / span * side).astype(np.int64), side - 1))
+    return np.argsort(_curve_positions(cells[0], cells[1], side), kind="stable")
+
+
+def _permuted(
+    indptr: np.ndarray, indices: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The adjacency (CSR) of the graph whose location i is location ``order[i]``."""
+    n = order.size
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    degree = np.diff(indptr)[order]
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=new_indptr[1:])
+    gather = np.arange(new_indptr[-1]) + np.repeat(indptr[order] - new_indptr[:-1], degree)
+    return new_indptr, rank[indices[gather]]
+
+
 class _Renumbered:
-    """The location graph renumbered group by group (for memory locality during the sweeps)."""
+    """The location graph renumbered group by group (for memory locality during the sweeps):
+    groups are grown along the map order (``_map_order``), so neighbouring groups, and the
+    balls they sweep, are also near one another in memory."""
 
     def __init__(self, graph: Graph, loc_mass: np.ndarray):
         indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
         indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int64)
-        order, bounds = _groups(indptr, indices, _GROUP, _GROUP_HOPS)
-        n = order.size
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n)
-        degree = np.diff(indptr)[order]
-        new_indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(degree, out=new_indptr[1:])
-        gather = np.arange(new_indptr[-1]) + np.repeat(indptr[order] - new_indptr[:-1], degree)
-        self.indptr = new_indptr
-        self.indices = rank[indices[gather]]
+        along_map = _map_order(graph)
+        grouped, bounds = _groups(*_permuted(indptr, indices, along_map), _GROUP, _GROUP_HOPS)
+        order = along_map[grouped]
+        self.indptr, indices = _permuted(indptr, indices, order)
+        self.indices = indices.astype(np.int32)  # half the memory traffic of int64
         self.mass = np.ascontiguousarray(loc_mass[order], dtype=np.int64)
         self.order = order  # new number -> location
         self.bounds = bounds  # group g is new numbers bounds[g] .. bounds[g + 1] - 1
@@ -214,8 +266,8 @@ def _sweep_groups(net: _Renumbered, groups: range, depth: int, out: np.ndarray) 
     n = net.order.size
     state = np.zeros((n, 3), dtype=np.int64)
     active = np.empty(n, dtype=np.int64)
-    fresh = np.empty(n, dtype=np.int64)
-    touched = np.empty(n, dtype=np.int64)
+    fresh = np.empty(n + 1, dtype=np.int64)
+    touched = np.empty(n + 1, dtype=np.int64)
     tally = np.zeros((8, 256), dtype=np.int64)
     rows = np.zeros((_GROUP, depth + 1), dtype=np.int64)
     for g in groups:
