@@ -12,6 +12,7 @@ single-source breadth-first searches.  ``--smoke`` does the same on a small gene
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -66,6 +67,7 @@ def main() -> None:
             code = _BUILD.format(graph=source, workers=workers)
             measured = run_cli([sys.executable, "-W", "error", "-c", code])
             files = sorted(p for p in Path(cache).iterdir() if not p.is_symlink())
+            headers = [json.loads(p.read_text()) for p in files if p.suffix == ".json"]
             size = sum(p.stat().st_size for p in files)
             namespace: dict = {}
             exec(source, namespace)  # the same graph, in this process
@@ -97,7 +99,8 @@ def main() -> None:
         f"{measured['cpu']:.1f} s CPU, peak PSS {measured['peak_pss'] / 2**30:.2f} GiB "
         f"(RSS summed {measured['peak_rss'] / 2**30:.2f} GiB)\n"
         f"on disk: {size / 2**20:.1f} MiB in {len(files)} files; "
-        f"load with content-hash check: {load_seconds:.2f} s\n"
+        f"load with content-hash check: {load_seconds:.2f} s; content sha256 "
+        f"{', '.join(h['sha256'] for h in headers)}\n"
         f"{len(locations)} sampled rows equal single-source breadth-first searches"
     )
 

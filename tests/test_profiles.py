@@ -109,6 +109,21 @@ def test_cached_build_in_workers_equals_the_in_memory_build(cache):
     assert np.array_equal(np.asarray(loaded.cumulative), expected)
 
 
+def test_a_cached_build_removes_only_this_graphs_tables_of_other_depths(cache):
+    """A table of another depth (left by an earlier version) is deleted once the new one is
+    cached; another graph's tables and another build's partial file are left alone."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    mine = f"profiles-{graph.sha256[:32]}-d"
+    stale = [cache / f"{mine}5.npy", cache / f"{mine}5.json", cache / f"{mine}32.npy"]
+    kept = [cache / f"{mine}6.partial-1.npy", cache / f"profiles-{'0' * 32}-d5.npy"]
+    for path in stale + kept:
+        path.write_bytes(b"x")
+    engine_profiles.profiles_for(graph, loc_mass(graph))
+    assert not any(path.exists() for path in stale)
+    assert all(path.exists() for path in kept)
+    assert (cache / f"{mine}6.npy").exists() and (cache / f"{mine}6.json").exists()
+
+
 def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
     """A corrupt, truncated, stale or mislabelled file is refused with a warning and rebuilt,
     never used."""

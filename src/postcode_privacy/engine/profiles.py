@@ -57,12 +57,12 @@ __all__ = [
     "FORMAT",
 ]
 
-DEPTH = 32  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
+DEPTH = 40  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
 FORMAT = "postcode-privacy-location-profiles/1"
 # The content hash of the table of the embedded graph (pinned like the graph itself): a cached
 # file, or a build, whose content differs is refused, whoever recomputed its header.
 PINNED_SHA256 = {
-    (DEFAULT_GRAPH_SHA256, 32): "d0d2b19507c3b6d72720d07d49d4e095db87c5f1fa79a43586c75e863eb53dc5",
+    (DEFAULT_GRAPH_SHA256, 40): "bd16739cc5da9eeed6faee2abc714b5155dd471b21d29436bb1caaa6aa35c4d5",
 }
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
 _GROUP = 64  # sources per sweep: one bit each in an int64 word
@@ -389,11 +389,16 @@ def _header(graph: Graph, depth: int, sha256: str) -> dict:
     }
 
 
-def _paths(graph: Graph, depth: int) -> tuple[Path, Path]:
+def _cache_prefix(graph: Graph) -> Path:
+    """The cache path of ``graph``'s tables, up to their depth."""
     from ..graph.national import cache_dir  # the directory the default graph is cached in
 
-    stem = cache_dir() / f"profiles-{graph.sha256[:32]}-d{depth}"
-    return stem.with_suffix(".npy"), stem.with_suffix(".json")
+    return cache_dir() / f"profiles-{graph.sha256[:32]}-d"
+
+
+def _paths(graph: Graph, depth: int) -> tuple[Path, Path]:
+    stem = _cache_prefix(graph)
+    return stem.with_name(f"{stem.name}{depth}.npy"), stem.with_name(f"{stem.name}{depth}.json")
 
 
 def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
@@ -441,7 +446,18 @@ def _build_and_cache(
         partial.unlink(missing_ok=True)
     with atomic_output(header_path) as handle:
         handle.write(json.dumps(_header(graph, depth, sha256), indent=1).encode())
+    _remove_other_depths(graph, depth)
     return BallProfiles(np.load(table_path, mmap_mode="r", allow_pickle=False), graph)
+
+
+def _remove_other_depths(graph: Graph, depth: int) -> None:
+    """Delete this graph's cached tables of other depths (left by an earlier version, whose
+    depth differed): hundreds of megabytes that nothing reads any more."""
+    prefix = _cache_prefix(graph)
+    for path in prefix.parent.glob(f"{prefix.name}*"):
+        other = path.name[len(prefix.name) :].removesuffix(".npy").removesuffix(".json")
+        if other.isdigit() and int(other) != depth:  # never a partial file of a build
+            path.unlink(missing_ok=True)
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
