@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import multiprocessing
 import os
 
 import numpy as np
@@ -14,9 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
+from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.graph.build import build_graph
 from postcode_privacy.release import ReleasePlan, release_file
 from postcode_privacy.release.manifest import PUBLISHABLE_FIELDS, read_audit
+from postcode_privacy.release.plan import PendingChunk
 
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 
@@ -210,7 +213,7 @@ def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monke
     df.loc[24, "pc"] = "NOPE"
     src = write_csv(df, tmp_path / "in.csv")
     calls = []
-    monkeypatch.setattr(ReleasePlan, "_perturb", lambda self, ids, nodes, *rest: calls.append(1))
+    monkeypatch.setattr(PendingChunk, "start", lambda self, *rest: calls.append(1))
     with pytest.raises(InputDataError):
         run(src, tmp_path / "out.csv", graph, key, chunk_size=5)
     assert calls == []
@@ -219,19 +222,105 @@ def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monke
 def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
-    original = ReleasePlan._perturb
+    original = PendingChunk.start
     calls = []
 
-    def interrupt_second_chunk(self, ids, nodes, *rest):
+    def interrupt_second_chunk(self, *rest):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self, ids, nodes, *rest)
+        return original(self, *rest)
 
-    monkeypatch.setattr(ReleasePlan, "_perturb", interrupt_second_chunk)
+    monkeypatch.setattr(PendingChunk, "start", interrupt_second_chunk)
     with pytest.raises(KeyboardInterrupt):
         run(src, tmp_path / "out.parquet", graph, key, chunk_size=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def _spy(monkeypatch, cls, name, events, label):
+    """Record ``label`` in ``events`` each time ``cls.name`` is called, then call it."""
+    original = getattr(cls, name)
+
+    def spy(self, *args, **kwargs):
+        events.append(label)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, spy)
+
+
+def test_chunks_overlapped_with_worker_draws_give_the_chunk_by_chunk_release(
+    grid, key, tmp_path, monkeypatch
+):
+    """With worker processes drawing each chunk, the next chunk is checked before the workers
+    are waited for, and the release is byte for byte the one of process_chunk called chunk by
+    chunk, and of a run in one chunk."""
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    df = records(codes, n=7000)  # chunks of 2,500, 2,500 and 2,000 records: all use workers
+    src = write_csv(df, tmp_path / "in.csv")
+    events: list[str] = []
+    _spy(monkeypatch, ReleasePlan, "prepare_chunk", events, "check")
+    _spy(monkeypatch, engine_batch._Draws, "result", events, "wait")
+    _spy(monkeypatch, engine_batch._Draws, "_start_workers", events, "fork")
+    run(src, tmp_path / "chunks.csv", graph, key, chunk_size=2500)
+    # chunk 2 is checked while chunk 1 is drawn, chunk 3 while chunk 2 is
+    assert events == ["check", "fork", "check", "wait", "fork", "check", "wait", "fork", "wait"]
+    run(src, tmp_path / "whole.csv", graph, key, chunk_size=10_000)
+    assert (tmp_path / "chunks.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    plan = ReleasePlan(key=key, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
+    one_by_one = pd.concat(
+        [plan.process_chunk(df.iloc[i : i + 2500], i)[0] for i in range(0, len(df), 2500)]
+    )
+    released = pd.read_csv(tmp_path / "chunks.csv", dtype=str, keep_default_na=False)
+    assert released["postcode_dp"].tolist() == one_by_one["postcode_dp"].tolist()
+    assert multiprocessing.active_children() == []
+
+
+def test_an_interruption_while_workers_draw_stops_them_and_leaves_nothing(
+    grid, key, tmp_path, monkeypatch
+):
+    """Ctrl-C while the next chunk is checked (the workers drawing the one before): the workers
+    are stopped, nothing is left on disk, and the next release runs normally."""
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = write_csv(records(codes, n=6000), tmp_path / "in.csv")
+    original = ReleasePlan.prepare_chunk
+
+    def interrupt_second_check(self, df, row_offset=0):
+        if row_offset == 3000:  # the release pass's second chunk (the check pass has its own)
+            assert engine_batch._PARALLEL_LOCK.locked()  # chunk 1's workers are drawing
+            raise KeyboardInterrupt
+        return original(self, df, row_offset)
+
+    monkeypatch.setattr(ReleasePlan, "prepare_chunk", interrupt_second_check)
+    with pytest.raises(KeyboardInterrupt):
+        run(src, tmp_path / "out.csv", graph, key, chunk_size=3000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    assert multiprocessing.active_children() == []
+    assert not engine_batch._PARALLEL_LOCK.locked()
+    monkeypatch.setattr(ReleasePlan, "prepare_chunk", original)
+    run(src, tmp_path / "out.csv", graph, key, chunk_size=3000)
+    assert (tmp_path / "out.csv").exists()
+
+
+def test_draws_must_be_collected_before_others_start(grid, key):
+    """Starting a second batch of worker draws from the thread whose first batch is still
+    under way is refused (it would wait for itself for ever)."""
+    graph, codes = grid
+    plan = ReleasePlan(key=key, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
+    df = records(codes, n=4000)
+    first = plan.prepare_chunk(df.iloc[:2000], 0)
+    second = plan.prepare_chunk(df.iloc[2000:], 2000)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+        first.start()
+        try:
+            with pytest.raises(RuntimeError, match="collect the draws"):
+                second.start()
+        finally:
+            first.cancel()
+    assert multiprocessing.active_children() == []
+    assert not engine_batch._PARALLEL_LOCK.locked()
 
 
 def test_existing_output_and_manifest_need_force(grid, key, tmp_path):
@@ -286,14 +375,14 @@ def test_output_directory_problems(grid, key, tmp_path):
 def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
-    original = ReleasePlan._perturb
+    original = PendingChunk.start
 
-    def tamper(self, ids, nodes, *rest):
+    def tamper(self, *rest):
         with open(src, "ab") as handle:
             handle.write(b"99999,LS1 1AA,\n")
-        return original(self, ids, nodes, *rest)
+        return original(self, *rest)
 
-    monkeypatch.setattr(ReleasePlan, "_perturb", tamper)
+    monkeypatch.setattr(PendingChunk, "start", tamper)
     with pytest.raises(InputDataError, match="changed"):
         run(src, tmp_path / "out.csv", graph, key, chunk_size=100)
     assert not (tmp_path / "out.csv").exists()

@@ -24,8 +24,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,7 @@ _JOB: _Job | None = None
 # In each worker: set by _worker_init, which the pool runs before the worker's first task.
 _WORKER: _Worker | None = None
 _PARALLEL_LOCK = threading.Lock()
+_HOLDER: int | None = None  # the thread whose workers are drawing (holding _PARALLEL_LOCK)
 
 
 def usable_cpus() -> int:
@@ -258,7 +260,107 @@ def _perturb_canonical(
 
     Postcondition: element i equals the reference sampler's output for record i.
     """
-    global _JOB
+    return _start_canonical(
+        mechanism,
+        key,
+        subject_ids,
+        nodes,
+        workers=workers,
+        progress=progress,
+        landmarks=landmarks,
+        profiles=profiles,
+        brackets=brackets,
+        quiet=quiet,
+    ).result()
+
+
+class _Draws:
+    """The draws of one batch under way (``_start_canonical``): the calling process has run
+    what it runs itself; worker processes, if any, are drawing the rest until :meth:`result`.
+
+    Between the start and :meth:`result` the caller may do other work (the release layer
+    checks its next chunk meanwhile), but must not start other draws: the workers hold
+    ``_PARALLEL_LOCK`` and ``_JOB`` until :meth:`result` or :meth:`cancel`.
+    """
+
+    def __init__(
+        self,
+        out: np.ndarray,
+        order: np.ndarray,
+        brackets: Brackets | None,
+        progress: Callable[[int], None] | None,
+    ):
+        self._out, self._order = out, order
+        self._brackets, self._progress = brackets, progress
+        self._pool: Any = None  # a multiprocessing pool, while workers draw
+        self._results: Iterator[tuple[int, np.ndarray, list[tuple[int, Bracket]]]] = iter(())
+
+    def _start_workers(self, job: _Job, tasks: list[tuple[int, int]], workers: int) -> None:
+        global _JOB, _HOLDER
+        if _HOLDER == threading.get_ident():  # would wait for itself for ever
+            raise RuntimeError("collect the draws under way before starting others")
+        _PARALLEL_LOCK.acquire()
+        _HOLDER, _JOB = threading.get_ident(), job
+        try:
+            self._pool = multiprocessing.get_context("fork").Pool(workers, _worker_init)
+        except BaseException:
+            _HOLDER, _JOB = None, None
+            _PARALLEL_LOCK.release()
+            raise
+        try:
+            self._results = self._pool.imap_unordered(_worker_task, tasks)
+        except BaseException:
+            self.cancel()
+            raise
+
+    def _take(self, start: int, result: np.ndarray) -> None:
+        self._out[self._order[start : start + result.size]] = result
+        if self._progress is not None:
+            self._progress(result.size)
+
+    def result(self) -> np.ndarray:
+        """Every record's output node, once the workers have finished (they are then gone)."""
+        brackets = self._brackets
+        try:
+            for start, result, kept in self._results:
+                self._take(start, result)
+                if brackets is not None:  # workers keep brackets only when given some
+                    for node, entry in kept:  # the deepest bracket of each source
+                        if wants_bracket(brackets, node, len(entry.cumulative)):
+                            brackets[node] = entry
+        finally:
+            self.cancel()
+        return self._out
+
+    def cancel(self) -> None:
+        """Stop the workers, if any are left (idempotent)."""
+        global _JOB, _HOLDER
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            pool.terminate()  # joins the workers and the pool's threads
+        finally:
+            _HOLDER, _JOB = None, None
+            _PARALLEL_LOCK.release()
+
+
+def _start_canonical(
+    mechanism: Mechanism,
+    key: Key,
+    subject_ids: Sequence[str],
+    nodes,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    landmarks: bool | None = None,
+    profiles: bool | str | None = None,
+    brackets: Brackets | None = None,
+    quiet: bool = False,
+) -> _Draws:
+    """Start ``_perturb_canonical``'s draws (same arguments and preconditions) and return
+    them under way: the caller collects the outputs with :meth:`_Draws.result` (or stops the
+    workers with :meth:`_Draws.cancel`)."""
     nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
     n = nodes.size
     if len(subject_ids) != n:
@@ -271,7 +373,7 @@ def _perturb_canonical(
         raise InvalidParameterError("workers must be a positive whole number")
     out = np.empty(n, dtype=np.int64)
     if n == 0:
-        return out
+        return _Draws(out, np.empty(0, dtype=np.int64), brackets, progress)
     order = np.argsort(nodes, kind="stable")
     sorted_nodes = nodes[order]
     tasks = _tasks(sorted_nodes)
@@ -303,33 +405,16 @@ def _perturb_canonical(
     if workers > 1 and not fork:
         workers = 1
     sampler = FastSampler(mechanism, job.tables, job.landmarks, job.profiles, brackets)
+    draws = _Draws(out, order, brackets, progress)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
-    out[order[first[0] : first[1]]] = _run_task(sampler, job, *first)
-    if progress is not None:
-        progress(first[1] - first[0])
+    draws._take(first[0], _run_task(sampler, job, *first))
     if workers == 1 or not rest:
         for start, stop in rest:
-            out[order[start:stop]] = _run_task(sampler, job, start, stop)
-            if progress is not None:
-                progress(stop - start)
-        return out
-    with _PARALLEL_LOCK:
-        _JOB = job
-        try:
-            context = multiprocessing.get_context("fork")
-            with context.Pool(workers, initializer=_worker_init) as pool:
-                for start, result, kept in pool.imap_unordered(_worker_task, rest):
-                    out[order[start : start + result.size]] = result
-                    if brackets is not None:  # workers keep brackets only when given some
-                        for node, entry in kept:  # the deepest bracket of each source
-                            if wants_bracket(brackets, node, len(entry.cumulative)):
-                                brackets[node] = entry
-                    if progress is not None:
-                        progress(result.size)
-        finally:
-            _JOB = None
-    return out
+            draws._take(start, _run_task(sampler, job, start, stop))
+    else:
+        draws._start_workers(job, rest, workers)
+    return draws
 
 
 def perturb_many(

@@ -27,7 +27,8 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from .manifest import (
     manifest_path_for,
 )
 from .options import ReleaseOptions
-from .plan import ReleasePlan
+from .plan import PendingChunk, ReleasePlan
 from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
 from .tables import TableReader, open_writer, table_format
 
@@ -211,6 +212,34 @@ def release_file(
         )
 
 
+def _released_chunks(
+    plan: ReleasePlan, reader: TableReader, progress: Callable[[int], None]
+) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
+    """``plan.process_chunk`` of each chunk in input order, overlapped: while the engine's
+    workers draw one chunk, this process reads and checks the next, then builds and hands
+    back the one before (the caller writes it).  The outputs are those of calling
+    ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``progress`` moves as the
+    engine finishes each batch, not once per chunk."""
+    drawing: PendingChunk | None = None
+    try:
+        offset = 0
+        for chunk in reader.chunks():
+            ready = plan.prepare_chunk(chunk, offset)  # while the workers draw ``drawing``
+            offset += len(chunk)
+            if drawing is not None:
+                drawing.wait()  # its workers are gone: the next chunk's may start
+            ready.start(progress)
+            finished, drawing = drawing, ready
+            if finished is not None:  # built and written while ``ready`` is drawn
+                yield plan.finish_chunk(finished, warn=False, progress=progress)
+        if drawing is not None:
+            finished, drawing = drawing, None
+            yield plan.finish_chunk(finished, warn=False, progress=progress)
+    finally:
+        if drawing is not None:  # an error or an interruption: stop the workers
+            drawing.cancel()
+
+
 def _release(
     claim: OutputClaim,
     input_path: Path,
@@ -267,13 +296,11 @@ def _release(
         writer = open_writer(out_tmp.handle, output_path.name, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "releasing") as bar:
-            offset = 0
-            for chunk in reader.chunks():
-                # The bar moves as the engine finishes each batch, not once per chunk.
-                out, part = plan.process_chunk(chunk, offset, warn=False, progress=bar.update)
-                writer.write(out)
-                merge_counts(counts, part)
-                offset += len(chunk)
+            # closing(): an error while writing stops the workers drawing the next chunk now
+            with closing(_released_chunks(plan, reader, bar.update)) as released:
+                for out, part in released:
+                    writer.write(out)
+                    merge_counts(counts, part)
         if counts["records"] == 0:
             raise _no_records(reader)
         writer.close(columns)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..engine.batch import _perturb_canonical
+from ..engine.batch import _Draws, _start_canonical
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from .displacement import Displacement
@@ -24,7 +24,7 @@ from .options import ReleaseOptions
 from .records import CheckedRecords, ChunkCheck, RecordRules, Screen, failure_error
 from .subjects import WARN_ROWS, _SubjectTracker, _tracker_hashes, warn_duplicate_subjects
 
-__all__ = ["ReleasePlan"]
+__all__ = ["PendingChunk", "ReleasePlan"]
 
 
 class ReleasePlan:
@@ -131,31 +131,6 @@ class ReleasePlan:
 
     # -- releasing ----------------------------------------------------------------------------
 
-    def _perturb(
-        self,
-        subject_ids: list[str],
-        nodes: np.ndarray,
-        progress: Callable[[int], None] | None = None,
-    ) -> np.ndarray:
-        """The single call into the engine for every release path: node numbers and the
-        identifiers canonicalised once by the record checks, never looked up again.  Returns
-        the released labels (an object array), each distinct output labelled once."""
-        released = _perturb_canonical(
-            self.mechanism,
-            self.key,
-            subject_ids,
-            nodes,
-            brackets=self._brackets,
-            progress=progress,
-            profiles=self.profiles,
-            quiet=self.quiet,
-        )
-        if self.displacement is not None:
-            self.displacement.add(nodes, released)
-        distinct, where = np.unique(released, return_inverse=True)
-        labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
-        return labels[where.reshape(-1)]
-
     def process_chunk(
         self,
         df: pd.DataFrame,
@@ -178,25 +153,50 @@ class ReleasePlan:
         :meth:`warn_subjects`.  ``progress``, if given, is called with numbers of records as
         the engine finishes them (per engine task, not per chunk), and once with the records
         not perturbed; the calls add up to ``len(df)``.
+
+        The same as :meth:`prepare_chunk`, then :meth:`PendingChunk.start`, then
+        :meth:`finish_chunk`, which a caller may interleave with other chunks' steps.
         """
+        pending = self.prepare_chunk(df, row_offset)
+        pending.start(progress)
+        return self.finish_chunk(pending, warn=warn, progress=progress)
+
+    def prepare_chunk(self, df: pd.DataFrame, row_offset: int = 0) -> PendingChunk:
+        """The first step of :meth:`process_chunk`: check the chunk's records (raising
+        :class:`InputDataError` under ``on_error="error"`` if any fails); nothing is drawn or
+        recorded in the plan yet, but the ledger's screen (if any) has seen the chunk, so
+        chunks must be prepared in input order."""
         self.check_columns(df.columns)
         checked = self.check_records(df, int(row_offset))
         counts = checked.check.counts
         if counts["failed"] and self.on_error == "error":
             raise failure_error(checked.check.row_errors, counts)
-        ok = np.flatnonzero(checked.nodes >= 0)
-        ids = checked.ids
-        ok_ids = ids if ok.size == len(ids) else [ids[i] for i in ok.tolist()]
-        # Accepted records always have a canonical identifier (RecordRules.check_records).
-        accepted: list[str] = [i for i in ok_ids if i is not None]
-        released: np.ndarray | list = (
-            self._perturb(accepted, checked.nodes[ok], progress) if ok.size else []
-        )
+        return PendingChunk(self, df, int(row_offset), checked)
+
+    def finish_chunk(
+        self,
+        pending: PendingChunk,
+        *,
+        warn: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[pd.DataFrame, dict[str, int]]:
+        """The last step of :meth:`process_chunk`: wait for the chunk's draws, record its
+        subjects, and build its output frame.  Chunks must be finished in input order."""
+        df, ok, accepted = pending.df, pending.ok, pending.accepted
+        released: np.ndarray | list = []
+        if ok.size:
+            nodes = pending.checked.nodes[ok]
+            drawn = pending.wait()
+            if self.displacement is not None:
+                self.displacement.add(nodes, drawn)
+            distinct, where = np.unique(drawn, return_inverse=True)
+            labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
+            released = labels[where.reshape(-1)]
         if progress is not None and len(df) > ok.size:
             progress(len(df) - int(ok.size))
         hashes = _tracker_hashes(accepted)
         new = self._subjects.add(
-            hashes, checked.codes[ok], ok.astype(np.int64) + int(row_offset) + 1
+            hashes, pending.checked.codes[ok], ok.astype(np.int64) + pending.row_offset + 1
         )
         if warn and new:
             self._warned += len(new)
@@ -212,7 +212,7 @@ class ReleasePlan:
         out.insert(
             len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object)
         )
-        return out, counts
+        return out, pending.checked.check.counts
 
     @property
     def subjects_with_several_postcodes(self) -> int:
@@ -235,3 +235,54 @@ class ReleasePlan:
         from .manifest import describe
 
         return describe(self)
+
+
+class PendingChunk:
+    """A chunk checked by :meth:`ReleasePlan.prepare_chunk`, its draws started by
+    :meth:`start` and collected by :meth:`wait` (which :meth:`ReleasePlan.finish_chunk`
+    calls).  Between the two the caller may prepare the next chunk while the engine's workers
+    draw this one; it must wait for this chunk before starting another."""
+
+    def __init__(
+        self, plan: ReleasePlan, df: pd.DataFrame, row_offset: int, checked: CheckedRecords
+    ):
+        self.plan, self.df, self.row_offset, self.checked = plan, df, row_offset, checked
+        self.ok = np.flatnonzero(checked.nodes >= 0)
+        ids = checked.ids
+        ok_ids = ids if self.ok.size == len(ids) else [ids[i] for i in self.ok.tolist()]
+        # Accepted records always have a canonical identifier (RecordRules.check_records).
+        self.accepted: list[str] = [i for i in ok_ids if i is not None]
+        self._draws: _Draws | None = None
+        self._drawn: np.ndarray | None = None
+
+    def start(self, progress: Callable[[int], None] | None = None) -> None:
+        """Start the draws: the single call into the engine for every release path, with node
+        numbers and the identifiers canonicalised once by the record checks."""
+        if self._draws is not None or self._drawn is not None:
+            raise RuntimeError("this chunk's draws have already been started")
+        plan = self.plan
+        self._draws = _start_canonical(
+            plan.mechanism,
+            plan.key,
+            self.accepted,
+            self.checked.nodes[self.ok],
+            brackets=plan._brackets,
+            progress=progress,
+            profiles=plan.profiles,
+            quiet=plan.quiet,
+        )
+
+    def wait(self) -> np.ndarray:
+        """The released node of each accepted record, once drawn (the workers are then gone)."""
+        if self._drawn is None:
+            if self._draws is None:
+                raise RuntimeError("this chunk's draws were never started")
+            draws, self._draws = self._draws, None
+            self._drawn = draws.result()
+        return self._drawn
+
+    def cancel(self) -> None:
+        """Stop this chunk's draws if they are under way (for a release that is abandoned)."""
+        draws, self._draws = self._draws, None
+        if draws is not None:
+            draws.cancel()
