@@ -180,6 +180,18 @@ def test_an_identical_release_counts_once(ledger, tmp_path):
     assert [r["new_draws"] for r in second["releases"]] == [3, 0]
 
 
+def test_a_release_in_several_chunks_is_accounted_once(ledger, tmp_path):
+    """The check pass and the release pass both show every chunk to the ledger's screen; the
+    release is accounted once, with the spend and the records of the input."""
+    people = ["1", "2", "3", "4", "5", "1", "6"]
+    src = write_input(tmp_path / "in.csv", people, CODES[:5] + [CODES[0], CODES[5]])
+    release(ledger, src, tmp_path / "a.csv", budget=Fraction(5), chunk_size=2)
+    summary = ledger.summary()
+    assert summary["draws"] == 6 and spends(summary["subjects"]) == {"1": 6}
+    assert [r["records"] for r in summary["releases"]] == [7]
+    assert [r["new_draws"] for r in summary["releases"]] == [6]
+
+
 @pytest.mark.parametrize(
     "change",
     ["key", "subject", "postcode", "graph", "epsilon", "radius", "output_stability_version"],

@@ -213,18 +213,25 @@ def release_file(
 
 
 def _released_chunks(
-    plan: ReleasePlan, reader: TableReader, progress: Callable[[int], None]
+    plan: ReleasePlan,
+    reader: TableReader,
+    progress: Callable[[int], None],
+    first: PendingChunk | None,
 ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
     """``plan.process_chunk`` of each chunk in input order, overlapped: while the engine's
     workers draw one chunk, this process reads and checks the next, then builds and hands
     back the one before (the caller writes it).  The outputs are those of calling
-    ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``progress`` moves as the
-    engine finishes each batch, not once per chunk."""
+    ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``first``, if given, is
+    the first chunk as the check pass left it, released without checking it again.
+    ``progress`` moves as the engine finishes each batch, not once per chunk."""
     drawing: PendingChunk | None = None
     try:
         offset = 0
         for chunk in reader.chunks():
-            ready = plan.prepare_chunk(chunk, offset)  # while the workers draw ``drawing``
+            if offset == 0 and first is not None:
+                ready = first
+            else:
+                ready = plan.prepare_chunk(chunk, offset)  # while the workers draw ``drawing``
             offset += len(chunk)
             if drawing is not None:
                 drawing.wait()  # its workers are gone: the next chunk's may start
@@ -273,12 +280,18 @@ def _release(
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 
+        first = None
         if plan.on_error == "error":
             check = ChunkCheck()
             with _bar(progress, total, "checking") as bar:
                 offset = 0
                 for chunk in reader.chunks():
-                    check.merge(plan.check_chunk(chunk, offset))
+                    checked = plan.checked_chunk(chunk, offset)
+                    check.merge(checked.checked.check)
+                    # The release pass starts from the first chunk as checked here, unless a
+                    # ledger screens it: the screen must see the release pass from its start.
+                    if offset == 0 and plan.screen is None:
+                        first = checked
                     offset += len(chunk)
                     bar.update(len(chunk))
             if check.counts["records"] == 0:
@@ -297,7 +310,7 @@ def _release(
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
-            with closing(_released_chunks(plan, reader, bar.update)) as released:
+            with closing(_released_chunks(plan, reader, bar.update, first)) as released:
                 for out, part in released:
                     writer.write(out)
                     merge_counts(counts, part)

@@ -126,8 +126,13 @@ class ReleasePlan:
 
         Uses exactly the rules of :meth:`process_chunk`; nothing is recorded in the plan.
         """
+        return self.checked_chunk(df, row_offset).checked.check
+
+    def checked_chunk(self, df: pd.DataFrame, row_offset: int = 0) -> PendingChunk:
+        """A chunk with its records checked, failures and all (:meth:`check_chunk` keeps
+        only the verdicts; :meth:`prepare_chunk` refuses failures under ``on_error="error"``)."""
         self.check_columns(df.columns)
-        return self.check_records(df, int(row_offset)).check
+        return PendingChunk(self, df, int(row_offset), self.check_records(df, int(row_offset)))
 
     # -- releasing ----------------------------------------------------------------------------
 
@@ -166,12 +171,11 @@ class ReleasePlan:
         :class:`InputDataError` under ``on_error="error"`` if any fails); nothing is drawn or
         recorded in the plan yet, but the ledger's screen (if any) has seen the chunk, so
         chunks must be prepared in input order."""
-        self.check_columns(df.columns)
-        checked = self.check_records(df, int(row_offset))
-        counts = checked.check.counts
-        if counts["failed"] and self.on_error == "error":
-            raise failure_error(checked.check.row_errors, counts)
-        return PendingChunk(self, df, int(row_offset), checked)
+        pending = self.checked_chunk(df, row_offset)
+        check = pending.checked.check
+        if check.counts["failed"] and self.on_error == "error":
+            raise failure_error(check.row_errors, check.counts)
+        return pending
 
     def finish_chunk(
         self,
