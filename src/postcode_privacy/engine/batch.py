@@ -14,7 +14,8 @@ copy-on-write, so nothing large is pickled; each task returns only its output no
 Every output is a function of its own record alone (key, subject, postcode, graph, epsilon,
 radius), so results do not depend on the number of workers, the task size or the order in which
 tasks finish.  Where ``fork`` is unavailable or unsafe (Windows, macOS), everything runs in the
-calling process.
+calling process.  ``_start_canonical`` returns the draws under way, so that the release layer
+can check its next chunk while the workers draw this one (release/files.py).
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ Guarantees (docs/release.md, "Nothing is lost"):
 * with ``on_error="error"`` every chunk is checked before anything is perturbed, and one failing
   record anywhere means no output at all.
 
-Memory is bounded by the chunk size plus 16 bytes per distinct subject identifier (the
-duplicate-subject check), whatever the length of the file.
+Memory is bounded by two chunks (the one being drawn and the one being checked or written)
+plus 16 bytes per distinct subject identifier (the duplicate-subject check), whatever the
+length of the file.  The two overlap only in time: chunks are checked, drawn and written in
+input order, and each output is what ``ReleasePlan.process_chunk`` gives chunk by chunk.
 """
 
 from __future__ import annotations
