@@ -229,50 +229,11 @@ def perturb_nodes(
 
 
 def _perturb_canonical(
-    mechanism: Mechanism,
-    key: Key,
-    subject_ids: Sequence[str],
-    nodes,
-    *,
-    workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
-    landmarks: bool | None = None,
-    profiles: bool | str | None = None,
-    brackets: Brackets | None = None,
-    quiet: bool = False,
+    mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes, **options: Any
 ) -> np.ndarray:
-    """Output node for each record (true node ``nodes[i]``, canonical ``subject_ids[i]``).
-
-    For callers inside the package that have already canonicalised every identifier (the
-    release layer does, once, while checking records).  Preconditions: identifiers are
-    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
-    :func:`default_workers`.  Without ``fork`` everything runs in this process.
-    ``progress``, if given, is called in the calling process with the number of records
-    finished each time a task completes.  ``landmarks``: whether to use the landmark bound
-    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
-    whether to use the ball-mass profile table (engine/profiles.py, ``profiles_to_use``: True,
-    False, "cached", or None for the default, which uses it on the embedded graph and builds it
-    there on first use for a batch of many distinct postcodes).
-    ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
-    layer keeps one per release), in which bounds on Z are kept by source so that a postcode
-    seen again in a later batch needs no deep exploration (``FastSampler._brackets_for``).
-    ``quiet``: no progress lines if the profile table is built on first use.  None of these
-    options changes any output.
-
-    Postcondition: element i equals the reference sampler's output for record i.
-    """
-    return _start_canonical(
-        mechanism,
-        key,
-        subject_ids,
-        nodes,
-        workers=workers,
-        progress=progress,
-        landmarks=landmarks,
-        profiles=profiles,
-        brackets=brackets,
-        quiet=quiet,
-    ).result()
+    """Output node for each record: ``_start_canonical`` (the same arguments), waiting for the
+    draws to finish."""
+    return _start_canonical(mechanism, key, subject_ids, nodes, **options).result()
 
 
 class _Draws:
@@ -359,9 +320,29 @@ def _start_canonical(
     brackets: Brackets | None = None,
     quiet: bool = False,
 ) -> _Draws:
-    """Start ``_perturb_canonical``'s draws (same arguments and preconditions) and return
-    them under way: the caller collects the outputs with :meth:`_Draws.result` (or stops the
-    workers with :meth:`_Draws.cancel`)."""
+    """Start the draws of every record (true node ``nodes[i]``, canonical ``subject_ids[i]``)
+    and return them under way: :meth:`_Draws.result` gives the outputs once drawn, and
+    :meth:`_Draws.cancel` stops the workers.
+
+    For callers inside the package that have already canonicalised every identifier (the
+    release layer does, once, while checking records).  Preconditions: identifiers are
+    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
+    :func:`default_workers`.  Without ``fork`` everything runs in this process.
+    ``progress``, if given, is called in the calling process with the number of records
+    finished each time a task completes.  ``landmarks``: whether to use the landmark bound
+    (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
+    whether to use the ball-mass profile table (engine/profiles.py, ``profiles_to_use``: True,
+    False, "cached", or None for the default, which uses it on the embedded graph and builds it
+    there on first use for a batch of many distinct postcodes).
+    ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
+    layer keeps one per release), in which bounds on Z are kept by source so that a postcode
+    seen again in a later batch needs no deep exploration (``FastSampler._brackets_for``).
+    ``quiet``: no progress lines if the profile table is built on first use.  None of these
+    options changes any output.
+
+    Postcondition: element i of ``result()`` equals the reference sampler's output for
+    record i.
+    """
     nodes = np.asarray(nodes, dtype=np.int64).reshape(-1)
     n = nodes.size
     if len(subject_ids) != n:
