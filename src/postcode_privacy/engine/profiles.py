@@ -223,9 +223,11 @@ def _map_order(graph: Graph) -> np.ndarray:
     side = 1 << 16
     cells = []
     for axis in (0, 1):
-        values = np.asarray(coordinates[:, axis], dtype=np.float64)
-        low, span = values.min(), float(np.ptp(values)) or 1.0
-        cells.append(np.minimum(((values - low) / span * side).astype(np.int64), side - 1))
+        # Cells by rank, not by value: any floats (NaN, huge, all equal) give a valid grid
+        # without float arithmetic; the curve keeps the order along each axis.
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(coordinates[:, axis], kind="stable")] = np.arange(n)
+        cells.append(rank * side // n)
     return np.argsort(_curve_positions(cells[0], cells[1], side), kind="stable")
 
 
@@ -457,7 +459,10 @@ def _remove_other_depths(graph: Graph, depth: int) -> None:
     for path in prefix.parent.glob(f"{prefix.name}*"):
         other = path.name[len(prefix.name) :].removesuffix(".npy").removesuffix(".json")
         if other.isdigit() and int(other) != depth:  # never a partial file of a build
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:  # best effort: the new table is cached and used regardless
+                pass
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -3,9 +3,10 @@
 * :class:`ReleaseOptions` (``options.py``) declares every option a caller chooses, validated
   once, for every entry point (``perturb_frame``, ``release_file``, Spark, the CLI).
 * :class:`ReleasePlan` holds a :class:`~postcode_privacy.Mechanism`, the key and the options;
-  :meth:`ReleasePlan.process_chunk` is the one place where records are checked and perturbed.
-  The CLI streams file chunks through it, :func:`perturb_frame` passes a whole DataFrame, and
-  the Spark path calls it once per partition.
+  :meth:`ReleasePlan.process_chunk` checks and perturbs a chunk of records by one set of rules
+  and one call into the engine.  The CLI streams file chunks through its three steps
+  (overlapping one chunk's draws with the next chunk's checks), :func:`perturb_frame` passes a
+  whole DataFrame, and the Spark path calls it once per partition.
 * :func:`release_file` is the file-to-file workflow behind ``postcode-privacy perturb``: chunked
   reading, a validation pass, atomic output, the publishable manifest and the private audit
   file (``manifest.py``).

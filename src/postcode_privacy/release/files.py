@@ -239,8 +239,10 @@ def _released_chunks(
                 drawing.wait()  # its workers are gone: the next chunk's may start
             ready.start(progress)
             finished, drawing = drawing, ready
-            if finished is not None:  # built and written while ``ready`` is drawn
+            del ready  # from here on ``drawing`` alone holds the chunk being drawn
+            if finished is not None:  # built and written while ``drawing`` is drawn
                 yield plan.finish_chunk(finished, warn=False, progress=progress)
+                finished = None  # written: not kept while the next chunk is checked
         if drawing is not None:
             finished, drawing = drawing, None
             yield plan.finish_chunk(finished, warn=False, progress=progress)
@@ -316,6 +318,7 @@ def _release(
                 for out, part in released:
                     writer.write(out)
                     merge_counts(counts, part)
+                    del out  # not held while the next chunk is checked (two chunks at most)
         if counts["records"] == 0:
             raise _no_records(reader)
         writer.close(columns)

@@ -1,8 +1,10 @@
 """The release plan: options, key and mechanism, and the one function that releases rows.
 
 Every way of releasing records (``perturb_frame``, the ``perturb`` command, the Spark path) goes
-through :meth:`ReleasePlan.process_chunk`, so the rules of docs/release.md are enforced in one
-place: the records are checked by :class:`~postcode_privacy.release.records.RecordRules`, a
+through :meth:`ReleasePlan.process_chunk`, or its three steps (``prepare_chunk``,
+``PendingChunk.start``, ``finish_chunk``) where ``perturb`` overlaps chunks, so the rules of
+docs/release.md are enforced in one place: the records are checked by
+:class:`~postcode_privacy.release.records.RecordRules`, a
 record that fails is handled by the error policy (``"error"`` refuses the whole chunk listing
 the failing rows, ``"null"`` leaves its released cell empty, ``"drop"`` leaves it out), and the
 others go to the engine in one call.

@@ -1,0 +1,400 @@
+"""The overlapped release (release/files.py ``_released_chunks``, engine ``_Draws``), and the
+profile table's map order and stale-table clean-up (engine/profiles.py), tested as a hostile
+user would: outputs under every policy, format, chunking and worker count; failures and
+signals at every step; odd coordinates; the memory the overlap holds.
+
+Releases here use worker processes (POSTCODE_PRIVACY_WORKERS=2 and chunks of at least
+engine.batch.PARALLEL_MIN accepted records) and several chunks, on a small generated graph.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_fast_path import planar_graph
+
+from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import landmarks as engine_landmarks
+from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.errors import PostcodePrivacyError
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.graph.shells import node_shells
+from postcode_privacy.keyfile import ENV_VAR, write_key_file
+from postcode_privacy.release import release_file
+from postcode_privacy.release import tables as release_tables
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"
+RUN_CLI = "import sys; from postcode_privacy.cli import entry_point; entry_point()"
+
+
+@pytest.fixture(scope="module")
+def grid():
+    codes, east, north = [], [], []
+    for r in range(6):
+        for c in range(6):
+            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
+            east.append(400000.0 + c * 100)
+            north.append(430000.0 + r * 100)
+    return build_graph(codes, east, north), codes
+
+
+KEY = Key.from_bytes(b"r" * 32)
+
+
+def records(codes, n, bad=False):
+    """``n`` records; with ``bad``, every 97th has an unknown postcode and every 89th a blank
+    identifier (failures for on_error null/drop)."""
+    pcs = [codes[(7 * i) % len(codes)] for i in range(n)]
+    ids = [f"s{i:06d}" for i in range(n)]
+    if bad:
+        for i in range(0, n, 97):
+            pcs[i] = "ZZ9 9ZZ"
+        for i in range(5, n, 89):
+            ids[i] = ""
+    return pd.DataFrame({"person": ids, "pc": pcs, "note": [f"n{i}" for i in range(n)]})
+
+
+def release(src, out, graph, **options):
+    return release_file(
+        src,
+        out,
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=graph,
+        **options,
+    )
+
+
+def no_children_left():
+    assert multiprocessing.active_children() == []
+    assert not engine_batch._PARALLEL_LOCK.locked()
+    assert engine_batch._HOLDER is None and engine_batch._JOB is None
+
+
+# -- output equality ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("on_error", ["error", "null", "drop"])
+def test_release_is_the_same_whatever_chunks_and_workers(
+    grid, tmp_path, monkeypatch, fmt, on_error
+):
+    """Byte-identical outputs for chunk sizes 2,100 / 3,000 / everything and 1 or 2 workers,
+    and each released postcode equals Mechanism.perturb of its record."""
+    graph, codes = grid
+    df = records(codes, 7000, bad=on_error != "error")
+    src = tmp_path / f"in.{fmt}"
+    if fmt == "csv":
+        df.to_csv(src, index=False)
+    else:
+        df.to_parquet(src, index=False)
+    outputs = {}
+    for workers, chunk in [("1", 100_000), ("2", 2100), ("2", 3000), ("1", 2100)]:
+        monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", workers)
+        out = tmp_path / f"out-{workers}-{chunk}.{fmt}"
+        release(src, out, graph, chunk_size=chunk, on_error=on_error)
+        outputs[(workers, chunk)] = out.read_bytes()
+        no_children_left()
+    assert len(set(outputs.values())) == 1
+    released = (
+        pd.read_csv(tmp_path / f"out-1-2100.{fmt}", dtype=str, keep_default_na=False)
+        if fmt == "csv"
+        else pd.read_parquet(tmp_path / f"out-1-2100.{fmt}")
+    )
+    mechanism = Mechanism(graph, "1")
+    kept = df if on_error != "drop" else df[(df.pc != "ZZ9 9ZZ") & (df.person != "")]
+    assert len(released) == len(kept)
+    assert released["person"].tolist() == kept["person"].tolist()
+    checked = 0
+    for i in range(0, len(kept), 13):
+        row = kept.iloc[i]
+        got = released["postcode_dp"].iloc[i]
+        if row.pc == "ZZ9 9ZZ" or row.person == "":
+            assert got in ("", None) or pd.isna(got)
+            continue
+        assert got == mechanism.perturb(KEY, row.person, row.pc)
+        checked += 1
+    assert checked > 400
+
+
+# -- failures while workers draw ------------------------------------------------------------------
+
+
+def failing_task(bounds):
+    """A worker task that fails (module level: pickled by reference into the workers)."""
+    raise RuntimeError("worker failed")
+
+
+def test_a_worker_failing_leaves_nothing_and_the_next_release_works(grid, tmp_path, monkeypatch):
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = tmp_path / "in.csv"
+    records(codes, 9000).to_csv(src, index=False)
+    original = engine_batch._worker_task
+    monkeypatch.setattr(engine_batch, "_worker_task", failing_task)
+    with pytest.raises(RuntimeError, match="worker failed"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=3000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    no_children_left()
+    monkeypatch.setattr(engine_batch, "_worker_task", original)
+    release(src, tmp_path / "out.csv", graph, chunk_size=3000)
+    no_children_left()
+    assert (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_the_writer_failing_stops_the_workers_drawing_the_next_chunk(
+    grid, tmp_path, monkeypatch, fmt
+):
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = tmp_path / "in.csv"
+    records(codes, 9000).to_csv(src, index=False)
+    real_open = release_tables.open_writer
+    seen = []
+
+    def failing_open(*args, **kwargs):
+        writer = real_open(*args, **kwargs)
+        real_write = writer.write
+
+        def write(frame):
+            seen.append(engine_batch._PARALLEL_LOCK.locked())  # the next chunk is drawn
+            if len(seen) == 2:
+                raise OSError(28, "No space left on device")
+            return real_write(frame)
+
+        writer.write = write
+        return writer
+
+    import postcode_privacy.release.files as release_files
+
+    monkeypatch.setattr(release_files, "open_writer", failing_open)
+    with pytest.raises(PostcodePrivacyError, match="cannot write the output"):
+        release(src, tmp_path / f"out.{fmt}", graph, chunk_size=3000)
+    assert seen == [True, True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    no_children_left()
+    monkeypatch.setattr(release_files, "open_writer", real_open)
+    release(src, tmp_path / f"out.{fmt}", graph, chunk_size=3000)
+    no_children_left()
+
+
+def _processes_naming(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker`` (forked workers share it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and "\nState:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow  # a CLI process on 400,000 records per case
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize(
+    "signum, group", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)]
+)
+def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, signum, group):
+    """A real CLI process stopped while its workers draw (release pass, several chunks), or its
+    whole process group (Ctrl-C on a terminal): exit code 130, nothing but the input in the
+    directory, and no worker process left behind."""
+    graph, codes = grid
+    graph.save(tmp_path / "g.ppgraph")
+    write_key_file(KEY, tmp_path / "a.key")
+    src = tmp_path / "in.csv"
+    records(codes, 400_000).to_csv(src, index=False)
+    out = tmp_path / "out-marker-review.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), POSTCODE_PRIVACY_WORKERS="2")
+    env.pop(ENV_VAR, None)
+    argv = [
+        "perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "person",
+        "--postcode-column", "pc", "--graph", str(tmp_path / "g.ppgraph"),
+        "--key", str(tmp_path / "a.key"), "--chunk-size", "20000",
+    ]  # fmt: skip
+    log = tmp_path.parent / f"{tmp_path.name}.stderr"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN_CLI, *argv], env=env, stderr=stderr, start_new_session=group
+        )
+        try:
+            deadline = time.monotonic() + 120
+            # Wait for the release pass with workers: several processes carry the marker.
+            while len(_processes_naming("out-marker-review")) < 2:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.3)
+            if group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert code == 130, log.read_text()
+    time.sleep(0.5)
+    assert _processes_naming("out-marker-review") == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.key", "g.ppgraph", "in.csv"]
+
+
+# -- the profile table ----------------------------------------------------------------------------
+
+
+def _loc_mass(graph):
+    return engine_landmarks.GraphTables(graph).loc_mass
+
+
+def _with_coordinates(graph, coordinates):
+    from postcode_privacy.graph.graph import Graph
+
+    return Graph(
+        [graph.label(i) for i in range(len(graph))],
+        graph.node_location,
+        graph.loc_indptr,
+        graph.loc_indices,
+        graph.prior,
+        coordinates,
+    )
+
+
+def _odd_coordinates(kind: str, n: int, rng: random.Random) -> np.ndarray:
+    if kind == "equal":
+        return np.full((n, 2), 7.0)
+    if kind == "collinear":
+        return np.array([[float(i), 2.0 * i + 1] for i in range(n)])
+    if kind == "huge":
+        return np.array(
+            [[rng.choice([-1e308, 1e308, 0.0]), rng.uniform(-1e308, 1e308)] for _ in range(n)]
+        )
+    if kind == "negative":
+        return np.array([[-1e12 - rng.random(), -rng.random() * 1e9] for _ in range(n)])
+    if kind == "nan":
+        out = np.array([[rng.random(), rng.random()] for _ in range(n)])
+        out[::3, 0] = np.nan
+        return out
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["equal", "collinear", "negative", "huge", "nan"])
+@pytest.mark.parametrize("group", [1, 5, 64])
+def test_profiles_on_odd_coordinates_are_the_reference_shells_without_warnings(
+    kind, group, monkeypatch
+):
+    """The map order only changes speed: odd coordinates (all equal, collinear, huge, negative
+    or missing) give the reference shells, and no warning (pytest turns warnings into errors;
+    a Graph accepts any float coordinates)."""
+    monkeypatch.setattr(engine_profiles, "_GROUP", group)
+    rng = random.Random(17)
+    base = planar_graph(rng, 60, 80, 0.8, 20)
+    graph = _with_coordinates(base, _odd_coordinates(kind, base.n_locations, rng))
+    depth = 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = engine_profiles.BallProfiles(
+            engine_profiles.build_profiles(graph, _loc_mass(graph), depth), graph
+        )
+    for node in range(len(graph)):
+        location = int(graph.node_location[node])
+        expected = [int(graph.prior[s].sum()) for s in node_shells(graph, node, depth)]
+        assert table.shell_masses(location, int(graph.prior[node]), depth) == expected
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTCODE_PRIVACY_CACHE", str(tmp_path))
+    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
+    monkeypatch.setattr(engine_profiles, "_GROUP", 4)
+    monkeypatch.setattr(engine_profiles, "DEPTH", 6)
+    return tmp_path
+
+
+def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(cache, monkeypatch):
+    """The clean-up of other depths is best effort: a stale table this user may not delete (a
+    shared cache directory with the sticky bit, as /tmp) must neither throw away the table just
+    cached nor make the caller build the whole table again in memory."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    stale = cache / f"profiles-{graph.sha256[:32]}-d5.npy"
+    stale.write_bytes(b"x")
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self == stale:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    builds = []
+    real_build = engine_profiles.build_profiles
+
+    def counting_build(*args, **kwargs):
+        builds.append(1)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(engine_profiles, "build_profiles", counting_build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = engine_profiles.profiles_for(graph, _loc_mass(graph))
+    assert builds == [1]
+    assert (cache / f"profiles-{graph.sha256[:32]}-d6.npy").exists()
+    assert isinstance(table.cumulative, np.memmap)
+
+
+# -- memory: "bounded by two chunks" --------------------------------------------------------------
+
+
+def test_at_most_two_input_chunks_are_held_while_the_next_is_checked(grid, tmp_path, monkeypatch):
+    """release/files.py: "Memory is bounded by two chunks (the one being drawn and the one being
+    checked or written)".  When chunk k + 2 is checked, chunk k was written already and must be
+    gone; only chunk k + 1 (drawn by the workers) and chunk k + 2 may be alive."""
+    import gc
+    import weakref
+
+    from postcode_privacy.release.plan import ReleasePlan
+
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = tmp_path / "in.csv"
+    records(codes, 10_000).to_csv(src, index=False)
+    alive: list[weakref.ref] = []
+    real_chunks = release_tables.TableReader.chunks
+
+    def tracked_chunks(self):
+        for chunk in real_chunks(self):
+            alive.append(weakref.ref(chunk))
+            yield chunk
+
+    monkeypatch.setattr(release_tables.TableReader, "chunks", tracked_chunks)
+    held = []
+    real_prepare = ReleasePlan.prepare_chunk
+
+    def counting_prepare(self, df, row_offset=0):
+        gc.collect()
+        held.append(sum(1 for ref in alive if ref() is not None))
+        return real_prepare(self, df, row_offset)
+
+    monkeypatch.setattr(ReleasePlan, "prepare_chunk", counting_prepare)
+    release(src, tmp_path / "out.csv", graph, chunk_size=2000, on_error="null")
+    assert len(held) == 5
+    assert max(held) <= 2, held
