@@ -212,10 +212,10 @@ def _curve_positions(cells_x, cells_y, side):  # pragma: no cover - compiled
 
 
 def _map_order(graph: Graph) -> np.ndarray:
-    """The locations in Hilbert-curve order of their coordinates, or in their own order for a
-    graph without coordinates.  Only the speed of the sweeps depends on this order: a ball
-    then lies in few stretches of memory (measured: a quarter less time on the national
-    graph)."""
+    """The locations along a Hilbert curve through the ranks of their coordinates, or in
+    their own order for a graph without coordinates.  Only the speed of the sweeps depends on
+    this order: a ball then lies in few stretches of memory (docs/performance.md, "The
+    ball-mass profile table")."""
     n = graph.n_locations
     coordinates = graph.location_coordinates
     if coordinates is None or n == 0:
