@@ -303,6 +303,32 @@ def test_an_interruption_while_workers_draw_stops_them_and_leaves_nothing(
     assert (tmp_path / "out.csv").exists()
 
 
+def test_an_interruption_just_after_workers_start_stops_them(grid, key, tmp_path, monkeypatch):
+    """Ctrl-C landing the moment a chunk's workers have started (before the release loop has
+    taken the chunk over): those workers are stopped too, and the lock is free."""
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = write_csv(records(codes, n=6000), tmp_path / "in.csv")
+    original = engine_batch._Draws.start
+    started = []
+
+    def start_then_interrupt(self):
+        starting = self._waiting is not None  # result() calls start() again: not counted
+        original(self)
+        if starting:
+            started.append(self._pool is not None)
+            if len(started) == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_batch._Draws, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run(src, tmp_path / "out.csv", graph, key, chunk_size=3000)
+    assert started == [True, True]  # the second chunk's workers were running when it struck
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    assert multiprocessing.active_children() == []
+    assert not engine_batch._PARALLEL_LOCK.locked()
+
+
 def test_draws_must_be_collected_before_others_start(grid, key):
     """Starting a second batch of worker draws from the thread whose first batch is still
     under way is refused (it would wait for itself for ever)."""

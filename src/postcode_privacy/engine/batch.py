@@ -237,12 +237,15 @@ def _perturb_canonical(
 
 
 class _Draws:
-    """The draws of one batch under way (``_start_canonical``): the calling process has run
-    what it runs itself; worker processes, if any, are drawing the rest until :meth:`result`.
+    """The draws of one batch (``_start_canonical``): the calling process has run what it runs
+    itself; the rest, if any, is drawn by worker processes from :meth:`start` (which
+    :meth:`result` calls if the caller has not) until :meth:`result`.
 
-    Between the start and :meth:`result` the caller may do other work (the release layer
+    Between :meth:`start` and :meth:`result` the caller may do other work (the release layer
     checks its next chunk meanwhile), but must not start other draws: the workers hold
-    ``_PARALLEL_LOCK`` and ``_JOB`` until :meth:`result` or :meth:`cancel`.
+    ``_PARALLEL_LOCK`` and ``_JOB`` until :meth:`result` or :meth:`cancel`.  The workers are
+    started by a separate call so that the caller holds this object before any worker exists:
+    an interruption at any moment leaves it something to cancel.
     """
 
     def __init__(
@@ -256,6 +259,13 @@ class _Draws:
         self._brackets, self._progress = brackets, progress
         self._pool: Any = None  # a multiprocessing pool, while workers draw
         self._results: Iterator[tuple[int, np.ndarray, list[tuple[int, Bracket]]]] = iter(())
+        self._waiting: tuple[_Job, list[tuple[int, int]], int] | None = None  # for the workers
+
+    def start(self) -> None:
+        """Start the worker processes, if this batch has any work for them (idempotent)."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            self._start_workers(*waiting)
 
     def _start_workers(self, job: _Job, tasks: list[tuple[int, int]], workers: int) -> None:
         global _JOB, _HOLDER
@@ -284,6 +294,7 @@ class _Draws:
         """Every record's output node, once the workers have finished (they are then gone)."""
         brackets = self._brackets
         try:
+            self.start()
             for start, result, kept in self._results:
                 self._take(start, result)
                 if brackets is not None:  # workers keep brackets only when given some
@@ -295,8 +306,9 @@ class _Draws:
         return self._out
 
     def cancel(self) -> None:
-        """Stop the workers, if any are left (idempotent)."""
+        """Stop the workers, if any are left, or keep them from starting (idempotent)."""
         global _JOB, _HOLDER
+        self._waiting = None
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -320,9 +332,9 @@ def _start_canonical(
     brackets: Brackets | None = None,
     quiet: bool = False,
 ) -> _Draws:
-    """Start the draws of every record (true node ``nodes[i]``, canonical ``subject_ids[i]``)
-    and return them under way: :meth:`_Draws.result` gives the outputs once drawn, and
-    :meth:`_Draws.cancel` stops the workers.
+    """Prepare the draws of every record (true node ``nodes[i]``, canonical ``subject_ids[i]``)
+    and return them: :meth:`_Draws.start` starts the worker processes, :meth:`_Draws.result`
+    gives the outputs once drawn, and :meth:`_Draws.cancel` stops the workers.
 
     For callers inside the package that have already canonicalised every identifier (the
     release layer does, once, while checking records).  Preconditions: identifiers are
@@ -395,7 +407,7 @@ def _start_canonical(
         for start, stop in rest:
             draws._take(start, _run_task(sampler, job, start, stop))
     else:
-        draws._start_workers(job, rest, workers)
+        draws._waiting = (job, rest, workers)  # started by draws.start() or draws.result()
     return draws
 
 

@@ -227,6 +227,7 @@ def _released_chunks(
     the first chunk as the check pass left it, released without checking it again.
     ``progress`` moves as the engine finishes each batch, not once per chunk."""
     drawing: PendingChunk | None = None
+    ready: PendingChunk | None = None
     try:
         offset = 0
         for chunk in reader.chunks():
@@ -238,17 +239,17 @@ def _released_chunks(
             if drawing is not None:
                 drawing.wait()  # its workers are gone: the next chunk's may start
             ready.start(progress)
-            finished, drawing = drawing, ready
-            del ready  # from here on ``drawing`` alone holds the chunk being drawn
+            finished, drawing, ready = drawing, ready, None
             if finished is not None:  # built and written while ``drawing`` is drawn
                 yield plan.finish_chunk(finished, warn=False, progress=progress)
                 finished = None  # written: not kept while the next chunk is checked
         if drawing is not None:
             finished, drawing = drawing, None
             yield plan.finish_chunk(finished, warn=False, progress=progress)
-    finally:
-        if drawing is not None:  # an error or an interruption: stop the workers
-            drawing.cancel()
+    finally:  # an error or an interruption: stop any workers (also if ``ready`` just started)
+        for pending in (drawing, ready):
+            if pending is not None:
+                pending.cancel()
 
 
 def _release(

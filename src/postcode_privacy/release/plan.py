@@ -267,7 +267,7 @@ class PendingChunk:
         if self._draws is not None or self._drawn is not None:
             raise RuntimeError("this chunk's draws have already been started")
         plan = self.plan
-        self._draws = _start_canonical(
+        self._draws = draws = _start_canonical(
             plan.mechanism,
             plan.key,
             self.accepted,
@@ -277,6 +277,7 @@ class PendingChunk:
             profiles=plan.profiles,
             quiet=plan.quiet,
         )
+        draws.start()  # workers only once this chunk holds the draws, so cancel() reaches them
 
     def wait(self) -> np.ndarray:
         """The released node of each accepted record, once drawn (the workers are then gone)."""
