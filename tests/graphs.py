@@ -86,3 +86,25 @@ def shapes(seed: int = 0):
         ("disconnected", lambda pr: disconnected(pr), 8),
         ("colocated", lambda pr: colocated(pr), 9),
     ]
+
+
+UNITS = "ABDEFGHJLNPQRSTUWXYZ"  # letters a postcode's unit may use
+
+
+def leeds_grid(max_edge_km: float = 50.0, colocated: bool = False):
+    """(graph, codes): 36 real-looking postcodes on a 6 x 6 grid 100 m apart in Leeds, built
+    from coordinates like the national graph (``build_graph``); with ``colocated``, two more
+    postcodes share the centroid of 'LS1 1AA' (one location, three members)."""
+    from postcode_privacy.graph.build import build_graph
+
+    codes, east, north = [], [], []
+    for r in range(6):
+        for c in range(6):
+            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
+            east.append(400000.0 + c * 100)
+            north.append(430000.0 + r * 100)
+    if colocated:
+        codes += ["LS2 1ZZ", "LS2 1ZY"]
+        east += [400000.0, 400000.0]
+        north += [430000.0, 430000.0]
+    return build_graph(codes, east, north, max_edge_km=max_edge_km), codes

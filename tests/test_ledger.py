@@ -15,32 +15,21 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from graphs import leeds_grid
 
 from postcode_privacy import Key, write_key_file
 from postcode_privacy.cli import main
 from postcode_privacy.errors import InputDataError, KeyFileError
-from postcode_privacy.graph.build import build_graph
 from postcode_privacy.ledger import Ledger, LedgerRecorder, check_release, spend_text
 from postcode_privacy.ledger.digests import Digester, DrawParameters, _Hmac
 from postcode_privacy.ledger.recording import TEST_PAUSE_ENV
 from postcode_privacy.release import release_file
 from postcode_privacy.release.manifest import read_audit
 
-UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def grid_graph(max_edge_km=50.0):
-    codes, east, north = [], [], []
-    for r in range(6):
-        for c in range(6):
-            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
-            east.append(400000.0 + c * 100)
-            north.append(430000.0 + r * 100)
-    return build_graph(codes, east, north, max_edge_km=max_edge_km), codes
-
-
-GRAPH, CODES = grid_graph()
+GRAPH, CODES = leeds_grid()
 KEY = Key.from_bytes(b"k" * 32)
 
 
@@ -207,7 +196,7 @@ def test_each_condition_that_differs_is_a_new_draw(ledger, tmp_path, monkeypatch
     elif change == "postcode":
         src = write_input(tmp_path / "in2.csv", ["1"], [CODES[1]])
     elif change == "graph":
-        options["graph"] = grid_graph(max_edge_km=0.15)[0]
+        options["graph"] = leeds_grid(max_edge_km=0.15)[0]
         assert options["graph"].sha256 != GRAPH.sha256
     elif change == "epsilon":
         options["epsilon"] = "0.25"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,6 +124,37 @@ def test_a_cached_build_removes_only_this_graphs_tables_of_other_depths(cache):
     assert not any(path.exists() for path in stale)
     assert all(path.exists() for path in kept)
     assert (cache / f"{mine}6.npy").exists() and (cache / f"{mine}6.json").exists()
+
+
+def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(cache, monkeypatch):
+    """The clean-up of other depths is best effort: a stale table this user may not delete (a
+    shared cache directory with the sticky bit, as /tmp) must neither throw away the table just
+    cached nor make the caller build the whole table again in memory."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    stale = cache / f"profiles-{graph.sha256[:32]}-d5.npy"
+    stale.write_bytes(b"x")
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self == stale:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    builds = []
+    real_build = engine_profiles.build_profiles
+
+    def counting_build(*args, **kwargs):
+        builds.append(1)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(engine_profiles, "build_profiles", counting_build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = engine_profiles.profiles_for(graph, loc_mass(graph))
+    assert builds == [1]
+    assert (cache / f"profiles-{graph.sha256[:32]}-d6.npy").exists()
+    assert isinstance(table.cumulative, np.memmap)
 
 
 def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):

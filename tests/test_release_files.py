@@ -13,30 +13,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from graphs import leeds_grid
 
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
 from postcode_privacy.engine import batch as engine_batch
-from postcode_privacy.graph.build import build_graph
 from postcode_privacy.release import ReleasePlan, release_file
 from postcode_privacy.release.manifest import PUBLISHABLE_FIELDS, read_audit
 from postcode_privacy.release.plan import PendingChunk
 
-UNITS = "ABDEFGHJLNPQRSTUWXYZ"
-
 
 @pytest.fixture(scope="module")
 def grid():
-    codes, east, north = [], [], []
-    for r in range(6):
-        for c in range(6):
-            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
-            east.append(400000.0 + c * 100)
-            north.append(430000.0 + r * 100)
-    # Two postcodes sharing the centroid of 'LS1 1AA' (one location, three members).
-    codes += ["LS2 1ZZ", "LS2 1ZY"]
-    east += [400000.0, 400000.0]
-    north += [430000.0, 430000.0]
-    return build_graph(codes, east, north), codes
+    return leeds_grid(colocated=True)
 
 
 @pytest.fixture(scope="module")

@@ -22,32 +22,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from graphs import leeds_grid
 from test_fast_path import planar_graph
+from test_release_files import run
 
 from postcode_privacy import Key, Mechanism
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.errors import PostcodePrivacyError
-from postcode_privacy.graph.build import build_graph
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.keyfile import ENV_VAR, write_key_file
-from postcode_privacy.release import release_file
 from postcode_privacy.release import tables as release_tables
 
-UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 RUN_CLI = "import sys; from postcode_privacy.cli import entry_point; entry_point()"
 
 
 @pytest.fixture(scope="module")
 def grid():
-    codes, east, north = [], [], []
-    for r in range(6):
-        for c in range(6):
-            codes.append(f"LS1 {1 + r}{UNITS[r]}{UNITS[c]}")
-            east.append(400000.0 + c * 100)
-            north.append(430000.0 + r * 100)
-    return build_graph(codes, east, north), codes
+    return leeds_grid()
 
 
 KEY = Key.from_bytes(b"r" * 32)
@@ -67,16 +60,7 @@ def records(codes, n, bad=False):
 
 
 def release(src, out, graph, **options):
-    return release_file(
-        src,
-        out,
-        key=KEY,
-        epsilon="1",
-        id_column="person",
-        postcode_column="pc",
-        graph=graph,
-        **options,
-    )
+    return run(src, out, graph, KEY, **options)  # epsilon 1, columns person and pc
 
 
 def no_children_left():
@@ -319,46 +303,6 @@ def test_profiles_on_odd_coordinates_are_the_reference_shells_without_warnings(
         location = int(graph.node_location[node])
         expected = [int(graph.prior[s].sum()) for s in node_shells(graph, node, depth)]
         assert table.shell_masses(location, int(graph.prior[node]), depth) == expected
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSTCODE_PRIVACY_CACHE", str(tmp_path))
-    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
-    monkeypatch.setattr(engine_profiles, "_GROUP", 4)
-    monkeypatch.setattr(engine_profiles, "DEPTH", 6)
-    return tmp_path
-
-
-def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(cache, monkeypatch):
-    """The clean-up of other depths is best effort: a stale table this user may not delete (a
-    shared cache directory with the sticky bit, as /tmp) must neither throw away the table just
-    cached nor make the caller build the whole table again in memory."""
-    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
-    stale = cache / f"profiles-{graph.sha256[:32]}-d5.npy"
-    stale.write_bytes(b"x")
-    real_unlink = Path.unlink
-
-    def unlink(self, missing_ok=False):
-        if self == stale:
-            raise PermissionError(1, "Operation not permitted", str(self))
-        return real_unlink(self, missing_ok=missing_ok)
-
-    monkeypatch.setattr(Path, "unlink", unlink)
-    builds = []
-    real_build = engine_profiles.build_profiles
-
-    def counting_build(*args, **kwargs):
-        builds.append(1)
-        return real_build(*args, **kwargs)
-
-    monkeypatch.setattr(engine_profiles, "build_profiles", counting_build)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        table = engine_profiles.profiles_for(graph, _loc_mass(graph))
-    assert builds == [1]
-    assert (cache / f"profiles-{graph.sha256[:32]}-d6.npy").exists()
-    assert isinstance(table.cumulative, np.memmap)
 
 
 # -- memory: "bounded by two chunks" --------------------------------------------------------------
