@@ -21,8 +21,8 @@ choose *how far* to explore before the exact decision (``engine/fast.py``, with 
 the time taken.  The landmark kernels at the end (``location_distances``, ``pair_table``,
 ``ball_bounds``) serve ``engine/landmarks.py``.
 
-Buffers are sized once per search object: two int32 arrays of one entry per location (6.7 MB each
-on the national graph) plus arrays of radius + 2 entries.
+Buffers are sized once per search object: two int32 arrays of (about) one entry per location
+(6.7 MB each on the national graph) plus arrays of radius + 2 entries.
 """
 
 from __future__ import annotations
@@ -55,18 +55,25 @@ def _start(node_location, prior, loc_mass, stamp, epoch, order, shell_ptr, masse
 
 @njit(cache=True)
 def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, h):
-    """Append location shell h (the unseen neighbours of shell h - 1); return its prior mass."""
-    n = shell_ptr[h]
-    mass = 0
+    """Append location shell h (the unseen neighbours of shell h - 1); return its prior mass.
+
+    Branch-free: whether a neighbour is new is unpredictable, and a mispredicted branch per
+    edge was a quarter of the time.  ``order`` has room for one more than the locations, as
+    each neighbour is written one place ahead and kept only if it was unseen; the shell's
+    locations and their order are exactly those of the branching loop.
+    """
+    first = n = shell_ptr[h]
     for k in range(shell_ptr[h - 1], shell_ptr[h]):
         v = order[k]
         for e in range(indptr[v], indptr[v + 1]):
             w = indices[e]
-            if stamp[w] != epoch:
-                stamp[w] = epoch
-                order[n] = w
-                n += 1
-                mass += loc_mass[w]
+            unseen = stamp[w] != epoch
+            stamp[w] = epoch
+            order[n] = w
+            n += unseen
+    mass = 0
+    for k in range(first, n):
+        mass += loc_mass[order[k]]
     shell_ptr[h + 1] = n
     return mass
 
@@ -409,7 +416,7 @@ class ShellSearch:
         self.loc_mass = location_masses(graph) if loc_mass is None else loc_mass
         n_loc = graph.n_locations
         self._stamp = np.zeros(n_loc, dtype=np.int32)
-        self._order = np.empty(n_loc, dtype=np.int32)
+        self._order = np.empty(n_loc + 1, dtype=np.int32)  # + 1: see _expand
         self._shell_ptr = np.zeros(self.max_shells + 2, dtype=np.int64)
         self.masses = np.zeros(self.max_shells + 1, dtype=np.int64)
         self._epoch = 0
