@@ -15,6 +15,7 @@ import hashlib
 import json
 import lzma
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from postcode_privacy.graph.build import build_graph
 from postcode_privacy.keyfile import ENV_VAR, write_key_file
 from postcode_privacy.mechanism.epsilon import parse_epsilon
 from postcode_privacy.mechanism.subject import canonical_subject_id
-from postcode_privacy.postcodes import try_normalise
+from postcode_privacy.postcodes import is_normalised, try_normalise
 from postcode_privacy.release import release_file
 
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"
@@ -540,6 +541,42 @@ def test_epsilon_times_radius_is_checked_exactly_whatever_the_ambient_context(mo
 )
 def test_postcodes_outside_ascii_are_refused_before_case_mapping(text):
     assert try_normalise(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["SW1A 1AA", "GIR 0AA", "B1 1AY", "W1A 0AX", "AA9A 9AA", "BT1 5GS", "SW1A 1AA\n",
+     "SW1A  1AA", " SW1A 1AA", "sw1a 1aa", "SW1A1AA", "SW1A 1AI", "SW1A\u00a01AA", "SW1A 1AÅ",
+     "GIR0AA", "NPT 0AD", "", " ", "SW1A 1A", "\nSW1A 1AA", "SW1A\t1AA", "ſW1A 1AA"],
+)  # fmt: skip
+def test_is_normalised_exactly_when_normalising_changes_nothing(text):
+    """The release checks take a cell that is_normalised as its own normal form."""
+    assert is_normalised(text) == (try_normalise(text) == text)
+
+
+def test_is_normalised_agrees_with_try_normalise_on_random_text():
+    """Valid postcodes with 0 to 2 random edits (insert, delete, replace) from an alphabet of
+    case, space, newline, tab, NBSP, the long s and letters no unit may use."""
+    rng = random.Random(11)
+    alphabet = "AB9 0CIZa\n\t\u00a0ſ"
+    templates = ["SW1A 1AA", "GIR 0AA", "B1 1AY", "EC1A 1BB", "M1 1AE", "CR2 6XH"]
+    checked = 0
+    for _ in range(20_000):
+        text = list(rng.choice(templates))
+        for _ in range(rng.randrange(3)):
+            at = rng.randrange(len(text) + 1)
+            edit = rng.randrange(3)
+            if edit == 0:
+                text.insert(at, rng.choice(alphabet))
+            elif at < len(text):
+                if edit == 1:
+                    del text[at]
+                else:
+                    text[at] = rng.choice(alphabet)
+        cell = "".join(text)
+        assert is_normalised(cell) == (try_normalise(cell) == cell), repr(cell)
+        checked += is_normalised(cell)
+    assert 2_000 < checked < 19_000  # both answers are well represented
 
 
 def test_ascii_postcodes_still_normalise():

@@ -17,8 +17,19 @@ import re
 # Inward code: sector digit and a unit of two letters (never C I K M O V).
 _POSTCODE = re.compile(r"^(?:[A-Z]{1,2}[0-9][A-Z0-9]?[0-9][ABD-HJLNP-UW-Z]{2}|GIR0AA)$")
 _WHITESPACE = re.compile(r"\s+", re.ASCII)
+# The normalised form itself (used with fullmatch, so a trailing newline never matches).
+_NORMALISED = re.compile(r"(?:[A-Z]{1,2}[0-9][A-Z0-9]? [0-9][ABD-HJLNP-UW-Z]{2}|GIR 0AA)")
 
-__all__ = ["normalise", "is_valid", "try_normalise", "outward", "sector", "district", "area"]
+__all__ = [
+    "normalise",
+    "is_normalised",
+    "is_valid",
+    "try_normalise",
+    "outward",
+    "sector",
+    "district",
+    "area",
+]
 
 
 def try_normalise(text: object) -> str | None:
@@ -29,6 +40,12 @@ def try_normalise(text: object) -> str | None:
     if not _POSTCODE.match(compact):
         return None
     return f"{compact[:-3]} {compact[-3:]}"
+
+
+def is_normalised(text: str) -> bool:
+    """True exactly when ``try_normalise(text) == text``: ``text`` is already a postcode in the
+    normalised form (a quick test, for the many inputs that are)."""
+    return _NORMALISED.fullmatch(text) is not None
 
 
 def normalise(text: object) -> str:

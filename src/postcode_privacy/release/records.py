@@ -30,7 +30,7 @@ import pandas as pd
 from ..errors import InputDataError, option
 from ..graph.graph import Graph
 from ..mechanism.subject import canonical_subject_id
-from ..postcodes import try_normalise
+from ..postcodes import is_normalised, try_normalise
 from .options import ReleaseOptions
 
 if TYPE_CHECKING:
@@ -323,7 +323,10 @@ class RecordRules:
                     at = len(distinct)
                     distinct.append(value)
                 which[i] = at
-        norms = [self._normalised(v) for v in distinct]
+        # Cells already in normalised form (most, in practice) are their own normal form.
+        norms = [
+            v if type(v) is str and is_normalised(v) else self._normalised(v) for v in distinct
+        ]
         found = iter(self.graph.find_labels([n for n in norms if type(n) is str]).tolist())
         table = []
         for norm in norms:
