@@ -409,6 +409,21 @@ class FastSampler:
                 brackets[node] = entry
                 self.kept_brackets.append((node, entry))
 
+    @staticmethod
+    def _member_draw(group: _Group, r: int, n: int, first_block: int) -> int:
+        """Record r's ``uniform_int(n, MEMBER)``, its first block already read: attempt 0 keeps
+        the top bit_length(n - 1) bits of block 0; only a rejected attempt needs the stream."""
+        if n < 1:
+            raise ValueError("n must be positive")  # as uniform_int; C rules it out
+        drop = BLOCK_BITS - (n - 1).bit_length()
+        value = first_block >> drop if n > 1 else 0
+        attempt = 0
+        while value >= n:  # rejected: attempt c reads block c, as uniform_int does
+            attempt += 1
+            block = group.stream(r).block(MEMBER, 0, attempt)
+            value = int.from_bytes(block, "big") >> drop
+        return value
+
     def sample_group(
         self, context: StreamContext, node: int, subject_ids: Sequence[str]
     ) -> list[int]:
@@ -434,24 +449,15 @@ class FastSampler:
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]
-        if inner:
+        if len(shells) == 1 and inner:  # one record (distinct postcodes): no arrays needed
+            n = int(search.masses[shells[0]])
+            out[0] = search.pick_one(shells[0], self._member_draw(group, 0, n, member_blocks[0]))
+        elif inner:
             masses = search.masses
             picked_shells = np.array([shells[r] for r in inner], dtype=np.int64)
             draws = np.empty(len(inner), dtype=np.int64)
             for t, r in enumerate(inner):
-                n = int(masses[shells[r]])
-                if n < 1:
-                    raise ValueError("n must be positive")  # as uniform_int; C rules it out
-                # uniform_int(n, MEMBER): attempt 0 keeps the top bit_length(n - 1) bits of
-                # block 0; only a rejected attempt needs the stream itself.
-                drop = BLOCK_BITS - (n - 1).bit_length()
-                value = member_blocks[r] >> drop if n > 1 else 0
-                attempt = 0
-                while value >= n:  # rejected: attempt c reads block c, as uniform_int does
-                    attempt += 1
-                    block = group.stream(r).block(MEMBER, 0, attempt)
-                    value = int.from_bytes(block, "big") >> drop
-                draws[t] = value
+                draws[t] = self._member_draw(group, r, int(masses[shells[r]]), member_blocks[r])
             for r, y in zip(inner, search.pick(picked_shells, draws).tolist()):
                 out[r] = y
         if len(inner) < len(shells):
