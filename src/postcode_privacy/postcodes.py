@@ -15,10 +15,12 @@ import re
 
 # Outward code: area (1-2 letters), district digit, optional digit or letter.
 # Inward code: sector digit and a unit of two letters (never C I K M O V).
-_POSTCODE = re.compile(r"^(?:[A-Z]{1,2}[0-9][A-Z0-9]?[0-9][ABD-HJLNP-UW-Z]{2}|GIR0AA)$")
+_OUTWARD = r"[A-Z]{1,2}[0-9][A-Z0-9]?"
+_INWARD = r"[0-9][ABD-HJLNP-UW-Z]{2}"
+_POSTCODE = re.compile(rf"^(?:{_OUTWARD}{_INWARD}|GIR0AA)$")  # without spaces
 _WHITESPACE = re.compile(r"\s+", re.ASCII)
 # The normalised form itself (used with fullmatch, so a trailing newline never matches).
-_NORMALISED = re.compile(r"(?:[A-Z]{1,2}[0-9][A-Z0-9]? [0-9][ABD-HJLNP-UW-Z]{2}|GIR 0AA)")
+_NORMALISED = re.compile(rf"(?:{_OUTWARD} {_INWARD}|GIR 0AA)")
 
 __all__ = [
     "normalise",
