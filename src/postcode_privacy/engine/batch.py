@@ -276,8 +276,7 @@ class _Draws:
         try:
             self._pool = multiprocessing.get_context("fork").Pool(workers, _worker_init)
         except BaseException:
-            _HOLDER, _JOB = None, None
-            _PARALLEL_LOCK.release()
+            _release_workers_lock()
             raise
         try:
             self._results = self._pool.imap_unordered(_worker_task, tasks)
@@ -307,7 +306,6 @@ class _Draws:
 
     def cancel(self) -> None:
         """Stop the workers, if any are left, or keep them from starting (idempotent)."""
-        global _JOB, _HOLDER
         self._waiting = None
         pool, self._pool = self._pool, None
         if pool is None:
@@ -315,8 +313,14 @@ class _Draws:
         try:
             pool.terminate()  # joins the workers and the pool's threads
         finally:
-            _HOLDER, _JOB = None, None
-            _PARALLEL_LOCK.release()
+            _release_workers_lock()
+
+
+def _release_workers_lock() -> None:
+    """Forget the job of the workers just stopped (or never started) and free the lock."""
+    global _JOB, _HOLDER
+    _HOLDER, _JOB = None, None
+    _PARALLEL_LOCK.release()
 
 
 def _start_canonical(
