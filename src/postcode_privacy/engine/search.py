@@ -419,8 +419,9 @@ class ShellSearch:
         self._order = np.empty(n_loc + 1, dtype=np.int32)  # + 1: see _expand
         self._shell_ptr = np.zeros(self.max_shells + 2, dtype=np.int64)
         self.masses = np.zeros(self.max_shells + 1, dtype=np.int64)
-        # One-record requests for pick() (the usual case for distinct postcodes), reused.
-        self._one = (np.empty(1, dtype=np.int64), np.empty(1, dtype=np.int64))
+        # Shell, draw and output of a one-record pick (the usual case for distinct
+        # postcodes), reused from call to call.
+        self._one = tuple(np.empty(1, dtype=np.int64) for _ in range(3))
         self._epoch = 0
         self.source = -1
         self.n_shells = 0
@@ -543,9 +544,8 @@ class ShellSearch:
 
     def pick_one(self, shell: int, draw: int) -> int:
         """``pick`` of one request, without building arrays for it."""
-        shells, draws = self._one
+        shells, draws, out = self._one
         shells[0], draws[0] = shell, draw
-        out = np.empty(1, dtype=np.int64)
         return int(self._pick_into(shells, draws, out)[0])
 
     def _pick_into(self, shells: np.ndarray, draws: np.ndarray, out: np.ndarray) -> np.ndarray:
