@@ -125,9 +125,10 @@ def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, tou
     ``state[v]`` holds three int64 bit sets for location v: sources that have reached it, that
     reached it at the last level (the frontier), and that reach it at this level.  All zero on
     entry and on exit.  ``fresh`` and ``touched`` have room for one more than the locations
-    (each is written one place ahead of its count).  ``tally[byte, value]`` sums the mass of the locations newly reached by
-    the sources whose bits form ``value`` in that byte; it is spread onto the sources once per
-    level, so a location costs eight additions, not one per source.
+    (each is written one place ahead of its count).  ``tally[byte, value]`` sums the mass of
+    the locations newly reached by the sources whose bits form ``value`` in that byte; it is
+    spread onto the sources once per level, so a location costs eight additions, not one per
+    source.
     """
     n_active = 0
     n_touched = 0
