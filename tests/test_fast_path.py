@@ -17,7 +17,7 @@ from graphs import colocated, disconnected, path
 from scipy.spatial import Delaunay
 
 from postcode_privacy import Graph, Key, Mechanism
-from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
+from postcode_privacy.engine import FastSampler, ball_sweeps, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
@@ -115,7 +115,7 @@ def test_engine_equals_reference_on_generated_graphs(seed, monkeypatch):
     # Small profile depths (some below the radius, some beyond it) and small sweep groups, so
     # the profile path meets the depths and group boundaries it meets on the national graph.
     monkeypatch.setattr(engine_profiles, "DEPTH", [0, 1, 2, 4, 9][seed % 5])
-    monkeypatch.setattr(engine_profiles, "_GROUP", [1, 3, 64][seed % 3])
+    monkeypatch.setattr(ball_sweeps, "WORD", [1, 3, 64][seed % 3])
     rng = random.Random(1000 + seed)
     records = 0
     for case in range(30):

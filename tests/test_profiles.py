@@ -19,7 +19,7 @@ from graphs import colocated
 from test_fast_path import planar_graph, random_batch, random_case
 
 from postcode_privacy import Key, Mechanism
-from postcode_privacy.engine import FastSampler, perturb_many, perturb_nodes
+from postcode_privacy.engine import FastSampler, ball_sweeps, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
@@ -43,8 +43,8 @@ def test_profile_shells_equal_the_reference_shells(seed, monkeypatch):
     of one, a few or 64 sources, depths from 0 to beyond the graph's diameter, and graphs with
     coordinates (swept in map order) or without."""
     rng = random.Random(300 + seed)
-    monkeypatch.setattr(engine_profiles, "_GROUP", [1, 3, 64][seed % 3])
-    monkeypatch.setattr(engine_profiles, "_GROUP_HOPS", [0, 1, 6][seed // 3 % 3])
+    monkeypatch.setattr(ball_sweeps, "WORD", [1, 3, 64][seed % 3])
+    monkeypatch.setattr(ball_sweeps, "_GROUP_HOPS", [0, 1, 6][seed // 3 % 3])
     checked = 0
     for keep in (1.0, 0.6, 0.3):
         graph = planar_graph(
@@ -68,9 +68,10 @@ def test_groups_partition_the_locations(with_coordinates):
     and the groups partition its locations."""
     graph = planar_graph(random.Random(4), 300, 320, 0.7, 4, with_coordinates)
     mass = loc_mass(graph)
-    net = engine_profiles._Renumbered(graph, mass)
+    net = ball_sweeps.Sweeps(graph, mass)
     assert sorted(net.order.tolist()) == list(range(graph.n_locations))
-    sizes = np.diff(net.bounds)
+    assert net.seed_ptr.tolist() == list(range(graph.n_locations + 1))  # a source a location
+    sizes = np.diff(net.sweep_ptr)
     assert sizes.min() >= 1 and sizes.max() <= 64 and sizes.sum() == graph.n_locations
     for new, location in enumerate(net.order.tolist()):
         neighbours = net.order[net.indices[net.indptr[new] : net.indptr[new + 1]]]
@@ -83,7 +84,7 @@ def test_map_order_follows_a_hilbert_curve():
     cells (what makes a ball lie in few stretches of memory)."""
     side = 16
     x, y = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
-    positions = engine_profiles._curve_positions(x.ravel(), y.ravel(), side)
+    positions = ball_sweeps._curve_positions(x.ravel(), y.ravel(), side)
     assert sorted(positions.tolist()) == list(range(side * side))
     along = np.argsort(positions)
     steps = np.abs(np.diff(x.ravel()[along])) + np.abs(np.diff(y.ravel()[along]))
@@ -95,8 +96,8 @@ def cache(tmp_path, monkeypatch):
     """An empty cache directory, and tables cached for graphs of any size."""
     monkeypatch.setenv("POSTCODE_PRIVACY_CACHE", str(tmp_path))
     monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
-    monkeypatch.setattr(engine_profiles, "_GROUP", 4)
-    monkeypatch.setattr(engine_profiles, "_GROUPS_PER_TASK", 3)
+    monkeypatch.setattr(ball_sweeps, "WORD", 4)
+    monkeypatch.setattr(ball_sweeps, "_SWEEPS_PER_TASK", 3)
     monkeypatch.setattr(engine_profiles, "DEPTH", 6)
     return tmp_path
 
@@ -106,7 +107,12 @@ def test_cached_build_in_workers_equals_the_in_memory_build(cache):
     table = engine_profiles.profiles_for(graph, loc_mass(graph), workers=2)
     expected = engine_profiles.build_profiles(graph, loc_mass(graph), 6)
     assert np.array_equal(np.asarray(table.cumulative), expected)
-    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".npy"]  # no partial files
+    names = sorted(p.name for p in cache.iterdir())  # the table and the far-mass rows
+    stem = f"{graph.sha256[:32]}-"
+    assert names == [  # and no partial files
+        f"clusters-{stem}s64-h6-d80-of.npy", f"clusters-{stem}s64-h6-d80.json",
+        f"clusters-{stem}s64-h6-d80.npy", f"profiles-{stem}d6.json", f"profiles-{stem}d6.npy",
+    ]  # fmt: skip
     loaded = engine_profiles.load_profiles(graph)
     assert np.array_equal(np.asarray(loaded.cumulative), expected)
 
@@ -218,7 +224,7 @@ def test_a_pinned_table_is_refused_even_with_a_recomputed_header(cache, monkeypa
         path.unlink()
     with pytest.warns(RuntimeWarning, match="not the pinned table"):
         assert engine_profiles.profiles_to_use(other, loc_mass(other), 1, True, 1) is None
-    assert list(cache.iterdir()) == []
+    assert [p for p in cache.iterdir() if p.name.startswith("profiles-")] == []
 
 
 def test_the_embedded_graphs_table_is_pinned():
@@ -257,7 +263,7 @@ def test_the_profile_path_is_taken_and_equals_the_reference():
             draw = sampler.sample_group(context, node, [canonical_subject_id(subject)])
             got.append(graph.label(draw[0]))
         assert got == mechanism.perturb_reference(key, ids, codes)
-        hits += sampler.stats["profile_hits"]
+        hits += sampler.stats["profile_hits"] + sampler.stats["row_hits"]
         records += len(ids)
     assert hits > records / 2
 
@@ -359,13 +365,13 @@ def _partial_table(graph, locations, depth):
     """A table holding true rows for the sweep groups containing ``locations`` (zeros
     elsewhere, which the engine would refuse if it read them): the builder's own kernel on the
     national graph, without the full build's minutes."""
-    net = engine_profiles._Renumbered(graph, loc_mass(graph))
+    net = ball_sweeps.Sweeps(graph, loc_mass(graph))
     rank = np.empty(net.order.size, dtype=np.int64)
     rank[net.order] = np.arange(net.order.size)
-    groups = np.unique(np.searchsorted(net.bounds, rank[locations], side="right") - 1)
+    groups = np.unique(np.searchsorted(net.sweep_ptr, rank[locations], side="right") - 1)
     out = np.zeros((graph.n_locations, depth + 1), dtype=np.int64)
     for g in groups.tolist():
-        engine_profiles._sweep_groups(net, range(g, g + 1), depth, out)
+        ball_sweeps._sweep_range(net, range(g, g + 1), depth, out, net.order)
     return engine_profiles.BallProfiles(out, graph)
 
 

@@ -27,6 +27,7 @@ from test_fast_path import planar_graph
 from test_release_files import run
 
 from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import ball_sweeps
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
@@ -289,7 +290,7 @@ def test_profiles_on_odd_coordinates_are_the_reference_shells_without_warnings(
     """The map order only changes speed: odd coordinates (all equal, collinear, huge, negative
     or missing) give the reference shells, and no warning (pytest turns warnings into errors;
     a Graph accepts any float coordinates)."""
-    monkeypatch.setattr(engine_profiles, "_GROUP", group)
+    monkeypatch.setattr(ball_sweeps, "WORD", group)
     rng = random.Random(17)
     base = planar_graph(rng, 60, 80, 0.8, 20)
     graph = _with_coordinates(base, _odd_coordinates(kind, base.n_locations, rng))

@@ -386,7 +386,10 @@ def _start_canonical(
         graph, tables.loc_mass, distinct, profiles, workers if fork else 1, progress=not quiet
     )
     if landmarks is None:  # worth building for many sources, unless the table reaches R - 1
-        covered = table is not None and table.depth >= mechanism.radius - 1
+        # or has the far-mass rows, which bound the far mass more tightly and cost nothing
+        covered = table is not None and (
+            table.depth >= mechanism.radius - 1 or table.far is not None
+        )
         landmarks = distinct * LANDMARK_SHARE >= graph.n_locations and not covered
     job = _Job(
         mechanism=mechanism,

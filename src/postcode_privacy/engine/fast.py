@@ -9,10 +9,13 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
    come, in this order, from
    a. a bracket kept for this source by an earlier batch of the release (``Bracket``);
    b. the ball-mass profile table (engine/profiles.py), which gives C_0 .. C_D exactly without
-      exploring, D being the table's depth, with the core's or the landmark bound beyond D;
+      exploring, D being the table's depth, with the core's bound beyond D, then with the
+      tighter bound of an upper row (the far-mass row of engine/cluster_balls.py, or landmark
+      rows);
    c. exploring from shell 0 until a floating-point estimate of every decision looks settled
       (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
-      core's or the landmark bound (engine/landmarks.py) beyond the depth reached; records
+      core's or an upper row's bound (engine/landmarks.py, engine/cluster_balls.py) beyond the
+      depth reached; records
       these bounds do not settle go to the core's own ``choose_shell``, which explores further
       one shell at a time until its exact comparisons decide.
    Each step is used only if it settles every record of the group, so a loose bound costs
@@ -252,6 +255,8 @@ class FastSampler:
         if profiles is not None and profiles.graph_sha256 != graph.sha256:
             raise ValueError("the ball-mass profiles belong to another graph")
         self.profiles = profiles
+        # Far-mass rows come with the profile table when it has them (engine/cluster_balls.py).
+        self.far = profiles.far if profiles is not None else None
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         # Brackets on Z by source, shared by the caller across batches of one release (see
         # _brackets_for); kept_brackets lists those added here, for worker processes
@@ -259,6 +264,7 @@ class FastSampler:
         self.brackets = brackets
         self.kept_brackets: list[tuple[int, Bracket]] = []
         self._profile_masses: list[int] | None = None  # the group's shells from the table
+        self._far_row: np.ndarray | None = None  # the group's far-mass row, if one was read
         self.stats = {
             "groups": 0,
             "records": 0,
@@ -267,7 +273,8 @@ class FastSampler:
             "fallbacks": 0,
             "tail": 0,
             "bracket_hits": 0,
-            "profile_hits": 0,
+            "profile_hits": 0,  # settled by the table with the core's bound past it
+            "row_hits": 0,  # settled by the table with an upper row's bound past it
         }
 
     def _bounds(
@@ -302,13 +309,29 @@ class FastSampler:
         masses = profiles.shell_masses(location, int(self.graph.prior[node]), depth)
         return masses, list(accumulate(map(mul, self.powers, masses)))
 
-    def _landmark_z_high(self, node: int, cumulative: list[int], explored: int) -> int | None:
-        """The smallest landmark upper bound on Z once shells 0 .. h are known, or None."""
-        if self.landmarks is None or len(cumulative) >= self.radius:
-            return None
+    def _upper_rows(self, node: int) -> np.ndarray | None:
+        """Rows Q with Q[j] >= pi(B_j(x)) for the true node x, j < R, non-decreasing: the
+        landmark rows (engine/landmarks.py) and the far-mass row of x's cluster
+        (engine/cluster_balls.py), whichever are in use; None if neither is."""
         location = int(self.graph.node_location[node])
+        rows = []
+        if self.landmarks is not None:
+            rows.append(self.landmarks.bounds_for(location, self.radius))
+        if self.far is not None:
+            self._far_row = self.far.upper_row(location, self.radius)
+            rows.append(self._far_row[np.newaxis, :])
+        return np.concatenate(rows) if rows else None
+
+    def _rows_z_high(self, node: int, cumulative: list[int], explored: int) -> int | None:
+        """The smallest upper bound on Z from ``_upper_rows`` once shells 0 .. h are known, or
+        None."""
+        if len(cumulative) >= self.radius:
+            return None
+        rows = self._upper_rows(node)
+        if rows is None:
+            return None
         best = None
-        for row in self.landmarks.bounds_for(location, self.radius):
+        for row in rows:
             z = _z_high(cumulative, explored, row, self.powers, self.radius, self.total_prior)
             if z is not None and (best is None or z < best):
                 best = z
@@ -318,7 +341,7 @@ class FastSampler:
         """Bounds on this source's Z that need no exploring, cheapest first: a bracket kept by
         an earlier batch (it depends only on the graph, the radius and the powers, so it stays
         valid), then the profile table's C_0 .. C_D with the core's bound beyond D, then the
-        same with the landmark bound (dearer to compute, so only for what is left)."""
+        same with the upper rows' bound (dearer to compute, so only for what is left)."""
         if self.brackets is not None:
             kept = self.brackets.get(node)
             if kept is not None:
@@ -330,9 +353,9 @@ class FastSampler:
         explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)
         yield "profile_hits", Bracket(cumulative, z_low, z_high)
-        landmark = self._landmark_z_high(node, cumulative, explored)
-        if landmark is not None and landmark < z_high:
-            yield "profile_hits", Bracket(cumulative, z_low, landmark)
+        tighter = self._rows_z_high(node, cumulative, explored)
+        if tighter is not None and tighter < z_high:
+            yield "row_hits", Bracket(cumulative, z_low, tighter)
 
     def _decide_shells(self, group: _Group) -> list[int]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
@@ -362,16 +385,23 @@ class FastSampler:
         return shells
 
     def _check_profile(self) -> None:
-        """The shells the search explored must have the masses the profile table gave: a cheap
-        guard against a table that disagrees with the graph (it would change outputs)."""
+        """The shells the search explored must have the masses the profile table gave, and
+        balls no heavier than the far-mass row allowed: a cheap guard against tables that
+        disagree with the graph (they would change outputs)."""
         masses = self._profile_masses
-        if masses is None:
-            return
-        known = min(self.search.n_shells, len(masses))
-        if self.search.masses[:known].tolist() != masses[:known]:
-            raise RuntimeError(
-                "the ball-mass profiles disagree with the graph; delete the cached profiles"
-            )
+        if masses is not None:
+            known = min(self.search.n_shells, len(masses))
+            if self.search.masses[:known].tolist() != masses[:known]:
+                raise RuntimeError(
+                    "the ball-mass profiles disagree with the graph; delete the cached profiles"
+                )
+        row = self._far_row
+        if row is not None:
+            known = min(self.search.n_shells, row.size)
+            if np.any(np.cumsum(self.search.masses[:known]) > row[:known]):
+                raise RuntimeError(
+                    "the far-mass rows disagree with the graph; delete the cached rows"
+                )
 
     def _decide_by_exploring(self, group: _Group, shells: list[int], pending: list[int]) -> None:
         """The shells of records ``pending`` (into ``shells``) by exploring as far as a float
@@ -379,9 +409,7 @@ class FastSampler:
         ``choose_shell``, which explores on one shell at a time."""
         search, node = self.search, group.node
         radius, powers, total = self.radius, self.powers, self.total_prior
-        rows = None
-        if self.landmarks is not None:
-            rows = self.landmarks.bounds_for(int(self.graph.node_location[node]), radius)
+        rows = self._upper_rows(node)
         shift = BLOCK_BITS - _TOP_BITS
         mine = [group.shell_blocks[r] for r in pending]
         estimate = np.array([u >> shift for u in mine], dtype=np.uint64) * 2.0**-_TOP_BITS
@@ -442,6 +470,7 @@ class FastSampler:
         radius, total = self.radius, self.total_prior
         group = _Group(context, node, subject_ids, label, shell_blocks)
         self._profile_masses = None
+        self._far_row = None
         shells = self._decide_shells(group)
         # The within-shell draws need every chosen shell explored.
         search.explore_to(min(max(shells), radius - 1) + 1)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import threading
 import warnings
@@ -40,11 +39,12 @@ import weakref
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
+from .ball_sweeps import Sweeps, sweep_table
+from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
 
 __all__ = [
     "BallProfiles",
@@ -65,234 +65,6 @@ PINNED_SHA256 = {
     (DEFAULT_GRAPH_SHA256, 40): "bd16739cc5da9eeed6faee2abc714b5155dd471b21d29436bb1caaa6aa35c4d5",
 }
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
-_GROUP = 64  # sources per sweep: one bit each in an int64 word
-_GROUP_HOPS = 10  # a group grows at most this far from its first location
-_GROUPS_PER_TASK = 256  # groups a build worker sweeps per task (progress granularity)
-
-
-@njit(cache=True)
-def _groups(indptr, indices, size, max_hops):  # pragma: no cover - compiled
-    """Partition the locations into compact groups of at most ``size``.
-
-    From the lowest unassigned location, a breadth-first search (through any location, to at
-    most ``max_hops``) takes unassigned locations until ``size`` are taken.  Returns the
-    locations in group order and the group boundaries in that order.
-    """
-    n = indptr.size - 1
-    assigned = np.zeros(n, dtype=np.bool_)
-    order = np.empty(n, dtype=np.int64)
-    bounds = np.empty(n + 1, dtype=np.int64)
-    queue = np.empty(n, dtype=np.int64)
-    depth = np.empty(n, dtype=np.int64)
-    stamp = np.zeros(n, dtype=np.int64)
-    n_groups = 0
-    placed = 0
-    for seed in range(n):
-        if assigned[seed]:
-            continue
-        bounds[n_groups] = placed
-        n_groups += 1
-        stamp[seed] = n_groups
-        queue[0] = seed
-        depth[seed] = 0
-        head, tail, taken = 0, 1, 0
-        while head < tail and taken < size:
-            v = queue[head]
-            head += 1
-            if not assigned[v]:
-                assigned[v] = True
-                order[placed] = v
-                placed += 1
-                taken += 1
-            if depth[v] >= max_hops:
-                continue
-            for e in range(indptr[v], indptr[v + 1]):
-                w = indices[e]
-                if stamp[w] != n_groups:
-                    stamp[w] = n_groups
-                    depth[w] = depth[v] + 1
-                    queue[tail] = w
-                    tail += 1
-    bounds[n_groups] = placed
-    return order, bounds[: n_groups + 1]
-
-
-@njit(cache=True)
-def _sweep(indptr, indices, mass, first, count, depth, state, active, fresh, touched, tally, out):
-    """Cumulative ball masses of sources first .. first + count - 1 (count <= 64), into
-    ``out[b, k]`` for k = 0 .. depth.  (pragma: compiled)
-
-    ``state[v]`` holds three int64 bit sets for location v: sources that have reached it, that
-    reached it at the last level (the frontier), and that reach it at this level.  All zero on
-    entry and on exit.  ``fresh`` and ``touched`` have room for one more than the locations
-    (each is written one place ahead of its count).  ``tally[byte, value]`` sums the mass of
-    the locations newly reached by the sources whose bits form ``value`` in that byte; it is
-    spread onto the sources once per level, so a location costs eight additions, not one per
-    source.
-    """
-    n_active = 0
-    n_touched = 0
-    for b in range(count):
-        s = first + b
-        state[s, 0] = np.int64(1) << b
-        state[s, 1] = np.int64(1) << b
-        touched[n_touched] = s
-        n_touched += 1
-        active[n_active] = s
-        n_active += 1
-        out[b, 0] = mass[s]
-    for level in range(1, depth + 1):
-        n_fresh = 0
-        for i in range(n_active):
-            v = active[i]
-            frontier = state[v, 1]
-            state[v, 1] = 0
-            for e in range(indptr[v], indptr[v + 1]):
-                # Branch-free: whether an edge brings new sources is unpredictable, and a
-                # mispredicted branch per edge cost half the sweep's time.  ``fresh`` is
-                # written every time but only advances for a location reached first here.
-                w = indices[e]
-                new = frontier & ~state[w, 0]
-                old = state[w, 2]
-                state[w, 2] = old | new
-                fresh[n_fresh] = w
-                n_fresh += (new != 0) & (old == 0)
-        for i in range(n_fresh):
-            w = fresh[i]
-            new = state[w, 2]
-            state[w, 2] = 0
-            touched[n_touched] = w  # kept only if no source had reached w before
-            n_touched += state[w, 0] == 0
-            state[w, 0] |= new
-            state[w, 1] = new
-            m = mass[w]
-            for byte in range(8):
-                tally[byte, (new >> (8 * byte)) & 255] += m
-            active[i] = w
-        n_active = n_fresh
-        for b in range(count):
-            out[b, level] = out[b, level - 1]
-        for byte in range(8):
-            tally[byte, 0] = 0
-            for value in range(1, 256):
-                t = tally[byte, value]
-                if t:
-                    tally[byte, value] = 0
-                    bits = value
-                    b = 8 * byte
-                    while bits:
-                        if bits & 1:
-                            out[b, level] += t
-                        bits >>= 1
-                        b += 1
-    for i in range(n_active):
-        state[active[i], 1] = 0
-    for i in range(n_touched):
-        state[touched[i], 0] = 0
-
-
-@njit(cache=True)
-def _curve_positions(cells_x, cells_y, side):  # pragma: no cover - compiled
-    """Position along a Hilbert curve over a ``side`` x ``side`` grid (side a power of two) of
-    each cell (x, y): cells close on the curve are close on the map."""
-    out = np.empty(cells_x.size, dtype=np.int64)
-    for i in range(cells_x.size):
-        x, y, position = cells_x[i], cells_y[i], 0
-        half = side // 2
-        while half > 0:
-            right = 1 if x & half else 0
-            up = 1 if y & half else 0
-            position += half * half * ((3 * right) ^ up)
-            if up == 0:  # turn the quadrant so the curve stays continuous
-                if right == 1:
-                    x, y = half - 1 - x, half - 1 - y
-                x, y = y, x
-            half //= 2
-        out[i] = position
-    return out
-
-
-def _map_order(graph: Graph) -> np.ndarray:
-    """The locations along a Hilbert curve through the ranks of their coordinates, or in
-    their own order for a graph without coordinates.  Only the speed of the sweeps depends on
-    this order: a ball then lies in few stretches of memory (docs/performance.md, "The
-    ball-mass profile table")."""
-    n = graph.n_locations
-    coordinates = graph.location_coordinates
-    if coordinates is None or n == 0:
-        return np.arange(n, dtype=np.int64)
-    side = 1 << 16
-    cells = []
-    for axis in (0, 1):
-        # Cells by rank, not by value: any floats (NaN, huge, all equal) give a valid grid
-        # without float arithmetic; the curve keeps the order along each axis.
-        rank = np.empty(n, dtype=np.int64)
-        rank[np.argsort(coordinates[:, axis], kind="stable")] = np.arange(n)
-        cells.append(rank * side // n)
-    return np.argsort(_curve_positions(cells[0], cells[1], side), kind="stable")
-
-
-def _permuted(
-    indptr: np.ndarray, indices: np.ndarray, order: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The adjacency (CSR) of the graph whose location i is location ``order[i]``."""
-    n = order.size
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    degree = np.diff(indptr)[order]
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(degree, out=new_indptr[1:])
-    gather = np.arange(new_indptr[-1]) + np.repeat(indptr[order] - new_indptr[:-1], degree)
-    return new_indptr, rank[indices[gather]]
-
-
-class _Renumbered:
-    """The location graph renumbered group by group (for memory locality during the sweeps):
-    groups are grown along the map order (``_map_order``), so neighbouring groups, and the
-    balls they sweep, are also near one another in memory."""
-
-    def __init__(self, graph: Graph, loc_mass: np.ndarray):
-        indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
-        indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int64)
-        along_map = _map_order(graph)
-        grouped, bounds = _groups(*_permuted(indptr, indices, along_map), _GROUP, _GROUP_HOPS)
-        order = along_map[grouped]
-        self.indptr, indices = _permuted(indptr, indices, order)
-        self.indices = indices.astype(np.int32)  # half the memory traffic of int64
-        self.mass = np.ascontiguousarray(loc_mass[order], dtype=np.int64)
-        self.order = order  # new number -> location
-        self.bounds = bounds  # group g is new numbers bounds[g] .. bounds[g + 1] - 1
-
-
-def _sweep_groups(net: _Renumbered, groups: range, depth: int, out: np.ndarray) -> None:
-    """Write the profiles of the locations of ``groups`` into ``out`` (rows by location)."""
-    n = net.order.size
-    state = np.zeros((n, 3), dtype=np.int64)
-    active = np.empty(n, dtype=np.int64)
-    fresh = np.empty(n + 1, dtype=np.int64)
-    touched = np.empty(n + 1, dtype=np.int64)
-    tally = np.zeros((8, 256), dtype=np.int64)
-    rows = np.zeros((_GROUP, depth + 1), dtype=np.int64)
-    for g in groups:
-        first, stop = int(net.bounds[g]), int(net.bounds[g + 1])
-        count = stop - first
-        _sweep(
-            net.indptr, net.indices, net.mass, first, count, depth,
-            state, active, fresh, touched, tally, rows,
-        )  # fmt: skip
-        out[net.order[first:stop]] = rows[:count]
-
-
-# Build workers inherit these through fork (never pickled).
-_BUILD: tuple[_Renumbered, int, str] | None = None
-
-
-def _build_task(groups: tuple[int, int]) -> int:
-    net, depth, path = _BUILD  # type: ignore[misc]
-    out = np.load(path, mmap_mode="r+")
-    _sweep_groups(net, range(*groups), depth, out)
-    out.flush()
-    return groups[1] - groups[0]
 
 
 def _dtype_for(total_prior: int) -> np.dtype:
@@ -311,48 +83,13 @@ def build_profiles(
     """The table ``cumulative[loc, k]`` (see the module docstring), in memory or, with
     ``path``, written to that ``.npy`` file (by ``workers`` forked processes) and memory-mapped.
     ``depth`` defaults to ``DEPTH``."""
-    global _BUILD
     depth = DEPTH if depth is None else int(depth)
-    net = _Renumbered(graph, loc_mass)
-    n_groups = net.bounds.size - 1
-    shape = (graph.n_locations, depth + 1)
-    dtype = _dtype_for(graph.total_prior)
-    report = None
-    if progress:  # a bar with rate and ETA on a terminal, a line per quarter in a log
-        from .._progress import Progress
-
-        report = Progress("postcode-privacy")
-    if path is None:
-        out = np.zeros(shape, dtype=dtype)
-        _sweep_groups(net, range(n_groups), depth, out)
-        return out
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
-    del out  # workers write through their own maps
-    tasks = [
-        (start, min(start + _GROUPS_PER_TASK, n_groups))
-        for start in range(0, n_groups, _GROUPS_PER_TASK)
-    ]
-    stage = "ball-mass profiles (built once per graph, groups of locations)"
-    finished = 0
-    try:
-        _BUILD = (net, depth, str(path))
-        if workers > 1:
-            context = multiprocessing.get_context("fork")
-            with context.Pool(workers) as pool:
-                for done in pool.imap_unordered(_build_task, tasks):
-                    finished += done
-                    if report is not None:
-                        report(stage, finished, n_groups)
-        else:
-            for task in tasks:
-                finished += _build_task(task)
-                if report is not None:
-                    report(stage, finished, n_groups)
-    finally:
-        _BUILD = None
-        if report is not None:
-            report.close()
-    return np.load(path, mmap_mode="r")
+    net = Sweeps(graph, loc_mass)  # every location a source of its own
+    stage = "ball-mass profiles (built once per graph, groups of locations)" if progress else None
+    return sweep_table(
+        net, depth, _dtype_for(graph.total_prior), net.order, path=path, stage=stage,
+        workers=workers,
+    )  # fmt: skip
 
 
 class BallProfiles:
@@ -363,6 +100,8 @@ class BallProfiles:
         self._rows = np.asarray(cumulative)  # the same memory without np.memmap's overhead
         self.depth = cumulative.shape[1] - 1
         self.graph_sha256 = graph.sha256
+        # Upper bounds on the masses past ``depth`` (engine/cluster_balls.py), if available.
+        self.far: ClusterBalls | None = None
 
     def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
         """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
@@ -496,6 +235,7 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
                 stacklevel=2,
             )
             return None
+        table.far = cached_cluster_balls(graph)
         _TABLES[graph] = table
         return table
 
@@ -512,11 +252,11 @@ def profiles_for(
     (with progress lines on stderr for a cached build, unless ``progress`` is False)."""
     depth = DEPTH if depth is None else int(depth)
     table = cached_profiles(graph, depth)
-    if table is not None:
-        return table
     with _LOCK:
-        table = _known(graph, depth)
+        if table is None:
+            table = _known(graph, depth)
         if table is not None:
+            _add_far_rows(table, graph, loc_mass, workers, progress)
             return table
         if graph.n_locations >= CACHE_MIN_LOCATIONS:
             try:
@@ -531,7 +271,36 @@ def profiles_for(
         if table is None:  # a small graph, or the cache could not be written
             table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
         _TABLES[graph] = table
+        _add_far_rows(table, graph, loc_mass, workers, progress)
         return table
+
+
+def _add_far_rows(
+    table: BallProfiles, graph: Graph, loc_mass: np.ndarray, workers: int, progress: bool
+) -> None:
+    """Give ``table`` the far-mass rows of engine/cluster_balls.py if it has none: cached for
+    large graphs (built on first use), in memory otherwise.  (Call under _LOCK.)  Without them
+    the engine is slower at small epsilon, never different, so a failure only warns."""
+    if table.far is not None:
+        return
+    cache = graph.n_locations >= CACHE_MIN_LOCATIONS
+    try:
+        table.far = cluster_balls_for(
+            graph, loc_mass, cache=cache, workers=workers, progress=progress
+        )
+    except OSError as exc:
+        warnings.warn(
+            f"could not cache the far-mass rows ({exc.strerror or exc}); building them in memory",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        table.far = cluster_balls_for(graph, loc_mass, cache=False)
+    except ValueError as exc:  # a build that is not the pinned one: not used
+        warnings.warn(
+            f"the far-mass rows were not used ({exc}); releases are slower, not different",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 BUILD_MIN_SOURCES = 20_000  # distinct postcodes in one call that justify a first-use build
@@ -562,10 +331,10 @@ def profiles_to_use(
     if wanted is None and graph.sha256 != DEFAULT_GRAPH_SHA256:
         return None
     table = cached_profiles(graph)
-    if table is not None or wanted == "cached":
+    if wanted == "cached" or (wanted is None and sources < BUILD_MIN_SOURCES):
         return table
-    if wanted is None and sources < BUILD_MIN_SOURCES:
-        return None
+    if table is not None and table.far is not None:
+        return table
     try:
         return profiles_for(graph, loc_mass, workers=workers, progress=progress)
     except ValueError as exc:  # a build that is not the pinned table: not used

@@ -1,0 +1,229 @@
+"""Upper bounds on every location's ball masses far past the profile table, from clusters.
+
+Why: the profile table (engine/profiles.py) knows C_0 .. C_40 exactly, but at small ε the
+mass beyond 40 hops is still a large enough share of Z that the core's bound (every unexplored
+node 41 hops away) leaves a third of the records at ε = 0.5 undecided, and each of those
+explores tens of thousands of locations.  A row Q with Q[j] >= pi(B_j(x)) for every j bounds
+that far mass much more tightly (engine/fast.py, ``_z_high``); this module gives every location
+such a row at a small one-off cost.
+
+The bound (docs/performance.md, "Far-mass rows from clusters"): the locations are cut into
+compact clusters K (at most ``SIZE`` locations each, every one within ``HOPS`` hops of the
+cluster's first; about 34,000 on the national graph), and for each cluster the mass of the locations within j hops of *some*
+location of K is computed exactly, for j = 0 .. ``DEPTH``.  For a node x at a location of K,
+every location within j hops of x is within j hops of K, so
+
+    pi(B_j(x)) <= pi(B_j(K))   for every j >= 0
+
+(for j = 0, x alone weighs no more than its location, which is in K).  The row is
+non-decreasing and at most the total prior; past ``DEPTH`` it is the total prior, which is
+also an upper bound.  Those are exactly the preconditions ``_z_high`` checks before using a
+row, so a row only ever tightens a valid bound; it never decides an output.
+
+Integrity: like the profile table, the rows and the cluster of every location are cached as
+``.npy`` files with a JSON header, checked by content hash on every load, and for the embedded
+graph the hash is pinned here (``PINNED_SHA256``); a stale, corrupt or edited file is refused
+and rebuilt, and a build that differs is not used.  A wrong row would make an upper bound too
+small, so the engine also checks the masses it explores against the row before drawing
+(``FastSampler._check_profile``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..graph.graph import Graph
+from ..graph.pinned import DEFAULT_GRAPH_SHA256
+from .ball_sweeps import Sweeps, sweep_table
+
+__all__ = ["ClusterBalls", "build_cluster_balls", "cached_cluster_balls", "cluster_balls_for"]
+
+# docs/performance.md, "Far-mass rows from clusters": what smaller clusters and deeper rows buy
+SIZE = 64  # locations per cluster at most (smaller: tighter rows, a longer build)
+HOPS = 6  # a cluster's locations are within this many hops of its first
+DEPTH = 80  # hops of each cluster's row; past it the row is the total prior
+FORMAT = "postcode-privacy-cluster-balls/1"
+# The content hash of the embedded graph's rows and clusters (pinned like the graph itself).
+PINNED_SHA256 = {
+    (DEFAULT_GRAPH_SHA256, 64, 6, 80): (
+        "b19b48820e128b1daf782beea1dffdf5bc25708896c27acc77bc5f5dda40b001"
+    ),
+}
+
+
+class ClusterBalls:
+    """``balls[c, j]`` = pi(B_j(K_c)) for j = 0 .. ``depth``, and the cluster of every location."""
+
+    def __init__(self, balls: np.ndarray, cluster_of: np.ndarray, graph: Graph):
+        self.balls = np.asarray(balls)
+        self.cluster_of = np.asarray(cluster_of)
+        self.depth = self.balls.shape[1] - 1
+        self.total_prior = int(graph.total_prior)
+        self.graph_sha256 = graph.sha256
+
+    def upper_row(self, location: int, radius: int) -> np.ndarray:
+        """Q[j] >= pi(B_j(x)) for j = 0 .. radius - 1, for any node x at ``location``:
+        non-decreasing and at most the total prior (the module docstring says why)."""
+        row = np.full(radius, self.total_prior, dtype=np.int64)
+        known = min(radius, self.depth + 1)
+        row[:known] = self.balls[int(self.cluster_of[location]), :known]
+        return row
+
+
+def _dtype_for(total_prior: int) -> np.dtype:
+    return np.dtype(np.uint32) if total_prior < 2**32 else np.dtype(np.int64)
+
+
+def build_cluster_balls(
+    graph: Graph,
+    loc_mass: np.ndarray,
+    *,
+    path: Path | None = None,
+    progress: bool = False,
+    workers: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(balls, cluster_of): the rows of every cluster, in memory or, with ``path``, written to
+    that ``.npy`` file by ``workers`` forked processes and memory-mapped; and the cluster of
+    every location (int32, in memory)."""
+    net = Sweeps(graph, loc_mass, cluster_size=SIZE, cluster_hops=HOPS)
+    stage = "far-mass rows (built once per graph, clusters of locations)" if progress else None
+    clusters = np.arange(net.n_sources, dtype=np.int64)  # rows in cluster order
+    balls = sweep_table(
+        net, DEPTH, _dtype_for(graph.total_prior), clusters, path=path, stage=stage,
+        workers=workers,
+    )  # fmt: skip
+    return balls, net.source_of_location().astype(np.int32)
+
+
+def _content_sha256(cluster_of: np.ndarray, balls: np.ndarray) -> str:
+    digest = hashlib.sha256(np.ascontiguousarray(cluster_of).tobytes())
+    for start in range(0, balls.shape[0], 65_536):  # in slices: bounded memory for a memmap
+        digest.update(np.ascontiguousarray(balls[start : start + 65_536]).tobytes())
+    return digest.hexdigest()
+
+
+def _header(graph: Graph, clusters: int, sha256: str) -> dict:
+    return {
+        "format": FORMAT,
+        "graph_sha256": graph.sha256,
+        "size": SIZE,
+        "hops": HOPS,
+        "depth": DEPTH,
+        "locations": graph.n_locations,
+        "clusters": clusters,
+        "total_prior": graph.total_prior,
+        "dtype": _dtype_for(graph.total_prior).str,
+        "sha256": sha256,
+    }
+
+
+def _paths(graph: Graph) -> tuple[Path, Path, Path]:
+    """The rows, the cluster of every location and the header, in the graph's cache directory."""
+    from ..graph.national import cache_dir  # the directory the default graph is cached in
+
+    stem = f"clusters-{graph.sha256[:32]}-s{SIZE}-h{HOPS}-d{DEPTH}"
+    folder = cache_dir()
+    return folder / f"{stem}.npy", folder / f"{stem}-of.npy", folder / f"{stem}.json"
+
+
+def _remove_other_parameters(graph: Graph) -> None:
+    """Delete this graph's cached rows of other parameters (left by an earlier version), best
+    effort; never another build's partial files, never another graph's."""
+    balls_path, _, _ = _paths(graph)
+    prefix = f"clusters-{graph.sha256[:32]}-"
+    for path in balls_path.parent.glob(f"{prefix}*"):
+        if ".partial-" in path.name or path.name.startswith(balls_path.stem):
+            continue
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # the new rows are cached and used regardless
+            pass
+
+
+def _check_pinned(graph: Graph, content: str) -> None:
+    pinned = PINNED_SHA256.get((graph.sha256, SIZE, HOPS, DEPTH))
+    if pinned is not None and content != pinned:
+        raise ValueError("the far-mass rows are not the pinned ones of the embedded graph")
+
+
+def load_cluster_balls(graph: Graph) -> ClusterBalls:
+    """The cached rows of ``graph``, memory-mapped; ValueError unless every byte checks out
+    (format, graph, parameters, shapes, types and the content hash of both arrays)."""
+    balls_path, of_path, header_path = _paths(graph)
+    header = json.loads(header_path.read_text(encoding="utf-8"))
+    balls = np.load(balls_path, mmap_mode="r", allow_pickle=False)
+    cluster_of = np.load(of_path, allow_pickle=False)
+    expected = _header(graph, balls.shape[0], header.get("sha256", ""))
+    if header != expected:
+        raise ValueError("the far-mass rows were built for another graph or other parameters")
+    if (
+        balls.shape[1] != DEPTH + 1
+        or balls.dtype.str != expected["dtype"]
+        or cluster_of.shape != (graph.n_locations,)
+        or cluster_of.dtype != np.int32
+    ):
+        raise ValueError("the far-mass rows have the wrong shape")
+    content = _content_sha256(cluster_of, balls)
+    if content != header["sha256"]:
+        raise ValueError("the far-mass rows failed their content hash")
+    _check_pinned(graph, content)
+    return ClusterBalls(balls, cluster_of, graph)
+
+
+def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
+    """The cached rows of ``graph`` if a valid file exists, else None (a refused file is
+    reported and will be rebuilt); never builds."""
+    if not all(path.exists() for path in _paths(graph)):
+        return None
+    try:
+        return load_cluster_balls(graph)
+    except (OSError, ValueError, KeyError) as exc:
+        import warnings
+
+        warnings.warn(
+            f"the cached far-mass rows were refused ({exc}); they will be rebuilt",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+
+
+def cluster_balls_for(
+    graph: Graph, loc_mass: np.ndarray, *, cache: bool, workers: int = 1, progress: bool = True
+) -> ClusterBalls:
+    """The rows of ``graph``: from the cache if valid, else built (and, with ``cache``,
+    written there atomically, after the pinned hash is checked: a build that differs is
+    neither cached nor used, ValueError)."""
+    if not cache:
+        balls, cluster_of = build_cluster_balls(graph, loc_mass)
+        return ClusterBalls(balls, cluster_of, graph)
+    cached = cached_cluster_balls(graph)
+    if cached is not None:
+        return cached
+    balls_path, of_path, header_path = _paths(graph)
+    balls_path.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside their final names and moved into place, the header last: a reader sees
+    # the old files or the new ones (and checks the content hash either way).
+    partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}")
+                for path in (balls_path, of_path, header_path)]  # fmt: skip
+    try:
+        balls, cluster_of = build_cluster_balls(
+            graph, loc_mass, path=partials[0], progress=progress, workers=workers
+        )
+        sha256 = _content_sha256(cluster_of, balls)
+        _check_pinned(graph, sha256)  # a wrong build is neither cached nor used
+        np.save(partials[1], cluster_of, allow_pickle=False)
+        header = _header(graph, balls.shape[0], sha256)
+        partials[2].write_text(json.dumps(header, indent=1), encoding="utf-8")
+        for partial, path in zip(partials, (balls_path, of_path, header_path)):
+            os.replace(partial, path)
+    finally:
+        for partial in partials:
+            partial.unlink(missing_ok=True)
+    _remove_other_parameters(graph)
+    return ClusterBalls(np.load(balls_path, mmap_mode="r", allow_pickle=False), cluster_of, graph)
