@@ -1,10 +1,13 @@
-"""The one-off cost of the ball-mass profile table (engine/profiles.py): time, memory, disk.
+"""The one-off cost of the ball-mass profile table (engine/profiles.py) and of the far-mass
+rows (engine/cluster_balls.py): time, memory, disk.
 
-Builds the table for the national graph into an empty temporary cache directory, exactly as a
+Builds both for the national graph into an empty temporary cache directory, exactly as a
 first release on the embedded graph does (``profiles_for`` with all usable CPUs), in a child
 process whose wall time, CPU time and peak summed PSS (with its build workers) are measured;
-then loads it back (content hash checked) and compares the rows of a sample of locations with
-single-source breadth-first searches.  ``--smoke`` does the same on a small generated graph.
+then loads them back (content hashes checked), compares the table rows of a sample of
+locations with single-source breadth-first searches, checks that their far-mass rows bound
+those searches from above, and compares a few clusters' rows with searches from all their
+members.  ``--smoke`` does the same on a small generated graph.
 
     /work/main/.venv/bin/python benchmarks/profiles_build.py
 """
@@ -24,9 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perturb_national import load_average, run_cli  # noqa: E402
 
+from postcode_privacy.engine import cluster_balls  # noqa: E402
 from postcode_privacy.engine import profiles as engine_profiles  # noqa: E402
 from postcode_privacy.engine.batch import usable_cpus  # noqa: E402
 from postcode_privacy.engine.landmarks import graph_tables  # noqa: E402
+from postcode_privacy.engine.search import location_distances  # noqa: E402
 from postcode_privacy.engine.sweep import LocationSearch  # noqa: E402
 
 _BUILD = """
@@ -75,6 +80,7 @@ def main() -> None:
             engine_profiles.CACHE_MIN_LOCATIONS = 1
             started = time.perf_counter()
             table = engine_profiles.load_profiles(graph)
+            far = cluster_balls.load_cluster_balls(graph)
             load_seconds = time.perf_counter() - started
         finally:
             if env_before is None:
@@ -91,9 +97,24 @@ def main() -> None:
             expected = np.cumsum(search.shell_masses(loc, table.depth, mass))
             if not np.array_equal(np.asarray(table.cumulative[loc], dtype=np.int64), expected):
                 raise SystemExit(f"location {loc}: the table differs from a breadth-first search")
-        del table
+            ball = np.cumsum(search.shell_masses(loc, far.depth, mass))
+            if np.any(far.upper_row(loc, far.depth + 1) < ball):
+                raise SystemExit(f"location {loc}: its far-mass row is below its balls")
+        for loc in locations[:3].tolist():
+            members = np.flatnonzero(far.cluster_of == far.cluster_of[loc])
+            nearest = np.full(graph.n_locations, np.iinfo(np.int64).max)
+            for member in members.tolist():
+                hops = location_distances(graph, member).astype(np.int64)
+                nearest = np.minimum(nearest, np.where(hops < 0, nearest, hops))
+            expected = [int(mass[nearest <= j].sum()) for j in range(far.depth + 1)]
+            if far.balls[far.cluster_of[loc]].tolist() != expected:
+                raise SystemExit(f"location {loc}: its cluster's row differs from a search")
+        clusters = far.balls.shape[0]
+        del table, far
     print(
-        f"graph: {graph.n_locations:,} locations; depth {engine_profiles.DEPTH}; "
+        f"graph: {graph.n_locations:,} locations; table depth {engine_profiles.DEPTH}; "
+        f"{clusters:,} clusters of at most {cluster_balls.SIZE} locations, rows to "
+        f"{cluster_balls.DEPTH} hops; "
         f"{workers} build processes; load average {load_before} → {load_average()}\n"
         f"build (first use, from an empty cache): {measured['wall']:.1f} s wall, "
         f"{measured['cpu']:.1f} s CPU, peak PSS {measured['peak_pss'] / 2**30:.2f} GiB "
@@ -101,7 +122,8 @@ def main() -> None:
         f"on disk: {size / 2**20:.1f} MiB in {len(files)} files; "
         f"load with content-hash check: {load_seconds:.2f} s; content sha256 "
         f"{', '.join(h['sha256'] for h in headers)}\n"
-        f"{len(locations)} sampled rows equal single-source breadth-first searches"
+        f"{len(locations)} sampled rows equal single-source breadth-first searches, and their "
+        f"far-mass rows bound them; 3 clusters' rows equal searches from all their members"
     )
 
 

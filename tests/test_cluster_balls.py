@@ -130,6 +130,7 @@ def test_outputs_do_not_depend_on_the_rows(monkeypatch):
                 mechanism, key, ids, nodes, workers=workers, profiles=True
             )
             assert np.array_equal(got, base), (size, workers)
+        assert engine_profiles._TABLES[graph].far is not None  # the rows were in use
 
 
 def test_rows_that_are_too_small_are_caught(monkeypatch):
@@ -156,7 +157,7 @@ def test_rows_that_are_too_small_are_caught(monkeypatch):
             refused += 1
             continue
         differing += got != mechanism.perturb_reference(key, ids, codes)
-    assert refused > 0, (differing, refused)
+    assert refused > 0 and differing + refused > 20, (differing, refused)
 
 
 @pytest.fixture
@@ -256,6 +257,114 @@ def test_pinned_rows_are_refused_even_with_a_recomputed_header(cache, monkeypatc
     with pytest.raises(ValueError, match="pinned"):
         cluster_balls.cluster_balls_for(fresh, loc_mass(fresh), cache=True)
     assert list(cache.iterdir()) == []
+
+
+def test_files_that_are_not_rows_are_refused_not_crashed_on(cache):
+    """A header that is JSON but not an object, a one-dimensional array, clusters that do not
+    exist and rows that cannot be this graph's (each with a recomputed header hash, as for a
+    custom graph, which has no pin) are refused with a warning and rebuilt."""
+    graph = planar_graph(random.Random(19), 60, 70, 1.0, 8)
+    built = cluster_balls.cluster_balls_for(graph, loc_mass(graph), cache=True)
+    balls_path, of_path, header_path = cluster_balls._paths(graph)
+    good = [path.read_bytes() for path in (balls_path, of_path, header_path)]
+    balls, cluster_of = np.asarray(built.balls).copy(), built.cluster_of.copy()
+
+    def rewrite(new_balls, new_of):
+        np.save(balls_path, new_balls)
+        np.save(of_path, new_of)
+        header = json.loads(good[2])
+        header["sha256"] = cluster_balls._content_sha256(new_of, new_balls)
+        header_path.write_text(json.dumps(header))
+
+    def refused():
+        fresh = planar_graph(random.Random(19), 60, 70, 1.0, 8)
+        with pytest.warns(RuntimeWarning, match="refused"):
+            assert cluster_balls.cached_cluster_balls(fresh) is None
+        for path, data in zip((balls_path, of_path, header_path), good):
+            path.write_bytes(data)
+
+    header_path.write_text("[1, 2]")
+    refused()
+    np.save(balls_path, balls[:, 0].copy())
+    refused()
+    moved = cluster_of.copy()
+    moved[0] = -1
+    rewrite(balls, moved)
+    refused()
+    moved[0] = balls.shape[0]
+    rewrite(balls, moved)
+    refused()
+    shrunk = balls.copy()
+    shrunk[:, 1:] = shrunk[:, :1]  # too small past hop 0, still non-decreasing
+    shrunk[0, 0] -= 1  # and one cluster lighter than its own locations
+    rewrite(shrunk, cluster_of)
+    refused()
+    assert cluster_balls.cached_cluster_balls(graph) is not None  # the good files still load
+
+
+def test_a_build_that_is_not_the_pinned_one_is_not_used_and_not_repeated(cache, monkeypatch):
+    """In memory (an unwritable cache) as in the cache, rows that differ from the pin are not
+    used; the table keeps working without them, and later batches do not build them again."""
+    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
+    monkeypatch.setattr(engine_profiles, "DEPTH", 3)
+    graph = planar_graph(random.Random(23), 80, 90, 1.0, 8)
+    mass = loc_mass(graph)
+    monkeypatch.setitem(cluster_balls.PINNED_SHA256, (graph.sha256, 4, 1, 7), "0" * 64)
+    with pytest.raises(ValueError, match="pinned"):
+        cluster_balls.cluster_balls_for(graph, mass, cache=False)
+    builds = []
+    real = cluster_balls.build_cluster_balls
+
+    def counting(*args, **kwargs):
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster_balls, "build_cluster_balls", counting)
+    for unwritable in (False, True):
+        engine_profiles._TABLES.clear()
+        builds.clear()
+        if unwritable:  # writing the rows fails: they are built in memory, and still refused
+            monkeypatch.setattr(np.lib.format, "open_memmap", _denied)
+        with pytest.warns(RuntimeWarning) as caught:
+            table = engine_profiles.profiles_to_use(graph, mass, 1, True, 1)
+        assert "not used" in str(caught[-1].message)
+        assert table is not None and table.far is None and table.far_refused
+        assert engine_profiles.profiles_to_use(graph, mass, 1, True, 1) is table
+        assert len(builds) == (2 if unwritable else 1), unwritable  # not tried again
+
+
+def test_the_rows_replace_the_landmark_tables(monkeypatch):
+    """A batch with the rows does not build the landmark tables (the rows bound the far mass
+    more tightly); without them it does, for as many distinct postcodes."""
+    monkeypatch.setattr(engine_batch, "LANDMARK_SHARE", 10**6)  # landmarks for any batch
+    monkeypatch.setattr(engine_profiles, "DEPTH", 1)
+    small_clusters(monkeypatch, 4, 1, 20)
+    rng = random.Random(2)
+    for with_rows in (True, False):
+        graph = planar_graph(rng, 120, 130, 1.0, 8)
+        mechanism = Mechanism(graph, "0.5")
+        key = Key.from_bytes(rng.randbytes(32))
+        nodes = np.arange(200) % len(graph)
+        ids = [str(i) for i in range(200)]
+        if with_rows:
+            got = engine_batch.perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=True)
+        else:
+            monkeypatch.setattr(engine_profiles, "cluster_balls_for", _refuse)
+            with pytest.warns(RuntimeWarning, match="not used"):
+                got = engine_batch.perturb_nodes(
+                    mechanism, key, ids, nodes, workers=1, profiles=True
+                )
+        expected = mechanism.perturb_reference(key, ids, [graph.label(v) for v in nodes])
+        assert [graph.label(v) for v in got] == expected
+        assert (engine_batch.graph_tables(graph).landmarks is None) == with_rows
+
+
+def _denied(*args, **kwargs):
+    raise PermissionError(13, "Permission denied")
+
+
+def _refuse(*args, **kwargs):
+    raise ValueError("not the pinned rows")
 
 
 def test_the_embedded_graphs_rows_are_pinned():

@@ -24,8 +24,9 @@ Integrity: like the profile table, the rows and the cluster of every location ar
 ``.npy`` files with a JSON header, checked by content hash on every load, and for the embedded
 graph the hash is pinned here (``PINNED_SHA256``); a stale, corrupt or edited file is refused
 and rebuilt, and a build that differs is not used.  A wrong row would make an upper bound too
-small, so the engine also checks the masses it explores against the row before drawing
-(``FastSampler._check_profile``).
+small, so a load also checks that the rows are consistent with the graph's clusters
+(``_check_consistent``), and the engine checks the balls it explores against the row before
+drawing (``FastSampler._check_profile``; a partial guard: it sees only the shells it explores).
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ def _paths(graph: Graph) -> tuple[Path, Path, Path]:
 def _remove_other_parameters(graph: Graph) -> None:
     """Delete this graph's cached rows of other parameters (left by an earlier version), best
     effort; never another build's partial files, never another graph's."""
-    balls_path, _, _ = _paths(graph)
-    prefix = f"clusters-{graph.sha256[:32]}-"
-    for path in balls_path.parent.glob(f"{prefix}*"):
-        if ".partial-" in path.name or path.name.startswith(balls_path.stem):
+    current = {path.name for path in _paths(graph)}
+    folder = _paths(graph)[0].parent
+    for path in folder.glob(f"clusters-{graph.sha256[:32]}-*"):
+        if ".partial-" in path.name or path.name in current:
             continue
         try:
             path.unlink(missing_ok=True)
@@ -158,6 +159,8 @@ def load_cluster_balls(graph: Graph) -> ClusterBalls:
     header = json.loads(header_path.read_text(encoding="utf-8"))
     balls = np.load(balls_path, mmap_mode="r", allow_pickle=False)
     cluster_of = np.load(of_path, allow_pickle=False)
+    if not isinstance(header, dict) or balls.ndim != 2:
+        raise ValueError("the far-mass rows have the wrong shape")
     expected = _header(graph, balls.shape[0], header.get("sha256", ""))
     if header != expected:
         raise ValueError("the far-mass rows were built for another graph or other parameters")
@@ -172,7 +175,29 @@ def load_cluster_balls(graph: Graph) -> ClusterBalls:
     if content != header["sha256"]:
         raise ValueError("the far-mass rows failed their content hash")
     _check_pinned(graph, content)
+    _check_consistent(graph, balls, cluster_of)
     return ClusterBalls(balls, cluster_of, graph)
+
+
+def _check_consistent(graph: Graph, balls: np.ndarray, cluster_of: np.ndarray) -> None:
+    """ValueError unless the rows can be rows of this graph's clusters: every location in a
+    cluster, each row starting at its cluster's mass, non-decreasing, at most the total prior.
+    (A cheap guard for custom graphs, whose rows have only their own header hash; it cannot
+    prove the rows exact: that is what the pin does for the embedded graph.)"""
+    clusters = balls.shape[0]
+    if cluster_of.size and (cluster_of.min() < 0 or cluster_of.max() >= clusters):
+        raise ValueError("the far-mass rows name clusters that do not exist")
+    from .landmarks import graph_tables
+
+    own = np.zeros(clusters, dtype=np.int64)
+    np.add.at(own, cluster_of, graph_tables(graph).loc_mass)
+    rows = np.asarray(balls, dtype=np.int64)
+    if (
+        not np.array_equal(rows[:, 0], own)
+        or np.any(np.diff(rows, axis=1) < 0)
+        or (rows.size and rows.max() > graph.total_prior)
+    ):
+        raise ValueError("the far-mass rows are not rows of this graph's clusters")
 
 
 def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
@@ -201,6 +226,7 @@ def cluster_balls_for(
     neither cached nor used, ValueError)."""
     if not cache:
         balls, cluster_of = build_cluster_balls(graph, loc_mass)
+        _check_pinned(graph, _content_sha256(cluster_of, balls))  # pinned: used only if equal
         return ClusterBalls(balls, cluster_of, graph)
     cached = cached_cluster_balls(graph)
     if cached is not None:

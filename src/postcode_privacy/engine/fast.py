@@ -117,7 +117,8 @@ def _z_high(
     radius: int,
     total_prior: int,
 ) -> int | None:
-    """Upper bound on Z from a landmark row ``bound`` (Q[j] >= pi(B_j)), or None if unusable.
+    """Upper bound on Z from an upper row ``bound`` (Q[j] >= pi(B_j): a landmark row of
+    engine/landmarks.py or a far-mass row of engine/cluster_balls.py), or None if unusable.
 
     ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node outside B_h is at least h + 1 hops from
     x, and at least j hops if it lies outside the region counted by Q[j - 1]; weights do not
@@ -257,6 +258,8 @@ class FastSampler:
         self.profiles = profiles
         # Far-mass rows come with the profile table when it has them (engine/cluster_balls.py).
         self.far = profiles.far if profiles is not None else None
+        if self.far is not None and self.far.graph_sha256 != graph.sha256:
+            raise ValueError("the far-mass rows belong to another graph")
         self.search = ShellSearch(graph, self.radius, tables.loc_mass)
         # Brackets on Z by source, shared by the caller across batches of one release (see
         # _brackets_for); kept_brackets lists those added here, for worker processes

@@ -100,8 +100,10 @@ class BallProfiles:
         self._rows = np.asarray(cumulative)  # the same memory without np.memmap's overhead
         self.depth = cumulative.shape[1] - 1
         self.graph_sha256 = graph.sha256
-        # Upper bounds on the masses past ``depth`` (engine/cluster_balls.py), if available.
+        # Upper bounds on the masses past ``depth`` (engine/cluster_balls.py), if available;
+        # far_refused: a build of them was not the pinned one (not tried again here).
         self.far: ClusterBalls | None = None
+        self.far_refused = False
 
     def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
         """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
@@ -150,6 +152,8 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
     table_path, header_path = _paths(graph, depth)
     header = json.loads(header_path.read_text(encoding="utf-8"))
     array = np.load(table_path, mmap_mode="r", allow_pickle=False)
+    if not isinstance(header, dict):
+        raise ValueError("the ball-mass profiles have the wrong shape")
     expected = _header(graph, depth, header.get("sha256", ""))
     if header != expected:
         raise ValueError("the ball-mass profiles were built for another graph or depth")
@@ -269,7 +273,9 @@ def profiles_for(
                     stacklevel=2,
                 )
         if table is None:  # a small graph, or the cache could not be written
-            table = BallProfiles(build_profiles(graph, loc_mass, depth), graph)
+            array = build_profiles(graph, loc_mass, depth)
+            _check_pinned(graph, depth, _content_sha256(array))  # pinned: used only if equal
+            table = BallProfiles(array, graph)
         _TABLES[graph] = table
         _add_far_rows(table, graph, loc_mass, workers, progress)
         return table
@@ -281,7 +287,7 @@ def _add_far_rows(
     """Give ``table`` the far-mass rows of engine/cluster_balls.py if it has none: cached for
     large graphs (built on first use), in memory otherwise.  (Call under _LOCK.)  Without them
     the engine is slower at small epsilon, never different, so a failure only warns."""
-    if table.far is not None:
+    if table.far is not None or table.far_refused:
         return
     cache = graph.n_locations >= CACHE_MIN_LOCATIONS
     try:
@@ -294,8 +300,17 @@ def _add_far_rows(
             RuntimeWarning,
             stacklevel=3,
         )
-        table.far = cluster_balls_for(graph, loc_mass, cache=False)
+        try:
+            table.far = cluster_balls_for(graph, loc_mass, cache=False)  # one process
+        except ValueError as pinned:
+            table.far_refused = True
+            warnings.warn(
+                f"the far-mass rows were not used ({pinned}); releases are slower, not different",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     except ValueError as exc:  # a build that is not the pinned one: not used
+        table.far_refused = True
         warnings.warn(
             f"the far-mass rows were not used ({exc}); releases are slower, not different",
             RuntimeWarning,
@@ -333,7 +348,7 @@ def profiles_to_use(
     table = cached_profiles(graph)
     if wanted == "cached" or (wanted is None and sources < BUILD_MIN_SOURCES):
         return table
-    if table is not None and table.far is not None:
+    if table is not None and (table.far is not None or table.far_refused):
         return table
     try:
         return profiles_for(graph, loc_mass, workers=workers, progress=progress)
