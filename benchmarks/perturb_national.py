@@ -41,7 +41,7 @@ from postcode_privacy import Key, Mechanism
 from postcode_privacy.engine import FastSampler
 from postcode_privacy.engine.batch import usable_cpus
 from postcode_privacy.engine.landmarks import graph_tables
-from postcode_privacy.engine.profiles import cached_profiles, profiles_for
+from postcode_privacy.engine.profiles import BallProfiles, cached_profiles, profiles_for
 from postcode_privacy.graph.national import default_graph
 from postcode_privacy.keyfile import write_key_file
 
@@ -217,9 +217,14 @@ def profile_cli(graph, records: int, eps: str) -> None:
 
 
 def _bound_name(landmarks: bool, profiles) -> str:
+    parts = []
     if profiles is not None:
-        return f"profile table to {profiles.depth} hops + landmark pairs"
-    return "landmark pairs" if landmarks else "core"
+        parts.append(f"profile table ({profiles.depth} hops)")
+        if profiles.far is not None:
+            parts.append("far-mass rows")
+    if landmarks:
+        parts.append("landmark pairs")
+    return " + ".join(parts) or "core"
 
 
 def exploration(graph, epsilons: list[str], records: int) -> None:
@@ -235,7 +240,13 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
         mechanism = Mechanism(graph, eps)
         context = mechanism.stream_context(key)
         table = cached_profiles(graph)
-        variants = [(False, None), (True, None)] + ([(True, table)] if table else [])
+        variants: list = [(False, None), (True, None)]
+        if table is not None:  # the table alone, with landmarks, and with its far-mass rows
+            alone = BallProfiles(table.cumulative, graph)
+            if table.far is not None:
+                variants += [(True, alone), (False, table), (True, table)]
+            else:
+                variants += [(True, alone)]
         for landmarks, profiles in variants:
             sampler = FastSampler(mechanism, landmarks=landmarks, profiles=profiles)
             sampler.sample_group(context, nodes[0], ["warm-up"])

@@ -333,30 +333,32 @@ def test_a_build_that_is_not_the_pinned_one_is_not_used_and_not_repeated(cache, 
         assert len(builds) == (2 if unwritable else 1), unwritable  # not tried again
 
 
-def test_the_rows_replace_the_landmark_tables(monkeypatch):
-    """A batch with the rows does not build the landmark tables (the rows bound the far mass
-    more tightly); without them it does, for as many distinct postcodes."""
+def test_the_rows_replace_the_landmark_tables_where_they_reach(monkeypatch):
+    """A batch whose far-mass rows reach half the radius or more does not build the landmark
+    tables (the rows bound the far mass more tightly); with shallower rows (records explore
+    past them) or without rows it does, for as many distinct postcodes.  Outputs are the same."""
     monkeypatch.setattr(engine_batch, "LANDMARK_SHARE", 10**6)  # landmarks for any batch
     monkeypatch.setattr(engine_profiles, "DEPTH", 1)
-    small_clusters(monkeypatch, 4, 1, 20)
     rng = random.Random(2)
-    for with_rows in (True, False):
+    for rows, landmarks_built in (("deep", False), ("shallow", True), ("none", True)):
         graph = planar_graph(rng, 120, 130, 1.0, 8)
         mechanism = Mechanism(graph, "0.5")
+        radius = mechanism.radius
+        small_clusters(monkeypatch, 4, 1, radius // 2 if rows == "deep" else radius // 4)
         key = Key.from_bytes(rng.randbytes(32))
         nodes = np.arange(200) % len(graph)
         ids = [str(i) for i in range(200)]
-        if with_rows:
-            got = engine_batch.perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=True)
-        else:
+        if rows == "none":
             monkeypatch.setattr(engine_profiles, "cluster_balls_for", _refuse)
             with pytest.warns(RuntimeWarning, match="not used"):
                 got = engine_batch.perturb_nodes(
                     mechanism, key, ids, nodes, workers=1, profiles=True
                 )
+        else:
+            got = engine_batch.perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=True)
         expected = mechanism.perturb_reference(key, ids, [graph.label(v) for v in nodes])
         assert [graph.label(v) for v in got] == expected
-        assert (engine_batch.graph_tables(graph).landmarks is None) == with_rows
+        assert (engine_batch.graph_tables(graph).landmarks is not None) == landmarks_built, rows
 
 
 def _denied(*args, **kwargs):

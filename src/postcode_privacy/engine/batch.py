@@ -386,9 +386,14 @@ def _start_canonical(
         graph, tables.loc_mass, distinct, profiles, workers if fork else 1, progress=not quiet
     )
     if landmarks is None:  # worth building for many sources, unless the table reaches R - 1
-        # or has the far-mass rows, which bound the far mass more tightly and cost nothing
+        # or its far-mass rows bound the far mass (more tightly, at no cost) as deep as the
+        # records explore: at radii past twice the rows' depth (epsilon below about 0.35 on
+        # the national graph) records explore beyond the rows, where only landmarks help
+        # (docs/performance.md, "Far-mass rows from clusters")
+        radius = mechanism.radius
         covered = table is not None and (
-            table.depth >= mechanism.radius - 1 or table.far is not None
+            table.depth >= radius - 1
+            or (table.far is not None and 2 * table.far.depth >= radius - 1)
         )
         landmarks = distinct * LANDMARK_SHARE >= graph.n_locations and not covered
     job = _Job(
