@@ -5,14 +5,14 @@ for k = 0 .. ``depth``.  For a true node x at that location the node ball B_k(x)
 "Sampling": shell 0 is x alone, shell 1 adds its co-located postcodes) has mass
 pi(x) for k = 0 and ``cumulative[loc, k]`` for k >= 1, so the first ``depth`` + 1 shell masses
 of every source, and hence C_0 .. C_depth, are known without exploring
-(``FastSampler._profile_bracket`` in engine/fast.py).  Beyond ``depth`` the engine bounds Z as
-it always has; the profile only lets the exact decision start deep instead of at shell 0.
+(``FastSampler._profile_shells`` in engine/fast.py).  Beyond ``depth`` the engine bounds Z
+with the core's bound or, tighter, with the far-mass rows of engine/cluster_balls.py, which
+are built and cached beside the table (``BallProfiles.far``); the profile only lets the exact
+decision start deep instead of at shell 0.
 
-How the table is computed (``build_profiles``): locations are put in compact groups of at most
-64 (grown breadth-first), and each group is swept at once by a breadth-first search that keeps
-one bit per source in a 64-bit word per location, so sources that share most of their ball
-share the work.  The graph is renumbered group by group first, so that a sweep touches memory
-that is close together.  The masses are exact integer sums.
+How the table is computed (``build_profiles``): every location is a source of the bit-parallel
+sweeps of engine/ball_sweeps.py (64 nearby sources swept at once, one bit each); the masses
+are exact integer sums.
 
 Nothing here decides an output by itself: the table gives exact masses the reference sampler
 would compute by exploring, so a correct table changes only the time taken.  A wrong table
