@@ -15,9 +15,9 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
    c. exploring from shell 0 until a floating-point estimate of every decision looks settled
       (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
       core's or an upper row's bound (engine/landmarks.py, engine/cluster_balls.py) beyond the
-      depth reached; records
-      these bounds do not settle go to the core's own ``choose_shell``, which explores further
-      one shell at a time until its exact comparisons decide.
+      depth reached; records these bounds do not settle go to the core's own
+      ``choose_shell``, which explores further one shell at a time until its exact
+      comparisons decide.
    Each step is used only if it settles every record of the group, so a loose bound costs
    time, never a different output.
 3. Within the chosen shell the member draw J is the core's ``uniform_int`` on the "member"
