@@ -9,7 +9,9 @@ of 0 .. ``depth`` hops, as exact integer sums.
 How: the graph is renumbered along a Hilbert curve of the map (``_map_order``) and then source
 by source, and consecutive sources are swept 64 at a time by one breadth-first search that
 keeps one bit per source in a 64-bit word per location, so sources that share most of their
-balls share the work.  The order of the work never changes a mass, only the time taken.
+balls share the work.  For sources of one location the order never changes a mass, only the
+time taken; for clusters the same order decides which locations form each cluster, so it is
+part of the far-mass rows' pinned content (engine/cluster_balls.py).
 Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 """
 
@@ -180,9 +182,10 @@ def _curve_positions(cells_x, cells_y, side):  # pragma: no cover - compiled
 
 def _map_order(graph: Graph) -> np.ndarray:
     """The locations along a Hilbert curve through the ranks of their coordinates, or in
-    their own order for a graph without coordinates.  Only the speed of the sweeps depends on
-    this order: a ball then lies in few stretches of memory (docs/performance.md, "The
-    ball-mass profile table")."""
+    their own order for a graph without coordinates.  Sweeps along it touch few stretches of
+    memory (docs/performance.md, "The ball-mass profile table").  The clusters of ``Sweeps``
+    are grown along it too, so changing it (or ``_groups``) changes the far-mass rows and
+    their pinned hash; the profile table's masses do not depend on it."""
     n = graph.n_locations
     coordinates = graph.location_coordinates
     if coordinates is None or n == 0:
@@ -299,19 +302,14 @@ def sweep_table(
     workers: int = 1,
 ) -> np.ndarray:
     """The table ``out[row_of_source[s], k]`` = prior mass within k hops of source s, k = 0 ..
-    ``depth``, in memory or, with ``path``, written to that ``.npy`` file (by ``workers``
-    forked processes) and memory-mapped.  ``stage`` names the work on a progress bar (a bar
-    with rate and ETA on a terminal, a line per quarter in a log); None for no progress."""
+    ``depth`` (``row_of_source`` a permutation of the sources), in memory (one process) or,
+    with ``path``, written to that ``.npy`` file by ``workers`` forked processes and
+    memory-mapped.  ``stage`` names the work on a progress bar (a bar with rate and ETA on a
+    terminal, a line per quarter in a log); None for no progress."""
     global _BUILD
     shape = (net.n_sources, depth + 1)
-    if path is None:
-        out = np.zeros(shape, dtype=dtype)
-        _sweep_range(net, range(net.n_sweeps), depth, out, row_of_source)
-        return out
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
-    del out  # workers write through their own maps
     # At most _SWEEPS_PER_TASK sweeps a task, and enough tasks to keep every worker busy
-    # to the end (the far-mass rows have a few hundred sweeps, each a second or so).
+    # to the end (the national far-mass rows are 531 sweeps of about a quarter second).
     per_task = max(1, min(_SWEEPS_PER_TASK, -(-net.n_sweeps // (16 * max(1, workers)))))
     tasks = [
         (start, min(start + per_task, net.n_sweeps)) for start in range(0, net.n_sweeps, per_task)
@@ -323,6 +321,16 @@ def sweep_table(
         report = Progress("postcode-privacy")
     finished = 0
     try:
+        if path is None:
+            out = np.zeros(shape, dtype=dtype)
+            for start, stop in tasks:
+                _sweep_range(net, range(start, stop), depth, out, row_of_source)
+                finished += stop - start
+                if report is not None and stage is not None:
+                    report(stage, finished, net.n_sweeps)
+            return out
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        del out  # workers write through their own maps
         _BUILD = (net, depth, str(path), row_of_source)
         if workers > 1:
             context = multiprocessing.get_context("fork")

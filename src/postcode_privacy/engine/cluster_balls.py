@@ -9,9 +9,9 @@ such a row at a small one-off cost.
 
 The bound (docs/performance.md, "Far-mass rows from clusters"): the locations are cut into
 compact clusters K (at most ``SIZE`` locations each, every one within ``HOPS`` hops of the
-cluster's first; about 34,000 on the national graph), and for each cluster the mass of the locations within j hops of *some*
-location of K is computed exactly, for j = 0 .. ``DEPTH``.  For a node x at a location of K,
-every location within j hops of x is within j hops of K, so
+cluster's first; about 34,000 on the national graph), and for each cluster the mass of the
+locations within j hops of *some* location of K is computed exactly, for j = 0 .. ``DEPTH``. For
+a node x at a location of K, every location within j hops of x is within j hops of K, so
 
     pi(B_j(x)) <= pi(B_j(K))   for every j >= 0
 
@@ -23,10 +23,11 @@ row, so a row only ever tightens a valid bound; it never decides an output.
 Integrity: like the profile table, the rows and the cluster of every location are cached as
 ``.npy`` files with a JSON header, checked by content hash on every load, and for the embedded
 graph the hash is pinned here (``PINNED_SHA256``); a stale, corrupt or edited file is refused
-and rebuilt, and a build that differs is not used.  A wrong row would make an upper bound too
-small, so a load of rows without a pin (a custom graph's) also checks that they are
-consistent with the graph's clusters (``_check_consistent``), and the engine checks the balls it explores against the row before
-drawing (``FastSampler._check_profile``; a partial guard: it sees only the shells it explores).
+and rebuilt, and a build that differs is not used. A wrong row would make an upper bound too
+small, so a load of rows without a pin (a custom graph's) also checks that they are consistent
+with the graph's clusters (``_check_consistent``), and the engine checks the balls it explores
+against the row before drawing (``FastSampler._check_explored``; a partial guard: it sees only
+the shells it explores).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ HOPS = 6  # a cluster's locations are within this many hops of its first
 DEPTH = 80  # hops of each cluster's row; past it the row is the total prior
 FORMAT = "postcode-privacy-cluster-balls/1"
 # The content hash of the embedded graph's rows and clusters (pinned like the graph itself).
+# The clusters are grown along ball_sweeps._map_order by ball_sweeps._groups: changing either
+# changes the clusters, hence these bytes, and a national build would then be refused.
 PINNED_SHA256 = {
     (DEFAULT_GRAPH_SHA256, 64, 6, 80): (
         "b19b48820e128b1daf782beea1dffdf5bc25708896c27acc77bc5f5dda40b001"
@@ -147,6 +150,7 @@ def _remove_other_parameters(graph: Graph) -> None:
 
 
 def _check_pinned(graph: Graph, content: str) -> None:
+    """ValueError if this graph's rows are pinned and ``content`` differs."""
     pinned = PINNED_SHA256.get((graph.sha256, SIZE, HOPS, DEPTH))
     if pinned is not None and content != pinned:
         raise ValueError("the far-mass rows are not the pinned ones of the embedded graph")
@@ -154,12 +158,15 @@ def _check_pinned(graph: Graph, content: str) -> None:
 
 def load_cluster_balls(graph: Graph) -> ClusterBalls:
     """The cached rows of ``graph``, memory-mapped; ValueError unless every byte checks out
-    (format, graph, parameters, shapes, types and the content hash of both arrays)."""
+    (format, graph, parameters, shapes, types and the content hash of both arrays; then the
+    pinned hash, or, for a graph without a pin, ``_check_consistent``)."""
     balls_path, of_path, header_path = _paths(graph)
     header = json.loads(header_path.read_text(encoding="utf-8"))
     balls = np.load(balls_path, mmap_mode="r", allow_pickle=False)
     cluster_of = np.load(of_path, allow_pickle=False)
-    if not isinstance(header, dict) or balls.ndim != 2:
+    if not isinstance(header, dict):
+        raise ValueError("the far-mass rows' header is not a JSON object")
+    if balls.ndim != 2:
         raise ValueError("the far-mass rows have the wrong shape")
     expected = _header(graph, balls.shape[0], header.get("sha256", ""))
     if header != expected:
@@ -213,7 +220,8 @@ def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
         import warnings
 
         warnings.warn(
-            f"the cached far-mass rows were refused ({exc}); they will be rebuilt",
+            f"the cached far-mass rows were refused ({exc}); they are not used, and the next "
+            "release allowed to build them rebuilds them",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -223,11 +231,12 @@ def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
 def cluster_balls_for(
     graph: Graph, loc_mass: np.ndarray, *, cache: bool, workers: int = 1, progress: bool = True
 ) -> ClusterBalls:
-    """The rows of ``graph``: from the cache if valid, else built (and, with ``cache``,
-    written there atomically, after the pinned hash is checked: a build that differs is
-    neither cached nor used, ValueError)."""
+    """The rows of ``graph``: with ``cache``, from the cache if valid, else built by
+    ``workers`` processes and written there (each file replaced atomically, after the pinned
+    hash is checked: a build that differs is neither cached nor used, ValueError); without,
+    built in this process (``workers`` unused) and checked against the pin the same way."""
     if not cache:
-        balls, cluster_of = build_cluster_balls(graph, loc_mass)
+        balls, cluster_of = build_cluster_balls(graph, loc_mass, progress=progress)
         _check_pinned(graph, _content_sha256(cluster_of, balls))  # pinned: used only if equal
         return ClusterBalls(balls, cluster_of, graph)
     cached = cached_cluster_balls(graph)
@@ -235,8 +244,8 @@ def cluster_balls_for(
         return cached
     balls_path, of_path, header_path = _paths(graph)
     balls_path.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside their final names and moved into place, the header last: a reader sees
-    # the old files or the new ones (and checks the content hash either way).
+    # Written beside their final names and moved into place one by one, the header last: a
+    # reader that catches a mix of old and new files refuses it by the content hash.
     partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}")
                 for path in (balls_path, of_path, header_path)]  # fmt: skip
     try:

@@ -10,8 +10,8 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
    a. a bracket kept for this source by an earlier batch of the release (``Bracket``);
    b. the ball-mass profile table (engine/profiles.py), which gives C_0 .. C_D exactly without
       exploring, D being the table's depth, with the core's bound beyond D, then with the
-      tighter bound of an upper row (the far-mass row of engine/cluster_balls.py, or landmark
-      rows);
+      tighter bound of the upper rows (the far-mass row of engine/cluster_balls.py and, where
+      they are built, the landmark rows; the smallest bound wins);
    c. exploring from shell 0 until a floating-point estimate of every decision looks settled
       (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
       core's or an upper row's bound (engine/landmarks.py, engine/cluster_balls.py) beyond the
@@ -120,12 +120,14 @@ def _z_high(
     """Upper bound on Z from an upper row ``bound`` (Q[j] >= pi(B_j): a landmark row of
     engine/landmarks.py or a far-mass row of engine/cluster_balls.py), or None if unusable.
 
-    ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node outside B_h is at least h + 1 hops from
-    x, and at least j hops if it lies outside the region counted by Q[j - 1]; weights do not
+    ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node
+    outside B_h is at least h + 1 hops from x, and at least j hops if it lies outside the
+    region counted by Q[j - 1]; weights do not
     increase with distance, so the unexplored part of Z is at most
     P_{h+1} (Q[h+1] - E) + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
     Every coefficient is checked non-negative; a row failing that is not used.  Only the j
-    where Q changes contribute (Q is constant once the landmark squares cover everything).
+    where Q changes contribute (Q is constant once the landmark squares cover everything, and
+    a far-mass row past its depth).
     """
     h = len(cumulative) - 1
     rows = bound[h + 1 : radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
@@ -285,7 +287,7 @@ class FastSampler:
     ) -> tuple[int, int]:
         """z_low <= Z <= z_high once shells 0 .. h are known (``cumulative`` = C_0 .. C_h,
         ``explored`` = their mass): the core's z_low, and the smaller of the core's z_high and
-        the one from the landmark row ``bound`` (both are valid bounds)."""
+        the one from the upper row ``bound`` (both are valid bounds)."""
         radius, powers, total = self.radius, self.powers, self.total_prior
         h = len(cumulative) - 1
         z_low = cumulative[h] + powers[radius] * (total - explored)
@@ -293,9 +295,9 @@ class FastSampler:
             return z_low, z_low
         z_high = cumulative[h] + powers[h + 1] * (total - explored)
         if bound is not None:
-            landmark = _z_high(cumulative, explored, bound, powers, radius, total)
-            if landmark is not None and landmark < z_high:
-                z_high = landmark
+            from_row = _z_high(cumulative, explored, bound, powers, radius, total)
+            if from_row is not None and from_row < z_high:
+                z_high = from_row
         return z_low, z_high
 
     def _profile_shells(self, node: int) -> tuple[list[int], list[int]]:
@@ -315,7 +317,8 @@ class FastSampler:
     def _upper_rows(self, node: int) -> np.ndarray | None:
         """Rows Q with Q[j] >= pi(B_j(x)) for the true node x, j < R, non-decreasing: the
         landmark rows (engine/landmarks.py) and the far-mass row of x's cluster
-        (engine/cluster_balls.py), whichever are in use; None if neither is."""
+        (engine/cluster_balls.py), whichever are in use; None if neither is.  The far-mass
+        row is also kept for this group, for ``_check_explored``."""
         location = int(self.graph.node_location[node])
         rows = []
         if self.landmarks is not None:
@@ -387,7 +390,7 @@ class FastSampler:
         self._decide_by_exploring(group, shells, pending)
         return shells
 
-    def _check_profile(self) -> None:
+    def _check_explored(self) -> None:
         """The shells the search explored must have the masses the profile table gave, and
         balls no heavier than the far-mass row allowed: a cheap guard against tables that
         disagree with the graph (they would change outputs)."""
@@ -403,7 +406,8 @@ class FastSampler:
             known = min(self.search.n_shells, row.size)
             if np.any(np.cumsum(self.search.masses[:known]) > row[:known]):
                 raise RuntimeError(
-                    "the far-mass rows disagree with the graph; delete the cached rows"
+                    "the far-mass rows disagree with the graph; delete the cached "
+                    f"clusters-{self.graph.sha256[:32]}-* files in the cache directory"
                 )
 
     def _decide_by_exploring(self, group: _Group, shells: list[int], pending: list[int]) -> None:
@@ -477,7 +481,7 @@ class FastSampler:
         shells = self._decide_shells(group)
         # The within-shell draws need every chosen shell explored.
         search.explore_to(min(max(shells), radius - 1) + 1)
-        self._check_profile()
+        self._check_explored()
 
         out = [0] * len(shells)
         inner = [r for r, h in enumerate(shells) if h < radius]

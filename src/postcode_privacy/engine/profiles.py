@@ -25,7 +25,7 @@ table before drawing (a partial guard: it sees only the shells it explores).  A 
 custom graph (opt-in) has only its own header hash, which guards against damage, not against
 someone who can write to the cache directory.
 
-Cost on the national graph: docs/performance.md ("Ball-mass profiles").
+Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
     header = json.loads(header_path.read_text(encoding="utf-8"))
     array = np.load(table_path, mmap_mode="r", allow_pickle=False)
     if not isinstance(header, dict):
-        raise ValueError("the ball-mass profiles have the wrong shape")
+        raise ValueError("the ball-mass profiles' header is not a JSON object")
     expected = _header(graph, depth, header.get("sha256", ""))
     if header != expected:
         raise ValueError("the ball-mass profiles were built for another graph or depth")
@@ -251,8 +251,9 @@ def profiles_for(
     workers: int = 1,
     progress: bool = True,
 ) -> BallProfiles:
-    """The profiles of ``graph``, once per process: from the on-disk cache for large graphs
-    (verified by content hash; refused and rebuilt if stale or corrupt), else built here
+    """The profiles of ``graph``, with their far-mass rows (``_add_far_rows``), once per
+    process: from the on-disk cache for large graphs (verified by content hash; refused and
+    rebuilt if stale or corrupt), else built here
     (with progress lines on stderr for a cached build, unless ``progress`` is False)."""
     depth = DEPTH if depth is None else int(depth)
     table = cached_profiles(graph, depth)
@@ -296,12 +297,13 @@ def _add_far_rows(
         )
     except OSError as exc:
         warnings.warn(
-            f"could not cache the far-mass rows ({exc.strerror or exc}); building them in memory",
+            f"could not cache the far-mass rows ({exc.strerror or exc}); building them in "
+            "memory, in one process (about two minutes on the national graph)",
             RuntimeWarning,
             stacklevel=3,
         )
         try:
-            table.far = cluster_balls_for(graph, loc_mass, cache=False)  # one process
+            table.far = cluster_balls_for(graph, loc_mass, cache=False, progress=progress)
         except ValueError as pinned:
             table.far_refused = True
             warnings.warn(
@@ -332,8 +334,10 @@ def profiles_to_use(
     """The table a batch of ``sources`` distinct postcodes should use, per ``wanted``:
 
     * False: none;
-    * True: this graph's, built now if it is not cached (any graph);
-    * "cached": this graph's if this process has it or a valid cached file exists;
+    * True: this graph's, built now if it is not cached (any graph), with its far-mass rows
+      (built now too if missing);
+    * "cached": this graph's if this process has it or a valid cached file exists (with its
+      far-mass rows if they are cached; never builds either);
     * None (the default): as "cached" for the embedded default graph, and built on first use
       there once a batch has ``BUILD_MIN_SOURCES`` distinct postcodes (where exploring from
       shell 0 would cost more than the build); none for other graphs, for which the table
