@@ -237,13 +237,13 @@ def test_pinned_rows_are_refused_even_with_a_recomputed_header(cache, monkeypatc
     monkeypatch.setitem(
         cluster_balls.PINNED_SHA256,
         pin,
-        cluster_balls._content_sha256(built.cluster_of, np.asarray(built.balls)),
+        ball_sweeps.table_sha256(built.cluster_of, np.asarray(built.balls)),
     )
     edited = np.load(balls_path)
     edited[:, 2:] = edited[:, 2:] // 2 + 1
     np.save(balls_path, edited)
     header = json.loads(header_path.read_text())
-    header["sha256"] = cluster_balls._content_sha256(built.cluster_of, edited)
+    header["sha256"] = ball_sweeps.table_sha256(built.cluster_of, edited)
     header_path.write_text(json.dumps(header))
     fresh = planar_graph(random.Random(12), 60, 70, 1.0, 8)
     with pytest.raises(ValueError, match="pinned"):
@@ -273,7 +273,7 @@ def test_files_that_are_not_rows_are_refused_not_crashed_on(cache):
         np.save(balls_path, new_balls)
         np.save(of_path, new_of)
         header = json.loads(good[2])
-        header["sha256"] = cluster_balls._content_sha256(new_of, new_balls)
+        header["sha256"] = ball_sweeps.table_sha256(new_of, new_balls)
         header_path.write_text(json.dumps(header))
 
     def refused():

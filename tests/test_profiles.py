@@ -203,13 +203,13 @@ def test_a_pinned_table_is_refused_even_with_a_recomputed_header(cache, monkeypa
     table = engine_profiles.profiles_for(graph, loc_mass(graph))
     table_path, header_path = engine_profiles._paths(graph, 6)
     good = table_path.read_bytes()
-    true_hash = engine_profiles._content_sha256(np.asarray(table.cumulative))
+    true_hash = ball_sweeps.table_sha256(np.asarray(table.cumulative))
     monkeypatch.setitem(engine_profiles.PINNED_SHA256, (graph.sha256, 6), true_hash)
     edited = np.load(table_path)
     edited[:, 4:] *= 2
     np.save(table_path, edited)
     header = json.loads(header_path.read_text())
-    header["sha256"] = engine_profiles._content_sha256(edited)
+    header["sha256"] = ball_sweeps.table_sha256(edited)
     header_path.write_text(json.dumps(header))
     fresh = planar_graph(random.Random(12), 60, 70, 1.0, 8)
     with pytest.raises(ValueError, match="pinned"):

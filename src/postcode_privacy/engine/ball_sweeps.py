@@ -17,6 +17,7 @@ Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from numba import njit
 
 from ..graph.graph import Graph
 
-__all__ = ["Sweeps", "sweep_table"]
+__all__ = ["Sweeps", "mass_dtype", "sweep_table", "table_sha256"]
 
 WORD = 64  # sources per sweep: one bit each in an int64 word
 _GROUP_HOPS = 10  # a sweep of single locations grows at most this far from its first one
@@ -349,3 +350,18 @@ def sweep_table(
         if report is not None:
             report.close()
     return np.load(path, mmap_mode="r")
+
+
+def mass_dtype(total_prior: int) -> np.dtype:
+    """The type of a cached table of ball masses: 32 bits while every mass fits."""
+    return np.dtype(np.uint32) if total_prior < 2**32 else np.dtype(np.int64)
+
+
+def table_sha256(*arrays: np.ndarray) -> str:
+    """The sha256 of the arrays' bytes, one after another (what a cached table's header
+    records and its loader checks), read in slices: bounded memory for a memory map."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        for start in range(0, array.shape[0], 65_536):
+            digest.update(np.ascontiguousarray(array[start : start + 65_536]).tobytes())
+    return digest.hexdigest()

@@ -32,7 +32,6 @@ the shells it explores).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -41,7 +40,7 @@ import numpy as np
 
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, sweep_table
+from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
 
 __all__ = ["ClusterBalls", "build_cluster_balls", "cached_cluster_balls", "cluster_balls_for"]
 
@@ -79,10 +78,6 @@ class ClusterBalls:
         return row
 
 
-def _dtype_for(total_prior: int) -> np.dtype:
-    return np.dtype(np.uint32) if total_prior < 2**32 else np.dtype(np.int64)
-
-
 def build_cluster_balls(
     graph: Graph,
     loc_mass: np.ndarray,
@@ -98,17 +93,10 @@ def build_cluster_balls(
     stage = "far-mass rows (built once per graph, clusters of locations)" if progress else None
     clusters = np.arange(net.n_sources, dtype=np.int64)  # rows in cluster order
     balls = sweep_table(
-        net, DEPTH, _dtype_for(graph.total_prior), clusters, path=path, stage=stage,
+        net, DEPTH, mass_dtype(graph.total_prior), clusters, path=path, stage=stage,
         workers=workers,
     )  # fmt: skip
     return balls, net.source_of_location().astype(np.int32)
-
-
-def _content_sha256(cluster_of: np.ndarray, balls: np.ndarray) -> str:
-    digest = hashlib.sha256(np.ascontiguousarray(cluster_of).tobytes())
-    for start in range(0, balls.shape[0], 65_536):  # in slices: bounded memory for a memmap
-        digest.update(np.ascontiguousarray(balls[start : start + 65_536]).tobytes())
-    return digest.hexdigest()
 
 
 def _header(graph: Graph, clusters: int, sha256: str) -> dict:
@@ -121,7 +109,7 @@ def _header(graph: Graph, clusters: int, sha256: str) -> dict:
         "locations": graph.n_locations,
         "clusters": clusters,
         "total_prior": graph.total_prior,
-        "dtype": _dtype_for(graph.total_prior).str,
+        "dtype": mass_dtype(graph.total_prior).str,
         "sha256": sha256,
     }
 
@@ -178,7 +166,7 @@ def load_cluster_balls(graph: Graph) -> ClusterBalls:
         or cluster_of.dtype != np.int32
     ):
         raise ValueError("the far-mass rows have the wrong shape")
-    content = _content_sha256(cluster_of, balls)
+    content = table_sha256(cluster_of, balls)
     if content != header["sha256"]:
         raise ValueError("the far-mass rows failed their content hash")
     if PINNED_SHA256.get((graph.sha256, SIZE, HOPS, DEPTH)) is None:
@@ -237,7 +225,7 @@ def cluster_balls_for(
     built in this process (``workers`` unused) and checked against the pin the same way."""
     if not cache:
         balls, cluster_of = build_cluster_balls(graph, loc_mass, progress=progress)
-        _check_pinned(graph, _content_sha256(cluster_of, balls))  # pinned: used only if equal
+        _check_pinned(graph, table_sha256(cluster_of, balls))  # pinned: used only if equal
         return ClusterBalls(balls, cluster_of, graph)
     cached = cached_cluster_balls(graph)
     if cached is not None:
@@ -252,7 +240,7 @@ def cluster_balls_for(
         balls, cluster_of = build_cluster_balls(
             graph, loc_mass, path=partials[0], progress=progress, workers=workers
         )
-        sha256 = _content_sha256(cluster_of, balls)
+        sha256 = table_sha256(cluster_of, balls)
         _check_pinned(graph, sha256)  # a wrong build is neither cached nor used
         np.save(partials[1], cluster_of, allow_pickle=False)
         header = _header(graph, balls.shape[0], sha256)

@@ -30,7 +30,6 @@ Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -43,7 +42,7 @@ import numpy as np
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, sweep_table
+from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
 from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
 
 __all__ = [
@@ -67,10 +66,6 @@ PINNED_SHA256 = {
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
 
 
-def _dtype_for(total_prior: int) -> np.dtype:
-    return np.dtype(np.uint32) if total_prior < 2**32 else np.dtype(np.int64)
-
-
 def build_profiles(
     graph: Graph,
     loc_mass: np.ndarray,
@@ -87,7 +82,7 @@ def build_profiles(
     net = Sweeps(graph, loc_mass)  # every location a source of its own
     stage = "ball-mass profiles (built once per graph, groups of locations)" if progress else None
     return sweep_table(
-        net, depth, _dtype_for(graph.total_prior), net.order, path=path, stage=stage,
+        net, depth, mass_dtype(graph.total_prior), net.order, path=path, stage=stage,
         workers=workers,
     )  # fmt: skip
 
@@ -114,13 +109,6 @@ class BallProfiles:
         return [prior] + [b - a for a, b in zip(balls, balls[1:])]
 
 
-def _content_sha256(array: np.ndarray) -> str:
-    digest = hashlib.sha256()
-    for start in range(0, array.shape[0], 65_536):  # in slices: bounded memory for a memmap
-        digest.update(np.ascontiguousarray(array[start : start + 65_536]).tobytes())
-    return digest.hexdigest()
-
-
 def _header(graph: Graph, depth: int, sha256: str) -> dict:
     return {
         "format": FORMAT,
@@ -128,7 +116,7 @@ def _header(graph: Graph, depth: int, sha256: str) -> dict:
         "depth": depth,
         "locations": graph.n_locations,
         "total_prior": graph.total_prior,
-        "dtype": _dtype_for(graph.total_prior).str,
+        "dtype": mass_dtype(graph.total_prior).str,
         "sha256": sha256,
     }
 
@@ -159,7 +147,7 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
         raise ValueError("the ball-mass profiles were built for another graph or depth")
     if array.shape != (graph.n_locations, depth + 1) or array.dtype.str != expected["dtype"]:
         raise ValueError("the ball-mass profiles have the wrong shape")
-    content = _content_sha256(array)
+    content = table_sha256(array)
     if content != header["sha256"]:
         raise ValueError("the ball-mass profiles failed their content hash")
     _check_pinned(graph, depth, content)
@@ -185,7 +173,7 @@ def _build_and_cache(
         array = build_profiles(
             graph, loc_mass, depth, path=partial, progress=progress, workers=workers
         )
-        sha256 = _content_sha256(array)
+        sha256 = table_sha256(array)
         _check_pinned(graph, depth, sha256)  # a wrong build is neither cached nor used
         os.replace(partial, table_path)
     finally:
@@ -275,7 +263,7 @@ def profiles_for(
                 )
         if table is None:  # a small graph, or the cache could not be written
             array = build_profiles(graph, loc_mass, depth)
-            _check_pinned(graph, depth, _content_sha256(array))  # pinned: used only if equal
+            _check_pinned(graph, depth, table_sha256(array))  # pinned: used only if equal
             table = BallProfiles(array, graph)
         _TABLES[graph] = table
         _add_far_rows(table, graph, loc_mass, workers, progress)
