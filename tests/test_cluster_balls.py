@@ -10,7 +10,10 @@ identity tests would see it); and a cached file must be refused unless every byt
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -454,3 +457,37 @@ def test_national_rows_bound_the_balls_and_draws_equal_the_reference(national_gr
         assert got == expected, eps
         row_hits += sampler.stats["row_hits"]
     assert row_hits > 0
+
+
+def _report_signals(sweeps: tuple[int, int]) -> int:
+    """A build task that records, in the folder named by $SIGNALS_SEEN, how this worker
+    handles SIGTERM and SIGINT."""
+    folder = Path(os.environ["SIGNALS_SEEN"])
+    quiet = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ignores = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    (folder / f"{os.getpid()}-{sweeps[0]}").write_text(f"{quiet} {ignores}")
+    return sweeps[1] - sweeps[0]
+
+
+def test_build_workers_leave_signals_to_the_parent(tmp_path, monkeypatch):
+    """The CLI turns SIGTERM into KeyboardInterrupt; build workers inherit that handler through
+    fork, and printed a traceback when the pool was shut down.  They must take the default
+    SIGTERM (die quietly) and ignore SIGINT (the parent handles it)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("SIGNALS_SEEN", str(tmp_path))
+    monkeypatch.setattr(ball_sweeps, "_build_task", _report_signals)
+    graph = planar_graph(random.Random(6), 300, 320, 1.0, 8)
+    net = ball_sweeps.Sweeps(graph, loc_mass(graph), 4, 1)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        ball_sweeps.sweep_table(
+            net, 3, np.dtype(np.int64), np.arange(net.n_sources), path=tmp_path / "t.npy",
+            workers=2,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    seen = [p.read_text() for p in tmp_path.iterdir() if p.suffix != ".npy"]
+    assert seen and set(seen) == {"True True"}

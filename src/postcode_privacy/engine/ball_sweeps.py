@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -284,6 +285,14 @@ def _sweep_range(
 _BUILD: tuple[Sweeps, int, str, np.ndarray] | None = None
 
 
+def _build_worker_init() -> None:
+    """In each build worker: leave interrupts to the parent and die quietly when it stops the
+    pool (the CLI turns SIGTERM into KeyboardInterrupt, and a worker inherits that handler
+    through fork: it would print a traceback as the pool is shut down)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _build_task(sweeps: tuple[int, int]) -> int:
     net, depth, path, row_of_source = _BUILD  # type: ignore[misc]
     out = np.load(path, mmap_mode="r+")
@@ -334,12 +343,16 @@ def sweep_table(
         del out  # workers write through their own maps
         _BUILD = (net, depth, str(path), row_of_source)
         if workers > 1:
-            context = multiprocessing.get_context("fork")
-            with context.Pool(workers) as pool:
+            pool = multiprocessing.get_context("fork").Pool(workers, _build_worker_init)
+            try:
                 for done in pool.imap_unordered(_build_task, tasks):
                     finished += done
                     if report is not None and stage is not None:
                         report(stage, finished, net.n_sweeps)
+                pool.close()  # all done: the workers exit on their own, without a signal
+                pool.join()
+            finally:
+                pool.terminate()  # an error or an interruption: stop them now
         else:
             for task in tasks:
                 finished += _build_task(task)
