@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import signal
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -329,35 +330,38 @@ def sweep_table(
         from .._progress import Progress
 
         report = Progress("postcode-privacy")
-    finished = 0
+
+    def count(done_per_task: Iterable[int]) -> None:
+        """Wait for the tasks, moving the progress bar as each finishes."""
+        finished = 0
+        for done in done_per_task:
+            finished += done
+            if report is not None:
+                report(stage or "", finished, net.n_sweeps)
+
     try:
         if path is None:
-            out = np.zeros(shape, dtype=dtype)
-            for start, stop in tasks:
-                _sweep_range(net, range(start, stop), depth, out, row_of_source)
-                finished += stop - start
-                if report is not None and stage is not None:
-                    report(stage, finished, net.n_sweeps)
-            return out
+            table = np.zeros(shape, dtype=dtype)
+
+            def sweep_into_table(task: tuple[int, int]) -> int:
+                _sweep_range(net, range(*task), depth, table, row_of_source)
+                return task[1] - task[0]
+
+            count(map(sweep_into_table, tasks))
+            return table
         out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
         del out  # workers write through their own maps
         _BUILD = (net, depth, str(path), row_of_source)
         if workers > 1:
             pool = multiprocessing.get_context("fork").Pool(workers, _build_worker_init)
             try:
-                for done in pool.imap_unordered(_build_task, tasks):
-                    finished += done
-                    if report is not None and stage is not None:
-                        report(stage, finished, net.n_sweeps)
+                count(pool.imap_unordered(_build_task, tasks))
                 pool.close()  # all done: the workers exit on their own, without a signal
                 pool.join()
             finally:
                 pool.terminate()  # an error or an interruption: stop them now
         else:
-            for task in tasks:
-                finished += _build_task(task)
-                if report is not None and stage is not None:
-                    report(stage, finished, net.n_sweeps)
+            count(map(_build_task, tasks))
     finally:
         _BUILD = None
         if report is not None:

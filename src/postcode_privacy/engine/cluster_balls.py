@@ -126,9 +126,9 @@ def _paths(graph: Graph) -> tuple[Path, Path, Path]:
 def _remove_other_parameters(graph: Graph) -> None:
     """Delete this graph's cached rows of other parameters (left by an earlier version), best
     effort; never another build's partial files, never another graph's."""
-    current = {path.name for path in _paths(graph)}
-    folder = _paths(graph)[0].parent
-    for path in folder.glob(f"clusters-{graph.sha256[:32]}-*"):
+    paths = _paths(graph)
+    current = {path.name for path in paths}
+    for path in paths[0].parent.glob(f"clusters-{graph.sha256[:32]}-*"):
         if ".partial-" in path.name or path.name in current:
             continue
         try:
