@@ -23,7 +23,7 @@ from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine import search as compiled
-from postcode_privacy.engine.search import ShellSearch
+from postcode_privacy.engine.search import ShellSearch, _select_by_prior
 from postcode_privacy.errors import InputDataError, InvalidParameterError, UnknownPostcodeError
 from postcode_privacy.graph.graph import _csr_from_pairs
 from postcode_privacy.graph.shells import hop_distances, node_shells
@@ -267,6 +267,57 @@ def test_pick_follows_cumulative_prior_in_node_order():
             got = search.pick(np.full(len(draws), h), np.array(draws))
             want = [int(nodes[np.searchsorted(cumulative, j, side="right")]) for j in draws]
             assert got.tolist() == want
+
+
+def test_a_lone_pick_selects_what_the_sorted_shell_gives():
+    """``pick_one`` and ``pick`` of one request select without sorting the shell: every draw
+    of every shell must give the node the sorted cumulative rule gives."""
+    rng = random.Random(4)
+    graph = planar_graph(rng, 30, 60, 1.0, 12)
+    search = ShellSearch(graph, 6)
+    for source in range(0, len(graph), 5):
+        search.start(source)
+        search.explore_to(6)
+        for h in range(6):
+            mass = int(search.masses[h])
+            if mass == 0:
+                continue
+            nodes = node_shells(graph, source, h)[h]
+            cumulative = np.cumsum(graph.prior[nodes])
+            for j in sorted({0, mass - 1} | {rng.randrange(mass) for _ in range(8)}):
+                want = int(nodes[np.searchsorted(cumulative, j, side="right")])
+                assert search.pick_one(h, j) == want
+                assert search.pick(np.array([h]), np.array([j])).tolist() == [want]
+
+
+@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+def test_selection_by_prior_equals_the_sorted_rule(order):
+    """``_select_by_prior`` on shells of every size, zero priors included (a zero-prior node is
+    never the answer), node lists in any order (the median-of-three pivot), one draw or many
+    (repeats included)."""
+    rng = np.random.default_rng(9)
+    for size in [1, 2, 3, 5, 17, 64, 301]:
+        nodes = np.sort(rng.choice(10 * size, size, replace=False)).astype(np.int64)
+        if order == "random":
+            nodes = rng.permutation(nodes)
+        elif order == "descending":
+            nodes = nodes[::-1].copy()
+        prior = np.zeros(10 * size, dtype=np.int64)
+        prior[nodes] = rng.integers(0, 4, size)
+        prior[nodes[0]] += 1  # a positive mass
+        ordered = np.sort(nodes)
+        cumulative = np.cumsum(prior[ordered])
+        every = np.arange(int(cumulative[-1]), dtype=np.int64)
+        want = ordered[np.searchsorted(cumulative, every, side="right")]
+        for draw in every.tolist():  # one draw at a time
+            got = _select_by_prior(nodes.copy(), prior, every[draw : draw + 1], np.empty(1, int))
+            assert got.tolist() == [want[draw]], (size, draw)
+        # many at once: every draw, and random sorted draws with repeats
+        found = _select_by_prior(nodes.copy(), prior, every, np.empty(every.size, int))
+        assert found.tolist() == want.tolist(), size
+        some = np.sort(rng.choice(every, 2 * every.size + 1))
+        found = _select_by_prior(nodes.copy(), prior, some, np.empty(some.size, int))
+        assert found.tolist() == want[some].tolist(), size
 
 
 @pytest.mark.parametrize("seed", range(3))
