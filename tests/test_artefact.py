@@ -169,6 +169,27 @@ def test_bulk_lookups_of_non_ascii_labels(tmp_path):
     assert [loaded.find(q) for q in queries[:5]] == [2, None, 3, 0, None]
 
 
+def test_labels_in_bulk_equal_one_at_a_time(tmp_path):
+    """``labels_of`` (how a release names its outputs) gives ``label`` of each node, in order
+    and with repeats, on loaded (byte) labels, after their list exists, and on built ones,
+    non-ASCII labels included; out-of-range or non-integer node numbers are refused."""
+    labels = ["AB1 0AA", "AB1 0AB", "caf\u00e9", "zz"]
+    built = Graph.from_edges(labels, [(0, 1), (1, 2), (2, 3)])
+    save_graph(built, tmp_path / "x")
+    loaded = load_graph(tmp_path / "x")
+    nodes = np.array([3, 2, 2, 0, 1, 3], dtype=np.int64)
+    want = [labels[i] for i in nodes]
+    assert built.labels_of(nodes) == want
+    assert loaded.labels_of(nodes) == want
+    assert loaded.labels_of(nodes.astype(np.int32)) == want
+    assert loaded.labels_of(np.array([], dtype=np.int64)) == []
+    loaded._labels.as_list()  # the list form answers too
+    assert loaded.labels_of(nodes) == want
+    for bad in (np.array([4]), np.array([-1]), np.array([0.0]), np.zeros((1, 1), dtype=int)):
+        with pytest.raises((IndexError, TypeError)):
+            loaded.labels_of(bad)
+
+
 def test_graph_without_coordinates_and_unusual_labels(tmp_path):
     g = Graph.from_edges(
         ["a", "b\u00e9", "c c", "AB1 0AA"],

@@ -471,4 +471,4 @@ def perturb_many(
         landmarks=landmarks,
         profiles=profiles,
     )
-    return [graph.label(y) for y in result.tolist()]
+    return graph.labels_of(result)

@@ -50,6 +50,10 @@ class NodeLabels(ABC):
     def lookup(self, label: str) -> int | None:
         """The node whose label is exactly ``label``, or None."""
 
+    def labels_of(self, nodes: np.ndarray) -> list[str]:
+        """``label`` of each node of a 1-D integer array, in order."""
+        return [self.label(node) for node in nodes.tolist()]
+
     def lookup_many(self, labels: list[str]) -> np.ndarray:
         """``lookup`` of each label as an int64 array, -1 for None."""
         found = [self.lookup(label) for label in labels]
@@ -134,6 +138,12 @@ class ByteLabels(NodeLabels):
 
     def label(self, node: int) -> str:
         return bytes(self._bytes[node]).decode("utf-8")
+
+    def labels_of(self, nodes: np.ndarray) -> list[str]:
+        if self._list is not None:
+            return super().labels_of(nodes)
+        # One gather and one bytes object per node: a release labels every output this way.
+        return [b.decode("utf-8") for b in self._bytes[nodes].tolist()]
 
     def as_list(self) -> list[str]:
         if self._list is None:

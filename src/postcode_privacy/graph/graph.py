@@ -339,6 +339,15 @@ class Graph:
     def label(self, node: int) -> str:
         return self._labels.label(node)
 
+    def labels_of(self, nodes: np.ndarray) -> list[str]:
+        """The label of each node of a 1-D integer array, in order (``label`` in bulk)."""
+        nodes = np.asarray(nodes)
+        if nodes.ndim != 1 or (nodes.size and nodes.dtype.kind not in "iu"):
+            raise TypeError("nodes must be a 1-D array of node numbers")
+        if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= len(self)):
+            raise IndexError("node number out of range")
+        return self._labels.labels_of(nodes)
+
     def label_bytes(self) -> np.ndarray:
         """The labels as a fixed-width ``S`` array (the artefact's form); GraphError if a label
         contains NUL."""

@@ -196,7 +196,7 @@ class ReleasePlan:
             if self.displacement is not None:
                 self.displacement.add(nodes, drawn)
             distinct, where = np.unique(drawn, return_inverse=True)
-            labels = np.array([self.graph.label(y) for y in distinct.tolist()], dtype=object)
+            labels = np.array(self.graph.labels_of(distinct), dtype=object)
             released = labels[where.reshape(-1)]
         if progress is not None and len(df) > ok.size:
             progress(len(df) - int(ok.size))
