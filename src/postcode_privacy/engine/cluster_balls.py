@@ -1,8 +1,8 @@
 """Upper bounds on every location's ball masses far past the profile table, from clusters.
 
-Why: the profile table (engine/profiles.py) knows C_0 .. C_40 exactly, but at small ε the
-mass beyond 40 hops is still a large enough share of Z that the core's bound (every unexplored
-node 41 hops away) leaves a third of the records at ε = 0.5 undecided, and each of those
+Why: the profile table (engine/profiles.py) knows C_0 .. C_D exactly (D = 44), but at small ε
+the mass beyond D hops is still a large enough share of Z that the core's bound (every
+unexplored node D + 1 hops away) leaves many records at ε = 0.5 undecided, and each of those
 explores tens of thousands of locations.  A row Q with Q[j] >= pi(B_j(x)) for every j bounds
 that far mass much more tightly (engine/fast.py, ``_z_high``); this module gives every location
 such a row at a small one-off cost.

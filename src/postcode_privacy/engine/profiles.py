@@ -56,12 +56,13 @@ __all__ = [
     "FORMAT",
 ]
 
-DEPTH = 40  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
+DEPTH = 44  # hops of every location's profile (docs/performance.md: what depth buys at each ε)
 FORMAT = "postcode-privacy-location-profiles/1"
 # The content hash of the table of the embedded graph (pinned like the graph itself): a cached
 # file, or a build, whose content differs is refused, whoever recomputed its header.
 PINNED_SHA256 = {
     (DEFAULT_GRAPH_SHA256, 40): "bd16739cc5da9eeed6faee2abc714b5155dd471b21d29436bb1caaa6aa35c4d5",
+    (DEFAULT_GRAPH_SHA256, 44): "bbca0d9aa4b89ed8f607439b7e2a136cd9bd418e813e7e101a6c165994a8c93b",
 }
 CACHE_MIN_LOCATIONS = 100_000  # smaller graphs build in memory in seconds
 
