@@ -372,6 +372,37 @@ def _refuse(*args, **kwargs):
     raise ValueError("not the pinned rows")
 
 
+def test_refused_rows_are_reported_once_and_rebuilt(cache, monkeypatch):
+    """A cached table whose rows are refused: the release that may build reports the refusal
+    once (the rows are looked up and hashed once, when the table loads) and rebuilds them."""
+    monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
+    monkeypatch.setattr(engine_profiles, "DEPTH", 5)
+    graph = planar_graph(random.Random(4), 80, 90, 1.0, 8)
+    mass = loc_mass(graph)
+    engine_profiles.profiles_for(graph, mass)
+    balls_path = cluster_balls._paths(graph)[0]
+    good = balls_path.read_bytes()
+    damaged = bytearray(good)
+    damaged[-3] ^= 1
+    balls_path.write_bytes(bytes(damaged))
+    engine_profiles._TABLES.clear()
+    loads = []
+    real = cluster_balls.load_cluster_balls
+
+    def counting(*args, **kwargs):
+        loads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster_balls, "load_cluster_balls", counting)
+    fresh = planar_graph(random.Random(4), 80, 90, 1.0, 8)
+    with pytest.warns(RuntimeWarning) as caught:
+        used = engine_profiles.profiles_to_use(fresh, mass, 1, True, 1)
+    refusals = [w for w in caught if "far-mass rows were refused" in str(w.message)]
+    assert len(refusals) == 1 and len(loads) == 1, ([str(w.message) for w in caught], loads)
+    assert used is not None and used.far is not None
+    assert balls_path.read_bytes() == good  # rebuilt, the same rows
+
+
 def test_the_embedded_graphs_rows_are_pinned():
     from postcode_privacy.graph.national import DEFAULT_GRAPH_SHA256
 

@@ -217,17 +217,25 @@ def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
 
 
 def cluster_balls_for(
-    graph: Graph, loc_mass: np.ndarray, *, cache: bool, workers: int = 1, progress: bool = True
+    graph: Graph,
+    loc_mass: np.ndarray,
+    *,
+    cache: bool,
+    workers: int = 1,
+    progress: bool = True,
+    look: bool = True,
 ) -> ClusterBalls:
-    """The rows of ``graph``: with ``cache``, from the cache if valid, else built by
-    ``workers`` processes and written there (each file replaced atomically, after the pinned
-    hash is checked: a build that differs is neither cached nor used, ValueError); without,
-    built in this process (``workers`` unused) and checked against the pin the same way."""
+    """The rows of ``graph``: with ``cache``, from the cache if valid (``look`` False: the
+    caller has just looked there and found none, so they are not looked up, hashed and
+    reported a second time), else built by ``workers`` processes and written there (each file
+    replaced atomically, after the pinned hash is checked: a build that differs is neither
+    cached nor used, ValueError); without, built in this process (``workers`` unused) and
+    checked against the pin the same way."""
     if not cache:
         balls, cluster_of = build_cluster_balls(graph, loc_mass, progress=progress)
         _check_pinned(graph, table_sha256(cluster_of, balls))  # pinned: used only if equal
         return ClusterBalls(balls, cluster_of, graph)
-    cached = cached_cluster_balls(graph)
+    cached = cached_cluster_balls(graph) if look else None
     if cached is not None:
         return cached
     balls_path, of_path, header_path = _paths(graph)

@@ -100,6 +100,7 @@ class BallProfiles:
         # far_refused: a build of them was not the pinned one (not tried again here).
         self.far: ClusterBalls | None = None
         self.far_refused = False
+        self.far_looked_up = False  # the cache was searched for the rows when the table loaded
 
     def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
         """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
@@ -229,6 +230,7 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
             )
             return None
         table.far = cached_cluster_balls(graph)
+        table.far_looked_up = True
         _TABLES[graph] = table
         return table
 
@@ -282,7 +284,12 @@ def _add_far_rows(
     cache = graph.n_locations >= CACHE_MIN_LOCATIONS
     try:
         table.far = cluster_balls_for(
-            graph, loc_mass, cache=cache, workers=workers, progress=progress
+            graph,
+            loc_mass,
+            cache=cache,
+            workers=workers,
+            progress=progress,
+            look=not table.far_looked_up,
         )
     except OSError as exc:
         warnings.warn(
