@@ -26,6 +26,25 @@ def national_graph():
     return default_graph(progress=False)
 
 
+@pytest.fixture
+def count_calls(monkeypatch):
+    """``count_calls(module, name)`` wraps ``module.name`` for the test and returns the list
+    that gets one entry per call (how tests see that a build or a load happens, or not)."""
+
+    def wrap(module, name):
+        calls: list = []
+        real = getattr(module, name)
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+        return calls
+
+    return wrap
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark the slow tiers: national-graph users, the Spark modules, and what they imply."""
     for item in items:

@@ -305,7 +305,9 @@ def test_files_that_are_not_rows_are_refused_not_crashed_on(cache):
     assert cluster_balls.cached_cluster_balls(graph) is not None  # the good files still load
 
 
-def test_a_build_that_is_not_the_pinned_one_is_not_used_and_not_repeated(cache, monkeypatch):
+def test_a_build_that_is_not_the_pinned_one_is_not_used_and_not_repeated(
+    cache, monkeypatch, count_calls
+):
     """In memory (an unwritable cache) as in the cache, rows that differ from the pin are not
     used; the table keeps working without them, and later batches do not build them again."""
     monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
@@ -315,14 +317,7 @@ def test_a_build_that_is_not_the_pinned_one_is_not_used_and_not_repeated(cache, 
     monkeypatch.setitem(cluster_balls.PINNED_SHA256, (graph.sha256, 4, 1, 7), "0" * 64)
     with pytest.raises(ValueError, match="pinned"):
         cluster_balls.cluster_balls_for(graph, mass, cache=False)
-    builds = []
-    real = cluster_balls.build_cluster_balls
-
-    def counting(*args, **kwargs):
-        builds.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cluster_balls, "build_cluster_balls", counting)
+    builds = count_calls(cluster_balls, "build_cluster_balls")
     for unwritable in (False, True):
         engine_profiles._TABLES.clear()
         builds.clear()
@@ -372,7 +367,7 @@ def _refuse(*args, **kwargs):
     raise ValueError("not the pinned rows")
 
 
-def test_refused_rows_are_reported_once_and_rebuilt(cache, monkeypatch):
+def test_refused_rows_are_reported_once_and_rebuilt(cache, monkeypatch, count_calls):
     """A cached table whose rows are refused: the release that may build reports the refusal
     once (the rows are looked up and hashed once, when the table loads) and rebuilds them."""
     monkeypatch.setattr(engine_profiles, "CACHE_MIN_LOCATIONS", 1)
@@ -386,14 +381,7 @@ def test_refused_rows_are_reported_once_and_rebuilt(cache, monkeypatch):
     damaged[-3] ^= 1
     balls_path.write_bytes(bytes(damaged))
     engine_profiles._TABLES.clear()
-    loads = []
-    real = cluster_balls.load_cluster_balls
-
-    def counting(*args, **kwargs):
-        loads.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cluster_balls, "load_cluster_balls", counting)
+    loads = count_calls(cluster_balls, "load_cluster_balls")
     fresh = planar_graph(random.Random(4), 80, 90, 1.0, 8)
     with pytest.warns(RuntimeWarning) as caught:
         used = engine_profiles.profiles_to_use(fresh, mass, 1, True, 1)

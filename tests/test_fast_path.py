@@ -251,28 +251,9 @@ def test_shell_search_gives_the_reference_shells(seed):
 
 
 def test_pick_follows_cumulative_prior_in_node_order():
+    """``pick`` of many requests, of one request and ``pick_one`` (all by selection, without
+    sorting the shell) give, for every draw, the node the sorted cumulative rule gives."""
     rng = random.Random(3)
-    graph = planar_graph(rng, 30, 60, 1.0, 12)
-    search = ShellSearch(graph, 6)
-    for source in range(0, len(graph), 7):
-        search.start(source)
-        search.explore_to(6)
-        for h in range(6):
-            mass = int(search.masses[h])
-            if mass == 0:
-                continue
-            nodes = node_shells(graph, source, h)[h]
-            cumulative = np.cumsum(graph.prior[nodes])
-            draws = sorted({0, mass - 1} | {rng.randrange(mass) for _ in range(5)})
-            got = search.pick(np.full(len(draws), h), np.array(draws))
-            want = [int(nodes[np.searchsorted(cumulative, j, side="right")]) for j in draws]
-            assert got.tolist() == want
-
-
-def test_a_lone_pick_selects_what_the_sorted_shell_gives():
-    """``pick_one`` and ``pick`` of one request select without sorting the shell: every draw
-    of every shell must give the node the sorted cumulative rule gives."""
-    rng = random.Random(4)
     graph = planar_graph(rng, 30, 60, 1.0, 12)
     search = ShellSearch(graph, 6)
     for source in range(0, len(graph), 5):
@@ -284,10 +265,12 @@ def test_a_lone_pick_selects_what_the_sorted_shell_gives():
                 continue
             nodes = node_shells(graph, source, h)[h]
             cumulative = np.cumsum(graph.prior[nodes])
-            for j in sorted({0, mass - 1} | {rng.randrange(mass) for _ in range(8)}):
-                want = int(nodes[np.searchsorted(cumulative, j, side="right")])
-                assert search.pick_one(h, j) == want
-                assert search.pick(np.array([h]), np.array([j])).tolist() == [want]
+            draws = sorted({0, mass - 1} | {rng.randrange(mass) for _ in range(8)})
+            want = [int(nodes[np.searchsorted(cumulative, j, side="right")]) for j in draws]
+            assert search.pick(np.full(len(draws), h), np.array(draws)).tolist() == want
+            for j, node in zip(draws, want):
+                assert search.pick_one(h, j) == node
+                assert search.pick(np.array([h]), np.array([j])).tolist() == [node]
 
 
 @pytest.mark.parametrize("order", ["random", "ascending", "descending"])

@@ -132,7 +132,9 @@ def test_a_cached_build_removes_only_this_graphs_tables_of_other_depths(cache):
     assert (cache / f"{mine}6.npy").exists() and (cache / f"{mine}6.json").exists()
 
 
-def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(cache, monkeypatch):
+def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(
+    cache, monkeypatch, count_calls
+):
     """The clean-up of other depths is best effort: a stale table this user may not delete (a
     shared cache directory with the sticky bit, as /tmp) must neither throw away the table just
     cached nor make the caller build the whole table again in memory."""
@@ -147,14 +149,7 @@ def test_a_stale_table_that_cannot_be_removed_costs_no_second_build(cache, monke
         return real_unlink(self, missing_ok=missing_ok)
 
     monkeypatch.setattr(Path, "unlink", unlink)
-    builds = []
-    real_build = engine_profiles.build_profiles
-
-    def counting_build(*args, **kwargs):
-        builds.append(1)
-        return real_build(*args, **kwargs)
-
-    monkeypatch.setattr(engine_profiles, "build_profiles", counting_build)
+    builds = count_calls(engine_profiles, "build_profiles")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         table = engine_profiles.profiles_for(graph, loc_mass(graph))
