@@ -273,18 +273,21 @@ def test_pick_follows_cumulative_prior_in_node_order():
                 assert search.pick(np.array([h]), np.array([j])).tolist() == [node]
 
 
-@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+@pytest.mark.parametrize("order", ["random", "ascending", "descending", "v"])
 def test_selection_by_prior_equals_the_sorted_rule(order):
     """``_select_by_prior`` on shells of every size, zero priors included (a zero-prior node is
-    never the answer), node lists in any order (the median-of-three pivot), one draw or many
-    (repeats included)."""
+    never the answer), node lists in any order (the median-of-three pivot; in "v" order its
+    splits are bad enough that the selection gives up and sorts), one draw or many (repeats
+    included)."""
     rng = np.random.default_rng(9)
-    for size in [1, 2, 3, 5, 17, 64, 301]:
+    for size in [1, 2, 3, 5, 17, 64, 301, 2000]:
         nodes = np.sort(rng.choice(10 * size, size, replace=False)).astype(np.int64)
         if order == "random":
             nodes = rng.permutation(nodes)
         elif order == "descending":
             nodes = nodes[::-1].copy()
+        elif order == "v":  # descending then ascending: median-of-three pivots split badly
+            nodes = np.concatenate([nodes[1::2][::-1], nodes[0::2]])
         prior = np.zeros(10 * size, dtype=np.int64)
         prior[nodes] = rng.integers(0, 4, size)
         prior[nodes[0]] += 1  # a positive mass

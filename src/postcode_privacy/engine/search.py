@@ -335,6 +335,27 @@ def _shell_members(order, shell_ptr, members_indptr, members_flat, node_location
 
 
 @njit(cache=True)
+def _bit_length(n):
+    """The number of bits of the non-negative integer n."""
+    bits = 0
+    while n:
+        n >>= 1
+        bits += 1
+    return bits
+
+
+@njit(cache=True)
+def _select_by_sorting(nodes, prior, draws, found):
+    """``_select_by_prior``'s answers by the rule itself: sort the nodes, accumulate their
+    prior, and take the first cumulative value greater than each draw."""
+    ordered = np.sort(nodes)
+    cumulative = np.cumsum(prior[ordered])
+    for k in range(draws.size):
+        found[k] = ordered[np.searchsorted(cumulative, draws[k], side="right")]
+    return found
+
+
+@njit(cache=True)
 def _select_by_prior(nodes, prior, draws, found):
     """found[k] = the node that sorting ``nodes`` and taking the first cumulative prior
     greater than ``draws[k]`` would give, for draws sorted in increasing order, each in
@@ -345,9 +366,13 @@ def _select_by_prior(nodes, prior, draws, found):
     [base, base + its prior) of the cumulative prior, and holds the draws that fall in it.
     Splitting the range around a pivot (nodes below it, the pivot, nodes above it) splits
     the interval in the same order, so each draw follows the part it falls in; a range of one
-    node, or the pivot itself, is the answer.  Expected time linear in the shell for one draw
-    and about shell x log(draws) for many, against shell x log(shell) for the sort.
+    node, or the pivot itself, is the answer.  Typically linear in the shell for one draw and
+    about shell x log(draws) for many, against shell x log(shell) for the sort.  The pivot is
+    the median of three nodes, so an unlucky order of the shell (possible in a graph built to
+    cause it) could make it quadratic: past a budget of partition work about that of a sort,
+    it gives up and sorts (``_select_by_sorting``), with the same answers.
     """
+    budget = 4 * nodes.size * (_bit_length(draws.size) + 2) + 64  # nodes moved past a pivot
     stack = np.empty((draws.size + 1, 5), dtype=np.int64)  # ranges holding disjoint draws
     stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3], stack[0, 4] = (
         0,
@@ -373,6 +398,9 @@ def _select_by_prior(nodes, prior, draws, found):
                 break
             x, y, z = nodes[lo], nodes[(lo + hi) // 2], nodes[hi - 1]
             pivot = max(min(x, y), min(max(x, y), z))  # median of three
+            budget -= hi - lo
+            if budget < 0:  # unlucky pivots: sorting is cheaper from here
+                return _select_by_sorting(nodes, prior, draws, found)
             below, above, i = lo, hi, lo  # nodes[lo:below] < pivot < nodes[above:hi]
             weight_below = 0
             while i < above:
