@@ -12,8 +12,9 @@ exact prior mass of the node shell.  The node shells are those of
 * shell h >= 2 is the members of the locations h hops away.
 
 Masses are exact int64 sums (the total prior is at most 2**62, so they cannot wrap).  The node
-list of a shell, needed only for the within-shell draw, is rebuilt on demand from its locations
-and sorted by node index, the order the reference sampler uses.
+list of a shell, needed only for the within-shell draw, is rebuilt on demand from its locations;
+the draw picks from it by a quickselect on node index (``_select_by_prior``), which gives the
+node that sorting by node index, the order the reference sampler uses, would give.
 
 Nothing here decides an output.  :meth:`ShellSearch.explore_guided` uses floating point only to
 choose *how far* to explore before the exact decision (``engine/fast.py``, with the core's
