@@ -19,7 +19,13 @@ from graphs import colocated
 from test_fast_path import planar_graph, random_batch, random_case
 
 from postcode_privacy import Key, Mechanism
-from postcode_privacy.engine import FastSampler, ball_sweeps, perturb_many, perturb_nodes
+from postcode_privacy.engine import (
+    FastSampler,
+    ball_sweeps,
+    cluster_balls,
+    perturb_many,
+    perturb_nodes,
+)
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
@@ -115,6 +121,29 @@ def test_cached_build_in_workers_equals_the_in_memory_build(cache):
     ]  # fmt: skip
     loaded = engine_profiles.load_profiles(graph)
     assert np.array_equal(np.asarray(loaded.cumulative), expected)
+
+
+@pytest.mark.parametrize("blocked", ["table", "rows"])
+def test_a_header_that_cannot_be_written_means_a_table_in_memory(cache, blocked):
+    """If the cache refuses a header (here a directory stands where it would go), the release
+    goes on with the table or the rows built in memory and a warning, as when the cache cannot
+    be written at all, not with an error; no partial file is left behind."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    header = (
+        engine_profiles._paths(graph, 6)[1]
+        if blocked == "table"
+        else cluster_balls._paths(graph)[2]
+    )
+    header.mkdir()
+    with pytest.warns(
+        RuntimeWarning,
+        match=f"could not cache the {'ball-mass' if blocked == 'table' else 'far-mass'}",
+    ):
+        table = engine_profiles.profiles_for(graph, loc_mass(graph))
+    expected = engine_profiles.build_profiles(graph, loc_mass(graph), 6)
+    assert np.array_equal(np.asarray(table.cumulative), expected)
+    assert table.far is not None
+    assert not [p for p in cache.iterdir() if ".partial-" in p.name]
 
 
 def test_a_cached_build_removes_only_this_graphs_tables_of_other_depths(cache):

@@ -17,10 +17,12 @@ Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
+import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from numba import njit
 
 from ..graph.graph import Graph
 
-__all__ = ["Sweeps", "mass_dtype", "sweep_table", "table_sha256"]
+__all__ = ["Sweeps", "cache_files", "mass_dtype", "sweep_table", "table_sha256"]
 
 WORD = 64  # sources per sweep: one bit each in an int64 word
 _GROUP_HOPS = 10  # a sweep of single locations grows at most this far from its first one
@@ -382,3 +384,21 @@ def table_sha256(*arrays: np.ndarray) -> str:
         for start in range(0, array.shape[0], 65_536):
             digest.update(np.ascontiguousarray(array[start : start + 65_536]).tobytes())
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def cache_files(paths: Sequence[Path]) -> Iterator[list[Path]]:
+    """Partial files beside ``paths`` (one each, named for this process) for a cached table to
+    be written to.  When the block completes they are moved into place in the order given,
+    the header last, so a reader that catches a mix of old and new files refuses it by the
+    content hash; whatever happens, none is left behind.  An OSError is left as the system
+    raised it: the caller falls back to a table in memory."""
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}") for path in paths]
+    try:
+        yield partials
+        for partial, path in zip(partials, paths):
+            os.replace(partial, path)
+    finally:
+        for partial in partials:
+            partial.unlink(missing_ok=True)

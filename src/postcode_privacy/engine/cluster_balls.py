@@ -33,14 +33,13 @@ the shells it explores).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
+from .ball_sweeps import Sweeps, cache_files, mass_dtype, sweep_table, table_sha256
 
 __all__ = ["ClusterBalls", "build_cluster_balls", "cached_cluster_balls", "cluster_balls_for"]
 
@@ -239,12 +238,7 @@ def cluster_balls_for(
     if cached is not None:
         return cached
     balls_path, of_path, header_path = _paths(graph)
-    balls_path.parent.mkdir(parents=True, exist_ok=True)
-    # Written beside their final names and moved into place one by one, the header last: a
-    # reader that catches a mix of old and new files refuses it by the content hash.
-    partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}")
-                for path in (balls_path, of_path, header_path)]  # fmt: skip
-    try:
+    with cache_files([balls_path, of_path, header_path]) as partials:
         balls, cluster_of = build_cluster_balls(
             graph, loc_mass, path=partials[0], progress=progress, workers=workers
         )
@@ -253,10 +247,5 @@ def cluster_balls_for(
         np.save(partials[1], cluster_of, allow_pickle=False)
         header = _header(graph, balls.shape[0], sha256)
         partials[2].write_text(json.dumps(header, indent=1), encoding="utf-8")
-        for partial, path in zip(partials, (balls_path, of_path, header_path)):
-            os.replace(partial, path)
-    finally:
-        for partial in partials:
-            partial.unlink(missing_ok=True)
     _remove_other_parameters(graph)
     return ClusterBalls(np.load(balls_path, mmap_mode="r", allow_pickle=False), cluster_of, graph)

@@ -31,7 +31,6 @@ Cost on the national graph: docs/performance.md ("The ball-mass profile table").
 from __future__ import annotations
 
 import json
-import os
 import threading
 import warnings
 import weakref
@@ -42,7 +41,7 @@ import numpy as np
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
+from .ball_sweeps import Sweeps, cache_files, mass_dtype, sweep_table, table_sha256
 from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
 
 __all__ = [
@@ -166,22 +165,15 @@ def _check_pinned(graph: Graph, depth: int, content: str) -> None:
 def _build_and_cache(
     graph: Graph, loc_mass: np.ndarray, depth: int, workers: int, progress: bool
 ) -> BallProfiles:
-    from ..atomic import atomic_output
-
     table_path, header_path = _paths(graph, depth)
-    table_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = table_path.with_name(f"{table_path.stem}.partial-{os.getpid()}.npy")
-    try:
+    with cache_files([table_path, header_path]) as (partial, header_partial):
         array = build_profiles(
             graph, loc_mass, depth, path=partial, progress=progress, workers=workers
         )
         sha256 = table_sha256(array)
         _check_pinned(graph, depth, sha256)  # a wrong build is neither cached nor used
-        os.replace(partial, table_path)
-    finally:
-        partial.unlink(missing_ok=True)
-    with atomic_output(header_path) as handle:
-        handle.write(json.dumps(_header(graph, depth, sha256), indent=1).encode())
+        header = _header(graph, depth, sha256)
+        header_partial.write_text(json.dumps(header, indent=1), encoding="utf-8")
     _remove_other_depths(graph, depth)
     return BallProfiles(np.load(table_path, mmap_mode="r", allow_pickle=False), graph)
 
