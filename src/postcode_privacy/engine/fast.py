@@ -122,8 +122,8 @@ def _z_high(
 
     ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node
     outside B_h is at least h + 1 hops from x, and at least j hops if it lies outside the
-    region counted by Q[j - 1]; weights do not
-    increase with distance, so the unexplored part of Z is at most
+    region counted by Q[j - 1]; weights do not increase with distance, so the unexplored
+    part of Z is at most
     P_{h+1} (Q[h+1] - E) + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
     Every coefficient is checked non-negative; a row failing that is not used.  Only the j
     where Q changes contribute (Q is constant once the landmark squares cover everything, and

@@ -1,8 +1,9 @@
 """Bounded breadth-first searches over locations, one source or 64 at a time (numba).
 
 Used by the evaluation (the engine's profile table and far-mass rows have their own
-bit-parallel sweeps, in ``engine/ball_sweeps.py``).  The evaluation needs many bounded searches: the ball of R - 1 hops around every sampled postcode,
-and one around every candidate the Bayesian adversary weighs.  The reference search in
+bit-parallel sweeps, in ``engine/ball_sweeps.py``).  The evaluation needs many bounded
+searches: the ball of R - 1 hops around every sampled postcode, and one around every
+candidate the Bayesian adversary weighs.  The reference search in
 ``graph/shells.py`` allocates per call; this one keeps two workspaces per graph and resets only
 the entries it touched, so a search costs time proportional to the ball, not to the graph.
 
