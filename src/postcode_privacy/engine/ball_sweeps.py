@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import multiprocessing
 import os
-import signal
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -29,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from ..graph.graph import Graph
+from .forking import fork_pool
 
 __all__ = ["Sweeps", "cache_files", "mass_dtype", "sweep_table", "table_sha256"]
 
@@ -288,14 +287,6 @@ def _sweep_range(
 _BUILD: tuple[Sweeps, int, str, np.ndarray] | None = None
 
 
-def _build_worker_init() -> None:
-    """In each build worker: leave interrupts to the parent and die quietly when it stops the
-    pool (the CLI turns SIGTERM into KeyboardInterrupt, and a worker inherits that handler
-    through fork: it would print a traceback as the pool is shut down)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _build_task(sweeps: tuple[int, int]) -> int:
     net, depth, path, row_of_source = _BUILD  # type: ignore[misc]
     out = np.load(path, mmap_mode="r+")
@@ -355,7 +346,10 @@ def sweep_table(
         del out  # workers write through their own maps
         _BUILD = (net, depth, str(path), row_of_source)
         if workers > 1:
-            pool = multiprocessing.get_context("fork").Pool(workers, _build_worker_init)
+            # Workers leave interrupts to the parent and die quietly when it stops the pool
+            # (engine/forking.py: a worker would otherwise inherit the CLI's SIGTERM handler
+            # and print a traceback as the pool is shut down).
+            pool = fork_pool(workers)
             try:
                 count(pool.imap_unordered(_build_task, tasks))
                 pool.close()  # all done: the workers exit on their own, without a signal

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,6 +36,7 @@ from ..mechanism.mechanism import Mechanism
 from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
 from .fast import Bracket, Brackets, FastSampler, wants_bracket
+from .forking import fork_pool
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles, profiles_to_use
 
@@ -149,13 +149,9 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
 
 
 def _worker_init() -> None:
-    """In each worker: leave interrupts to the parent, and build this worker's buffers."""
+    """In each worker (after ``fork_pool`` has left interrupts to the parent): build this
+    worker's buffers."""
     global _WORKER
-    # The parent turns Ctrl-C (and, in the CLI, SIGTERM) into KeyboardInterrupt and then
-    # terminates the pool; workers must neither raise it themselves nor keep the parent's
-    # handlers, which were inherited through fork.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     job = _JOB
     assert job is not None, "workers are forked only while _perturb_canonical has set _JOB"
     _WORKER = _Worker(
@@ -274,7 +270,7 @@ class _Draws:
         _PARALLEL_LOCK.acquire()
         _HOLDER, _JOB = threading.get_ident(), job
         try:
-            self._pool = multiprocessing.get_context("fork").Pool(workers, _worker_init)
+            self._pool = fork_pool(workers, _worker_init)
         except BaseException:
             _release_workers_lock()
             raise
