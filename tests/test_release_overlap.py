@@ -194,6 +194,25 @@ def _processes_naming(marker: str) -> list[int]:
     return found
 
 
+def _cli_release(grid, tmp_path, n, marker, *options):
+    """(argv, env) of a ``perturb`` CLI run with two workers on ``n`` records in ``tmp_path``
+    (graph, key and input written there), its output named after ``marker`` so that its
+    processes can be found (``_processes_naming``)."""
+    graph, codes = grid
+    graph.save(tmp_path / "g.ppgraph")
+    write_key_file(KEY, tmp_path / "a.key")
+    src = tmp_path / "in.csv"
+    records(codes, n).to_csv(src, index=False)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), POSTCODE_PRIVACY_WORKERS="2")
+    env.pop(ENV_VAR, None)
+    argv = [
+        "perturb", str(src), "-o", str(tmp_path / f"{marker}.csv"), "--epsilon", "1",
+        "--id-column", "person", "--postcode-column", "pc", "--graph", str(tmp_path / "g.ppgraph"),
+        "--key", str(tmp_path / "a.key"), *options,
+    ]  # fmt: skip
+    return argv, env
+
+
 @pytest.mark.slow  # a CLI process on 400,000 records per case
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
 @pytest.mark.parametrize(
@@ -203,19 +222,7 @@ def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, 
     """A real CLI process stopped while its workers draw (release pass, several chunks), or its
     whole process group (Ctrl-C on a terminal): exit code 130, nothing but the input in the
     directory, and no worker process left behind."""
-    graph, codes = grid
-    graph.save(tmp_path / "g.ppgraph")
-    write_key_file(KEY, tmp_path / "a.key")
-    src = tmp_path / "in.csv"
-    records(codes, 400_000).to_csv(src, index=False)
-    out = tmp_path / "out-marker-review.csv"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), POSTCODE_PRIVACY_WORKERS="2")
-    env.pop(ENV_VAR, None)
-    argv = [
-        "perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "person",
-        "--postcode-column", "pc", "--graph", str(tmp_path / "g.ppgraph"),
-        "--key", str(tmp_path / "a.key"), "--chunk-size", "20000",
-    ]  # fmt: skip
+    argv, env = _cli_release(grid, tmp_path, 400_000, "out-marker-review", "--chunk-size", "20000")
     log = tmp_path.parent / f"{tmp_path.name}.stderr"
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
@@ -264,19 +271,7 @@ def test_a_stop_signal_during_the_fork_of_the_workers_is_not_lost(grid, tmp_path
     """SIGTERM arriving while the workers are being forked stops the release (exit code 130,
     nothing written, no worker left) instead of being dropped in a fork callback and the
     release running on to write its output (found by the test above, once in many runs)."""
-    graph, codes = grid
-    graph.save(tmp_path / "g.ppgraph")
-    write_key_file(KEY, tmp_path / "a.key")
-    src = tmp_path / "in.csv"
-    records(codes, 30_000).to_csv(src, index=False)
-    out = tmp_path / "out-marker-fork.csv"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), POSTCODE_PRIVACY_WORKERS="2")
-    env.pop(ENV_VAR, None)
-    argv = [
-        "perturb", str(src), "-o", str(out), "--epsilon", "1", "--id-column", "person",
-        "--postcode-column", "pc", "--graph", str(tmp_path / "g.ppgraph"),
-        "--key", str(tmp_path / "a.key"),
-    ]  # fmt: skip
+    argv, env = _cli_release(grid, tmp_path, 30_000, "out-marker-fork")
     done = subprocess.run(
         [sys.executable, "-c", RUN_CLI_SIGNALLED_AT_FORK, *argv],
         env=env,
