@@ -86,10 +86,11 @@ def test_rows_are_the_clusters_balls_and_bound_every_node(seed, monkeypatch):
 
 def test_the_engine_settles_records_with_the_rows_and_equals_the_reference(monkeypatch):
     """With a shallow profile table and small clusters, records are settled by the rows (the
-    ``row_hits`` path is taken) and every output is the reference sampler's."""
+    ``row_hits`` path is taken, and the floor's after it) and every output is the reference
+    sampler's."""
     small_clusters(monkeypatch, 4, 1, 30)
     rng = random.Random(41)
-    row_hits = records = 0
+    row_hits = floor_hits = records = 0
     cases = [random_case(rng) for _ in range(40)]  # odd shapes, radii and priors
     for eps in ("0.5", "1.2", "1.5", "2"):  # and larger graphs where the rows do the work
         graph = planar_graph(rng, 300, 330, rng.choice([1.0, 0.9]), 8)
@@ -111,8 +112,10 @@ def test_the_engine_settles_records_with_the_rows_and_equals_the_reference(monke
             got.append(graph.label(draw[0]))
         assert got == mechanism.perturb_reference(key, ids, codes)
         row_hits += sampler.stats["row_hits"]
+        floor_hits += sampler.stats["floor_hits"]
         records += len(ids)
     assert row_hits > records / 20, (row_hits, records)  # the path is taken, often
+    assert floor_hits > 0  # and so is the floor's
 
 
 def test_outputs_do_not_depend_on_the_rows(monkeypatch):

@@ -292,6 +292,53 @@ def test_the_profile_path_is_taken_and_equals_the_reference():
     assert hits > records / 2
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_floor_bounds_every_ball_and_its_z_low_bounds_z(seed):
+    """``ShellSearch.ball_floor`` is exactly the largest table value it promises (a location z
+    k hops away gives table[z, i] at k + i), never above the true ball, and ``_z_low`` from it
+    lies between the core's lower bound and the exact Z at every depth, strictly above the
+    core's where the floor knows more than the explored ball."""
+    from postcode_privacy.engine.fast import _z_low
+    from postcode_privacy.engine.search import ShellSearch, location_distances
+
+    rng = random.Random(900 + seed)
+    raised = checked = 0
+    for _ in range(6):
+        graph = planar_graph(rng, rng.randrange(3, 80), 100, rng.choice([1.0, 0.7]), 30)
+        mass = loc_mass(graph)
+        depth = rng.choice([0, 1, 2, 4])
+        table = engine_profiles.build_profiles(graph, mass, depth)
+        mechanism = Mechanism(graph, rng.choice(["0.3", "0.8", "1.5"]))
+        radius, powers, total = mechanism.radius, mechanism.powers, graph.total_prior
+        search = ShellSearch(graph, radius, mass)
+        for node in rng.sample(range(len(graph)), 12):
+            masses = reference_masses(graph, node, radius - 1)
+            balls = np.cumsum(masses).tolist()
+            z = sum(p * m for p, m in zip(powers, masses)) + powers[radius] * (total - balls[-1])
+            search.start(node)
+            hops = rng.randrange(0, radius)
+            search.explore_to(hops + 1)
+            hops = search.n_shells - 1
+            floor = search.ball_floor(table, hops, radius).tolist()
+            distance = location_distances(graph, int(graph.node_location[node]))
+            expected = [0] * radius
+            for z_loc in np.flatnonzero((distance >= 1) & (distance <= hops)).tolist():
+                k = int(distance[z_loc])
+                for i in range(min(depth + 1, radius - k)):
+                    expected[k + i] = max(expected[k + i], int(table[z_loc, i]))
+            assert floor == expected
+            assert all(f <= b for f, b in zip(floor[1:], balls[1:]))
+            for h in range(radius):
+                cumulative = np.cumsum([p * m for p, m in zip(powers, masses[: h + 1])]).tolist()
+                cumulative = [int(c) for c in cumulative]
+                core = cumulative[h] + powers[radius] * (total - balls[h])
+                low = _z_low(cumulative, balls[h], np.array(floor), powers, radius, total)
+                assert core <= low <= z
+                raised += low > core
+                checked += 1
+    assert checked > 100 and raised > 10, (checked, raised)
+
+
 def test_a_wrong_table_is_caught(monkeypatch):
     """Mutation checks.  A table whose far masses are wrong changes outputs (so the identity
     tests would see it); one whose near masses are wrong is refused by the engine's own check

@@ -11,11 +11,13 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
    b. the ball-mass profile table (engine/profiles.py), which gives C_0 .. C_D exactly without
       exploring, D being the table's depth, with the core's bound beyond D, then with the
       tighter bound of the upper rows (the far-mass row of engine/cluster_balls.py and, where
-      they are built, the landmark rows; the smallest bound wins);
-   c. exploring from shell 0 until a floating-point estimate of every decision looks settled
+      they are built, the landmark rows; the smallest bound wins), then with a tighter lower
+      bound too, from the floor the table rows of the locations within ``FLOOR_HOPS`` give
+      (``_z_low``);
+   c. exploring on from there until a floating-point estimate of every decision looks settled
       (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
       core's or an upper row's bound (engine/landmarks.py, engine/cluster_balls.py) beyond the
-      depth reached; records these bounds do not settle go to the core's own
+      depth reached, and the floor's; records these bounds do not settle go to the core's own
       ``choose_shell``, which explores further one shell at a time until its exact
       comparisons decide.
    Each step is used only if it settles every record of the group, so a loose bound costs
@@ -52,6 +54,11 @@ _TOP_BITS = 64  # bits of U handed to the float estimate
 BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
 BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
 _UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real shell
+# Location shells whose table rows give the floor under the far mass (``_ball_floor``): at
+# eps = 0.5, 12 hops (about 1,400 locations) settle about 40% of the records the rows leave
+# undecided; 4 and 8 hops settle fewer, 16 barely more (docs/performance.md, "Deciding the
+# shell, stage by stage").
+FLOOR_HOPS = 12
 
 
 class Bracket(NamedTuple):
@@ -144,6 +151,36 @@ def _z_high(
             z += powers[j] * step
         previous = q
     return z + powers[radius] * (total_prior - last)
+
+
+def _z_low(
+    cumulative: list[int],
+    explored: int,
+    floor: np.ndarray,
+    powers: tuple[int, ...],
+    radius: int,
+    total_prior: int,
+) -> int:
+    """Lower bound on Z from a floor F (``ShellSearch.ball_floor``: F[j] <= pi(B_j) for
+    h < j < R), once shells 0 .. h are known (``cumulative`` = C_0 .. C_h, ``explored`` =
+    E_h = pi(B_h)).
+
+    Z = C_h + sum_{j=h+1}^{R-1} P_j (E_j - E_{j-1}) + P_R (Pi - E_{R-1}) with E_j = pi(B_j);
+    summed by parts this is C_h - P_{h+1} E_h + sum_{j=h+1}^{R-1} (P_j - P_{j+1}) E_j
+    + P_R Pi, non-decreasing in every E_j (j > h) because the weights P do not increase.  So
+    any L_j <= E_j in their place gives a lower bound; here L_h = E_h and
+    L_j = min(max(L_{j-1}, F[j]), Pi) <= E_j (by induction: E_j >= E_{j-1}, F[j] and
+    Pi >= E_j).  With F all zero this is the core's z_low, C_h + P_R (Pi - E_h).
+    """
+    h = len(cumulative) - 1
+    z = cumulative[h]
+    known = explored
+    for j, value in enumerate(floor[h + 1 : radius].tolist(), start=h + 1):
+        value = min(max(known, value), total_prior)
+        if value != known:
+            z += powers[j] * (value - known)
+            known = value
+    return z + powers[radius] * (total_prior - known)
 
 
 def _decide(
@@ -270,6 +307,8 @@ class FastSampler:
         self.kept_brackets: list[tuple[int, Bracket]] = []
         self._profile_masses: list[int] | None = None  # the group's shells from the table
         self._far_row: np.ndarray | None = None  # the group's far-mass row, if one was read
+        self._floor: np.ndarray | None = None  # the group's floor, if one was made
+        self._table = np.asarray(profiles.cumulative) if profiles is not None else None
         self.stats = {
             "groups": 0,
             "records": 0,
@@ -280,19 +319,27 @@ class FastSampler:
             "bracket_hits": 0,
             "profile_hits": 0,  # settled by the table with the core's bound past it
             "row_hits": 0,  # settled by the table with an upper row's bound past it
+            "floor_hits": 0,  # settled by the table, the rows and the floor past it
         }
 
     def _bounds(
-        self, cumulative: list[int], explored: int, bound: np.ndarray | None
+        self,
+        cumulative: list[int],
+        explored: int,
+        bound: np.ndarray | None,
+        floor: np.ndarray | None = None,
     ) -> tuple[int, int]:
         """z_low <= Z <= z_high once shells 0 .. h are known (``cumulative`` = C_0 .. C_h,
-        ``explored`` = their mass): the core's z_low, and the smaller of the core's z_high and
-        the one from the upper row ``bound`` (both are valid bounds)."""
+        ``explored`` = their mass): the core's z_low, or the floor's (``_z_low``) when a
+        ``floor`` is given, and the smaller of the core's z_high and the one from the upper
+        row ``bound`` (all are valid bounds)."""
         radius, powers, total = self.radius, self.powers, self.total_prior
         h = len(cumulative) - 1
         z_low = cumulative[h] + powers[radius] * (total - explored)
         if h == radius - 1:
             return z_low, z_low
+        if floor is not None:
+            z_low = max(z_low, _z_low(cumulative, explored, floor, powers, radius, total))
         z_high = cumulative[h] + powers[h + 1] * (total - explored)
         if bound is not None:
             from_row = _z_high(cumulative, explored, bound, powers, radius, total)
@@ -343,11 +390,23 @@ class FastSampler:
                 best = z
         return best
 
+    def _ball_floor(self) -> np.ndarray | None:
+        """The floor under the source's balls (``ShellSearch.ball_floor``) from the table rows
+        of the locations within ``FLOOR_HOPS`` (explored for it), kept for this group; None
+        without a table.  Precondition: the search has started at the group's node."""
+        if self._table is None:
+            return None
+        search = self.search
+        search.explore_to(FLOOR_HOPS + 1)
+        self._floor = search.ball_floor(self._table, search.n_shells - 1, self.radius)
+        return self._floor
+
     def _brackets_for(self, node: int) -> Iterator[tuple[str, Bracket]]:
-        """Bounds on this source's Z that need no exploring, cheapest first: a bracket kept by
-        an earlier batch (it depends only on the graph, the radius and the powers, so it stays
-        valid), then the profile table's C_0 .. C_D with the core's bound beyond D, then the
-        same with the upper rows' bound (dearer to compute, so only for what is left)."""
+        """Bounds on this source's Z, cheapest first: a bracket kept by an earlier batch (it
+        depends only on the graph, the radius and the powers, so it stays valid), then the
+        profile table's C_0 .. C_D with the core's bound beyond D, then the same with the
+        upper rows' bound (dearer to compute, so only for what is left), then that with the
+        floor's lower bound (which explores ``FLOOR_HOPS`` shells)."""
         if self.brackets is not None:
             kept = self.brackets.get(node)
             if kept is not None:
@@ -361,7 +420,15 @@ class FastSampler:
         yield "profile_hits", Bracket(cumulative, z_low, z_high)
         tighter = self._rows_z_high(node, cumulative, explored)
         if tighter is not None and tighter < z_high:
-            yield "row_hits", Bracket(cumulative, z_low, tighter)
+            z_high = tighter
+            yield "row_hits", Bracket(cumulative, z_low, z_high)
+        if len(cumulative) < self.radius:  # else Z is already exact
+            floor = self._ball_floor()
+            assert floor is not None  # there is a table
+            powers, radius, total = self.powers, self.radius, self.total_prior
+            raised = _z_low(cumulative, explored, floor, powers, radius, total)
+            if raised > z_low:
+                yield "floor_hits", Bracket(cumulative, raised, z_high)
 
     def _decide_shells(self, group: _Group) -> list[int]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
@@ -420,11 +487,12 @@ class FastSampler:
         shift = BLOCK_BITS - _TOP_BITS
         mine = [group.shell_blocks[r] for r in pending]
         estimate = np.array([u >> shift for u in mine], dtype=np.uint64) * 2.0**-_TOP_BITS
-        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows)
+        floor = self._floor
+        best = search.explore_guided(estimate, self.power_ratios, radius, total, rows, floor)
         walk = _CompiledWalk(search, powers)
         # explore_guided names a row (best >= 0) only when it was given rows
         bound = rows[best] if rows is not None and best >= 0 else None
-        z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound)
+        z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound, floor)
         decided, undecided = _decide_all(walk.cumulative, mine, z_low, z_high, radius)
         for r, shell in zip(pending, decided):
             shells[r] = shell
@@ -439,7 +507,7 @@ class FastSampler:
             # deeper (tighter) bracket replaces a kept one, so misses become rarer.
             if wants_bracket(brackets, node, walk.depth):
                 walk.sync()
-                z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound)
+                z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound, floor)
                 entry = Bracket(list(walk.cumulative), z_low, z_high)
                 brackets[node] = entry
                 self.kept_brackets.append((node, entry))
@@ -478,6 +546,7 @@ class FastSampler:
         group = _Group(context, node, subject_ids, label, shell_blocks)
         self._profile_masses = None
         self._far_row = None
+        self._floor = None
         shells = self._decide_shells(group)
         # The within-shell draws need every chosen shell explored.
         search.explore_to(min(max(shells), radius - 1) + 1)

@@ -110,6 +110,7 @@ def _explore_guided(
     total,
     margin,
     ball_bounds,
+    floor,
     best,
 ):
     """Explore until a float estimate of every record's shell decision looks settled.
@@ -117,14 +118,17 @@ def _explore_guided(
     Mirrors ``choose_shell`` in floating point: ``u`` holds each record's U and ``pf[h]`` is
     P_h / P_0.  The upper bound on Z is the smaller of the core's (every unexplored node at
     h + 1 hops) and, for each row q of ``ball_bounds`` (see :func:`ball_bounds`), the bound
-    that row gives.  Stops at ``radius`` shells at the latest.  Returns the number of
-    shells explored and writes to ``best[0]`` the row giving the smallest bound at that depth
-    (-1 if none beats the core's).  The caller makes the exact decision afterwards.
+    that row gives; the lower bound is the one the exact path takes from ``floor`` (length
+    ``radius``, all zero for the core's).  Stops at ``radius`` shells at the latest.  Returns
+    the number of shells explored and writes to ``best[0]`` the row giving the smallest bound
+    at that depth (-1 if none beats the core's).  The caller makes the exact decision
+    afterwards.
 
     A row Q of ``ball_bounds`` bounds Z as the exact path does (engine/fast.py): every node
     outside the explored ball B_h is at least h + 1 hops away, and at least j hops away if it
     lies outside the region Q[j - 1] covers, so Z <= C_h + P_{h+1} (Q[h+1] - pi(B_h))
-    + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
+    + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).  The floor's bound is
+    ``fast._z_low``'s.
     """
     k = u.size
     n_rows = ball_bounds.shape[0]
@@ -148,7 +152,13 @@ def _explore_guided(
     while True:
         if h >= 0:
             remaining = float(total - explored)
-            z_low = cf[h] + pf[radius] * remaining
+            z_low = cf[h]
+            known = explored  # the floor's envelope, as fast._z_low builds it
+            for j in range(h + 1, radius):
+                q = min(max(known, floor[j]), total)
+                z_low += pf[j] * float(q - known)
+                known = q
+            z_low += pf[radius] * float(total - known)
             best[0] = -1
             if h == radius - 1:
                 z_high = z_low
@@ -489,6 +499,20 @@ def _pick(
 
 
 @njit(cache=True)
+def _ball_floor(order, shell_ptr, table, hops, out):
+    """out[j] = the largest table[z, j - k] over the locations z of location shells
+    1 .. ``hops`` (k = z's shell), j = k .. k + table depth, where out has room."""
+    width = table.shape[1]
+    for k in range(1, hops + 1):
+        for p in range(shell_ptr[k], shell_ptr[k + 1]):
+            z = order[p]
+            for i in range(min(width, out.size - k)):
+                value = np.int64(table[z, i])
+                if value > out[k + i]:
+                    out[k + i] = value
+
+
+@njit(cache=True)
 def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
     """Every node in node shells 0 .. h_end - 1 (unsorted)."""
     if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
@@ -596,6 +620,7 @@ class ShellSearch:
         radius: int,
         total_prior: int,
         ball_bounds: np.ndarray | None = None,
+        floor: np.ndarray | None = None,
     ) -> int:
         """Explore as far as a float estimate says the shell decisions of ``uniforms`` need.
 
@@ -603,12 +628,15 @@ class ShellSearch:
         exceed ``max_shells``.  ``ball_bounds``, if given, has one row per candidate bound
         (shape (rows, radius)), row q holding non-decreasing upper bounds Q[q, j] on the prior
         mass within j hops of the source.  The estimate only sets the depth; see the module
-        docstring.  Returns the row whose bound was smallest at the final depth, or -1.
+        docstring.  ``floor``, if given, holds ``radius`` lower bounds on those masses
+        (``ball_floor``).  Returns the row whose bound was smallest at the final depth, or -1.
         """
         if radius > self.max_shells:
             raise InvalidParameterError("radius exceeds the shells this search was sized for")
         if ball_bounds is None:
             ball_bounds = np.zeros((0, radius), dtype=np.int64)
+        if floor is None:
+            floor = np.zeros(radius, dtype=np.int64)
         best = np.full(1, -1, dtype=np.int64)
         self.n_shells = int(
             _explore_guided(
@@ -628,10 +656,26 @@ class ShellSearch:
                 int(total_prior),
                 _GUIDE_MARGIN,
                 ball_bounds,
+                floor,
                 best,
             )
         )
         return int(best[0])
+
+    def ball_floor(self, table: np.ndarray, hops: int, radius: int) -> np.ndarray:
+        """Lower bounds F[j] <= pi(B_j(x)) for j = 0 .. radius - 1 (x the source), from a
+        table of cumulative location-ball masses (``table[z, i]`` = pi(B_i(z)) for location
+        z, as engine/profiles.py holds) and the location shells 1 .. ``hops`` explored.
+
+        A location z at k hops from x has its ball of i hops inside x's ball of k + i hops,
+        so pi(B_{k+i}(x)) >= table[z, i]; F[j] is the largest such value (0 where there is
+        none).  For j >= 1 the node ball B_j(x) is x's location ball, so F bounds it too.
+        """
+        if not 0 <= hops < self.n_shells:
+            raise InvalidParameterError("floor from shells that are not explored")
+        out = np.zeros(int(radius), dtype=np.int64)
+        _ball_floor(self._order, self._shell_ptr, table, int(hops), out)
+        return out
 
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
