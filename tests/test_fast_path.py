@@ -430,7 +430,8 @@ def test_national_sample_equals_reference(national_graph):
 
 
 def test_first_blocks_equal_the_stream_blocks():
-    """The engine's batched first blocks are the core stream's block (label, 0, 0)."""
+    """The engine's batched first blocks are the core stream's block (label, 0, 0), and its
+    single blocks (``block_int``) the core stream's block (label, 0, counter)."""
     from postcode_privacy.mechanism.sampler import MEMBER, SHELL, TAIL
 
     mechanism = Mechanism(path(5), "1")
@@ -444,6 +445,11 @@ def test_first_blocks_equal_the_stream_blocks():
                 for s in ids
             ]
             assert got[j] == want
+            for counter in (0, 1, 7):
+                assert [context.block_int(s, postcode, label, counter) for s in ids] == [
+                    int.from_bytes(context.for_subject(s, postcode).block(label, 0, counter), "big")
+                    for s in ids
+                ]
 
 
 def test_decide_all_equals_decide_one_shell_at_a_time():

@@ -523,8 +523,8 @@ class FastSampler:
         attempt = 0
         while value >= n:  # rejected: attempt c reads block c, as uniform_int does
             attempt += 1
-            block = group.stream(r).block(MEMBER, 0, attempt)
-            value = int.from_bytes(block, "big") >> drop
+            block = group.context.block_int(group.subject_ids[r], group.label, MEMBER, attempt)
+            value = block >> drop
         return value
 
     def sample_group(
