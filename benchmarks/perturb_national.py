@@ -216,12 +216,14 @@ def profile_cli(graph, records: int, eps: str) -> None:
     stats.sort_stats("tottime").print_stats(15)
 
 
-def _bound_name(landmarks: bool, profiles) -> str:
+def _bound_name(landmarks: bool, profiles, floor: bool) -> str:
     parts = []
     if profiles is not None:
         parts.append(f"profile table ({profiles.depth} hops)")
         if profiles.far is not None:
             parts.append("far-mass rows")
+        if floor:
+            parts.append("floor")
     if landmarks:
         parts.append("landmark pairs")
     return " + ".join(parts) or "core"
@@ -240,15 +242,14 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
         mechanism = Mechanism(graph, eps)
         context = mechanism.stream_context(key)
         table = cached_profiles(graph)
-        variants: list = [(False, None), (True, None)]
-        if table is not None:  # the table alone, with landmarks, and with its far-mass rows
+        variants: list = [(False, None, False), (True, None, False)]
+        if table is not None:  # the table with landmarks, then with its far-mass rows and floor
             alone = BallProfiles(table.cumulative, graph)
+            variants += [(True, alone, False)]
             if table.far is not None:
-                variants += [(True, alone), (False, table), (True, table)]
-            else:
-                variants += [(True, alone)]
-        for landmarks, profiles in variants:
-            sampler = FastSampler(mechanism, landmarks=landmarks, profiles=profiles)
+                variants += [(False, table, False), (False, table, True), (True, table, True)]
+        for landmarks, profiles, floor in variants:
+            sampler = FastSampler(mechanism, landmarks=landmarks, profiles=profiles, floor=floor)
             sampler.sample_group(context, nodes[0], ["warm-up"])
             sampler.stats.update(dict.fromkeys(sampler.stats, 0))
             started = time.perf_counter()
@@ -257,7 +258,7 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
             rate = records / (time.perf_counter() - started)
             stats = sampler.stats
             print(
-                f"| {eps} | {mechanism.radius} | {_bound_name(landmarks, profiles)} "
+                f"| {eps} | {mechanism.radius} | {_bound_name(landmarks, profiles, floor)} "
                 f"| {stats['shells_explored'] / records:.1f} "
                 f"| {stats['locations_explored'] / records:,.0f} | {rate:,.0f} |",
                 flush=True,

@@ -268,7 +268,8 @@ class FastSampler:
     ``tables`` (per-graph arrays, see ``engine/landmarks.py``) may be passed in so that worker
     processes share one copy; ``landmarks`` chooses whether the landmark bound is used (it is
     built on first use, once per graph); ``profiles`` is the table of engine/profiles.py, or
-    None to explore from shell 0 every time.
+    None to explore from shell 0 every time; ``floor`` whether its rows also give the floor
+    under the far mass (``_ball_floor``).  None of these changes an output.
     """
 
     def __init__(
@@ -278,6 +279,7 @@ class FastSampler:
         landmarks: bool = False,
         profiles: BallProfiles | None = None,
         brackets: Brackets | None = None,
+        floor: bool = True,
     ):
         self.mechanism = mechanism
         graph = mechanism.graph
@@ -308,7 +310,9 @@ class FastSampler:
         self._profile_masses: list[int] | None = None  # the group's shells from the table
         self._far_row: np.ndarray | None = None  # the group's far-mass row, if one was read
         self._floor: np.ndarray | None = None  # the group's floor, if one was made
-        self._table = np.asarray(profiles.cumulative) if profiles is not None else None
+        # The table whose rows give the floor (``_ball_floor``); ``floor=False`` goes without,
+        # for measuring what it buys (docs/performance.md).
+        self._table = np.asarray(profiles.cumulative) if profiles is not None and floor else None
         self.stats = {
             "groups": 0,
             "records": 0,
@@ -393,7 +397,8 @@ class FastSampler:
     def _ball_floor(self) -> np.ndarray | None:
         """The floor under the source's balls (``ShellSearch.ball_floor``) from the table rows
         of the locations within ``FLOOR_HOPS`` (explored for it), kept for this group; None
-        without a table.  Precondition: the search has started at the group's node."""
+        without a table or with ``floor=False``.  Precondition: the search has started at the
+        group's node."""
         if self._table is None:
             return None
         search = self.search
@@ -422,9 +427,8 @@ class FastSampler:
         if tighter is not None and tighter < z_high:
             z_high = tighter
             yield "row_hits", Bracket(cumulative, z_low, z_high)
-        if len(cumulative) < self.radius:  # else Z is already exact
-            floor = self._ball_floor()
-            assert floor is not None  # there is a table
+        floor = self._ball_floor() if len(cumulative) < self.radius else None  # else Z is exact
+        if floor is not None:
             powers, radius, total = self.powers, self.radius, self.total_prior
             raised = _z_low(cumulative, explored, floor, powers, radius, total)
             if raised > z_low:
