@@ -366,6 +366,30 @@ def test_a_wrong_table_is_caught(monkeypatch):
     assert differing > 0 and refused > 0, (differing, refused)
 
 
+def test_a_floor_above_the_balls_explored_is_refused():
+    """The floor reads the rows of the source's neighbours, which the check of the source's
+    own shells does not see: with every other location's row too heavy, the balls explored
+    for the draw are found lighter than the floor and the engine stops; with the right table
+    it goes on."""
+    rng = random.Random(31)
+    graph = planar_graph(rng, 60, 70, 1.0, 8)
+    mechanism = Mechanism(graph, "0.3")
+    right = engine_profiles.build_profiles(graph, loc_mass(graph), 2)
+    node = rng.randrange(len(graph))
+    wrong = right.copy()
+    wrong[np.arange(graph.n_locations) != graph.node_location[node]] += 1000
+    for table, refused in ((right, False), (wrong, True)):
+        sampler = FastSampler(mechanism, profiles=engine_profiles.BallProfiles(table, graph))
+        sampler.search.start(node)
+        assert sampler._ball_floor() is not None
+        sampler.search.explore_to(mechanism.radius)
+        if refused:
+            with pytest.raises(RuntimeError, match="disagree"):
+                sampler._check_explored()
+        else:
+            sampler._check_explored()
+
+
 def test_which_table_a_batch_uses(cache, monkeypatch):
     """The default policy: a custom graph uses none unless asked; the embedded graph uses a
     cached one and builds one on first use only for a batch of many distinct postcodes;

@@ -462,9 +462,18 @@ class FastSampler:
         return shells
 
     def _check_explored(self) -> None:
-        """The shells the search explored must have the masses the profile table gave, and
-        balls no heavier than the far-mass row allowed: a cheap guard against tables that
-        disagree with the graph (they would change outputs)."""
+        """The shells the search explored must have the masses the profile table gave, balls
+        no heavier than the far-mass row allowed and none lighter than the floor promised: a
+        cheap guard against tables that disagree with the graph (they would change outputs;
+        the floor reads the table rows of the source's neighbours, which the first check
+        does not see)."""
+        floor = self._floor
+        if floor is not None:
+            known = min(self.search.n_shells, floor.size)
+            if np.any(floor[:known] > np.cumsum(self.search.masses[:known])):
+                raise RuntimeError(
+                    "the ball-mass profiles disagree with the graph; delete the cached profiles"
+                )
         masses = self._profile_masses
         if masses is not None:
             known = min(self.search.n_shells, len(masses))

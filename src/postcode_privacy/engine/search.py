@@ -637,6 +637,8 @@ class ShellSearch:
             ball_bounds = np.zeros((0, radius), dtype=np.int64)
         if floor is None:
             floor = np.zeros(radius, dtype=np.int64)
+        elif floor.shape != (radius,):  # the kernel reads floor[h + 1 .. radius - 1] unchecked
+            raise InvalidParameterError("the floor must have one entry per hop below the radius")
         best = np.full(1, -1, dtype=np.int64)
         self.n_shells = int(
             _explore_guided(
