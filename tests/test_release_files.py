@@ -32,6 +32,15 @@ def key():
     return Key.from_bytes(b"k" * 32)
 
 
+@pytest.fixture
+def chunk_by_chunk(monkeypatch):
+    """Releases drawn chunk by chunk, overlapped with the checks and writes, as a file too
+    large to be drawn ahead in one batch is (release/draw_ahead.py; test_draw_ahead.py)."""
+    from postcode_privacy.release import draw_ahead
+
+    monkeypatch.setattr(draw_ahead, "MAX_RECORDS", 0)
+
+
 def records(codes, n=25):
     return pd.DataFrame(
         {
@@ -207,7 +216,7 @@ def test_validation_pass_runs_before_any_perturbation(grid, key, tmp_path, monke
     assert calls == []
 
 
-def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch):
+def test_an_interrupted_run_leaves_nothing(grid, key, tmp_path, monkeypatch, chunk_by_chunk):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
     original = PendingChunk.start
@@ -237,7 +246,7 @@ def _spy(monkeypatch, cls, name, events, label):
 
 
 def test_chunks_overlapped_with_worker_draws_give_the_chunk_by_chunk_release(
-    grid, key, tmp_path, monkeypatch
+    grid, key, tmp_path, monkeypatch, chunk_by_chunk
 ):
     """With worker processes drawing each chunk, the next chunk is checked before the workers
     are waited for, and the release is byte for byte the one of process_chunk called chunk by
@@ -265,7 +274,7 @@ def test_chunks_overlapped_with_worker_draws_give_the_chunk_by_chunk_release(
 
 
 def test_an_interruption_while_workers_draw_stops_them_and_leaves_nothing(
-    grid, key, tmp_path, monkeypatch
+    grid, key, tmp_path, monkeypatch, chunk_by_chunk
 ):
     """Ctrl-C while the next chunk is checked (the workers drawing the one before): the workers
     are stopped, nothing is left on disk, and the next release runs normally."""
@@ -291,7 +300,9 @@ def test_an_interruption_while_workers_draw_stops_them_and_leaves_nothing(
     assert (tmp_path / "out.csv").exists()
 
 
-def test_an_interruption_just_after_workers_start_stops_them(grid, key, tmp_path, monkeypatch):
+def test_an_interruption_just_after_workers_start_stops_them(
+    grid, key, tmp_path, monkeypatch, chunk_by_chunk
+):
     """Ctrl-C landing the moment a chunk's workers have started (before the release loop has
     taken the chunk over): those workers are stopped too, and the lock is free."""
     graph, codes = grid
@@ -386,7 +397,7 @@ def test_output_directory_problems(grid, key, tmp_path):
         run(src, tmp_path / "out.xlsx", graph, key)
 
 
-def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch):
+def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch, chunk_by_chunk):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
     original = PendingChunk.start

@@ -138,11 +138,13 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     """Output nodes of sorted records start .. stop - 1, in that order."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     out = np.empty(stop - start, dtype=np.int64)
+    # A compact store of identifiers (release/draw_ahead.py) decodes a group at once.
+    take = getattr(ids, "take", None)
     i = start
     while i < stop:
         node = int(nodes[i])
         j = min(int(np.searchsorted(nodes, node, side="right")), stop, i + MAX_GROUP)
-        sids = [ids[k] for k in order[i:j].tolist()]
+        sids = take(order[i:j]) if take is not None else [ids[k] for k in order[i:j].tolist()]
         out[i - start : j - start] = sampler.sample_group(context, node, sids)
         i = j
     return out

@@ -21,6 +21,11 @@ Memory is bounded by two chunks (the one being drawn and the one being checked o
 plus 16 bytes per distinct subject identifier (the duplicate-subject check), whatever the
 length of the file.  The two overlap only in time: chunks are checked, drawn and written in
 input order, and each output is what ``ReleasePlan.process_chunk`` gives chunk by chunk.
+Under ``on_error="error"`` without a ledger, the check pass also keeps each accepted record's
+identifier and node compactly (about 50 bytes and the identifier, for at most 10 million
+records; ``draw_ahead.py``), so that the whole file is drawn in one batch between the check
+pass and the writing pass; past those limits it is drawn chunk by chunk as above.  The outputs
+are the same either way.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from ..errors import InputDataError, InvalidParameterError, OutputExistsError
 from ..graph.graph import Graph
 from ..mechanism import Key
 from .displacement import Displacement
+from .draw_ahead import DrawAhead
 from .manifest import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
@@ -219,13 +225,15 @@ def _released_chunks(
     reader: TableReader,
     progress: Callable[[int], None],
     first: PendingChunk | None,
+    ahead: DrawAhead | None = None,
 ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
     """``plan.process_chunk`` of each chunk in input order, overlapped: while the engine's
     workers draw one chunk, this process reads and checks the next, then builds and hands
     back the one before (the caller writes it).  The outputs are those of calling
     ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``first``, if given, is
     the first chunk as the check pass left it, released without checking it again.
-    ``progress`` moves as the engine finishes each batch, not once per chunk."""
+    ``progress`` moves as the engine finishes each batch, not once per chunk.  With
+    ``ahead`` (already drawn), each chunk takes its outputs from it instead of drawing."""
     drawing: PendingChunk | None = None
     ready: PendingChunk | None = None
     try:
@@ -238,7 +246,11 @@ def _released_chunks(
             offset += len(chunk)
             if drawing is not None:
                 drawing.wait()  # its workers are gone: the next chunk's may start
-            ready.start(progress)
+            if ahead is not None:
+                ahead.attach(ready)
+                progress(int(ready.ok.size))
+            else:
+                ready.start(progress)
             finished, drawing, ready = drawing, ready, None
             if finished is not None:  # built and written while ``drawing`` is drawn
                 yield plan.finish_chunk(finished, warn=False, progress=progress)
@@ -286,13 +298,20 @@ def _release(
         total = reader.num_rows
 
         first = None
+        ahead = None
         if plan.on_error == "error":
             check = ChunkCheck()
+            # The check pass reads every record anyway: it keeps what the engine needs, so
+            # that the whole file is drawn in one batch (release/draw_ahead.py), unless a
+            # ledger screens the release (the screen must see the release pass chunk by chunk).
+            ahead = DrawAhead() if plan.screen is None else None
             with _bar(progress, total, "checking") as bar:
                 offset = 0
                 for chunk in reader.chunks():
                     checked = plan.checked_chunk(chunk, offset)
                     check.merge(checked.checked.check)
+                    if ahead is not None and not check.failed:  # a failure: no release at all
+                        ahead.add(checked)
                     # The release pass starts from the first chunk as checked here, unless a
                     # ledger screens it: the screen must see the release pass from its start.
                     if offset == 0 and plan.screen is None:
@@ -304,6 +323,11 @@ def _release(
             if check.failed:
                 raise failure_error(check.row_errors, check.counts)
             total = check.counts["records"]
+            if ahead is not None and ahead.abandoned:
+                ahead = None  # over the limits: drawn chunk by chunk
+            if ahead is not None:
+                with _bar(progress, ahead.records, "drawing") as bar:
+                    ahead.draw(plan, bar.update)
 
         columns = plan.output_columns(reader.columns)
         schema = (
@@ -313,9 +337,9 @@ def _release(
         )
         writer = open_writer(out_tmp.handle, output_path.name, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
-        with _bar(progress, total, "releasing") as bar:
+        with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
-            with closing(_released_chunks(plan, reader, bar.update, first)) as released:
+            with closing(_released_chunks(plan, reader, bar.update, first, ahead)) as released:
                 for out, part in released:
                     writer.write(out)
                     merge_counts(counts, part)

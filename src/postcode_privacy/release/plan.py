@@ -279,6 +279,16 @@ class PendingChunk:
         )
         draws.start()  # workers only once this chunk holds the draws, so cancel() reaches them
 
+    def use_drawn(self, drawn: np.ndarray) -> None:
+        """Take this chunk's outputs (the released node of each accepted record, in order)
+        from a batch drawn for the whole file (release/draw_ahead.py) instead of starting
+        draws."""
+        if self._draws is not None or self._drawn is not None:
+            raise RuntimeError("this chunk's draws have already been started")
+        if len(drawn) != self.ok.size:
+            raise ValueError("one drawn node per accepted record is needed")
+        self._drawn = drawn
+
     def wait(self) -> np.ndarray:
         """The released node of each accepted record, once drawn (the workers are then gone)."""
         if self._drawn is None:

@@ -1,0 +1,165 @@
+"""Drawing a whole file in one engine batch (release/draw_ahead.py).
+
+Under ``on_error="error"`` without a ledger, the check pass keeps each accepted record's
+identifier and node and the whole file is drawn in one batch before the writing pass.  The
+release must be byte for byte the chunk-by-chunk one, whatever the chunk size, the workers,
+the format and the limits; past the limits the release goes chunk by chunk; an input that
+changes, a failing record or an interruption leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_release_overlap import KEY, grid, records, release  # noqa: F401 (grid: a fixture)
+
+from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.errors import InputDataError
+from postcode_privacy.release import draw_ahead
+from postcode_privacy.release.draw_ahead import CompactIds
+
+
+def no_children_left():
+    assert multiprocessing.active_children() == []
+    assert not engine_batch._PARALLEL_LOCK.locked()
+
+
+def test_compact_ids_give_back_every_identifier():
+    rng = random.Random(3)
+    parts = [
+        ["a", "", "Zoë", "\u212b" * 3, "x" * 300],
+        [],
+        [str(rng.randrange(10**12)) for _ in range(50)],
+        ["last"],
+    ]
+    ids = CompactIds()
+    for part in parts:
+        ids.append(part)
+    flat = [i for part in parts for i in part]
+    assert len(ids) == len(flat)
+    assert list(ids) == flat
+    assert [ids[k] for k in range(len(flat))] == flat
+    assert ids[-1] == "last" and ids[1:4] == flat[1:4]
+    order = np.array(rng.sample(range(len(flat)), len(flat)))
+    assert ids.take(order) == [flat[k] for k in order.tolist()]
+    with pytest.raises(IndexError):
+        ids[len(flat)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_file_drawn_ahead_is_the_chunk_by_chunk_release(
+    grid,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    count_calls,
+    fmt,
+):
+    """One engine batch for the whole file (one fork of the workers), and the very bytes of
+    the release drawn chunk by chunk, for several chunk sizes, one or two workers; past the
+    record or identifier limits the release is drawn chunk by chunk, again the same bytes."""
+    graph, codes = grid
+    df = records(codes, 7000)
+    src = tmp_path / f"in.{fmt}"
+    if fmt == "csv":
+        df.to_csv(src, index=False)
+    else:
+        df.to_parquet(src, index=False)
+    draws = count_calls(draw_ahead.DrawAhead, "draw")
+    forks = count_calls(engine_batch._Draws, "_start_workers")
+    batches = count_calls(engine_batch._Draws, "result")
+    outputs = {}
+    for workers, chunk in [("2", 1500), ("1", 2500), ("2", 10_000)]:
+        monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", workers)
+        draws.clear(), forks.clear(), batches.clear()
+        out = tmp_path / f"ahead-{workers}-{chunk}.{fmt}"
+        release(src, out, graph, chunk_size=chunk)
+        assert len(draws) == len(batches) == 1 and len(forks) == (1 if workers == "2" else 0)
+        outputs[out.name] = out.read_bytes()
+        no_children_left()
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    for limit, value in (("MAX_RECORDS", 3000), ("MAX_ID_BYTES", 20_000)):
+        with monkeypatch.context() as patch:
+            patch.setattr(draw_ahead, limit, value)  # passed in the second or third chunk
+            draws.clear(), batches.clear()
+            out = tmp_path / f"chunks-{limit}.{fmt}"
+            release(src, out, graph, chunk_size=1500)
+            assert draws == [] and len(batches) == 5  # chunk by chunk: five batches
+            outputs[out.name] = out.read_bytes()
+            no_children_left()
+    assert len(set(outputs.values())) == 1, sorted(outputs)
+    released = (
+        pd.read_csv(tmp_path / f"ahead-2-1500.{fmt}", dtype=str)
+        if fmt == "csv"
+        else pd.read_parquet(tmp_path / f"ahead-2-1500.{fmt}")
+    )
+    assert released["person"].tolist() == df["person"].tolist()
+    assert released["note"].tolist() == df["note"].tolist()
+
+
+def test_a_failing_record_means_no_draw_and_no_output(
+    grid,  # noqa: F811
+    tmp_path,
+    count_calls,
+):
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    records(codes, 3000, bad=True).to_csv(src, index=False)
+    draws = count_calls(draw_ahead.DrawAhead, "draw")
+    with pytest.raises(InputDataError, match="record"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=1000)
+    assert draws == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_an_input_changed_while_drawn_is_refused(grid, tmp_path, monkeypatch):  # noqa: F811
+    """Rows appended while the batch is drawn: the writing pass finds a chunk the check pass
+    did not see, and the release fails with nothing written."""
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    records(codes, 3000).to_csv(src, index=False)
+    original = draw_ahead.DrawAhead.draw
+
+    def draw_then_append(self, *args):
+        original(self, *args)
+        with open(src, "a") as handle:
+            handle.write("s999999,LS1 1AA,late\n")
+
+    monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_append)
+    with pytest.raises(InputDataError, match="changed"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_an_interruption_while_the_file_is_drawn_leaves_nothing(
+    grid,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Ctrl-C while the workers draw the whole file: they are stopped, the lock is free,
+    nothing is written, and the next release runs normally."""
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    src = tmp_path / "in.csv"
+    records(codes, 6000).to_csv(src, index=False)
+    original = engine_batch._Draws._take
+    taken = []
+
+    def interrupt_after_a_task(self, start, result):
+        original(self, start, result)
+        taken.append(engine_batch._PARALLEL_LOCK.locked())
+        if len(taken) == 2:  # the first worker task is back: the workers are drawing
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_batch._Draws, "_take", interrupt_after_a_task)
+    with pytest.raises(KeyboardInterrupt):
+        release(src, tmp_path / "out.csv", graph, chunk_size=2000)
+    assert taken == [False, True]  # the first task runs in this process, the next in a worker
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    no_children_left()
+    monkeypatch.setattr(engine_batch._Draws, "_take", original)
+    release(src, tmp_path / "out.csv", graph, chunk_size=2000)
+    assert (tmp_path / "out.csv").exists()
