@@ -129,7 +129,7 @@ def graph_loader(graph_path: str | None, progress: bool):
     default=100_000,
     show_default=True,
     metavar="N",
-    help="Records held in memory at once (does not change the output).",
+    help="Records read, checked and written at a time (does not change the output).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
 @click.option(

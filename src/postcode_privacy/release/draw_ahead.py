@@ -17,6 +17,7 @@ identifiers; past either, the release goes chunk by chunk as before.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
@@ -67,21 +68,19 @@ class CompactIds(Sequence[str]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("identifier index out of range")
-        part = int(np.searchsorted(self._starts, index, side="right")) - 1
+        return self._decode(index)
+
+    def _decode(self, index: int) -> str:
+        starts = self._starts
+        part = bisect_right(starts, index) - 1
         buffer, offsets = self._parts[part]
-        k = index - self._starts[part]
+        k = index - starts[part]
         return buffer[offsets[k] : offsets[k + 1]].decode("utf-8")
 
     def take(self, indices: np.ndarray) -> list[str]:
-        """The identifiers at ``indices`` (the engine's batch order), decoded together."""
-        indices = np.asarray(indices, dtype=np.int64)
-        parts = np.searchsorted(self._starts, indices, side="right") - 1
-        out = []
-        for part, index in zip(parts.tolist(), indices.tolist()):
-            buffer, offsets = self._parts[part]
-            k = index - self._starts[part]
-            out.append(buffer[offsets[k] : offsets[k + 1]].decode("utf-8"))
-        return out
+        """The identifiers at ``indices`` (the engine's batch order: a group of records at a
+        time, often one), each in range."""
+        return [self._decode(index) for index in indices.tolist()]
 
     def __iter__(self) -> Iterator[str]:
         for buffer, offsets in self._parts:
