@@ -23,8 +23,8 @@ length of the file.  The two overlap only in time: chunks are checked, drawn and
 input order, and each output is what ``ReleasePlan.process_chunk`` gives chunk by chunk.
 Under ``on_error="error"`` without a ledger, the check pass also keeps each accepted record's
 identifier and node compactly (about 50 bytes and the identifier, for at most 10 million
-records; ``draw_ahead.py``), so that the whole file is drawn in one batch between the check
-pass and the writing pass; past those limits it is drawn chunk by chunk as above.  The outputs
+records; ``draw_ahead.py``), so that a file of several chunks is drawn in one batch between
+the check pass and the writing pass; past those limits it is drawn chunk by chunk as above.  The outputs
 are the same either way.
 """
 
@@ -304,13 +304,18 @@ def _release(
             # The check pass reads every record anyway: it keeps what the engine needs, so
             # that the whole file is drawn in one batch (release/draw_ahead.py), unless a
             # ledger screens the release (the screen must see the release pass chunk by chunk).
+            # A file of one chunk is one batch already: it is kept only from a second chunk on.
             ahead = DrawAhead() if plan.screen is None else None
             with _bar(progress, total, "checking") as bar:
-                offset = 0
+                offset = chunks = 0
                 for chunk in reader.chunks():
                     checked = plan.checked_chunk(chunk, offset)
                     check.merge(checked.checked.check)
-                    if ahead is not None and not check.failed:  # a failure: no release at all
+                    chunks += 1
+                    if ahead is not None and chunks > 1 and not check.failed:
+                        if chunks == 2:  # (a failure anywhere: no release at all)
+                            assert first is not None  # kept below when no ledger screens
+                            ahead.add(first)
                         ahead.add(checked)
                     # The release pass starts from the first chunk as checked here, unless a
                     # ledger screens it: the screen must see the release pass from its start.
@@ -323,8 +328,8 @@ def _release(
             if check.failed:
                 raise failure_error(check.row_errors, check.counts)
             total = check.counts["records"]
-            if ahead is not None and ahead.abandoned:
-                ahead = None  # over the limits: drawn chunk by chunk
+            if ahead is not None and (ahead.abandoned or chunks < 2):
+                ahead = None  # over the limits, or one chunk: drawn chunk by chunk
             if ahead is not None:
                 with _bar(progress, ahead.records, "drawing") as bar:
                     ahead.draw(plan, bar.update)
