@@ -45,7 +45,7 @@ def test_compact_ids_give_back_every_identifier():
     assert [ids[k] for k in range(len(flat))] == flat
     assert ids[-1] == "last" and ids[1:4] == flat[1:4]
     order = np.array(rng.sample(range(len(flat)), len(flat)))
-    assert ids.take(order) == [flat[k] for k in order.tolist()]
+    assert ids.decode_at(order) == [flat[k] for k in order.tolist()]
     with pytest.raises(IndexError):
         ids[len(flat)]
 
@@ -133,6 +133,33 @@ def test_an_input_changed_while_drawn_is_refused(grid, tmp_path, monkeypatch):  
     monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_append)
     with pytest.raises(InputDataError, match="changed"):
         release(src, tmp_path / "out.csv", graph, chunk_size=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_an_input_shortened_while_drawn_is_refused(grid, tmp_path, monkeypatch):  # noqa: F811
+    """The last chunk removed while the batch is drawn: every chunk written matches, but one
+    drawn was never written, and the release fails with nothing written."""
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    records(codes, 3000).to_csv(src, index=False)
+    original = draw_ahead.DrawAhead.draw
+    finished = []
+
+    def draw_then_shorten(self, *args):
+        original(self, *args)
+        records(codes, 2000).to_csv(src, index=False)  # two of the three chunks
+
+    real_finish = draw_ahead.DrawAhead.finish
+
+    def spy_finish(self):
+        finished.append(1)
+        return real_finish(self)
+
+    monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_shorten)
+    monkeypatch.setattr(draw_ahead.DrawAhead, "finish", spy_finish)
+    with pytest.raises(InputDataError, match="changed"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=1000)
+    assert finished == [1]  # refused there, before the input's hash is compared
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 

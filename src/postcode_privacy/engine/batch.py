@@ -139,7 +139,7 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     out = np.empty(stop - start, dtype=np.int64)
     # A compact store of identifiers (release/draw_ahead.py) decodes a group at once.
-    take = getattr(ids, "take", None)
+    take = getattr(ids, "decode_at", None)
     i = start
     while i < stop:
         node = int(nodes[i])

@@ -12,7 +12,7 @@ Every output is the one the chunk-by-chunk path gives: the engine's outputs depe
 record alone, never on how records are batched (docs/performance.md, "Why the outputs are
 identical").  Only memory differs: about 50 bytes plus the identifier's length a record, so
 a file is drawn ahead only up to :data:`MAX_RECORDS` records and :data:`MAX_ID_BYTES` of
-identifiers; past either, the release goes chunk by chunk as before.
+identifiers (with their offsets); past either, the release goes chunk by chunk as before.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .plan import PendingChunk, ReleasePlan
 __all__ = ["CompactIds", "DrawAhead", "MAX_ID_BYTES", "MAX_RECORDS"]
 
 MAX_RECORDS = 10_000_000  # records drawn ahead at most (about 0.5 GB with short identifiers)
-MAX_ID_BYTES = 256 * 2**20  # UTF-8 bytes of identifiers kept at most
+MAX_ID_BYTES = 256 * 2**20  # bytes of identifiers (UTF-8) and their offsets kept at most
 
 
 class CompactIds(Sequence[str]):
@@ -77,9 +77,10 @@ class CompactIds(Sequence[str]):
         k = index - starts[part]
         return buffer[offsets[k] : offsets[k + 1]].decode("utf-8")
 
-    def take(self, indices: np.ndarray) -> list[str]:
+    def decode_at(self, indices: np.ndarray) -> list[str]:
         """The identifiers at ``indices`` (the engine's batch order: a group of records at a
-        time, often one), each in range."""
+        time, often one), each in range.  The engine looks for this method by name (a name
+        numpy and pandas do not use)."""
         return [self._decode(index) for index in indices.tolist()]
 
     def __iter__(self) -> Iterator[str]:
@@ -163,3 +164,11 @@ class DrawAhead:
         pending.use_drawn(drawn[self._next : self._next + count])
         self._chunk += 1
         self._next += count
+
+    def finish(self) -> None:
+        """After the writing pass: every chunk drawn was written (a shorter input is refused
+        here rather than only by the input's hash at the end)."""
+        if self._drawn is None or self._chunk != len(self._counts):
+            raise InputDataError(
+                "the input file changed while it was being released; nothing was written"
+            )

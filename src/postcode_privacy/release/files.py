@@ -351,6 +351,8 @@ def _release(
                     del out  # not held while the next chunk is checked (two chunks at most)
         if counts["records"] == 0:
             raise _no_records(reader)
+        if ahead is not None:
+            ahead.finish()
         writer.close(columns)
         writer = None
         out_tmp.finish()
