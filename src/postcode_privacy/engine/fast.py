@@ -467,28 +467,22 @@ class FastSampler:
         cheap guard against tables that disagree with the graph (they would change outputs;
         the floor reads the table rows of the source's neighbours, which the first check
         does not see)."""
-        floor = self._floor
-        if floor is not None:
-            known = min(self.search.n_shells, floor.size)
-            if np.any(floor[:known] > np.cumsum(self.search.masses[:known])):
-                raise RuntimeError(
-                    "the ball-mass profiles disagree with the graph; delete the cached profiles"
-                )
-        masses = self._profile_masses
-        if masses is not None:
-            known = min(self.search.n_shells, len(masses))
-            if self.search.masses[:known].tolist() != masses[:known]:
-                raise RuntimeError(
-                    "the ball-mass profiles disagree with the graph; delete the cached profiles"
-                )
-        row = self._far_row
-        if row is not None:
-            known = min(self.search.n_shells, row.size)
-            if np.any(np.cumsum(self.search.masses[:known]) > row[:known]):
-                raise RuntimeError(
-                    "the far-mass rows disagree with the graph; delete the cached "
-                    f"clusters-{self.graph.sha256[:32]}-* files in the cache directory"
-                )
+        masses, floor, row = self._profile_masses, self._floor, self._far_row
+        if masses is None and floor is None and row is None:
+            return
+        explored = self.search.masses[: self.search.n_shells]
+        balls = np.cumsum(explored)  # pi(B_0) .. pi(B_h), for the floor and the far-mass row
+        if (masses is not None and explored[: len(masses)].tolist() != masses[: explored.size]) or (
+            floor is not None and np.any(floor[: balls.size] > balls[: floor.size])
+        ):
+            raise RuntimeError(
+                "the ball-mass profiles disagree with the graph; delete the cached profiles"
+            )
+        if row is not None and np.any(balls[: row.size] > row[: balls.size]):
+            raise RuntimeError(
+                "the far-mass rows disagree with the graph; delete the cached "
+                f"clusters-{self.graph.sha256[:32]}-* files in the cache directory"
+            )
 
     def _decide_by_exploring(self, group: _Group, shells: list[int], pending: list[int]) -> None:
         """The shells of records ``pending`` (into ``shells``) by exploring as far as a float

@@ -18,7 +18,6 @@ from .keys import Key
 
 DOMAIN = b"postcode-privacy/draw/v1"
 BLOCK_BITS = 256
-_FIRST_BLOCK_SUFFIXES: dict[tuple[bytes, ...], list[bytes]] = {}  # (label, 0, 0) encodings
 _BLOCK_SUFFIXES: dict[tuple[bytes, int], bytes] = {}  # (label, 0, counter) encodings
 
 
@@ -28,6 +27,17 @@ def _field(data: bytes) -> bytes:
 
 def _u64(value: int) -> bytes:
     return _field(value.to_bytes(8, "big"))
+
+
+def _block_suffix(label: bytes, counter: int) -> bytes:
+    """The encoding of (label, index 0, counter) that ends a block's message, kept for the
+    counters met in practice (below 64), so the cache stays small."""
+    suffix = _BLOCK_SUFFIXES.get((label, counter))
+    if suffix is None:
+        suffix = _field(label) + _u64(0) + _u64(counter)
+        if counter < 64:
+            _BLOCK_SUFFIXES[label, counter] = suffix
+    return suffix
 
 
 class StreamContext:
@@ -67,10 +77,7 @@ class StreamContext:
         # overhead per call); the Python object otherwise.
         root = getattr(self._mac, "_hmac", None) or self._mac
         place = _field(postcode.encode("utf-8"))
-        suffixes = _FIRST_BLOCK_SUFFIXES.get(labels)
-        if suffixes is None:
-            suffixes = [_field(label) + _u64(0) + _u64(0) for label in labels]
-            _FIRST_BLOCK_SUFFIXES[labels] = suffixes
+        suffixes = [_block_suffix(label, 0) for label in labels]
         out: list[list[int]] = [[] for _ in labels]
         from_bytes, copy = int.from_bytes, root.copy
         columns = list(zip(out, suffixes))
@@ -89,11 +96,7 @@ class StreamContext:
         """``int.from_bytes(self.for_subject(subject_id, postcode).block(label, 0, counter),
         "big")``: the same HMAC over the same bytes in one update, as ``first_blocks`` does,
         for the engine's rejected within-shell attempts (about a quarter of the records)."""
-        suffix = _BLOCK_SUFFIXES.get((label, counter))
-        if suffix is None:
-            suffix = _field(label) + _u64(0) + _u64(counter)
-            if counter < 64:  # the counters met in practice; keeps the cache small
-                _BLOCK_SUFFIXES[label, counter] = suffix
+        suffix = _block_suffix(label, counter)
         mac = (getattr(self._mac, "_hmac", None) or self._mac).copy()
         data = subject_id.encode("utf-8")
         place = postcode.encode("utf-8")

@@ -18,7 +18,7 @@ identifiers (with their offsets); past either, the release goes chunk by chunk a
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import overload
 
 import numpy as np
@@ -82,12 +82,6 @@ class CompactIds(Sequence[str]):
         time, often one), each in range.  The engine looks for this method by name (a name
         numpy and pandas do not use)."""
         return [self._decode(index) for index in indices.tolist()]
-
-    def __iter__(self) -> Iterator[str]:
-        for buffer, offsets in self._parts:
-            bounds = offsets.tolist()
-            for a, b in zip(bounds, bounds[1:]):
-                yield buffer[a:b].decode("utf-8")
 
 
 class DrawAhead:
