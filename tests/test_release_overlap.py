@@ -141,6 +141,37 @@ def test_a_worker_failing_leaves_nothing_and_the_next_release_works(grid, tmp_pa
     assert (tmp_path / "out.csv").exists()
 
 
+def test_workers_are_stopped_even_when_the_pool_cannot_terminate(grid, tmp_path, monkeypatch):
+    """A pool whose result queue's lock is never released (as when a worker is killed while
+    passing a result back): Pool.terminate waits for it for ever, so the workers are killed
+    after the patience, the lock of the draws is freed, and the release completes."""
+    from multiprocessing.pool import Pool
+
+    from postcode_privacy.engine import forking
+
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    monkeypatch.setattr(forking, "STOP_PATIENCE", 0.5)
+    src = tmp_path / "in.csv"
+    records(codes, 6000).to_csv(src, index=False)
+    real_terminate, held = Pool.terminate, []
+
+    def terminate_with_a_lost_lock(self):
+        held.append(self._outqueue._wlock)
+        held[-1].acquire()  # as a worker killed mid-reply leaves it: never released
+        real_terminate(self)
+
+    monkeypatch.setattr(Pool, "terminate", terminate_with_a_lost_lock)
+    try:
+        release(src, tmp_path / "out.csv", graph, chunk_size=3000)
+        assert held  # the pool was stopped through the stuck terminate
+        no_children_left()
+    finally:
+        for lock in held:
+            lock.release()  # the stuck terminate can end now
+    assert (tmp_path / "out.csv").exists()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_the_writer_failing_stops_the_workers_drawing_the_next_chunk(
     grid, tmp_path, monkeypatch, fmt

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from ..graph.graph import Graph
-from .forking import fork_pool
+from .forking import fork_pool, stop_pool
 
 __all__ = ["Sweeps", "cache_files", "mass_dtype", "sweep_table", "table_sha256"]
 
@@ -355,7 +355,7 @@ def sweep_table(
                 pool.close()  # all done: the workers exit on their own, without a signal
                 pool.join()
             finally:
-                pool.terminate()  # an error or an interruption: stop them now
+                stop_pool(pool)  # an error or an interruption: stop them now
         else:
             count(map(_build_task, tasks))
     finally:

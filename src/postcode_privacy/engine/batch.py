@@ -36,7 +36,7 @@ from ..mechanism.mechanism import Mechanism
 from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
 from .fast import Bracket, Brackets, FastSampler, wants_bracket
-from .forking import fork_pool
+from .forking import fork_pool, stop_pool
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles, profiles_to_use
 
@@ -309,7 +309,7 @@ class _Draws:
         if pool is None:
             return
         try:
-            pool.terminate()  # joins the workers and the pool's threads
+            stop_pool(pool)  # kills and joins the workers
         finally:
             _release_workers_lock()
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable
 from multiprocessing.pool import Pool
 
-__all__ = ["fork_pool"]
+__all__ = ["fork_pool", "stop_pool"]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+STOP_PATIENCE = 10.0  # seconds ``stop_pool`` gives Pool.terminate before killing the workers
 
 
 def _start_worker(initializer: Callable[[], None] | None) -> None:
@@ -52,6 +54,29 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a held signal is handled here
     except BaseException:
-        pool.terminate()
+        stop_pool(pool)
         raise
     return pool
+
+
+def stop_pool(pool: Pool) -> None:
+    """Stop ``pool`` now: ``Pool.terminate``, which kills the workers and joins them and the
+    pool's threads.
+
+    A worker killed while it held one of the pool's queue locks (passing a result back, say)
+    never releases it, and ``Pool.terminate`` then waits for that lock for ever (a limitation
+    of CPython's pool, met once in a CI run: a worker task failed and the others were killed
+    mid-reply).  So it runs in a thread given ``STOP_PATIENCE`` seconds; past that, the
+    workers still alive are killed and joined here, and the pool's threads, blocked on the
+    dead lock, are left behind (daemon threads: they hold nothing else).
+    """
+    stopper = threading.Thread(target=pool.terminate, name="stop-pool", daemon=True)
+    stopper.start()
+    stopper.join(STOP_PATIENCE)
+    if stopper.is_alive():
+        workers = list(pool._pool)  # type: ignore[attr-defined]  # no public list of them
+        for process in workers:
+            if process.exitcode is None:
+                process.kill()
+        for process in workers:
+            process.join()
