@@ -192,3 +192,47 @@ def test_an_interruption_while_the_file_is_drawn_leaves_nothing(
     monkeypatch.setattr(engine_batch._Draws, "_take", original)
     release(src, tmp_path / "out.csv", graph, chunk_size=2000)
     assert (tmp_path / "out.csv").exists()
+
+
+def test_subjects_seen_twice_are_counted_once_drawn_ahead_or_not(
+    grid,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    count_calls,
+):
+    """The check pass notes the subjects when the file is drawn ahead (the writing pass does
+    not check again): the warning and the audit's count are those of the chunk-by-chunk
+    release, also when the limits are passed after some chunks were noted."""
+    import json
+    import warnings
+
+    from postcode_privacy.errors import DuplicateSubjectWarning
+
+    graph, codes = grid
+    df = records(codes, 3000)
+    for row, earlier in ((1200, 10), (2500, 1300), (2999, 2998)):  # across and within chunks
+        df.loc[row, "person"] = df.loc[earlier, "person"]
+        df.loc[row, "pc"] = next(c for c in codes if c != df.loc[earlier, "pc"])
+    df.loc[2000, "person"] = df.loc[20, "person"]  # the same subject and postcode: no conflict
+    df.loc[2000, "pc"] = df.loc[20, "pc"]
+    src = tmp_path / "in.csv"
+    df.to_csv(src, index=False)
+    draws = count_calls(draw_ahead.DrawAhead, "draw")
+    seen = {}
+    for name, limit in (("ahead", None), ("passed", 1500), ("null", None)):
+        with monkeypatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if limit is not None:
+                patch.setattr(draw_ahead, "MAX_RECORDS", limit)
+            out = tmp_path / f"{name}.csv"
+            release(
+                src, out, graph, chunk_size=1000, on_error="error" if name != "null" else "null"
+            )
+        audit = json.loads((tmp_path / f"{name}.csv.audit.json").read_text())
+        messages = [str(w.message) for w in caught if w.category is DuplicateSubjectWarning]
+        seen[name] = (audit["counts"]["identifiers_with_several_postcodes"], messages)
+    assert len(draws) == 1  # only the first release was drawn ahead
+    assert seen["ahead"] == seen["passed"] == seen["null"]
+    count, messages = seen["ahead"]
+    assert count == 3 and len(messages) == 1
+    assert "record(s) 1201, 2501, 3000" in messages[0]

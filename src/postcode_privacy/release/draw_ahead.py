@@ -6,7 +6,8 @@ one 100,000-record chunk, the engine works as if every record had a postcode of 
 the check pass reads every chunk anyway (``on_error="error"``, no ledger), it can keep what
 the engine needs of each accepted record, its canonical identifier and its node, compactly;
 :class:`DrawAhead` then draws them all in one batch, grouped by postcode across the whole file,
-and the writing pass attaches each chunk's share of the outputs instead of drawing it.
+and the writing pass attaches each chunk's share of the outputs instead of drawing it (and
+instead of checking the chunk again: the check pass has done that, subjects included).
 
 Every output is the one the chunk-by-chunk path gives: the engine's outputs depend on each
 record alone, never on how records are batched (docs/performance.md, "Why the outputs are
@@ -18,10 +19,11 @@ identifiers (with their offsets); past either, the release goes chunk by chunk a
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import overload
 
 import numpy as np
+import pandas as pd
 
 from ..engine.batch import _start_canonical
 from ..errors import InputDataError
@@ -44,12 +46,15 @@ class CompactIds(Sequence[str]):
         self.nbytes = 0
 
     def append(self, ids: Sequence[str]) -> None:
-        encoded = [i.encode("utf-8") for i in ids]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-        buffer = b"".join(encoded)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        buffer = "".join(ids).encode("utf-8")
+        if len(buffer) != lengths.sum():  # not all ASCII: a character may take several bytes
+            encoded = [i.encode("utf-8") for i in ids]
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(ids))
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
         self._parts.append((buffer, offsets))
-        self._starts.append(self._starts[-1] + len(encoded))
+        self._starts.append(self._starts[-1] + len(ids))
         self.nbytes += len(buffer) + offsets.nbytes
 
     def __len__(self) -> int:
@@ -86,13 +91,22 @@ class CompactIds(Sequence[str]):
 
 class DrawAhead:
     """The accepted records of a file's checked chunks, drawn in one batch (:meth:`draw`) and
-    handed back chunk by chunk, in input order (:meth:`attach`)."""
+    released chunk by chunk as the writing pass reads them again (:meth:`released_chunks`).
 
-    def __init__(self) -> None:
+    The check pass has already done each chunk's record checks and noted its subjects
+    (:meth:`add`), so the writing pass only attaches the drawn outputs to the rows it reads;
+    the records are those checked because the writing pass must find chunks of the same
+    lengths and the input's SHA-256 must not change between the start and the end of the
+    release (``files.py``).
+    """
+
+    def __init__(self, plan: ReleasePlan) -> None:
+        self.plan = plan
         self.ids = CompactIds()
         self._nodes: list[np.ndarray] = []
-        self._counts: list[int] = []  # accepted records of each chunk
+        self._chunks: list[dict[str, int]] = []  # each kept chunk's counts, in input order
         self.abandoned = False  # over the limits: the release goes chunk by chunk
+        self._all_nodes: np.ndarray | None = None
         self._drawn: np.ndarray | None = None
         self._chunk = 0
         self._next = 0
@@ -103,10 +117,13 @@ class DrawAhead:
         return len(self.ids)
 
     def add(self, pending: PendingChunk) -> None:
-        """Keep what the engine needs of this checked chunk's accepted records (in input
-        order), unless that would pass the limits; then keep nothing more."""
+        """Keep what the engine needs of this checked chunk's records (all accepted; chunks
+        in input order) and note its subjects, unless that would pass the limits; then keep
+        nothing more, and forget the subjects noted (the chunk-by-chunk release notes them)."""
         if self.abandoned:
             return
+        if pending.ok.size != len(pending.df):
+            raise ValueError("only chunks whose every record is accepted can be drawn ahead")
         accepted = pending.accepted
         if len(self.ids) + len(accepted) > MAX_RECORDS:
             self._abandon()
@@ -115,19 +132,22 @@ class DrawAhead:
         if self.ids.nbytes > MAX_ID_BYTES:
             self._abandon()
             return
-        self._nodes.append(pending.checked.nodes[pending.ok])
-        self._counts.append(len(accepted))
+        self._nodes.append(pending.checked.nodes)
+        self._chunks.append(pending.checked.check.counts)
+        self.plan.record_subjects(pending, warn=False)
 
     def _abandon(self) -> None:
         self.abandoned = True
         self.ids = CompactIds()
-        self._nodes, self._counts = [], []
+        self._nodes, self._chunks = [], []
+        self.plan.forget_subjects()
 
-    def draw(self, plan: ReleasePlan, progress: Callable[[int], None] | None) -> None:
+    def draw(self, progress: Callable[[int], None] | None) -> None:
         """Draw every kept record in one engine batch (grouped by postcode across chunks).
         ``progress`` is called as the engine finishes its tasks."""
         if self.abandoned:
             raise RuntimeError("nothing to draw ahead: the limits were passed")
+        plan = self.plan
         nodes = np.concatenate(self._nodes) if self._nodes else np.empty(0, dtype=np.int64)
         self._nodes = []
         draws = _start_canonical(
@@ -141,28 +161,37 @@ class DrawAhead:
             quiet=plan.quiet,
         )
         self._drawn = draws.result()  # stops the workers if interrupted
+        self._all_nodes = nodes  # kept for the displacement summary
         self.ids = CompactIds()  # the engine is done with them
 
-    def attach(self, pending: PendingChunk) -> None:
-        """Give the next chunk (the writing pass re-checks chunks in input order) its
-        outputs from the batch, in place of drawing them."""
-        drawn = self._drawn
-        if drawn is None:
+    def released_chunks(
+        self, chunks: Iterable[pd.DataFrame], progress: Callable[[int], None]
+    ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
+        """``(output frame, counts)`` of each chunk of the writing pass (the input read again,
+        in order), as ``ReleasePlan.process_chunk`` would give them; then :meth:`finish`."""
+        drawn, nodes = self._drawn, self._all_nodes
+        if drawn is None or nodes is None:
             raise RuntimeError("draw() first")
-        count = len(pending.accepted)
-        if self._chunk >= len(self._counts) or count != self._counts[self._chunk]:
-            # The checks are deterministic: only an input changed between passes gets here.
-            raise InputDataError(
-                "the input file changed while it was being released; nothing was written"
-            )
-        pending.use_drawn(drawn[self._next : self._next + count])
-        self._chunk += 1
-        self._next += count
+        for df in chunks:
+            if self._chunk >= len(self._chunks) or len(df) != self._next_length():
+                # The checks are deterministic: only an input changed between passes gets here.
+                raise _changed()
+            span = slice(self._next, self._next + len(df))
+            out = self.plan.released_frame(df, np.arange(len(df)), nodes[span], drawn[span])
+            progress(len(df))
+            yield out, self._chunks[self._chunk]
+            self._chunk += 1
+            self._next += len(df)
+
+    def _next_length(self) -> int:
+        return self._chunks[self._chunk]["records"]
 
     def finish(self) -> None:
         """After the writing pass: every chunk drawn was written (a shorter input is refused
         here rather than only by the input's hash at the end)."""
-        if self._drawn is None or self._chunk != len(self._counts):
-            raise InputDataError(
-                "the input file changed while it was being released; nothing was written"
-            )
+        if self._drawn is None or self._chunk != len(self._chunks):
+            raise _changed()
+
+
+def _changed() -> InputDataError:
+    return InputDataError("the input file changed while it was being released; nothing was written")

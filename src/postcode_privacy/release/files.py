@@ -23,9 +23,10 @@ length of the file.  The two overlap only in time: chunks are checked, drawn and
 input order, and each output is what ``ReleasePlan.process_chunk`` gives chunk by chunk.
 Under ``on_error="error"`` without a ledger, the check pass also keeps each accepted record's
 identifier and node compactly (about 50 bytes and the identifier, for at most 10 million
-records; ``draw_ahead.py``), so that a file of several chunks is drawn in one batch between
-the check pass and the writing pass; past those limits it is drawn chunk by chunk as above.  The outputs
-are the same either way.
+records; ``draw_ahead.py``) and notes its subjects, so that a file of several chunks is
+drawn in one batch between the check pass and the writing pass, which then only attaches the
+outputs to the records it reads again; past those limits it is drawn chunk by chunk as above.
+The outputs are the same either way.
 """
 
 from __future__ import annotations
@@ -225,15 +226,13 @@ def _released_chunks(
     reader: TableReader,
     progress: Callable[[int], None],
     first: PendingChunk | None,
-    ahead: DrawAhead | None = None,
 ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
     """``plan.process_chunk`` of each chunk in input order, overlapped: while the engine's
     workers draw one chunk, this process reads and checks the next, then builds and hands
     back the one before (the caller writes it).  The outputs are those of calling
     ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``first``, if given, is
     the first chunk as the check pass left it, released without checking it again.
-    ``progress`` moves as the engine finishes each batch, not once per chunk.  With
-    ``ahead`` (already drawn), each chunk takes its outputs from it instead of drawing."""
+    ``progress`` moves as the engine finishes each batch, not once per chunk."""
     drawing: PendingChunk | None = None
     ready: PendingChunk | None = None
     try:
@@ -246,11 +245,7 @@ def _released_chunks(
             offset += len(chunk)
             if drawing is not None:
                 drawing.wait()  # its workers are gone: the next chunk's may start
-            if ahead is not None:
-                ahead.attach(ready)
-                progress(int(ready.ok.size))
-            else:
-                ready.start(progress)
+            ready.start(progress)
             finished, drawing, ready = drawing, ready, None
             if finished is not None:  # built and written while ``drawing`` is drawn
                 yield plan.finish_chunk(finished, warn=False, progress=progress)
@@ -305,7 +300,7 @@ def _release(
             # that the whole file is drawn in one batch (release/draw_ahead.py), unless a
             # ledger screens the release (the screen must see the release pass chunk by chunk).
             # A file of one chunk is one batch already: it is kept only from a second chunk on.
-            ahead = DrawAhead() if plan.screen is None else None
+            ahead = DrawAhead(plan) if plan.screen is None else None
             with _bar(progress, total, "checking") as bar:
                 offset = chunks = 0
                 for chunk in reader.chunks():
@@ -331,8 +326,9 @@ def _release(
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk
             if ahead is not None:
+                first = None  # the writing pass reads every chunk again
                 with _bar(progress, ahead.records, "drawing") as bar:
-                    ahead.draw(plan, bar.update)
+                    ahead.draw(bar.update)
 
         columns = plan.output_columns(reader.columns)
         schema = (
@@ -344,7 +340,12 @@ def _release(
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
-            with closing(_released_chunks(plan, reader, bar.update, first, ahead)) as released:
+            outputs = (
+                _released_chunks(plan, reader, bar.update, first)
+                if ahead is None
+                else ahead.released_chunks(reader.chunks(), bar.update)
+            )
+            with closing(outputs) as released:
                 for out, part in released:
                     writer.write(out)
                     merge_counts(counts, part)

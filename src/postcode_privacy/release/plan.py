@@ -188,11 +188,47 @@ class ReleasePlan:
     ) -> tuple[pd.DataFrame, dict[str, int]]:
         """The last step of :meth:`process_chunk`: wait for the chunk's draws, record its
         subjects, and build its output frame.  Chunks must be finished in input order."""
-        df, ok, accepted = pending.df, pending.ok, pending.accepted
+        ok = pending.ok
+        drawn = pending.wait() if ok.size else np.empty(0, dtype=np.int64)
+        self.record_subjects(pending, warn=warn)
+        out = self.released_frame(pending.df, ok, pending.checked.nodes[ok], drawn, progress)
+        return out, pending.checked.check.counts
+
+    def record_subjects(self, pending: PendingChunk, *, warn: bool) -> None:
+        """Note the subjects of a checked chunk's accepted records, which must come in input
+        order; with ``warn``, warn at once of identifiers seen with a second postcode, otherwise
+        keep them for :meth:`warn_subjects`."""
+        ok = pending.ok
+        hashes = _tracker_hashes(pending.accepted)
+        new = self._subjects.add(
+            hashes, pending.checked.codes[ok], ok.astype(np.int64) + pending.row_offset + 1
+        )
+        if warn and new:
+            self._warned += len(new)
+            warn_duplicate_subjects(len(new), new, stacklevel=3)
+        elif new:
+            self._pending_rows = sorted(self._pending_rows + new)[:WARN_ROWS]
+
+    def forget_subjects(self) -> None:
+        """Start the subject tracking again (the chunks noted so far will be noted again)."""
+        self._subjects = _SubjectTracker()
+        self._warned = 0
+        self._pending_rows = []
+
+    def released_frame(
+        self,
+        df: pd.DataFrame,
+        ok: np.ndarray,
+        nodes: np.ndarray,
+        drawn: np.ndarray,
+        progress: Callable[[int], None] | None = None,
+    ) -> pd.DataFrame:
+        """The output frame of a chunk whose records at positions ``ok`` were released from
+        ``nodes`` to ``drawn``: every input column (minus the true postcode unless it is kept),
+        then the released postcode, empty for the other records (or without them under
+        ``"drop"``).  ``progress`` is told of the records not perturbed."""
         released: np.ndarray | list = []
         if ok.size:
-            nodes = pending.checked.nodes[ok]
-            drawn = pending.wait()
             if self.displacement is not None:
                 self.displacement.add(nodes, drawn)
             distinct, where = np.unique(drawn, return_inverse=True)
@@ -200,15 +236,6 @@ class ReleasePlan:
             released = labels[where.reshape(-1)]
         if progress is not None and len(df) > ok.size:
             progress(len(df) - int(ok.size))
-        hashes = _tracker_hashes(accepted)
-        new = self._subjects.add(
-            hashes, pending.checked.codes[ok], ok.astype(np.int64) + pending.row_offset + 1
-        )
-        if warn and new:
-            self._warned += len(new)
-            warn_duplicate_subjects(len(new), new, stacklevel=2)
-        elif new:
-            self._pending_rows = sorted(self._pending_rows + new)[:WARN_ROWS]
         values = np.full(len(df), None, dtype=object)
         values[ok] = released
         out = df if self.keep_source_postcode else df.drop(columns=[self.postcode_column])
@@ -218,7 +245,7 @@ class ReleasePlan:
         out.insert(
             len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object)
         )
-        return out, pending.checked.check.counts
+        return out
 
     @property
     def subjects_with_several_postcodes(self) -> int:
@@ -278,16 +305,6 @@ class PendingChunk:
             quiet=plan.quiet,
         )
         draws.start()  # workers only once this chunk holds the draws, so cancel() reaches them
-
-    def use_drawn(self, drawn: np.ndarray) -> None:
-        """Take this chunk's outputs (the released node of each accepted record, in order)
-        from a batch drawn for the whole file (release/draw_ahead.py) instead of starting
-        draws."""
-        if self._draws is not None or self._drawn is not None:
-            raise RuntimeError("this chunk's draws have already been started")
-        if len(drawn) != self.ok.size:
-            raise ValueError("one drawn node per accepted record is needed")
-        self._drawn = drawn
 
     def wait(self) -> np.ndarray:
         """The released node of each accepted record, once drawn (the workers are then gone)."""
