@@ -199,3 +199,46 @@ def test_parquet_to_parquet_round_trips_types_and_text(small, tmp_path):
     assert back.column("person").to_pylist() == [1, 2, 3]
     assert back.column("note").to_pylist() == ["a\rb", None, "x\x00y"]
     assert back.column("when").to_pylist() == [1.5, None, -0.0]
+
+
+PLAIN_CELL = st.one_of(
+    st.none(),
+    st.sampled_from(["", " ", "\t", "\x00", "é", "#", "nan", "None", "0012", "a;b", "\ufeff"]),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=8),
+    NASTY,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    width=st.integers(1, 4),
+    cells=st.lists(st.lists(PLAIN_CELL, min_size=4, max_size=4), max_size=15),
+    dtype=st.sampled_from([object, "str"]),
+)
+def test_joined_csv_rows_are_what_pandas_writes(width, cells, dtype):
+    """The CSV writer's fast path (tables.py ``_plain_csv_rows``) gives pandas' very text
+    whenever it applies, and declines every frame with a cell that needs quoting."""
+    from postcode_privacy.release.tables import _plain_csv_rows
+
+    frame = pd.DataFrame(
+        [row[:width] for row in cells], columns=[f"c{k}" for k in range(width)], dtype=object
+    ).astype(dtype)
+    expected = frame.to_csv(index=False, header=False, lineterminator="\n")
+    joined = _plain_csv_rows(frame)
+    if joined is not None:
+        assert joined == expected
+    text = [c for row in cells for c in row[:width] if c is not None]
+    if width >= 2 and cells and not any(ch in c for c in text for ch in ',"\r\n'):
+        assert joined is not None  # the fast path is taken whenever it can be
+
+
+def test_the_joined_rows_decline_columns_that_are_not_text():
+    from postcode_privacy.release.tables import _plain_csv_rows
+
+    assert _plain_csv_rows(pd.DataFrame({"a": ["x", "y"], "b": [1, 2]})) is None
+    assert _plain_csv_rows(pd.DataFrame({"a": ["x", "y"], "b": ["1", 2]}, dtype=object)) is None
+    nan = pd.DataFrame({"a": ["x", float("nan")], "b": ["1", "2"]}, dtype=object)
+    assert _plain_csv_rows(nan) is None
+    assert _plain_csv_rows(pd.DataFrame({"a": ["x", None], "b": ["1", "2"]})) == "x,1\n,2\n"
+    mixed = pd.DataFrame({"a": ["x", None], "b": ["1", "2"]}, dtype=object)
+    assert _plain_csv_rows(mixed) == "x,1\n,2\n"

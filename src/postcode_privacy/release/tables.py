@@ -449,6 +449,48 @@ def _quote_minimally(text: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+_QUOTED_CHARACTERS = ',"\r\n'
+
+
+def _plain_csv_rows(frame: pd.DataFrame) -> str | None:
+    """The CSV text of ``frame``'s records, exactly as ``frame.to_csv(index=False,
+    header=False, lineterminator="\n")`` writes it, when no cell needs quoting: at least two
+    columns (a lone empty cell would be quoted), every column of text (``str`` columns, or
+    ``object`` columns of ``str`` and ``None``; a missing cell is written empty), and no cell
+    holding a comma, a quote, CR or LF.  Otherwise ``None``.
+
+    Joining the cells is several times faster than pandas for the text columns a CSV release
+    has; a test compares the two on random frames (tests/test_tables.py).
+    """
+    if frame.shape[1] < 2 or len(frame) == 0:
+        return None
+    columns = []
+    for position in range(frame.shape[1]):
+        column = frame.iloc[:, position]
+        if isinstance(column.dtype, pd.StringDtype):  # text, missing cells written empty
+            cells = (column.fillna("") if column.hasnans else column).tolist()
+        elif column.dtype == object:
+            cells = column.tolist()
+            types = set(map(type, cells))
+            if types != {str}:
+                if not types <= {str, type(None)}:
+                    return None
+                cells = ["" if cell is None else cell for cell in cells]
+        else:
+            return None
+        joined = "".join(cells)
+        if any(character in joined for character in _QUOTED_CHARACTERS):
+            return None
+        columns.append(cells)
+    width, rows = len(columns), len(frame)
+    pieces: list[str | None] = [None] * (2 * width * rows)
+    for position, cells in enumerate(columns):
+        pieces[2 * position :: 2 * width] = cells
+        separator = "\n" if position == width - 1 else ","
+        pieces[2 * position + 1 :: 2 * width] = [separator] * rows
+    return "".join(pieces)  # type: ignore[arg-type]
+
+
 def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
     lower = name.lower()
     if lower.endswith(".gz"):
@@ -473,7 +515,12 @@ class _CsvWriter:
 
     def write(self, frame: pd.DataFrame) -> None:
         header = not self._header_written
-        if _holds_carriage_return(frame, header):
+        plain = _plain_csv_rows(frame)
+        if plain is not None:
+            if header:
+                self.write(frame.iloc[:0])  # the header line, as pandas writes it
+            self._text.write(plain)
+        elif _holds_carriage_return(frame, header):
             # The csv module (behind pandas) quotes a cell holding "\n" but not one holding a
             # bare "\r", which readers then take for a line break: quote such cells here.
             text = frame.to_csv(
