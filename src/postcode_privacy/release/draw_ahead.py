@@ -36,26 +36,30 @@ MAX_ID_BYTES = 256 * 2**20  # bytes of identifiers (UTF-8) and their offsets kep
 
 
 class CompactIds(Sequence[str]):
-    """Canonical identifiers kept as one UTF-8 buffer per chunk and offsets, not as millions
-    of Python strings (which the engine's forked workers would copy page by page as they
-    touch them)."""
+    """Canonical identifiers kept as one buffer per chunk and offsets, not as millions of
+    Python strings (which the engine's forked workers would copy page by page as they touch
+    them).  A chunk of ASCII identifiers (the usual case) is kept as one ``str``, sliced
+    without decoding; any other as UTF-8 bytes."""
 
     def __init__(self) -> None:
-        self._parts: list[tuple[bytes, np.ndarray]] = []  # (buffer, offsets) per chunk
+        # (text or UTF-8 buffer, offsets into it as a memoryview of int64) per chunk
+        self._parts: list[tuple[str | bytes, memoryview]] = []
         self._starts: list[int] = [0]  # index of each part's first identifier, then the total
         self.nbytes = 0
 
     def append(self, ids: Sequence[str]) -> None:
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        buffer = "".join(ids).encode("utf-8")
-        if len(buffer) != lengths.sum():  # not all ASCII: a character may take several bytes
-            encoded = [i.encode("utf-8") for i in ids]
-            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(ids))
+        joined = "".join(ids)
+        text: str | bytes = joined
+        if not joined.isascii():  # a character may take several bytes: offsets count bytes
+            text = joined.encode("utf-8")
+            lengths = np.fromiter((len(i.encode("utf-8")) for i in ids), np.int64, len(ids))
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        self._parts.append((buffer, offsets))
+        # A memoryview gives Python ints when indexed, several times faster than numpy's.
+        self._parts.append((text, offsets.data))
         self._starts.append(self._starts[-1] + len(ids))
-        self.nbytes += len(buffer) + offsets.nbytes
+        self.nbytes += len(text) + offsets.nbytes
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -73,20 +77,26 @@ class CompactIds(Sequence[str]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError("identifier index out of range")
-        return self._decode(index)
-
-    def _decode(self, index: int) -> str:
-        starts = self._starts
-        part = bisect_right(starts, index) - 1
-        buffer, offsets = self._parts[part]
-        k = index - starts[part]
-        return buffer[offsets[k] : offsets[k + 1]].decode("utf-8")
+        return self.decode_at(np.array([index]))[0]
 
     def decode_at(self, indices: np.ndarray) -> list[str]:
         """The identifiers at ``indices`` (the engine's batch order: a group of records at a
         time, often one), each in range.  The engine looks for this method by name (a name
         numpy and pandas do not use)."""
-        return [self._decode(index) for index in indices.tolist()]
+        starts, parts = self._starts, self._parts
+        out = []
+        low = high = 0  # the identifiers of the part last looked in: a group is often in one
+        text: str | bytes = ""
+        offsets = memoryview(b"")
+        for index in indices.tolist():
+            if not low <= index < high:
+                part = bisect_right(starts, index) - 1
+                low, high = starts[part], starts[part + 1]
+                text, offsets = parts[part]
+            k = index - low
+            piece = text[offsets[k] : offsets[k + 1]]
+            out.append(piece if isinstance(piece, str) else piece.decode("utf-8"))
+        return out
 
 
 class DrawAhead:
