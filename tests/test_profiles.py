@@ -219,6 +219,45 @@ def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
     refused(None)
 
 
+def test_a_table_loaded_in_the_background_is_the_table_or_is_refused_alike(cache):
+    """``load_in_background`` (a release starts it before its check pass) hands
+    ``cached_profiles`` the very table, or the refusal of a damaged file, reported once in
+    the caller's thread; it starts nothing where the table would not be read."""
+    import threading
+    import warnings
+
+    def fresh():
+        return planar_graph(random.Random(10), 60, 70, 1.0, 8)
+
+    def loaders():
+        return [t for t in threading.enumerate() if t.name == "postcode-privacy-profiles"]
+
+    graph = fresh()
+    expected = np.asarray(engine_profiles.profiles_for(graph, loc_mass(graph)).cumulative)
+    for wanted in (False, None):  # none wanted, or none by default for a graph not embedded
+        other = fresh()
+        engine_profiles.load_in_background(other, wanted)
+        assert other not in engine_profiles._LOADING and loaders() == []
+    other = fresh()
+    engine_profiles.load_in_background(other, True)
+    assert other in engine_profiles._LOADING
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = engine_profiles.cached_profiles(other)
+    assert np.array_equal(np.asarray(table.cumulative), expected)
+    assert other not in engine_profiles._LOADING and loaders() == []  # taken and joined
+
+    table_path, _ = engine_profiles._paths(graph, 6)
+    flipped = bytearray(table_path.read_bytes())
+    flipped[-3] ^= 1
+    table_path.write_bytes(bytes(flipped))
+    damaged = fresh()
+    engine_profiles.load_in_background(damaged, True)
+    with pytest.warns(RuntimeWarning, match="content hash") as caught:
+        assert engine_profiles.cached_profiles(damaged) is None
+    assert len(caught) == 1 and loaders() == []
+
+
 def test_a_pinned_table_is_refused_even_with_a_recomputed_header(cache, monkeypatch):
     """For a graph whose table is pinned (the embedded one), an edited table is refused even
     when whoever edited it also rewrote the header's hash; a build that differs from the pin

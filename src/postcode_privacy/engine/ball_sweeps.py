@@ -376,7 +376,8 @@ def table_sha256(*arrays: np.ndarray) -> str:
     digest = hashlib.sha256()
     for array in arrays:
         for start in range(0, array.shape[0], 65_536):
-            digest.update(np.ascontiguousarray(array[start : start + 65_536]).tobytes())
+            # a view of a contiguous slice, not a copy (hashlib reads it without the GIL)
+            digest.update(np.ascontiguousarray(array[start : start + 65_536]).data)
     return digest.hexdigest()
 
 

@@ -195,6 +195,52 @@ _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
+# Loads started ahead by ``load_in_background``, by graph: (depth, thread, outcome holder).
+_LOADING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def load_in_background(graph: Graph, wanted: bool | str | None) -> None:
+    """Start loading and verifying the cached table that ``profiles_to_use(graph, ...,
+    wanted)`` would read, in a thread, so that its content hash (about 0.3 s on the national
+    graph; hashlib releases the GIL) is taken while this process does other work, such as a
+    release's check pass.  ``cached_profiles`` waits for that load and takes its outcome (a
+    refused file is reported there, as always); nothing is built here."""
+    if wanted is False or (wanted is None and graph.sha256 != DEFAULT_GRAPH_SHA256):
+        return
+    if graph.n_locations < CACHE_MIN_LOCATIONS:
+        return
+    with _LOCK:
+        if _known(graph, DEPTH) is not None or graph in _LOADING:
+            return
+        table_path, header_path = _paths(graph, DEPTH)
+        if not (table_path.exists() and header_path.exists()):
+            return
+        outcome: list = []
+
+        def load() -> None:
+            try:
+                outcome.append(load_profiles(graph, DEPTH))
+            except BaseException as exc:  # handed to cached_profiles, which reports it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=load, name="postcode-privacy-profiles", daemon=True)
+        _LOADING[graph] = (DEPTH, thread, outcome)
+        thread.start()
+
+
+def _load(graph: Graph, depth: int) -> BallProfiles:
+    """``load_profiles``, or the outcome of the load started ahead for this graph and depth
+    (call under _LOCK)."""
+    started = _LOADING.pop(graph, None)
+    if started is None or started[0] != depth:
+        return load_profiles(graph, depth)
+    _, thread, outcome = started
+    thread.join()  # finished, not merely answered, before any fork of the engine's workers
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
 def _known(graph: Graph, depth: int) -> BallProfiles | None:
     """The table this process already holds for ``graph`` at ``depth`` (call under _LOCK)."""
     table = _TABLES.get(graph)
@@ -213,7 +259,7 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
         if not (table_path.exists() and header_path.exists()):
             return None
         try:
-            table = load_profiles(graph, depth)
+            table = _load(graph, depth)
         except (OSError, ValueError, KeyError) as exc:
             warnings.warn(
                 f"the cached ball-mass profiles were refused ({exc}); they will be rebuilt",

@@ -44,6 +44,7 @@ import pandas as pd
 
 from .._progress import stderr_is_terminal
 from ..atomic import OutputClaim, write_failure
+from ..engine.profiles import load_in_background
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError
 from ..graph.graph import Graph
 from ..mechanism import Key
@@ -289,6 +290,8 @@ def _release(
             ledger.attach(plan)
         plan.displacement = Displacement(plan.graph)  # for the private audit file only
         plan.quiet = not progress  # also silences a first-use build of the profile table
+        # The engine's cached table is verified (hashed) while the records are checked.
+        load_in_background(plan.graph, plan.profiles)
         input_sha256 = _sha256_file(input_path)
         total = reader.num_rows
 
