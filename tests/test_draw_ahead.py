@@ -236,3 +236,54 @@ def test_subjects_seen_twice_are_counted_once_drawn_ahead_or_not(
     count, messages = seen["ahead"]
     assert count == 3 and len(messages) == 1
     assert "record(s) 1201, 2501, 3000" in messages[0]
+
+
+@pytest.mark.parametrize("change", ["failing records", "a note", "rows swapped"])
+def test_an_input_changed_and_changed_back_is_refused(
+    grid,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    change,
+):
+    """The input replaced after the draw and put back before its hash is taken again: the
+    hashes before and after agree, but the writing pass reads chunks other than those checked
+    and drawn, and the release fails with nothing written (found by a hostile review)."""
+    import os
+
+    from postcode_privacy.release import files
+
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    a = records(codes, 3000)
+    b = a.copy()
+    if change == "failing records":
+        b.loc[1500, "pc"], b.loc[1600, "person"] = "not a postcode", ""
+    elif change == "a note":
+        b.loc[2999, "note"] = "changed"
+    else:
+        b.iloc[[1200, 1201]] = b.iloc[[1201, 1200]].to_numpy()
+
+    def put(df):
+        df.to_csv(f"{src}.tmp", index=False)
+        os.replace(f"{src}.tmp", src)
+
+    put(a)
+    original_draw, original_hash = draw_ahead.DrawAhead.draw, files._sha256_file
+    hashed = []
+
+    def draw_then_replace(self, *args):
+        original_draw(self, *args)
+        put(b)
+
+    def hash_after_putting_back(path):
+        hashed.append(path)
+        if len(hashed) == 2:  # the input's second hash, at the end
+            put(a)
+        return original_hash(path)
+
+    monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_replace)
+    monkeypatch.setattr(files, "_sha256_file", hash_after_putting_back)
+    with pytest.raises(InputDataError, match="changed"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    assert len(hashed) == 1  # refused in the writing pass, before the second hash

@@ -18,12 +18,14 @@ identifiers (with their offsets); past either, the release goes chunk by chunk a
 
 from __future__ import annotations
 
+import hashlib
 from bisect import bisect_right
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import overload
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..engine.batch import _start_canonical
 from ..errors import InputDataError
@@ -115,6 +117,7 @@ class DrawAhead:
         self.ids = CompactIds()
         self._nodes: list[np.ndarray] = []
         self._chunks: list[dict[str, int]] = []  # each kept chunk's counts, in input order
+        self._digests: list[bytes] = []  # and the digest of its cells (``_digest``)
         self.abandoned = False  # over the limits: the release goes chunk by chunk
         self._all_nodes: np.ndarray | None = None
         self._drawn: np.ndarray | None = None
@@ -144,12 +147,13 @@ class DrawAhead:
             return
         self._nodes.append(pending.checked.nodes)
         self._chunks.append(pending.checked.check.counts)
+        self._digests.append(self._digest(pending.df))
         self.plan.record_subjects(pending, warn=False)
 
     def _abandon(self) -> None:
         self.abandoned = True
         self.ids = CompactIds()
-        self._nodes, self._chunks = [], []
+        self._nodes, self._chunks, self._digests = [], [], []
         self.plan.forget_subjects()
 
     def draw(self, progress: Callable[[int], None] | None) -> None:
@@ -183,8 +187,13 @@ class DrawAhead:
         if drawn is None or nodes is None:
             raise RuntimeError("draw() first")
         for df in chunks:
-            if self._chunk >= len(self._chunks) or len(df) != self._next_length():
-                # The checks are deterministic: only an input changed between passes gets here.
+            if (
+                self._chunk >= len(self._chunks)
+                or len(df) != self._next_length()
+                or self._digest(df) != self._digests[self._chunk]
+            ):
+                # Only an input changed between the passes gets here, even one changed back
+                # before its hash is taken again at the end.
                 raise _changed()
             span = slice(self._next, self._next + len(df))
             out = self.plan.released_frame(df, np.arange(len(df)), nodes[span], drawn[span])
@@ -192,6 +201,28 @@ class DrawAhead:
             yield out, self._chunks[self._chunk]
             self._chunk += 1
             self._next += len(df)
+
+    @staticmethod
+    def _digest(df: pd.DataFrame) -> bytes:
+        """SHA-256 of a chunk's cells as read (Arrow IPC bytes, or the cells' reprs where
+        Arrow cannot hold them), so that the writing pass releases exactly the chunks the
+        check pass checked, even if the input changed between the passes and was changed
+        back before its hash was taken again (docs/release.md, "Nothing is lost")."""
+        digest = hashlib.sha256()
+        try:
+            batch = pa.RecordBatch.from_pandas(df, preserve_index=False)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            digest.update(b"arrow\0")
+            digest.update(sink.getvalue())
+        except (pa.ArrowException, TypeError, ValueError):  # mixed or unusual Python objects
+            digest.update(b"repr\0" + repr(list(df.columns)).encode("utf-8", "surrogatepass"))
+            for position in range(df.shape[1]):
+                pieces = [repr(cell) for cell in df.iloc[:, position].tolist()]
+                digest.update(np.fromiter(map(len, pieces), np.int64, len(pieces)).tobytes())
+                digest.update("".join(pieces).encode("utf-8", "surrogatepass"))
+        return digest.digest()
 
     def _next_length(self) -> int:
         return self._chunks[self._chunk]["records"]
