@@ -172,6 +172,33 @@ def test_workers_are_stopped_even_when_the_pool_cannot_terminate(grid, tmp_path,
     assert (tmp_path / "out.csv").exists()
 
 
+def test_no_pool_forks_while_a_background_load_runs():
+    """A thread of ``start_in_background`` (the release's warm-up of compiled code, its load
+    of the profile table) may hold locks a forked worker could never release: ``fork_pool``
+    waits for it to end first."""
+    import threading
+
+    from postcode_privacy.engine import forking
+
+    started, release_thread, seen = threading.Event(), threading.Event(), []
+
+    def slow_load():
+        started.set()
+        release_thread.wait(5)
+        seen.append("loaded")
+
+    thread = forking.start_in_background(slow_load, "test-background")
+    started.wait(5)
+    threading.Timer(0.3, release_thread.set).start()
+    pool = forking.fork_pool(1)
+    try:
+        assert seen == ["loaded"] and not thread.is_alive()  # waited for before the fork
+        assert pool.apply(sum, ([1, 2],)) == 3
+    finally:
+        forking.stop_pool(pool)
+    assert forking._BACKGROUND == []
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_the_writer_failing_stops_the_workers_drawing_the_next_chunk(
     grid, tmp_path, monkeypatch, fmt

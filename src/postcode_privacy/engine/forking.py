@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from multiprocessing.pool import Pool
 
-__all__ = ["fork_pool", "stop_pool"]
+__all__ = ["fork_pool", "start_in_background", "stop_pool"]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 STOP_PATIENCE = 10.0  # seconds ``stop_pool`` gives Pool.terminate before killing the workers
@@ -38,12 +38,41 @@ def _start_worker(initializer: Callable[[], None] | None) -> None:
         initializer()
 
 
+# Threads started by ``start_in_background`` that have not yet been waited for.
+_BACKGROUND: list[threading.Thread] = []
+_BACKGROUND_LOCK = threading.Lock()
+
+
+def start_in_background(target: Callable[[], None], name: str) -> threading.Thread:
+    """Run ``target`` in a daemon thread (loading or verifying something a release will need,
+    while this process does other work).  Every ``fork_pool`` waits for such threads first: a
+    fork while one runs would copy into the workers the locks it holds (numba's compiler lock,
+    say), which nothing there could release.  ``target`` reports its own errors."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    with _BACKGROUND_LOCK:
+        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
+        _BACKGROUND.append(thread)
+    thread.start()
+    return thread
+
+
+def _settle_background() -> None:
+    """Wait for every thread ``start_in_background`` started (other than this one)."""
+    with _BACKGROUND_LOCK:
+        threads, _BACKGROUND[:] = list(_BACKGROUND), []
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join()
+
+
 def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Pool:
-    """A pool of ``workers`` forked processes, each running ``initializer`` first.
+    """A pool of ``workers`` forked processes, each running ``initializer`` first, once the
+    threads of ``start_in_background`` have finished.
 
     A stop signal that arrives while the pool forks is delivered once the pool exists; if its
     handler raises (KeyboardInterrupt, as a rule), the pool is terminated here first.
     """
+    _settle_background()
     context = multiprocessing.get_context("fork")
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:

@@ -32,8 +32,10 @@ import weakref
 
 import numpy as np
 
+from ..graph import compiled
 from ..graph.compiled import location_masses
 from ..graph.graph import Graph
+from .forking import start_in_background
 from .search import ball_bounds, location_distances, pair_table
 
 __all__ = ["GraphTables", "LandmarkBounds", "graph_tables"]
@@ -128,6 +130,20 @@ class GraphTables:
 # One entry per live graph, dropped with the graph: bounded by the graphs the caller holds.
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.RLock()
+
+
+def warm_up_in_background() -> None:
+    """Load numba and the kernel ``graph_tables`` runs first in a thread, while this process
+    loads the graph and reads its input (graph/compiled.py, ``warm_up``); any error is left
+    for the real call to report."""
+
+    def warm_up() -> None:
+        try:
+            compiled.warm_up()
+        except Exception:  # reported, if it persists, by the call that needs the kernel
+            pass
+
+    start_in_background(warm_up, "postcode-privacy-warm-up")
 
 
 def graph_tables(graph: Graph) -> GraphTables:

@@ -43,6 +43,7 @@ from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
 from .ball_sweeps import Sweeps, cache_files, mass_dtype, sweep_table, table_sha256
 from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
+from .forking import start_in_background
 
 __all__ = [
     "BallProfiles",
@@ -223,9 +224,7 @@ def load_in_background(graph: Graph, wanted: bool | str | None) -> None:
             except BaseException as exc:  # handed to cached_profiles, which reports it
                 outcome.append(exc)
 
-        thread = threading.Thread(target=load, name="postcode-privacy-profiles", daemon=True)
-        _LOADING[graph] = (DEPTH, thread, outcome)
-        thread.start()
+        _LOADING[graph] = (DEPTH, start_in_background(load, "postcode-privacy-profiles"), outcome)
 
 
 def _load(graph: Graph, depth: int) -> BallProfiles:
@@ -235,7 +234,7 @@ def _load(graph: Graph, depth: int) -> BallProfiles:
     if started is None or started[0] != depth:
         return load_profiles(graph, depth)
     _, thread, outcome = started
-    thread.join()  # finished, not merely answered, before any fork of the engine's workers
+    thread.join()
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0]

@@ -12,7 +12,7 @@ from numba import njit
 
 from .graph import Graph
 
-__all__ = ["location_masses"]
+__all__ = ["location_masses", "warm_up"]
 
 
 @njit(cache=True)
@@ -30,3 +30,10 @@ def _location_masses(members_indptr, members_flat, prior):
 def location_masses(graph: Graph) -> np.ndarray:
     """Exact prior mass of every location (sum over its member postcodes), int64."""
     return _location_masses(graph.members_indptr, graph.members_flat, graph.prior)
+
+
+def warm_up() -> None:
+    """Load numba and this module's kernel, for the array types of graph artefacts, from
+    numba's cache (or compile it) without a graph: the first call costs about 0.3 s, which
+    ``engine.landmarks.warm_up_in_background`` spends while the graph is being loaded."""
+    _location_masses(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))

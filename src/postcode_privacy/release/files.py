@@ -44,6 +44,7 @@ import pandas as pd
 
 from .._progress import stderr_is_terminal
 from ..atomic import OutputClaim, write_failure
+from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError
 from ..graph.graph import Graph
@@ -276,6 +277,7 @@ def _release(
 ) -> dict:
     """The work of :func:`release_file`, inside its claim on the output's names."""
     started = time.perf_counter()
+    warm_up_in_background()  # the engine's compiled code loads while the graph does
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
     options.check_columns(reader.columns)
