@@ -139,6 +139,13 @@ def test_text_and_integer_columns_take_the_bulk_route_to_the_same_text():
                 canonical_subject_id(text)
         else:
             assert canonical[i] == canonical_subject_id(text)
+    # all ASCII: the route that skips normalising (ASCII text is its own NFC form)
+    ascii_texts = ["a", " b\t", "\x1c42\x1f", "x y", "007", "\x0b", "AB1 2CD"]
+    canonical, failures = _canonical_identifiers(ascii_texts)
+    assert failures == {5: ("missing_identifier", "blank identifier")}
+    assert [c for i, c in enumerate(canonical) if i != 5] == [
+        canonical_subject_id(t) for i, t in enumerate(ascii_texts) if i != 5
+    ]
     numbers = [0, -1, 10**30, 42]
     assert _canonical_identifiers(numbers) == ([canonical_subject_id(v) for v in numbers], {})
     # numpy integers arrive as Python ints through Series.tolist()

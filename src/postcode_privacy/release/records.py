@@ -137,9 +137,13 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
     all Python integers, as from an integer column) take a vectorised route to the same text.
     """
     types = set(map(type, values))
+    if types == {str} and "".join(values).isascii():  # ASCII text is its own NFC form
+        canonical: list[str | None] = [v.strip() for v in values]
+        blank = [i for i, text in enumerate(canonical) if not text]
+        return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
     if types == {str} and _all_encodable(values):
         normalize = unicodedata.normalize
-        canonical: list[str | None] = [normalize("NFC", v).strip() for v in values]
+        canonical = [normalize("NFC", v).strip() for v in values]
         blank = [i for i, text in enumerate(canonical) if not text]
         return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
     if types == {int}:
@@ -307,7 +311,7 @@ class RecordRules:
         vectorised call (``Graph.find_labels``, the same answers as ``Graph.find``).
         """
         distinct: list[Any]
-        if all(type(v) is str for v in values):
+        if set(map(type, values)) <= {str}:
             which, uniques = pd.factorize(np.array(values, dtype=object))
             distinct = uniques.tolist()
         else:
