@@ -287,3 +287,34 @@ def test_an_input_changed_and_changed_back_is_refused(
         release(src, tmp_path / "out.csv", graph, chunk_size=1000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
     assert len(hashed) == 1  # refused in the writing pass, before the second hash
+
+
+def test_the_chunk_digest_takes_the_arrow_route_for_text_read_in_pieces(tmp_path):
+    """pandas holds a long chunk's text in several Arrow pieces: the digest still hashes its
+    Arrow bytes (not the slow fallback), the same for the same cells however they are split,
+    and different for a changed cell."""
+    import pyarrow as pa
+
+    from postcode_privacy.release.tables import TableReader
+
+    n, rows = 100_000, 120_000  # a chunk of a longer file, as a release reads it
+    src = tmp_path / "long.csv"
+    notes = {f"note{j}": [f"text {i * j}" for i in range(rows)] for j in range(8)}  # wide
+    pd.DataFrame({"id": [f"s{i}" for i in range(rows)], "pc": ["LS1 1AA"] * rows, **notes}).to_csv(
+        src, index=False
+    )
+    chunk = next(iter(TableReader(src, n).chunks()))
+    assert chunk["note1"].array._pa_array.num_chunks > 1  # the case in question
+    with pytest.raises(TypeError):
+        pa.RecordBatch.from_pandas(chunk, preserve_index=False)  # what the digest first used
+    whole = chunk.copy()
+    for name in chunk.columns:  # the same cells, each column in one piece
+        whole[name] = pd.array(chunk[name].tolist(), dtype=chunk[name].dtype)
+    assert draw_ahead._arrow_bytes(chunk) is not None
+    assert draw_ahead.DrawAhead._digest(chunk) == draw_ahead.DrawAhead._digest(whole)
+    changed = chunk.copy()
+    changed.loc[n - 1, "pc"] = "LS1 1AB"
+    assert draw_ahead.DrawAhead._digest(changed) != draw_ahead.DrawAhead._digest(chunk)
+    mixed = pd.DataFrame({"id": ["a", 1, None], "pc": ["x", "y", "z"]}, dtype=object)
+    assert draw_ahead._arrow_bytes(mixed) is None  # the repr route, still a digest
+    assert draw_ahead.DrawAhead._digest(mixed) != draw_ahead.DrawAhead._digest(mixed.iloc[:2])

@@ -199,6 +199,35 @@ def test_no_pool_forks_while_a_background_load_runs():
     assert forking._BACKGROUND == []
 
 
+def test_a_wait_for_a_background_load_cut_short_is_waited_for_again():
+    """Ctrl-C while ``fork_pool`` waits for a background load: the load is not forgotten, so
+    the next fork still waits for it (found by a hostile review: the list was emptied before
+    the wait, and an interrupted ``Thread.join`` can report a running thread as stopped)."""
+    import threading
+
+    from postcode_privacy.engine import forking
+
+    go, seen = threading.Event(), []
+    main = threading.main_thread().ident
+
+    def slow_load():
+        go.wait(10)
+        seen.append("loaded")
+
+    forking.start_in_background(slow_load, "test-background")
+    threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()  # Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        forking._settle_background()
+    assert seen == [] and len(forking._BACKGROUND) == 1  # still running, still tracked
+    threading.Timer(0.3, go.set).start()
+    pool = forking.fork_pool(1)
+    try:
+        assert seen == ["loaded"]  # the fork waited for it
+    finally:
+        forking.stop_pool(pool)
+    assert forking._BACKGROUND == []
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_the_writer_failing_stops_the_workers_drawing_the_next_chunk(
     grid, tmp_path, monkeypatch, fmt

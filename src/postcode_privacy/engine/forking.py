@@ -38,31 +38,46 @@ def _start_worker(initializer: Callable[[], None] | None) -> None:
         initializer()
 
 
-# Threads started by ``start_in_background`` that have not yet been waited for.
-_BACKGROUND: list[threading.Thread] = []
+# Threads started by ``start_in_background``, each with the event its target sets on ending,
+# until a fork has waited for them.
+_BACKGROUND: list[tuple[threading.Thread, threading.Event]] = []
 _BACKGROUND_LOCK = threading.Lock()
 
 
 def start_in_background(target: Callable[[], None], name: str) -> threading.Thread:
     """Run ``target`` in a daemon thread (loading or verifying something a release will need,
-    while this process does other work).  Every ``fork_pool`` waits for such threads first: a
-    fork while one runs would copy into the workers the locks it holds (numba's compiler lock,
-    say), which nothing there could release.  ``target`` reports its own errors."""
-    thread = threading.Thread(target=target, name=name, daemon=True)
+    while this process does other work).  Every ``fork_pool`` waits for such targets to end
+    first: a fork while one runs would copy into the workers the locks it holds (numba's
+    compiler lock, say), which nothing there could release.  ``target`` reports its own
+    errors."""
+    ended = threading.Event()
+
+    def run() -> None:
+        try:
+            target()
+        finally:
+            ended.set()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
     with _BACKGROUND_LOCK:
-        _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
-        _BACKGROUND.append(thread)
+        _BACKGROUND[:] = [(t, e) for t, e in _BACKGROUND if not e.is_set()]
+        _BACKGROUND.append((thread, ended))
     thread.start()
     return thread
 
 
 def _settle_background() -> None:
-    """Wait for every thread ``start_in_background`` started (other than this one)."""
+    """Wait until the target of every thread ``start_in_background`` started (other than
+    this one) has ended.  Each is forgotten only once it has ended, so a wait interrupted by
+    Ctrl-C is waited for again by the next fork (by its event, not ``Thread.join``, which an
+    interruption can leave believing the thread has stopped)."""
     with _BACKGROUND_LOCK:
-        threads, _BACKGROUND[:] = list(_BACKGROUND), []
-    for thread in threads:
+        pending = list(_BACKGROUND)
+    for thread, ended in pending:
         if thread is not threading.current_thread():
-            thread.join()
+            ended.wait()
+    with _BACKGROUND_LOCK:
+        _BACKGROUND[:] = [(t, e) for t, e in _BACKGROUND if not e.is_set()]
 
 
 def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Pool:

@@ -36,4 +36,6 @@ def warm_up() -> None:
     """Load numba and this module's kernel, for the array types of graph artefacts, from
     numba's cache (or compile it) without a graph: the first call costs about 0.3 s, which
     ``engine.landmarks.warm_up_in_background`` spends while the graph is being loaded."""
-    _location_masses(np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+    prior = np.zeros(0, np.int64)
+    prior.flags.writeable = False  # as a loaded graph's prior is (numba compiles each layout)
+    _location_masses(np.zeros(1, np.int64), np.zeros(0, np.int32), prior)

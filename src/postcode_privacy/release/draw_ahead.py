@@ -204,24 +204,21 @@ class DrawAhead:
 
     @staticmethod
     def _digest(df: pd.DataFrame) -> bytes:
-        """SHA-256 of a chunk's cells as read (Arrow IPC bytes, or the cells' reprs where
+        """SHA-256 of a chunk's cells as read (their Arrow IPC bytes, or their reprs where
         Arrow cannot hold them), so that the writing pass releases exactly the chunks the
         check pass checked, even if the input changed between the passes and was changed
         back before its hash was taken again (docs/release.md, "Nothing is lost")."""
         digest = hashlib.sha256()
-        try:
-            batch = pa.RecordBatch.from_pandas(df, preserve_index=False)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, batch.schema) as writer:
-                writer.write_batch(batch)
+        arrow = _arrow_bytes(df)
+        if arrow is not None:
             digest.update(b"arrow\0")
-            digest.update(sink.getvalue())
-        except (pa.ArrowException, TypeError, ValueError):  # mixed or unusual Python objects
-            digest.update(b"repr\0" + repr(list(df.columns)).encode("utf-8", "surrogatepass"))
-            for position in range(df.shape[1]):
-                pieces = [repr(cell) for cell in df.iloc[:, position].tolist()]
-                digest.update(np.fromiter(map(len, pieces), np.int64, len(pieces)).tobytes())
-                digest.update("".join(pieces).encode("utf-8", "surrogatepass"))
+            digest.update(arrow)
+            return digest.digest()
+        digest.update(b"repr\0" + repr(list(df.columns)).encode("utf-8", "surrogatepass"))
+        for position in range(df.shape[1]):
+            pieces = [repr(cell) for cell in df.iloc[:, position].tolist()]
+            digest.update(np.fromiter(map(len, pieces), np.int64, len(pieces)).tobytes())
+            digest.update("".join(pieces).encode("utf-8", "surrogatepass"))
         return digest.digest()
 
     def _next_length(self) -> int:
@@ -232,6 +229,19 @@ class DrawAhead:
         here rather than only by the input's hash at the end)."""
         if self._drawn is None or self._chunk != len(self._chunks):
             raise _changed()
+
+
+def _arrow_bytes(df: pd.DataFrame) -> pa.Buffer | None:
+    """The Arrow IPC stream of ``df`` (one piece per column, however the reader split its
+    text), or None for cells Arrow cannot hold (mixed or unusual Python objects)."""
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False).combine_chunks()
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
 
 
 def _changed() -> InputDataError:
