@@ -106,10 +106,11 @@ class DrawAhead:
     released chunk by chunk as the writing pass reads them again (:meth:`released_chunks`).
 
     The check pass has already done each chunk's record checks and noted its subjects
-    (:meth:`add`), so the writing pass only attaches the drawn outputs to the rows it reads;
-    the records are those checked because the writing pass must find chunks of the same
-    lengths and the input's SHA-256 must not change between the start and the end of the
-    release (``files.py``).
+    (:meth:`add`), so the writing pass only attaches the drawn outputs to the rows it reads.
+    Those are the records checked and drawn: each chunk read again must have the SHA-256 of
+    its cells that the check pass kept (:meth:`_digest`), whatever happened to the file in
+    between, and the file's own SHA-256 must be the same at the end of the release as at its
+    start (``files.py``).
     """
 
     def __init__(self, plan: ReleasePlan) -> None:
