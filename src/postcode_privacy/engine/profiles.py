@@ -200,15 +200,19 @@ _LOCK = threading.Lock()
 _LOADING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _reads_a_table(graph: Graph, wanted: bool | str | None) -> bool:
+    """Whether ``profiles_to_use`` reads or builds a table for ``graph`` under ``wanted``:
+    not when none is wanted, nor by default for a graph other than the embedded one."""
+    return wanted is not False and (wanted is not None or graph.sha256 == DEFAULT_GRAPH_SHA256)
+
+
 def load_in_background(graph: Graph, wanted: bool | str | None) -> None:
     """Start loading and verifying the cached table that ``profiles_to_use(graph, ...,
     wanted)`` would read, in a thread, so that its content hash (about 0.3 s on the national
     graph; hashlib releases the GIL) is taken while this process does other work, such as a
     release's check pass.  ``cached_profiles`` waits for that load and takes its outcome (a
     refused file is reported there, as always); nothing is built here."""
-    if wanted is False or (wanted is None and graph.sha256 != DEFAULT_GRAPH_SHA256):
-        return
-    if graph.n_locations < CACHE_MIN_LOCATIONS:
+    if not _reads_a_table(graph, wanted) or graph.n_locations < CACHE_MIN_LOCATIONS:
         return
     with _LOCK:
         if _known(graph, DEPTH) is not None or graph in _LOADING:
@@ -378,9 +382,7 @@ def profiles_to_use(
     """
     if not (wanted is True or wanted is False or wanted is None or wanted == "cached"):
         raise InvalidParameterError('profiles must be True, False, None or "cached"')
-    if wanted is False:
-        return None
-    if wanted is None and graph.sha256 != DEFAULT_GRAPH_SHA256:
+    if not _reads_a_table(graph, wanted):
         return None
     table = cached_profiles(graph)
     if wanted == "cached" or (wanted is None and sources < BUILD_MIN_SOURCES):

@@ -188,13 +188,9 @@ class DrawAhead:
         if drawn is None or nodes is None:
             raise RuntimeError("draw() first")
         for df in chunks:
-            if (
-                self._chunk >= len(self._chunks)
-                or len(df) != self._next_length()
-                or self._digest(df) != self._digests[self._chunk]
-            ):
-                # Only an input changed between the passes gets here, even one changed back
-                # before its hash is taken again at the end.
+            # The digest covers the chunk's length too.  Only an input changed between the
+            # passes fails here, even one changed back before its hash is taken at the end.
+            if self._chunk >= len(self._digests) or self._digest(df) != self._digests[self._chunk]:
                 raise _changed()
             span = slice(self._next, self._next + len(df))
             out = self.plan.released_frame(df, np.arange(len(df)), nodes[span], drawn[span])
@@ -221,9 +217,6 @@ class DrawAhead:
             digest.update(np.fromiter(map(len, pieces), np.int64, len(pieces)).tobytes())
             digest.update("".join(pieces).encode("utf-8", "surrogatepass"))
         return digest.digest()
-
-    def _next_length(self) -> int:
-        return self._chunks[self._chunk]["records"]
 
     def finish(self) -> None:
         """After the writing pass: every chunk drawn was written (a shorter input is refused

@@ -137,13 +137,14 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
     all Python integers, as from an integer column) take a vectorised route to the same text.
     """
     types = set(map(type, values))
-    if types == {str} and "".join(values).isascii():  # ASCII text is its own NFC form
-        canonical: list[str | None] = [v.strip() for v in values]
-        blank = [i for i, text in enumerate(canonical) if not text]
-        return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
-    if types == {str} and _all_encodable(values):
+    all_ascii = types == {str} and "".join(values).isascii()
+    if all_ascii or (types == {str} and _all_encodable(values)):
         normalize = unicodedata.normalize
-        canonical = [normalize("NFC", v).strip() for v in values]
+        canonical: list[str | None] = (
+            [v.strip() for v in values]  # ASCII text is its own NFC form
+            if all_ascii
+            else [normalize("NFC", v).strip() for v in values]
+        )
         blank = [i for i, text in enumerate(canonical) if not text]
         return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
     if types == {int}:

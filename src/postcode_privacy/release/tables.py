@@ -460,7 +460,7 @@ def _plain_csv_rows(frame: pd.DataFrame) -> str | None:
     holding a comma, a quote, CR or LF.  Otherwise ``None``.
 
     Joining the cells is several times faster than pandas for the text columns a CSV release
-    has; a test compares the two on random frames (tests/test_tables.py).
+    has; a test compares the two on random frames (tests/test_release_roundtrip.py).
     """
     if frame.shape[1] < 2 or len(frame) == 0:
         return None
