@@ -35,7 +35,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -225,13 +225,13 @@ def release_file(
 
 def _released_chunks(
     plan: ReleasePlan,
-    reader: TableReader,
+    chunks: Iterable[pd.DataFrame],
     progress: Callable[[int], None],
     first: PendingChunk | None,
 ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
-    """``plan.process_chunk`` of each chunk in input order, overlapped: while the engine's
-    workers draw one chunk, this process reads and checks the next, then builds and hands
-    back the one before (the caller writes it).  The outputs are those of calling
+    """``plan.process_chunk`` of each of the input's ``chunks`` in order, overlapped: while
+    the engine's workers draw one chunk, this process reads and checks the next, then builds
+    and hands back the one before (the caller writes it).  The outputs are those of calling
     ``process_chunk`` chunk by chunk; only the waiting is shorter.  ``first``, if given, is
     the first chunk as the check pass left it, released without checking it again.
     ``progress`` moves as the engine finishes each batch, not once per chunk."""
@@ -239,7 +239,7 @@ def _released_chunks(
     ready: PendingChunk | None = None
     try:
         offset = 0
-        for chunk in reader.chunks():
+        for chunk in chunks:
             if offset == 0 and first is not None:
                 ready = first
             else:
@@ -299,6 +299,7 @@ def _release(
 
         first = None
         ahead = None
+        chunks = 0  # chunks the check pass read
         if plan.on_error == "error":
             check = ChunkCheck()
             # The check pass reads every record anyway: it keeps what the engine needs, so
@@ -307,7 +308,7 @@ def _release(
             # A file of one chunk is one batch already: it is kept only from a second chunk on.
             ahead = DrawAhead(plan) if plan.screen is None else None
             with _bar(progress, total, "checking") as bar:
-                offset = chunks = 0
+                offset = 0
                 for chunk in reader.chunks():
                     checked = plan.checked_chunk(chunk, offset)
                     check.merge(checked.checked.check)
@@ -331,7 +332,7 @@ def _release(
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk
             if ahead is not None:
-                first = None  # the writing pass reads every chunk again
+                first = None  # the writing pass takes every chunk from the draw-ahead
                 with _bar(progress, ahead.records, "drawing") as bar:
                     ahead.draw(bar.update)
 
@@ -345,11 +346,11 @@ def _release(
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
-            outputs = (
-                _released_chunks(plan, reader, bar.update, first)
-                if ahead is None
-                else ahead.released_chunks(reader.chunks(), bar.update)
-            )
+            if ahead is not None:
+                outputs = ahead.released_chunks(reader.chunks, bar.update)
+            else:  # a file of one chunk is not read again: that chunk is ``first``, as checked
+                again = [first.df] if first is not None and chunks == 1 else reader.chunks()
+                outputs = _released_chunks(plan, again, bar.update, first)
             with closing(outputs) as released:
                 for out, part in released:
                     writer.write(out)
