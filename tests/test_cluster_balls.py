@@ -119,6 +119,43 @@ def test_the_engine_settles_records_with_the_rows_and_equals_the_reference(monke
     assert floor_hits > 0  # and so is the floor's
 
 
+def test_the_rows_bound_kept_by_cluster_is_the_bound_from_the_whole_row(monkeypatch):
+    """``FastSampler`` keeps the part of a far-mass row's bound on Z that depends on the row
+    alone, by cluster: for every node, at several depths, asked first and again (kept), the
+    bound is ``_z_high``'s from the node's whole row, and None where that is None (here a
+    row made unusable by a step down, and one whose first entry is below the explored
+    mass)."""
+    from postcode_privacy.engine import fast
+
+    small_clusters(monkeypatch, 6, 2, 12)
+    rng = random.Random(17)
+    graph = planar_graph(rng, 120, 140, 1.0, 8)
+    mechanism = Mechanism(graph, "0.6")
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, loc_mass(graph), 3), graph
+    )
+    far = cluster_balls.cluster_balls_for(graph, loc_mass(graph), cache=False)
+    balls = far.balls.copy()
+    balls[0, 5:] = balls[0, 4] - 1  # cluster 0's row steps down: unusable from there on
+    table.far = cluster_balls.ClusterBalls(balls, far.cluster_of, graph)
+    sampler = FastSampler(mechanism, profiles=table)
+    radius, powers, total = mechanism.radius, mechanism.powers, graph.total_prior
+    seen = set()
+    for _ in range(2):  # the second time from what was kept
+        for node in range(len(graph)):
+            for depth in (2, 3, 6):
+                sampler.search.start(node)
+                sampler.search.explore_to(depth)
+                walk = fast._CompiledWalk(sampler.search, powers)
+                for explored in (walk.explored_mass, walk.explored_mass + 10**6):
+                    got = sampler._rows_z_high(node, walk.cumulative, explored)
+                    row = table.far.upper_row(int(graph.node_location[node]), radius)
+                    want = fast._z_high(walk.cumulative, explored, row, powers, radius, total)
+                    assert got == want, (node, depth, explored)
+                    seen.add(want is None)
+    assert seen == {True, False}
+
+
 def test_outputs_do_not_depend_on_the_rows(monkeypatch):
     """Rows on or off, clusters small or large, one worker or two: the same outputs."""
     rng = random.Random(5)

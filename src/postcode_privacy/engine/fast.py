@@ -54,6 +54,7 @@ _TOP_BITS = 64  # bits of U handed to the float estimate
 BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
 BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
 _UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real shell
+_NONE = np.zeros(0, dtype=np.int64)  # an array not given to ``ShellSearch.disagreement``
 # Location shells whose table rows give the floor under the far mass (``_ball_floor``): at
 # eps = 0.5, 12 hops (about 1,400 locations) settle about 40% of the records the rows leave
 # undecided; 4 and 8 hops settle fewer, 16 barely more (docs/performance.md, "Deciding the
@@ -137,13 +138,23 @@ def _z_high(
     a far-mass row past its depth).
     """
     h = len(cumulative) - 1
-    rows = bound[h + 1 : radius].tolist()  # Q[h+1] .. Q[R-1] as Python integers
-    first, last = rows[0], rows[-1]
-    if first < explored or last > total_prior:
+    tail = _row_tail(bound, h + 2, powers, radius, total_prior)
+    return _z_high_from(cumulative, explored, int(bound[h + 1]), tail, powers)
+
+
+def _row_tail(
+    bound: np.ndarray, start: int, powers: tuple[int, ...], radius: int, total_prior: int
+) -> int | None:
+    """The part of ``_z_high``'s bound that depends on the row alone, for h = start - 2:
+    sum_{j=start}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]); None if some Q[j] < Q[j-1]
+    (j >= start) or Q[R-1] > Pi, which make the row unusable.  The same for every source
+    sharing the row, so the sampler keeps it by cluster (``FastSampler._far_z_high``)."""
+    rows = bound[start - 1 : radius].tolist()  # Q[start-1] .. Q[R-1] as Python integers
+    previous, last = rows[0], rows[-1]
+    if last > total_prior:
         return None
-    z = cumulative[h] + powers[h + 1] * (first - explored)
-    previous = first
-    for j, q in enumerate(rows[1:], start=h + 2):
+    z = 0
+    for j, q in enumerate(rows[1:], start=start):
         step = q - previous  # Q[j] - Q[j-1]
         if step < 0:
             return None
@@ -151,6 +162,17 @@ def _z_high(
             z += powers[j] * step
         previous = q
     return z + powers[radius] * (total_prior - last)
+
+
+def _z_high_from(
+    cumulative: list[int], explored: int, first: int, tail: int | None, powers: tuple[int, ...]
+) -> int | None:
+    """``_z_high`` from Q[h+1] (``first``) and the row's ``_row_tail`` past it (None for an
+    unusable row): C_h + P_{h+1} (Q[h+1] - E) + tail, or None if Q[h+1] < E."""
+    if tail is None or first < explored:
+        return None
+    h = len(cumulative) - 1
+    return cumulative[h] + powers[h + 1] * (first - explored) + tail
 
 
 def _z_low(
@@ -307,9 +329,11 @@ class FastSampler:
         # to hand back.
         self.brackets = brackets
         self.kept_brackets: list[tuple[int, Bracket]] = []
-        self._profile_masses: list[int] | None = None  # the group's shells from the table
+        self._profile_row: np.ndarray | None = None  # the group's table row, if one was read
         self._far_row: np.ndarray | None = None  # the group's far-mass row, if one was read
         self._floor: np.ndarray | None = None  # the group's floor, if one was made
+        # _row_tail of each far-mass row by (cluster, start), None for an unusable row
+        self._far_tails: dict[tuple[int, int], int | None] = {}
         # The table whose rows give the floor (``_ball_floor``); ``floor=False`` goes without,
         # for measuring what it buys (docs/performance.md).
         self._table = np.asarray(profiles.cumulative) if profiles is not None and floor else None
@@ -380,19 +404,41 @@ class FastSampler:
         return np.concatenate(rows) if rows else None
 
     def _rows_z_high(self, node: int, cumulative: list[int], explored: int) -> int | None:
-        """The smallest upper bound on Z from ``_upper_rows`` once shells 0 .. h are known, or
-        None."""
+        """The smallest upper bound on Z from the rows of ``_upper_rows`` once shells 0 .. h
+        are known, or None."""
         if len(cumulative) >= self.radius:
             return None
-        rows = self._upper_rows(node)
-        if rows is None:
-            return None
-        best = None
-        for row in rows:
-            z = _z_high(cumulative, explored, row, self.powers, self.radius, self.total_prior)
-            if z is not None and (best is None or z < best):
-                best = z
-        return best
+        location = int(self.graph.node_location[node])
+        bounds = []
+        if self.landmarks is not None:
+            for row in self.landmarks.bounds_for(location, self.radius):
+                bounds.append(
+                    _z_high(cumulative, explored, row, self.powers, self.radius, self.total_prior)
+                )
+        if self.far is not None:
+            bounds.append(self._far_z_high(location, cumulative, explored))
+        usable = [z for z in bounds if z is not None]
+        return min(usable) if usable else None
+
+    def _far_z_high(self, location: int, cumulative: list[int], explored: int) -> int | None:
+        """``_z_high`` from the far-mass row of the location's cluster (kept for this group,
+        for ``_check_explored``).  The row's own part of the bound (``_row_tail``) is the same
+        for every source of the cluster at the same depth, so it is kept by cluster: a few
+        megabytes at most for all the clusters, one Python sum of about R terms saved a
+        source."""
+        far, radius, total = self.far, self.radius, self.total_prior
+        assert far is not None
+        cluster, start = int(far.cluster_of[location]), len(cumulative) + 1
+        self._far_row = far.balls[cluster]  # Q[j] to the rows' depth (the total prior past it)
+        if (cluster, start) in self._far_tails:
+            tail = self._far_tails[cluster, start]
+        else:
+            row = far.upper_row(location, radius)
+            tail = self._far_tails[cluster, start] = _row_tail(
+                row, start, self.powers, radius, total
+            )
+        first = int(self._far_row[start - 1]) if start - 1 <= far.depth else total  # Q[h+1]
+        return _z_high_from(cumulative, explored, first, tail, self.powers)
 
     def _ball_floor(self) -> np.ndarray | None:
         """The floor under the source's balls (``ShellSearch.ball_floor``) from the table rows
@@ -419,7 +465,7 @@ class FastSampler:
         if self.profiles is None:
             return
         masses, cumulative = self._profile_shells(node)
-        self._profile_masses = masses
+        self._profile_row = self.profiles.ball_row(int(self.graph.node_location[node]))
         explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)
         yield "profile_hits", Bracket(cumulative, z_low, z_high)
@@ -467,18 +513,19 @@ class FastSampler:
         cheap guard against tables that disagree with the graph (they would change outputs;
         the floor reads the table rows of the source's neighbours, which the first check
         does not see)."""
-        masses, floor, row = self._profile_masses, self._floor, self._far_row
-        if masses is None and floor is None and row is None:
+        table_row, floor, row = self._profile_row, self._floor, self._far_row
+        if table_row is None and floor is None and row is None:
             return
-        explored = self.search.masses[: self.search.n_shells]
-        balls = np.cumsum(explored)  # pi(B_0) .. pi(B_h), for the floor and the far-mass row
-        if (masses is not None and explored[: len(masses)].tolist() != masses[: explored.size]) or (
-            floor is not None and np.any(floor[: balls.size] > balls[: floor.size])
-        ):
+        found = self.search.disagreement(
+            _NONE if table_row is None else table_row,
+            _NONE if floor is None else floor,
+            _NONE if row is None else row,
+        )
+        if found == 1:
             raise RuntimeError(
                 "the ball-mass profiles disagree with the graph; delete the cached profiles"
             )
-        if row is not None and np.any(balls[: row.size] > row[: balls.size]):
+        if found == 2:
             raise RuntimeError(
                 "the far-mass rows disagree with the graph; delete the cached "
                 f"clusters-{self.graph.sha256[:32]}-* files in the cache directory"
@@ -551,7 +598,7 @@ class FastSampler:
         search.start(node)
         radius, total = self.radius, self.total_prior
         group = _Group(context, node, subject_ids, label, shell_blocks)
-        self._profile_masses = None
+        self._profile_row = None
         self._far_row = None
         self._floor = None
         shells = self._decide_shells(group)

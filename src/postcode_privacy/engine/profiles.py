@@ -102,6 +102,10 @@ class BallProfiles:
         self.far_refused = False
         self.far_looked_up = False  # the cache was searched for the rows when the table loaded
 
+    def ball_row(self, location: int) -> np.ndarray:
+        """pi(B_0(loc)) .. pi(B_depth(loc)) for the location (a view of the table)."""
+        return self._rows[location]
+
     def shell_masses(self, location: int, prior: int, depth: int) -> list[int]:
         """pi(S_0(x)) .. pi(S_depth(x)) for a node x at ``location`` with prior ``prior``,
         ``depth`` <= the table's: shell 0 is x alone, shell 1 adds the other postcodes at its

@@ -513,6 +513,25 @@ def _ball_floor(order, shell_ptr, table, hops, out):
 
 
 @njit(cache=True)
+def _disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: no cover - compiled
+    """Where the explored balls pi(B_0) .. pi(B_{n-1}) first disagree with what the engine was
+    told of them: 1 if a ball differs from ``table_row`` (location balls, from k = 1; B_0 is
+    the source alone) or is lighter than ``floor``, 2 if heavier than ``far_row``; 0 if none.
+    Each array is checked as far as it and the explored shells both reach (empty: not at all).
+    """
+    ball = 0
+    for k in range(n_shells):
+        ball += masses[k]
+        if 1 <= k < table_row.size and ball != table_row[k]:
+            return 1
+        if k < floor.size and floor[k] > ball:
+            return 1
+        if k < far_row.size and ball > far_row[k]:
+            return 2
+    return 0
+
+
+@njit(cache=True)
 def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
     """Every node in node shells 0 .. h_end - 1 (unsorted)."""
     if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
@@ -678,6 +697,12 @@ class ShellSearch:
         out = np.zeros(int(radius), dtype=np.int64)
         _ball_floor(self._order, self._shell_ptr, table, int(hops), out)
         return out
+
+    def disagreement(self, table_row: np.ndarray, floor: np.ndarray, far_row: np.ndarray) -> int:
+        """0 if the explored balls agree with a profile-table row (equal), a floor (no
+        lighter) and a far-mass row (no heavier), as far as each reaches (pass empty arrays
+        for those not used); else 1 (the table or the floor) or 2 (the far-mass row)."""
+        return int(_disagreement(self.masses, self.n_shells, table_row, floor, far_row))
 
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
