@@ -21,7 +21,6 @@ from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.errors import InputDataError
 from postcode_privacy.release import draw_ahead
 from postcode_privacy.release.draw_ahead import CompactIds
-from postcode_privacy.release.tables import TableReader
 
 
 def no_children_left():
@@ -72,30 +71,17 @@ def test_a_file_drawn_ahead_is_the_chunk_by_chunk_release(
     draws = count_calls(draw_ahead.DrawAhead, "draw")
     forks = count_calls(engine_batch._Draws, "_start_workers")
     batches = count_calls(engine_batch._Draws, "result")
-    reads = count_calls(TableReader, "chunks")
-    kept_limits = {"all kept": draw_ahead.MAX_KEPT_BYTES, "read again": 0, "kept, then not": 1}
     outputs = {}
-    for workers, chunk, kept in [
-        ("2", 1500, "all kept"),
-        ("2", 1500, "read again"),
-        ("1", 2500, "kept, then not"),
-        ("2", 10_000, "all kept"),
-    ]:
+    for workers, chunk in [("2", 1500), ("1", 2500), ("2", 10_000)]:
         monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", workers)
-        if kept == "kept, then not":  # the limit passed at the second chunk kept
-            kept_limits[kept] = int(df.iloc[:chunk].memory_usage(index=False, deep=True).sum())
-        monkeypatch.setattr(draw_ahead, "MAX_KEPT_BYTES", kept_limits[kept])
-        draws.clear(), forks.clear(), batches.clear(), reads.clear()
-        out = tmp_path / f"ahead-{workers}-{chunk}-{kept}.{fmt}"
+        draws.clear(), forks.clear(), batches.clear()
+        out = tmp_path / f"ahead-{workers}-{chunk}.{fmt}"
         release(src, out, graph, chunk_size=chunk)
         # one engine batch either way; a file of one chunk is that batch already
         assert len(draws) == (1 if chunk < len(df) else 0)
         assert len(batches) == 1 and len(forks) == (1 if workers == "2" else 0)
-        # the file is read once if its chunks were all kept (or it is one chunk), else twice
-        assert len(reads) == (1 if kept == "all kept" else 2), (chunk, kept)
         outputs[out.name] = out.read_bytes()
         no_children_left()
-    monkeypatch.setattr(draw_ahead, "MAX_KEPT_BYTES", kept_limits["all kept"])
     monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
     for limit, value in (("MAX_RECORDS", 3000), ("MAX_ID_BYTES", 20_000)):
         with monkeypatch.context() as patch:
@@ -108,9 +94,9 @@ def test_a_file_drawn_ahead_is_the_chunk_by_chunk_release(
             no_children_left()
     assert len(set(outputs.values())) == 1, sorted(outputs)
     released = (
-        pd.read_csv(tmp_path / f"ahead-2-1500-all kept.{fmt}", dtype=str)
+        pd.read_csv(tmp_path / f"ahead-2-1500.{fmt}", dtype=str)
         if fmt == "csv"
-        else pd.read_parquet(tmp_path / f"ahead-2-1500-all kept.{fmt}")
+        else pd.read_parquet(tmp_path / f"ahead-2-1500.{fmt}")
     )
     assert released["person"].tolist() == df["person"].tolist()
     assert released["note"].tolist() == df["note"].tolist()
@@ -150,14 +136,10 @@ def test_an_input_changed_while_drawn_is_refused(grid, tmp_path, monkeypatch):  
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
-@pytest.mark.parametrize("kept", [True, False])
-def test_an_input_shortened_while_drawn_is_refused(grid, tmp_path, monkeypatch, kept):  # noqa: F811
-    """The last chunk removed while the batch is drawn: the release fails with nothing
-    written.  Read again, every chunk written matches, but one drawn was never written;
-    kept in memory, the chunks written are those checked, and the input's hash differs."""
+def test_an_input_shortened_while_drawn_is_refused(grid, tmp_path, monkeypatch):  # noqa: F811
+    """The last chunk removed while the batch is drawn: every chunk written matches, but one
+    drawn was never written, and the release fails with nothing written."""
     graph, codes = grid
-    if not kept:
-        monkeypatch.setattr(draw_ahead, "MAX_KEPT_BYTES", 0)
     src = tmp_path / "in.csv"
     records(codes, 3000).to_csv(src, index=False)
     original = draw_ahead.DrawAhead.draw
@@ -177,7 +159,7 @@ def test_an_input_shortened_while_drawn_is_refused(grid, tmp_path, monkeypatch, 
     monkeypatch.setattr(draw_ahead.DrawAhead, "finish", spy_finish)
     with pytest.raises(InputDataError, match="changed"):
         release(src, tmp_path / "out.csv", graph, chunk_size=1000)
-    assert finished == [1]  # read again: refused there, before the input's hash is compared
+    assert finished == [1]  # refused there, before the input's hash is compared
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
@@ -256,27 +238,21 @@ def test_subjects_seen_twice_are_counted_once_drawn_ahead_or_not(
     assert "record(s) 1201, 2501, 3000" in messages[0]
 
 
-@pytest.mark.parametrize("kept", [True, False])
 @pytest.mark.parametrize("change", ["failing records", "a note", "rows swapped"])
-def test_an_input_changed_and_changed_back_releases_only_what_was_checked(
+def test_an_input_changed_and_changed_back_is_refused(
     grid,  # noqa: F811
     tmp_path,
     monkeypatch,
     change,
-    kept,
 ):
-    """The input replaced after the draw and put back before its hash is taken again, so the
-    hashes before and after agree.  Read again, the writing pass would read chunks other than
-    those checked and drawn: the release fails with nothing written (found by a hostile
-    review).  Kept in memory, the chunks written are those checked: the release is the one
-    of the file as it was checked, byte for byte."""
+    """The input replaced after the draw and put back before its hash is taken again: the
+    hashes before and after agree, but the writing pass reads chunks other than those checked
+    and drawn, and the release fails with nothing written (found by a hostile review)."""
     import os
 
     from postcode_privacy.release import files
 
     graph, codes = grid
-    if not kept:
-        monkeypatch.setattr(draw_ahead, "MAX_KEPT_BYTES", 0)
     src = tmp_path / "in.csv"
     a = records(codes, 3000)
     b = a.copy()
@@ -305,18 +281,11 @@ def test_an_input_changed_and_changed_back_releases_only_what_was_checked(
             put(a)
         return original_hash(path)
 
-    expected = tmp_path / "expected" / "out.csv"
-    expected.parent.mkdir()
-    release(src, expected, graph, chunk_size=1000)  # of the file as checked (a)
     monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_replace)
     monkeypatch.setattr(files, "_sha256_file", hash_after_putting_back)
-    if kept:
-        release(src, tmp_path / "out.csv", graph, chunk_size=1000)
-        assert (tmp_path / "out.csv").read_bytes() == expected.read_bytes()
-        return
     with pytest.raises(InputDataError, match="changed"):
         release(src, tmp_path / "out.csv", graph, chunk_size=1000)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["expected", "in.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
     assert len(hashed) == 1  # refused in the writing pass, before the second hash
 
 
@@ -349,3 +318,47 @@ def test_the_chunk_digest_takes_the_arrow_route_for_text_read_in_pieces(tmp_path
     mixed = pd.DataFrame({"id": ["a", 1, None], "pc": ["x", "y", "z"]}, dtype=object)
     assert draw_ahead._arrow_bytes(mixed) is None  # the repr route, still a digest
     assert draw_ahead.DrawAhead._digest(mixed) != draw_ahead.DrawAhead._digest(mixed.iloc[:2])
+
+
+def test_a_file_of_one_chunk_is_read_once(grid, tmp_path, count_calls):  # noqa: F811
+    """A file of one chunk is released from that chunk as the check pass left it, without a
+    second read: the same bytes as the same file released in several chunks."""
+    from postcode_privacy.release.tables import TableReader
+
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    records(codes, 3000).to_csv(src, index=False)
+    reads = count_calls(TableReader, "chunks")
+    release(src, tmp_path / "one.csv", graph, chunk_size=5000)
+    assert len(reads) == 1
+    release(src, tmp_path / "three.csv", graph, chunk_size=1000)
+    assert len(reads) == 3  # checked, then read again to be written
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "three.csv").read_bytes()
+
+
+@pytest.mark.parametrize("chunk_size", [1000, 5000])
+def test_an_input_gone_before_it_is_written_is_the_inputs_error(
+    grid,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    chunk_size,
+):
+    """The input deleted between the check pass and the writing pass: whether the writing
+    pass reads it again (several chunks) or not (one chunk, found at the final hash), the
+    error is that the input cannot be read, and nothing is written (found by a hostile
+    review: the final hash had called it an output failure)."""
+    from postcode_privacy.release import files
+
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    records(codes, 3000).to_csv(src, index=False)
+    real_open_writer = files.open_writer
+
+    def delete_input_then_open(*args, **kwargs):
+        src.unlink()
+        return real_open_writer(*args, **kwargs)
+
+    monkeypatch.setattr(files, "open_writer", delete_input_then_open)
+    with pytest.raises(InputDataError, match="cannot read the input file"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=chunk_size)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

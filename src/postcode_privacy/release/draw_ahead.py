@@ -7,9 +7,7 @@ the check pass reads every chunk anyway (``on_error="error"``, no ledger), it ca
 the engine needs of each accepted record, its canonical identifier and its node, compactly;
 :class:`DrawAhead` then draws them all in one batch, grouped by postcode across the whole file,
 and the writing pass attaches each chunk's share of the outputs instead of drawing it (and
-instead of checking the chunk again: the check pass has done that, subjects included).  A file
-whose cells take at most :data:`MAX_KEPT_BYTES` in memory is not even read again: the writing
-pass releases the very chunks the check pass checked.
+instead of checking the chunk again: the check pass has done that, subjects included).
 
 Every output is the one the chunk-by-chunk path gives: the engine's outputs depend on each
 record alone, never on how records are batched (docs/performance.md, "Why the outputs are
@@ -33,13 +31,10 @@ from ..engine.batch import _start_canonical
 from ..errors import InputDataError
 from .plan import PendingChunk, ReleasePlan
 
-__all__ = ["CompactIds", "DrawAhead", "MAX_ID_BYTES", "MAX_KEPT_BYTES", "MAX_RECORDS"]
+__all__ = ["CompactIds", "DrawAhead", "MAX_ID_BYTES", "MAX_RECORDS"]
 
 MAX_RECORDS = 10_000_000  # records drawn ahead at most (about 0.5 GB with short identifiers)
 MAX_ID_BYTES = 256 * 2**20  # bytes of identifiers (UTF-8) and their offsets kept at most
-# Cells of the checked chunks kept in memory for the writing pass at most; a larger file is
-# read again (a million short records take about 30 MB, a national file of ten million 300).
-MAX_KEPT_BYTES = 128 * 2**20
 
 
 class CompactIds(Sequence[str]):
@@ -108,15 +103,14 @@ class CompactIds(Sequence[str]):
 
 class DrawAhead:
     """The accepted records of a file's checked chunks, drawn in one batch (:meth:`draw`) and
-    released chunk by chunk by the writing pass (:meth:`released_chunks`).
+    released chunk by chunk as the writing pass reads them again (:meth:`released_chunks`).
 
     The check pass has already done each chunk's record checks and noted its subjects
-    (:meth:`add`), so the writing pass only attaches the drawn outputs to the chunks.  Those
-    are the records checked and drawn: either the checked chunks themselves, kept in memory
-    while they take at most :data:`MAX_KEPT_BYTES`, or the file read again, where each chunk
-    must have the SHA-256 of its cells that the check pass kept (:meth:`_digest`), whatever
-    happened to the file in between.  Either way the file's own SHA-256 must be the same at
-    the end of the release as at its start (``files.py``).
+    (:meth:`add`), so the writing pass only attaches the drawn outputs to the rows it reads.
+    Those are the records checked and drawn: each chunk read again must have the SHA-256 of
+    its cells that the check pass kept (:meth:`_digest`), whatever happened to the file in
+    between, and the file's own SHA-256 must be the same at the end of the release as at its
+    start (``files.py``).
     """
 
     def __init__(self, plan: ReleasePlan) -> None:
@@ -125,10 +119,6 @@ class DrawAhead:
         self._nodes: list[np.ndarray] = []
         self._chunks: list[dict[str, int]] = []  # each kept chunk's counts, in input order
         self._digests: list[bytes] = []  # and the digest of its cells (``_digest``)
-        # The checked chunks themselves, while they fit MAX_KEPT_BYTES (then no digests are
-        # needed); None once the file is too large and is to be read again.
-        self._kept: list[pd.DataFrame] | None = []
-        self._kept_bytes = 0
         self.abandoned = False  # over the limits: the release goes chunk by chunk
         self._all_nodes: np.ndarray | None = None
         self._drawn: np.ndarray | None = None
@@ -158,26 +148,13 @@ class DrawAhead:
             return
         self._nodes.append(pending.checked.nodes)
         self._chunks.append(pending.checked.check.counts)
-        self._keep(pending.df)
+        self._digests.append(self._digest(pending.df))
         self.plan.record_subjects(pending, warn=False)
-
-    def _keep(self, df: pd.DataFrame) -> None:
-        """Keep the chunk itself while the kept chunks fit :data:`MAX_KEPT_BYTES`; past that,
-        keep the digests of all of them instead, for the writing pass to read the file again."""
-        if self._kept is not None:
-            size = int(df.memory_usage(index=False, deep=True).sum())
-            if self._kept_bytes + size <= MAX_KEPT_BYTES:
-                self._kept.append(df)
-                self._kept_bytes += size
-                return
-            self._digests = [self._digest(kept) for kept in self._kept]
-            self._kept = None
-        self._digests.append(self._digest(df))
 
     def _abandon(self) -> None:
         self.abandoned = True
         self.ids = CompactIds()
-        self._nodes, self._chunks, self._digests, self._kept = [], [], [], None
+        self._nodes, self._chunks, self._digests = [], [], []
         self.plan.forget_subjects()
 
     def draw(self, progress: Callable[[int], None] | None) -> None:
@@ -203,21 +180,17 @@ class DrawAhead:
         self.ids = CompactIds()  # the engine is done with them
 
     def released_chunks(
-        self, read_again: Callable[[], Iterable[pd.DataFrame]], progress: Callable[[int], None]
+        self, chunks: Iterable[pd.DataFrame], progress: Callable[[int], None]
     ) -> Generator[tuple[pd.DataFrame, dict[str, int]], None, None]:
-        """``(output frame, counts)`` of each chunk of the writing pass, as
-        ``ReleasePlan.process_chunk`` would give them; then :meth:`finish`.  The chunks are the
-        kept ones, or else ``read_again()`` (the input's chunks, in order)."""
+        """``(output frame, counts)`` of each chunk of the writing pass (the input read again,
+        in order), as ``ReleasePlan.process_chunk`` would give them; then :meth:`finish`."""
         drawn, nodes = self._drawn, self._all_nodes
         if drawn is None or nodes is None:
             raise RuntimeError("draw() first")
-        kept = self._kept
-        for df in _taken(kept) if kept is not None else read_again():
+        for df in chunks:
             # The digest covers the chunk's length too.  Only an input changed between the
             # passes fails here, even one changed back before its hash is taken at the end.
-            if kept is None and (
-                self._chunk >= len(self._digests) or self._digest(df) != self._digests[self._chunk]
-            ):
+            if self._chunk >= len(self._digests) or self._digest(df) != self._digests[self._chunk]:
                 raise _changed()
             span = slice(self._next, self._next + len(df))
             out = self.plan.released_frame(df, np.arange(len(df)), nodes[span], drawn[span])
@@ -250,12 +223,6 @@ class DrawAhead:
         here rather than only by the input's hash at the end)."""
         if self._drawn is None or self._chunk != len(self._chunks):
             raise _changed()
-
-
-def _taken(kept: list[pd.DataFrame]) -> Iterable[pd.DataFrame]:
-    """The kept chunks in order, each let go of once handed out."""
-    while kept:
-        yield kept.pop(0)
 
 
 def _arrow_bytes(df: pd.DataFrame) -> pa.Buffer | None:

@@ -63,7 +63,7 @@ from .manifest import (
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
 from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
-from .tables import TableReader, open_writer, table_format
+from .tables import TableReader, open_writer, read_failure, table_format
 
 __all__ = [
     "release_file",
@@ -83,6 +83,14 @@ def _sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _input_sha256(path: Path) -> str:
+    """The input's SHA-256; an input that cannot be read (gone, say) is the input's error."""
+    try:
+        return _sha256_file(path)
+    except OSError as exc:
+        raise InputDataError(read_failure(str(path), exc)) from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -294,7 +302,7 @@ def _release(
         plan.quiet = not progress  # also silences a first-use build of the profile table
         # The engine's cached table is verified (hashed) while the records are checked.
         load_in_background(plan.graph, plan.profiles)
-        input_sha256 = _sha256_file(input_path)
+        input_sha256 = _input_sha256(input_path)
         total = reader.num_rows
 
         first = None
@@ -332,7 +340,7 @@ def _release(
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk
             if ahead is not None:
-                first = None  # the writing pass takes every chunk from the draw-ahead
+                first = None  # the writing pass reads every chunk again
                 with _bar(progress, ahead.records, "drawing") as bar:
                     ahead.draw(bar.update)
 
@@ -347,7 +355,7 @@ def _release(
         with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
             if ahead is not None:
-                outputs = ahead.released_chunks(reader.chunks, bar.update)
+                outputs = ahead.released_chunks(reader.chunks(), bar.update)
             else:  # a file of one chunk is not read again: that chunk is ``first``, as checked
                 again = [first.df] if first is not None and chunks == 1 else reader.chunks()
                 outputs = _released_chunks(plan, again, bar.update, first)
@@ -363,7 +371,7 @@ def _release(
         writer.close(columns)
         writer = None
         out_tmp.finish()
-        if _sha256_file(input_path) != input_sha256:
+        if _input_sha256(input_path) != input_sha256:
             raise InputDataError(
                 "the input file changed while it was being released; nothing was written"
             )

@@ -37,7 +37,14 @@ import pandas as pd
 
 from ..errors import InputDataError, InvalidParameterError
 
-__all__ = ["table_format", "TableReader", "open_writer", "MAX_COLUMNS", "MAX_HEADER_CHARS"]
+__all__ = [
+    "table_format",
+    "TableReader",
+    "open_writer",
+    "read_failure",
+    "MAX_COLUMNS",
+    "MAX_HEADER_CHARS",
+]
 
 # Bounds on the shape of an input (docs/release.md, "Limits and unusual files"): far above
 # real record files, low enough that a hostile header fails in a second, not out of memory.
@@ -125,7 +132,7 @@ class TableReader:
         except csv.Error:
             raise InputDataError("the input's header line is not well-formed CSV") from None
         except _READ_ERRORS as exc:
-            raise InputDataError(_read_failure(self.path, exc)) from None
+            raise InputDataError(read_failure(self.path, exc)) from None
         raise InputDataError("the input file has no header line (it holds only blank lines)")
 
     def _encoding_message(self) -> str:
@@ -193,7 +200,7 @@ class TableReader:
         if isinstance(exc, pd.errors.EmptyDataError):
             return InputDataError("the input file is empty")
         if isinstance(exc, _READ_ERRORS):
-            return InputDataError(_read_failure(self.path, exc))
+            return InputDataError(read_failure(self.path, exc))
         message = str(exc)
         more = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
         if more:
@@ -331,7 +338,8 @@ def _bounded_columns(columns: list) -> list:
     return columns
 
 
-def _read_failure(path: str, exc: BaseException) -> str:
+def read_failure(path: str, exc: BaseException) -> str:
+    """The message for an input that could not be read (in the CLI's terms, no path echoed)."""
     if path.lower().endswith((".gz", ".bz2", ".xz")) and not isinstance(
         exc, FileNotFoundError | PermissionError
     ):
