@@ -429,6 +429,37 @@ def test_a_floor_above_the_balls_explored_is_refused():
             sampler._check_explored()
 
 
+def test_the_guard_names_the_table_before_the_rows():
+    """``ShellSearch.disagreement``: the explored balls checked against a table row (equal), a
+    floor (no lighter) and a far-mass row (no heavier), each as far as it reaches.  A wrong
+    table or floor is named whatever the depth, even past a shallower failure of the row, as
+    the message tells the user which cache to delete (found by a review)."""
+    rng = random.Random(37)
+    graph = planar_graph(rng, 60, 70, 1.0, 8)
+    mechanism = Mechanism(graph, "0.3")
+    table = engine_profiles.build_profiles(graph, loc_mass(graph), 6)
+    search = FastSampler(mechanism).search
+    node = rng.randrange(len(graph))
+    search.start(node)
+    search.explore_to(6)
+    balls = np.cumsum(search.masses[: search.n_shells])
+    row = table[graph.node_location[node]]
+    none = np.zeros(0, dtype=np.int64)
+    assert search.disagreement(row, balls, balls + 1) == 0  # equal, at the floor, under the row
+    assert search.disagreement(none, none, none) == 0
+    deep_wrong = row.copy()
+    deep_wrong[5] += 1
+    shallow_low = balls.copy()
+    shallow_low[1:] -= 1  # the row too small from one hop on
+    assert search.disagreement(none, none, shallow_low) == 2
+    assert search.disagreement(deep_wrong, none, none) == 1
+    assert search.disagreement(deep_wrong, none, shallow_low) == 1  # the table named first
+    floor_high = balls.copy()
+    floor_high[4] += 1
+    assert search.disagreement(none, floor_high, shallow_low) == 1
+    assert search.disagreement(row[:1], none, none) == 0  # B_0 is the node, not its location
+
+
 def test_which_table_a_batch_uses(cache, monkeypatch):
     """The default policy: a custom graph uses none unless asked; the embedded graph uses a
     cached one and builds one on first use only for a batch of many distinct postcodes;

@@ -514,12 +514,15 @@ def _ball_floor(order, shell_ptr, table, hops, out):
 
 @njit(cache=True)
 def _disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: no cover - compiled
-    """Where the explored balls pi(B_0) .. pi(B_{n-1}) first disagree with what the engine was
+    """Whether the explored balls pi(B_0) .. pi(B_{n-1}) disagree with what the engine was
     told of them: 1 if a ball differs from ``table_row`` (location balls, from k = 1; B_0 is
-    the source alone) or is lighter than ``floor``, 2 if heavier than ``far_row``; 0 if none.
-    Each array is checked as far as it and the explored shells both reach (empty: not at all).
+    the source alone) or is lighter than ``floor``, else 2 if one is heavier than ``far_row``;
+    0 if none.  The table is named first at any depth, as the message that follows tells the
+    user which cache to delete.  Each array is checked as far as it and the explored shells
+    both reach (empty: not at all).
     """
     ball = 0
+    found = 0
     for k in range(n_shells):
         ball += masses[k]
         if 1 <= k < table_row.size and ball != table_row[k]:
@@ -527,8 +530,8 @@ def _disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: no co
         if k < floor.size and floor[k] > ball:
             return 1
         if k < far_row.size and ball > far_row[k]:
-            return 2
-    return 0
+            found = 2
+    return found
 
 
 @njit(cache=True)
