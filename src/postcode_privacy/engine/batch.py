@@ -48,6 +48,13 @@ PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 _ROW_ERRORS_SHOWN = 20
+# Neighbouring postcodes share their sweeps (engine/shared_shells.py) only where a task's
+# groups are dense among consecutive nodes: drawing together gained 5-15% with at least half
+# of them present, and deciding together about 5-10% more with nearly all (a national file),
+# but lost up to a fifth at half density (docs/performance.md, "Shared sweeps").
+SHARED_MIN_GROUPS = 64
+SHARED_DRAW_DENSITY = 0.5
+SHARED_DECIDE_DENSITY = 0.9
 
 
 @dataclass(frozen=True)
@@ -135,18 +142,39 @@ def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndarray:
-    """Output nodes of sorted records start .. stop - 1, in that order."""
+    """Output nodes of sorted records start .. stop - 1, in that order.
+
+    Where the task's postcodes are dense (most consecutive nodes present, as in a national
+    file), neighbouring groups share their sweeps (``FastSampler.sample_groups``); the outputs
+    are the same either way."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     out = np.empty(stop - start, dtype=np.int64)
     # A compact store of identifiers (release/draw_ahead.py) decodes a group at once.
     take = getattr(ids, "decode_at", None)
+    pieces = []  # (first, stop) of each group piece in the task
     i = start
     while i < stop:
         node = int(nodes[i])
         j = min(int(np.searchsorted(nodes, node, side="right")), stop, i + MAX_GROUP)
-        sids = take(order[i:j]) if take is not None else [ids[k] for k in order[i:j].tolist()]
-        out[i - start : j - start] = sampler.sample_group(context, node, sids)
+        pieces.append((i, j))
         i = j
+    groups = [
+        (
+            int(nodes[i]),
+            take(order[i:j]) if take is not None else [ids[k] for k in order[i:j].tolist()],
+        )
+        for i, j in pieces
+    ]
+    span = int(nodes[stop - 1]) - int(nodes[start]) + 1 if stop > start else 1
+    density = len(pieces) / span
+    if len(pieces) >= SHARED_MIN_GROUPS and density >= SHARED_DRAW_DENSITY:
+        drawn = sampler.sample_groups(
+            context, groups, decide_together=density >= SHARED_DECIDE_DENSITY
+        )
+    else:
+        drawn = [sampler.sample_group(context, node, sids) for node, sids in groups]
+    for (i, j), outputs in zip(pieces, drawn):
+        out[i - start : j - start] = outputs
     return out
 
 

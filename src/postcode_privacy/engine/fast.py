@@ -46,7 +46,8 @@ from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
-from .search import ShellSearch
+from .search import ShellSearch, _disagreement
+from .shared_shells import WORD, SharedShells
 
 __all__ = ["Bracket", "Brackets", "FastSampler", "wants_bracket"]
 
@@ -60,6 +61,12 @@ _NONE = np.zeros(0, dtype=np.int64)  # an array not given to ``ShellSearch.disag
 # undecided; 4 and 8 hops settle fewer, 16 barely more (docs/performance.md, "Deciding the
 # shell, stage by stage").
 FLOOR_HOPS = 12
+# A shared sweep decides the records the bounds leave undecided, in ``sample_groups``, by
+# exploring their sources this many hops past the profile table, where the radius is at most
+# DECIDING_RADIUS (eps >= about 0.47): further out, at smaller eps, too few are settled there
+# for the sweep to pay (docs/performance.md, "Shared sweeps").
+DECIDING_HOPS = 12
+DECIDING_RADIUS = 120
 
 
 class Bracket(NamedTuple):
@@ -258,6 +265,36 @@ def _decide_all(
     return shells, undecided
 
 
+def _guard(
+    masses: np.ndarray,
+    n_shells: int,
+    table_row: np.ndarray | None,
+    floor: np.ndarray | None,
+    far_row: np.ndarray | None,
+    sampler: FastSampler,
+) -> None:
+    """Stop if the explored balls disagree with the table row, the floor or the far-mass row
+    the group was decided with (``FastSampler._check_explored`` says why)."""
+    if table_row is None and floor is None and far_row is None:
+        return
+    found = _disagreement(
+        masses,
+        n_shells,
+        _NONE if table_row is None else table_row,
+        _NONE if floor is None else floor,
+        _NONE if far_row is None else far_row,
+    )
+    if found == 1:
+        raise RuntimeError(
+            "the ball-mass profiles disagree with the graph; delete the cached profiles"
+        )
+    if found == 2:
+        raise RuntimeError(
+            "the far-mass rows disagree with the graph; delete the cached "
+            f"clusters-{sampler.graph.sha256[:32]}-* files in the cache directory"
+        )
+
+
 class _Group:
     """The records of one true postcode being sampled: their stream context, node, identifiers,
     label and first shell blocks, and the keyed streams opened for the few that need more."""
@@ -282,6 +319,19 @@ class _Group:
         if stream is None:
             stream = self._streams[r] = self.context.for_subject(self.subject_ids[r], self.label)
         return stream
+
+
+class _Decided(NamedTuple):
+    """A group whose shells are decided, and what drawing its members needs."""
+
+    group: _Group
+    shells: list[int]
+    member_blocks: list[int]
+    table_row: np.ndarray | None  # what the guard checks the explored balls against
+    floor: np.ndarray | None
+    far_row: np.ndarray | None
+    table_masses: list[int] | None  # node-shell masses 0 .. D from the table, if read
+    pending: list[int]  # records left undecided (``FastSampler._decide`` with ``defer``)
 
 
 class FastSampler:
@@ -332,6 +382,8 @@ class FastSampler:
         self._profile_row: np.ndarray | None = None  # the group's table row, if one was read
         self._far_row: np.ndarray | None = None  # the group's far-mass row, if one was read
         self._floor: np.ndarray | None = None  # the group's floor, if one was made
+        self._table_masses: list[int] | None = None  # the group's shell masses from the table
+        self._shared: SharedShells | None = None  # buffers of the shared sweeps, made on use
         # _row_tail of each far-mass row by (cluster, start), None for an unusable row
         self._far_tails: dict[tuple[int, int], int | None] = {}
         # The table whose rows give the floor (``_ball_floor``); ``floor=False`` goes without,
@@ -348,6 +400,9 @@ class FastSampler:
             "profile_hits": 0,  # settled by the table with the core's bound past it
             "row_hits": 0,  # settled by the table with an upper row's bound past it
             "floor_hits": 0,  # settled by the table, the rows and the floor past it
+            "shared_groups": 0,  # drawn by a shared sweep (``sample_groups``)
+            "swept_to_decide": 0,  # groups a shared sweep explored to decide
+            "decided_by_sweep": 0,  # and those it decided
         }
 
     def _bounds(
@@ -465,6 +520,7 @@ class FastSampler:
         if self.profiles is None:
             return
         masses, cumulative = self._profile_shells(node)
+        self._table_masses = masses
         self._profile_row = self.profiles.ball_row(int(self.graph.node_location[node]))
         explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)
@@ -480,9 +536,11 @@ class FastSampler:
             if raised > z_low:
                 yield "floor_hits", Bracket(cumulative, raised, z_high)
 
-    def _decide_shells(self, group: _Group) -> list[int]:
+    def _decide_shells(self, group: _Group, defer: bool = False) -> tuple[list[int], list[int]]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
-        records, then by exploring for those still undecided (``_decide_by_exploring``)."""
+        records, then by exploring for those still undecided (``_decide_by_exploring``);
+        with ``defer``, those are left undecided instead.  Returns the shells (``_UNDECIDED``
+        for a record left so) and the records left undecided."""
         blocks = group.shell_blocks
         shells = [_UNDECIDED] * len(blocks)
         pending = list(range(len(blocks)))
@@ -503,9 +561,11 @@ class FastSampler:
             self.stats[stat] += len(pending) - len(still)
             pending = still
             if not pending:
-                return shells
+                return shells, []
+        if defer and self.profiles is not None:
+            return shells, pending
         self._decide_by_exploring(group, shells, pending)
-        return shells
+        return shells, []
 
     def _check_explored(self) -> None:
         """The shells the search explored must have the masses the profile table gave, balls
@@ -513,23 +573,8 @@ class FastSampler:
         cheap guard against tables that disagree with the graph (they would change outputs;
         the floor reads the table rows of the source's neighbours, which the first check
         does not see)."""
-        table_row, floor, row = self._profile_row, self._floor, self._far_row
-        if table_row is None and floor is None and row is None:
-            return
-        found = self.search.disagreement(
-            _NONE if table_row is None else table_row,
-            _NONE if floor is None else floor,
-            _NONE if row is None else row,
-        )
-        if found == 1:
-            raise RuntimeError(
-                "the ball-mass profiles disagree with the graph; delete the cached profiles"
-            )
-        if found == 2:
-            raise RuntimeError(
-                "the far-mass rows disagree with the graph; delete the cached "
-                f"clusters-{self.graph.sha256[:32]}-* files in the cache directory"
-            )
+        search = self.search
+        _guard(search.masses, search.n_shells, self._profile_row, self._floor, self._far_row, self)
 
     def _decide_by_exploring(self, group: _Group, shells: list[int], pending: list[int]) -> None:
         """The shells of records ``pending`` (into ``shells``) by exploring as far as a float
@@ -589,19 +634,163 @@ class FastSampler:
         Precondition: ``context`` was made by ``mechanism.stream_context`` and the identifiers
         are already canonical (``canonical_subject_id``), as ``Mechanism._draw`` makes them.
         """
+        return self._draw_alone(self._decide(context, node, subject_ids))
+
+    def sample_groups(
+        self,
+        context: StreamContext,
+        groups: Sequence[tuple[int, Sequence[str]]],
+        decide_together: bool = False,
+    ) -> list[list[int]]:
+        """``sample_group`` of each ``(node, subject_ids)``, the same outputs; the groups whose
+        shells the bounds settle within the profile table's depth are drawn together, up to
+        64 at a time, by one shared sweep (engine/shared_shells.py), and with
+        ``decide_together`` the records the bounds leave undecided are decided together too
+        (``_decide_swept``).  Either pays only when the postcodes are neighbours: consecutive
+        nodes of a dense batch (engine/batch.py says how dense)."""
+        outputs: list[list[int]] = [[] for _ in groups]
+        waiting: list[tuple[int, _Decided]] = []  # decided, to draw in a shared sweep
+        undecided: list[tuple[int, _Decided]] = []  # to decide in a shared sweep
+        depth = self._deciding_depth() if decide_together else None
+        for i, (node, subject_ids) in enumerate(groups):
+            decided = self._decide(context, node, subject_ids, defer=depth is not None)
+            if decided.pending:
+                undecided.append((i, decided))
+                if len(undecided) == WORD:
+                    waiting = self._decide_swept(undecided, depth, waiting, outputs)
+                    undecided = []
+            elif self._can_share(decided):
+                waiting.append((i, decided))
+            else:
+                outputs[i] = self._draw_alone(decided)
+            if len(waiting) >= WORD:
+                self._draw_shared(waiting[:WORD], outputs)
+                waiting = waiting[WORD:]
+        if undecided:
+            waiting = self._decide_swept(undecided, depth, waiting, outputs)
+        while waiting:
+            self._draw_shared(waiting[:WORD], outputs)
+            waiting = waiting[WORD:]
+        return outputs
+
+    def _deciding_depth(self) -> int | None:
+        """How deep a shared sweep explores the records the table, the rows and the floor
+        leave undecided (``_decide_swept``), or None to explore for them one group at a time:
+        ``DECIDING_HOPS`` past the table, where that is within ``DECIDING_RADIUS``."""
+        if self.profiles is None or self.radius > DECIDING_RADIUS:
+            return None
+        depth = self.profiles.depth + DECIDING_HOPS
+        return depth if depth < self.radius - 1 else None
+
+    def _decide_swept(
+        self,
+        undecided: list[tuple[int, _Decided]],
+        depth: int | None,
+        waiting: list[tuple[int, _Decided]],
+        outputs: list[list[int]],
+    ) -> list[tuple[int, _Decided]]:
+        """Decide the pending records of up to 64 groups from one shared sweep of their
+        sources to ``depth`` hops: with shells 0 .. depth exact, the core's bounds, the
+        upper rows' and the floor's (as ``_decide_by_exploring`` uses them) settle most of
+        them.  Groups now decided join ``waiting`` (returned); the rest are decided and drawn
+        alone, exploring as ``sample_group`` does.  The sweep's balls are guarded like any
+        explored ones before a decision uses them."""
+        assert depth is not None
+        if self._shared is None:
+            self._shared = SharedShells(self.graph, self.search.loc_mass)
+        count = len(undecided)
+        empty = np.zeros(0, dtype=np.int64)
+        _, masses, _ = self._shared.pick(
+            np.array([d.group.node for _, d in undecided], dtype=np.int64),
+            np.full(count, depth + 1, dtype=np.int64),
+            np.zeros(count + 1, dtype=np.int64),
+            empty,
+            empty,
+        )
+        radius, powers = self.radius, self.powers
+        for b, (i, decided) in enumerate(undecided):
+            group, shells = decided.group, list(decided.shells)
+            row = masses[b]
+            _guard(row, depth + 1, decided.table_row, decided.floor, decided.far_row, self)
+            shell_masses = row.tolist()
+            cumulative = list(accumulate(map(mul, powers, shell_masses)))
+            explored = sum(shell_masses)
+            z_low, z_high = self._bounds(cumulative, explored, None, decided.floor)
+            location = int(self.graph.node_location[group.node])
+            if self.far is not None:
+                tighter = self._far_z_high(location, cumulative, explored)
+                if tighter is not None and tighter < z_high:
+                    z_high = tighter
+            pending = decided.pending
+            settled, still = _decide_all(
+                cumulative,
+                [group.shell_blocks[r] for r in pending],
+                z_low,
+                z_high,
+                radius,
+            )
+            for r, shell in zip(pending, settled):
+                shells[r] = shell
+            self.stats["swept_to_decide"] += 1
+            if still:  # as sample_group: explore for them, then draw alone
+                self.search.start(group.node)
+                self._floor, self._far_row = decided.floor, decided.far_row
+                left = [pending[k] for k in still]
+                for r in left:
+                    shells[r] = _UNDECIDED
+                self._decide_by_exploring(group, shells, left)
+                outputs[i] = self._draw_alone(decided._replace(shells=shells, pending=[]))
+                continue
+            self.stats["decided_by_sweep"] += 1
+            now = decided._replace(shells=shells, pending=[], table_masses=shell_masses)
+            if self._can_share(now):
+                waiting.append((i, now))
+            else:
+                outputs[i] = self._draw_alone(now)
+        return waiting
+
+    def _decide(
+        self, context: StreamContext, node: int, subject_ids: Sequence[str], defer: bool = False
+    ) -> _Decided:
+        """Every record's shell (steps 1 and 2 of the module docstring), with what the drawing
+        needs: the member sub-streams' first blocks and the rows the guard checks against.
+        With ``defer``, records the bounds of step 2b leave undecided stay so (``pending``),
+        for a shared sweep to decide (``_decide_swept``)."""
         label = self.graph.label(node)
         # The first block of the shell and member sub-streams of every record: all that most
         # records ever read (LazyUniform's first block; uniform_int's first attempt).
         shell_blocks, member_blocks = context.first_blocks(subject_ids, label, (SHELL, MEMBER))
-
-        search = self.search
-        search.start(node)
-        radius, total = self.radius, self.total_prior
+        self.search.start(node)
         group = _Group(context, node, subject_ids, label, shell_blocks)
         self._profile_row = None
         self._far_row = None
         self._floor = None
-        shells = self._decide_shells(group)
+        self._table_masses = None
+        shells, pending = self._decide_shells(group, defer)
+        return _Decided(
+            group,
+            shells,
+            member_blocks,
+            self._profile_row,
+            self._floor,
+            self._far_row,
+            self._table_masses,
+            pending,
+        )
+
+    def _draw_alone(self, decided: _Decided) -> list[int]:
+        """Steps 3 and 4 of the module docstring for one group, on the search ``_decide``
+        started at its node."""
+        group, shells, member_blocks = decided.group, decided.shells, decided.member_blocks
+        self._profile_row, self._floor, self._far_row = (
+            decided.table_row,
+            decided.floor,
+            decided.far_row,
+        )
+        search = self.search
+        if search.source != group.node:  # decided by a shared sweep: explore from the start
+            search.start(group.node)
+        radius, total = self.radius, self.total_prior
         # The within-shell draws need every chosen shell explored.
         search.explore_to(min(max(shells), radius - 1) + 1)
         self._check_explored()
@@ -634,3 +823,61 @@ class FastSampler:
         stats["shells_explored"] += search.n_shells
         stats["locations_explored"] += search.locations_explored
         return out
+
+    def _can_share(self, decided: _Decided) -> bool:
+        """Whether a shared sweep can draw this group: every shell decided within the table's
+        depth (so the member draws can use the table's shell masses, which the guard then
+        checks against the sweep's), and deeper than the search has already explored (else
+        drawing alone costs nothing more)."""
+        deepest = max(decided.shells)
+        search = self.search
+        explored = search.n_shells if search.source == decided.group.node else 0
+        return (
+            decided.table_masses is not None
+            and deepest < len(decided.table_masses)
+            and deepest < self.radius
+            and deepest >= explored
+        )
+
+    def _draw_shared(self, waiting: list[tuple[int, _Decided]], outputs: list[list[int]]) -> None:
+        """Steps 3 and 4 of the module docstring for up to 64 groups in one shared sweep
+        (``SharedShells.pick``), into ``outputs``; every group is guarded as ``_draw_alone``
+        guards it, on the masses the sweep found, before any output is kept."""
+        if self._shared is None:
+            self._shared = SharedShells(self.graph, self.search.loc_mass)
+        sources, n_shells, req_ptr, req_shell, req_draw, req_record = [], [], [0], [], [], []
+        for _, decided in waiting:
+            group, shells, known = decided.group, decided.shells, decided.table_masses
+            assert known is not None  # _can_share
+            requests = sorted(
+                (h, self._member_draw(group, r, known[h], decided.member_blocks[r]), r)
+                for r, h in enumerate(shells)
+            )
+            sources.append(group.node)
+            n_shells.append(max(shells) + 1)
+            req_shell += [h for h, _, _ in requests]
+            req_draw += [d for _, d, _ in requests]
+            req_record += [r for _, _, r in requests]
+            req_ptr.append(len(req_shell))
+        found, swept, bad = self._shared.pick(
+            np.array(sources, dtype=np.int64),
+            np.array(n_shells, dtype=np.int64),
+            np.array(req_ptr, dtype=np.int64),
+            np.array(req_shell, dtype=np.int64),
+            np.array(req_draw, dtype=np.int64),
+        )
+        for b, (_, decided) in enumerate(waiting):
+            _guard(swept[b], n_shells[b], decided.table_row, decided.floor, decided.far_row, self)
+        if bad >= 0:  # the guard found nothing, yet a draw fell outside its shell
+            raise RuntimeError("the shared sweep disagrees with the profile table")
+        picked = found.tolist()
+        stats = self.stats
+        for b, (i, decided) in enumerate(waiting):
+            out = [0] * len(decided.shells)
+            for k in range(req_ptr[b], req_ptr[b + 1]):
+                out[req_record[k]] = picked[k]
+            outputs[i] = out
+            stats["records"] += len(out)
+        stats["groups"] += len(waiting)
+        stats["shared_groups"] += len(waiting)
+        stats["shells_explored"] += sum(n_shells)

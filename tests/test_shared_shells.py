@@ -1,0 +1,264 @@
+"""Shared sweeps (engine/shared_shells.py, ``FastSampler.sample_groups``) give exactly the
+outputs of one search per postcode, and so the reference sampler's.
+
+Checked at three levels: the compiled sweep's shell masses and picks against ``ShellSearch``
+for random sets of sources (co-located postcodes, repeated sources, shell 0 and 1 draws, a draw
+outside its shell); ``sample_groups`` against ``sample_group`` and the reference on generated
+graphs, with the deciding sweep forced on small graphs; and the batch engine, whose dense tasks
+take this path, against the reference, on generated graphs and on the national graph.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from graphs import colocated
+from test_fast_path import planar_graph
+
+from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import FastSampler, cluster_balls, perturb_nodes
+from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import fast as fast_module
+from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.engine.landmarks import graph_tables
+from postcode_privacy.engine.search import ShellSearch
+from postcode_privacy.engine.shared_shells import WORD, SharedShells
+from postcode_privacy.mechanism.subject import canonical_subject_id
+
+
+def _loc_mass(graph) -> np.ndarray:
+    return graph_tables(graph).loc_mass
+
+
+def _requests(rng, search_masses, n_shells):
+    """Random requests of one source: (shell, draw) with the draw below the shell's mass."""
+    out = []
+    for _ in range(rng.randrange(0, 5)):
+        h = rng.randrange(n_shells)
+        if search_masses[h] > 0:
+            out.append((h, rng.randrange(int(search_masses[h]))))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shared_sweep_gives_each_sources_shells_and_picks(seed):
+    rng = random.Random(seed)
+    graph = colocated() if seed == 0 else planar_graph(rng, 60, 90, rng.choice([1.0, 0.6]), 12)
+    search = ShellSearch(graph, 40)
+    shared = SharedShells(graph, _loc_mass(graph))
+    for _ in range(8):
+        count = rng.randrange(1, WORD + 1)
+        sources = [rng.randrange(len(graph)) for _ in range(count)]  # repeats allowed
+        n_shells, expected_masses, requests, expected = [], [], [], []
+        for source in sources:
+            depth = rng.randrange(1, 12)
+            search.start(source)
+            search.explore_to(depth)
+            n_shells.append(depth)
+            expected_masses.append(search.masses[:depth].tolist())
+            mine = _requests(rng, search.masses, search.n_shells)
+            requests.append(mine)
+            if mine:
+                shells = np.array([h for h, _ in mine], dtype=np.int64)
+                draws = np.array([d for _, d in mine], dtype=np.int64)
+                expected += search.pick(shells, draws).tolist()
+        req_ptr = np.cumsum([0] + [len(r) for r in requests]).astype(np.int64)
+        flat = [q for r in requests for q in r]
+        out, masses, bad = shared.pick(
+            np.array(sources, dtype=np.int64),
+            np.array(n_shells, dtype=np.int64),
+            req_ptr,
+            np.array([h for h, _ in flat], dtype=np.int64),
+            np.array([d for _, d in flat], dtype=np.int64),
+        )
+        assert bad == -1
+        assert out.tolist() == expected
+        for b, depth in enumerate(n_shells):
+            assert masses[b, :depth].tolist() == expected_masses[b]
+            assert not masses[b, depth:].any()
+
+
+def test_a_draw_outside_its_shell_is_reported_and_leaves_the_buffers_clean():
+    rng = random.Random(5)
+    graph = planar_graph(rng, 50, 70, 1.0, 6)
+    shared = SharedShells(graph, _loc_mass(graph))
+    search = ShellSearch(graph, 20)
+    search.start(3)
+    search.explore_to(6)
+    mass = int(search.masses[4])
+    sources = np.array([3, 7], dtype=np.int64)
+    depths = np.array([6, 6], dtype=np.int64)
+    ptr = np.array([0, 2, 2], dtype=np.int64)
+    shells = np.array([4, 4], dtype=np.int64)
+    _, _, bad = shared.pick(sources, depths, ptr, shells, np.array([0, mass], dtype=np.int64))
+    assert bad == 1  # the second request's draw equals its shell's mass
+    own = int(graph.prior[3])
+    _, _, bad = shared.pick(sources, depths, ptr, np.array([0, 0]), np.array([0, own]))
+    assert bad == 1  # shell 0 holds the source's own prior only
+    assert not shared._state.any()  # left as found, so the next sweep is right
+    out, _, bad = shared.pick(sources, depths, ptr, shells, np.array([0, mass - 1]))
+    assert bad == -1
+    assert out.tolist() == search.pick(shells, np.array([0, mass - 1])).tolist()
+
+
+def _dense_groups(rng, graph, mean):
+    """Every postcode in node order with a few records each (some none, one a long group)."""
+    groups = []
+    for node in range(len(graph)):
+        k = rng.choice([0, 1, 1, 2, 3, mean, 2 * mean])
+        if node == len(graph) // 2:
+            k = 40
+        if k:
+            groups.append((node, [canonical_subject_id(f"{node}-{r}") for r in range(k)]))
+    return groups
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sample_groups_equal_one_search_per_postcode_and_the_reference(seed, monkeypatch):
+    """With a shallow table the bounds leave many records undecided, so both shared sweeps
+    (deciding and drawing) do real work on these small graphs."""
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    rng = random.Random(100 + seed)
+    graph = planar_graph(rng, 120, 150, rng.choice([1.0, 0.8]), rng.choice([1, 10]))
+    eps = rng.choice(["0.25", "0.5", "1", "2"])
+    mechanism = Mechanism(graph, eps, radius=rng.choice([None, 12]))
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), rng.choice([2, 3, 5])), graph
+    )
+    if seed % 2:
+        table.far = cluster_balls.cluster_balls_for(graph, _loc_mass(graph), cache=False)
+    key = Key.from_bytes(rng.randbytes(32))
+    context = mechanism.stream_context(key)
+    groups = _dense_groups(rng, graph, 5)
+    alone = FastSampler(mechanism, profiles=table)
+    expected = [alone.sample_group(context, node, ids) for node, ids in groups]
+    for together in (False, True):
+        sampler = FastSampler(mechanism, profiles=table)
+        assert sampler.sample_groups(context, groups, decide_together=together) == expected
+        assert sampler.stats["shared_groups"] > 0
+        if together and sampler._deciding_depth() is not None:
+            assert sampler.stats["decided_by_sweep"] > 0
+    picked = rng.sample(range(len(groups)), 12)
+    codes = [graph.label(groups[i][0]) for i in picked]
+    ids = [groups[i][1][0] for i in picked]
+    assert [graph.label(expected[i][0]) for i in picked] == mechanism.perturb_reference(
+        key, ids, codes
+    )
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_wrong_table_is_caught_on_the_shared_path(together, monkeypatch):
+    """Near masses one unit too heavy: each shared sweep's guard refuses them, as the
+    one-search path does, before any output is returned."""
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    rng = random.Random(8)
+    graph = planar_graph(rng, 120, 150, 1.0, 4)
+    mechanism = Mechanism(graph, "0.5", radius=12)
+    wrong = engine_profiles.build_profiles(graph, _loc_mass(graph), 3)
+    wrong[:, 1:] += 1
+    table = engine_profiles.BallProfiles(wrong, graph)
+    context = mechanism.stream_context(Key.from_bytes(bytes(range(1, 33))))
+    sampler = FastSampler(mechanism, profiles=table)
+    with pytest.raises(RuntimeError, match="profiles disagree with the graph"):
+        sampler.sample_groups(context, _dense_groups(rng, graph, 4), decide_together=together)
+
+
+def test_dense_batches_share_sweeps_with_any_workers(monkeypatch):
+    """The batch engine takes the shared path for dense tasks, and its outputs are the
+    reference's and the same for one and two workers."""
+    calls = []
+    original = FastSampler.sample_groups
+
+    def counted(self, context, groups, decide_together=False):
+        calls.append(decide_together)
+        return original(self, context, groups, decide_together)
+
+    monkeypatch.setattr(FastSampler, "sample_groups", counted)
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 200)
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
+    monkeypatch.setattr(engine_batch, "SHARED_MIN_GROUPS", 16)
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    rng = random.Random(44)
+    graph = planar_graph(rng, 200, 240, 1.0, 6)
+    mechanism = Mechanism(graph, "0.5", radius=14)
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), 3), graph
+    )
+    monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, **k: table)
+    key = Key.from_bytes(rng.randbytes(32))
+    nodes = np.array([rng.randrange(len(graph)) for _ in range(1500)])
+    ids = [f"r{i}" for i in range(nodes.size)]
+    one = perturb_nodes(mechanism, key, ids, nodes, workers=1)
+    assert True in calls  # dense enough to decide together too
+    assert (perturb_nodes(mechanism, key, ids, nodes, workers=2) == one).all()
+    sample = rng.sample(range(nodes.size), 30)
+    codes = [graph.label(int(nodes[i])) for i in sample]
+    expected = mechanism.perturb_reference(key, [ids[i] for i in sample], codes)
+    assert [graph.label(int(one[i])) for i in sample] == expected
+
+
+def test_a_sparse_batch_searches_each_postcode_alone(monkeypatch):
+    calls = []
+    monkeypatch.setattr(FastSampler, "sample_groups", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10**9)
+    rng = random.Random(3)
+    graph = planar_graph(rng, 400, 400, 1.0, 4)
+    mechanism = Mechanism(graph, "1")
+    nodes = np.arange(0, 400, 4)  # a quarter of the postcodes: too sparse to share
+    perturb_nodes(mechanism, Key.from_bytes(bytes(range(1, 33))), [str(v) for v in nodes], nodes)
+    assert calls == []
+
+
+def test_a_dense_national_batch_equals_the_reference(national_graph):
+    """Every postcode of a stretch of the national graph, a few records each, at epsilon 0.5
+    (both shared sweeps, the national table and rows) and 1: the same outputs as one search
+    per postcode, and a sample of them the reference sampler's."""
+    graph = national_graph
+    table = engine_profiles.cached_profiles(graph)
+    assert table is not None and table.far is not None
+    rng = random.Random(2027)
+    key = Key.from_bytes(bytes(range(96, 128)))
+    for eps, start, checked in (("0.5", 812_345, 3), ("1", 1_234_567, 12)):
+        mechanism = Mechanism(graph, eps)
+        context = mechanism.stream_context(key)
+        groups = [
+            (node, [f"{eps}-{node}-{r}" for r in range(rng.choice([1, 2, 6, 9]))])
+            for node in range(start, start + 400)
+        ]
+        alone = FastSampler(mechanism, profiles=table)
+        expected = [alone.sample_group(context, node, ids) for node, ids in groups]
+        shared = FastSampler(mechanism, profiles=table)
+        assert shared.sample_groups(context, groups, decide_together=True) == expected
+        assert shared.stats["shared_groups"] > 100
+        if eps == "0.5":
+            assert shared.stats["decided_by_sweep"] > 0
+        picked = rng.sample(range(len(groups)), checked)
+        codes = [graph.label(groups[i][0]) for i in picked]
+        ids = [groups[i][1][0] for i in picked]
+        reference = mechanism.perturb_reference(key, ids, codes)
+        assert [graph.label(expected[i][0]) for i in picked] == reference
+
+
+def test_far_mass_rows_too_light_are_caught_on_the_shared_path(monkeypatch):
+    """Rows that stop growing past the table understate the far balls, so a decision could
+    use a z_high below Z: the shared path refuses them, as one search per postcode does (the
+    deciding sweep's guard checks every ball it explored; the drawing's guard and the
+    exploring of groups still undecided see them too)."""
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 3)
+    rng = random.Random(12)
+    graph = planar_graph(rng, 150, 180, 1.0, 4)
+    mechanism = Mechanism(graph, "0.5", radius=16)
+    depth = 2
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), depth), graph
+    )
+    far = cluster_balls.cluster_balls_for(graph, _loc_mass(graph), cache=False)
+    far.balls = far.balls.copy()
+    far.balls[:, depth + 1 :] = far.balls[:, depth : depth + 1]  # flat past the table
+    table.far = far
+    context = mechanism.stream_context(Key.from_bytes(bytes(range(1, 33))))
+    groups = _dense_groups(rng, graph, 4)
+    with pytest.raises(RuntimeError, match="far-mass rows disagree"):
+        FastSampler(mechanism, profiles=table).sample_groups(context, groups, True)
