@@ -84,6 +84,67 @@ def _groups(indptr, indices, size, max_hops):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _advance(
+    indptr, indices, mass, state, active, n_active, fresh, touched, n_touched, tally, live
+):  # fmt: skip  # pragma: no cover - compiled
+    """One level of a bit-parallel sweep: the sources in ``live`` spread from the locations
+    ``active[:n_active]`` (their frontier) to their unreached neighbours, which become the new
+    frontier in ``active``; each new location's mass goes to ``tally`` under the bits that
+    reach it (spread onto the sources by ``_spread``).  Returns the new ``n_active`` and
+    ``n_touched``.  ``state``, ``fresh`` and ``touched`` are as ``_sweep`` describes them."""
+    n_fresh = 0
+    for i in range(n_active):
+        v = active[i]
+        frontier = state[v, 1] & live
+        state[v, 1] = 0
+        if frontier == 0:
+            continue
+        for e in range(indptr[v], indptr[v + 1]):
+            # Branch-free: whether an edge brings new sources is unpredictable, and a
+            # mispredicted branch per edge cost half the sweep's time.  ``fresh`` is
+            # written every time but only advances for a location reached first here.
+            w = indices[e]
+            new = frontier & ~state[w, 0]
+            old = state[w, 2]
+            state[w, 2] = old | new
+            fresh[n_fresh] = w
+            n_fresh += (new != 0) & (old == 0)
+    for i in range(n_fresh):
+        w = fresh[i]
+        new = state[w, 2]
+        state[w, 2] = 0
+        touched[n_touched] = w  # kept only if no source had reached w before
+        n_touched += state[w, 0] == 0
+        state[w, 0] |= new
+        state[w, 1] = new
+        m = mass[w]
+        for byte in range(8):
+            tally[byte, (new >> (8 * byte)) & 255] += m
+        active[i] = w
+    return n_fresh, n_touched
+
+
+@njit(cache=True)
+def _spread(tally, out, level):  # pragma: no cover - compiled
+    """Add each ``tally[byte, value]`` to ``out[b, level]`` for the sources b whose bits form
+    ``value`` in that byte, and clear the tally: a location costs eight additions, not one
+    per source."""
+    for byte in range(8):
+        tally[byte, 0] = 0
+        for value in range(1, 256):
+            t = tally[byte, value]
+            if t:
+                tally[byte, value] = 0
+                bits = value
+                b = 8 * byte
+                while bits:
+                    if bits & 1:
+                        out[b, level] += t
+                    bits >>= 1
+                    b += 1
+
+
+@njit(cache=True)
 def _sweep(
     indptr, indices, mass, seed_ptr, first, count, depth,
     state, active, fresh, touched, tally, out,
@@ -114,49 +175,12 @@ def _sweep(
             n_active += 1
             out[b, 0] += mass[v]
     for level in range(1, depth + 1):
-        n_fresh = 0
-        for i in range(n_active):
-            v = active[i]
-            frontier = state[v, 1]
-            state[v, 1] = 0
-            for e in range(indptr[v], indptr[v + 1]):
-                # Branch-free: whether an edge brings new sources is unpredictable, and a
-                # mispredicted branch per edge cost half the sweep's time.  ``fresh`` is
-                # written every time but only advances for a location reached first here.
-                w = indices[e]
-                new = frontier & ~state[w, 0]
-                old = state[w, 2]
-                state[w, 2] = old | new
-                fresh[n_fresh] = w
-                n_fresh += (new != 0) & (old == 0)
-        for i in range(n_fresh):
-            w = fresh[i]
-            new = state[w, 2]
-            state[w, 2] = 0
-            touched[n_touched] = w  # kept only if no source had reached w before
-            n_touched += state[w, 0] == 0
-            state[w, 0] |= new
-            state[w, 1] = new
-            m = mass[w]
-            for byte in range(8):
-                tally[byte, (new >> (8 * byte)) & 255] += m
-            active[i] = w
-        n_active = n_fresh
+        n_active, n_touched = _advance(
+            indptr, indices, mass, state, active, n_active, fresh, touched, n_touched, tally, -1
+        )
         for b in range(count):
             out[b, level] = out[b, level - 1]
-        for byte in range(8):
-            tally[byte, 0] = 0
-            for value in range(1, 256):
-                t = tally[byte, value]
-                if t:
-                    tally[byte, value] = 0
-                    bits = value
-                    b = 8 * byte
-                    while bits:
-                        if bits & 1:
-                            out[b, level] += t
-                        bits >>= 1
-                        b += 1
+        _spread(tally, out, level)
     for i in range(n_active):
         state[active[i], 1] = 0
     for i in range(n_touched):

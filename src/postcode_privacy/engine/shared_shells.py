@@ -22,30 +22,12 @@ import numpy as np
 from numba import njit
 
 from ..graph.graph import Graph
+from .ball_sweeps import _advance, _spread
 from .search import _select_by_prior
 
 __all__ = ["SharedShells", "WORD"]
 
 WORD = 64  # sources per sweep: one bit each in an int64
-
-
-@njit(cache=True)
-def _spread(tally, masses, level):  # pragma: no cover - compiled
-    """Add each ``tally[byte, value]`` to the sources whose bits form ``value`` in that byte,
-    at ``level``, and clear the tally (eight additions a location instead of one a source)."""
-    for byte in range(8):
-        tally[byte, 0] = 0
-        for value in range(1, 256):
-            t = tally[byte, value]
-            if t:
-                tally[byte, value] = 0
-                bits = value
-                b = 8 * byte
-                while bits:
-                    if bits & 1:
-                        masses[b, level] += t
-                    bits >>= 1
-                    b += 1
 
 
 @njit(cache=True)
@@ -139,10 +121,12 @@ def _sweep_picks(
     ``out[k]`` receives the node of shell ``req_shell[k]`` whose cumulative prior, in node
     order, first exceeds ``req_draw[k]``.
 
-    ``state[v]`` holds three bit sets for location v (one cache line's worth together): the
+    ``state[v]`` holds three bit sets for location v (side by side, for the cache): the
     sources that have reached it, that reached it at the last level (the frontier), and that
-    reach it at this one; all zero on entry and on exit.  ``fresh`` and ``touched`` have room for one more than the
-    locations (written one place ahead of their count).  Returns -1, or the index of a
+    reach it at this one; all zero on entry and on exit.  Each level is one step of the
+    table's own sweep (``ball_sweeps._advance``), with the sources done dropped from
+    ``live``.  ``fresh`` and ``touched`` have room for one more than the locations (written
+    one place ahead of their count).  Returns -1, or the index of a
     request whose draw is not below its shell's mass (a table that disagrees with the graph:
     the caller's guard names it).
     """
@@ -178,35 +162,11 @@ def _sweep_picks(
             k += 1
         next_req[b] = k
     for level in range(1, deepest if bad < 0 else 1):
-        n_fresh = 0
-        for i in range(n_active):
-            v = active[i]
-            bits = state[v, 1] & live
-            state[v, 1] = 0
-            if bits == 0:
-                continue
-            for e in range(indptr[v], indptr[v + 1]):
-                # Branch-free, as ShellSearch's _expand: ``fresh`` advances only for a location
-                # first reached at this level.
-                w = indices[e]
-                new = bits & ~state[w, 0]
-                old = state[w, 2]
-                state[w, 2] = old | new
-                fresh[n_fresh] = w
-                n_fresh += (new != 0) & (old == 0)
-        for i in range(n_fresh):
-            w = fresh[i]
-            new = state[w, 2]
-            state[w, 2] = 0
-            touched[n_touched] = w  # kept only if no source had reached w before
-            n_touched += state[w, 0] == 0
-            state[w, 0] |= new
-            state[w, 1] = new
-            m = loc_mass[w]
-            for byte in range(8):
-                tally[byte, (new >> (8 * byte)) & 255] += m
-            active[i] = w
-        n_active = n_fresh  # (the last level's frontier was cleared as it was expanded)
+        # (the last level's frontier is cleared as it is expanded)
+        n_active, n_touched = _advance(
+            indptr, indices, loc_mass, state, active, n_active, fresh, touched, n_touched,
+            tally, live,
+        )  # fmt: skip
         _spread(tally, masses, level)
         wanted = np.int64(0)  # sources with a request at this level
         for b in range(count):
