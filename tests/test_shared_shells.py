@@ -120,6 +120,7 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(seed, mon
     """With a shallow table the bounds leave many records undecided, so both shared sweeps
     (deciding and drawing) do real work on these small graphs."""
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
     rng = random.Random(100 + seed)
     graph = planar_graph(rng, 120, 150, rng.choice([1.0, 0.8]), rng.choice([1, 10]))
     eps = rng.choice(["0.25", "0.5", "1", "2"])
@@ -153,6 +154,7 @@ def test_a_wrong_table_is_caught_on_the_shared_path(together, monkeypatch):
     """Near masses one unit too heavy: each shared sweep's guard refuses them, as the
     one-search path does, before any output is returned."""
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
     rng = random.Random(8)
     graph = planar_graph(rng, 120, 150, 1.0, 4)
     mechanism = Mechanism(graph, "0.5", radius=12)
@@ -180,6 +182,7 @@ def test_dense_batches_share_sweeps_with_any_workers(monkeypatch):
     monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
     monkeypatch.setattr(engine_batch, "SHARED_MIN_GROUPS", 16)
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
     rng = random.Random(44)
     graph = planar_graph(rng, 200, 240, 1.0, 6)
     mechanism = Mechanism(graph, "0.5", radius=14)
@@ -247,6 +250,7 @@ def test_far_mass_rows_too_light_are_caught_on_the_shared_path(monkeypatch):
     deciding sweep's guard checks every ball it explored; the drawing's guard and the
     exploring of groups still undecided see them too)."""
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 3)
+    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 3)
     rng = random.Random(12)
     graph = planar_graph(rng, 150, 180, 1.0, 4)
     mechanism = Mechanism(graph, "0.5", radius=16)
@@ -262,3 +266,23 @@ def test_far_mass_rows_too_light_are_caught_on_the_shared_path(monkeypatch):
     groups = _dense_groups(rng, graph, 4)
     with pytest.raises(RuntimeError, match="far-mass rows disagree"):
         FastSampler(mechanism, profiles=table).sample_groups(context, groups, True)
+
+
+def test_the_deciding_sweep_reaches_at_least_the_floors_hops_past_the_table(monkeypatch):
+    """So its guard sees every ball the floor's exploration saw and every depth the floor
+    reaches: a review found that a shallower sweep let far-mass rows too light past it change
+    an output where one search per postcode refused them."""
+    rng = random.Random(9)
+    graph = planar_graph(rng, 150, 160, 1.0, 4)
+    mechanism = Mechanism(graph, "0.5", radius=40)
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), 3), graph
+    )
+    sampler = FastSampler(mechanism, profiles=table)
+    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 6)
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
+    assert sampler._deciding_depth() == 3 + 6
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 8)
+    assert sampler._deciding_depth() == 3 + 8
+    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 40)  # past R - 1: explore alone
+    assert sampler._deciding_depth() is None

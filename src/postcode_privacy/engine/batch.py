@@ -49,9 +49,10 @@ WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 _ROW_ERRORS_SHOWN = 20
 # Neighbouring postcodes share their sweeps (engine/shared_shells.py) only where a task's
-# groups are dense among consecutive nodes: drawing together gained 5-15% with at least half
-# of them present, and deciding together about 5-10% more with nearly all (a national file),
-# but lost up to a fifth at half density (docs/performance.md, "Shared sweeps").
+# groups are dense among consecutive nodes: with every postcode present, drawing together
+# gained 5-15% in one process and deciding together 5-10% more (a national file); with every
+# second one, drawing together still gained 3-8%, but both together lost 8%, and 19% with
+# every fourth (docs/performance.md, "Shared sweeps").
 SHARED_MIN_GROUPS = 64
 SHARED_DRAW_DENSITY = 0.5
 SHARED_DECIDE_DENSITY = 0.9

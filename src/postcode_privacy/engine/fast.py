@@ -62,9 +62,11 @@ _NONE = np.zeros(0, dtype=np.int64)  # an array not given to ``ShellSearch.disag
 # shell, stage by stage").
 FLOOR_HOPS = 12
 # A shared sweep decides the records the bounds leave undecided, in ``sample_groups``, by
-# exploring their sources this many hops past the profile table, where the radius is at most
-# DECIDING_RADIUS (eps >= about 0.47): further out, at smaller eps, too few are settled there
-# for the sweep to pay (docs/performance.md, "Shared sweeps").
+# exploring their sources this many hops past the profile table (never fewer than FLOOR_HOPS:
+# see ``_deciding_depth``), where the radius is at most DECIDING_RADIUS and that depth is
+# short of R - 1 (on the national graph 58 <= R <= 120, eps from about 0.47 to 0.98): at
+# smaller eps too few are settled there for the sweep to pay (docs/performance.md, "Shared
+# sweeps").
 DECIDING_HOPS = 12
 DECIDING_RADIUS = 120
 
@@ -676,10 +678,17 @@ class FastSampler:
     def _deciding_depth(self) -> int | None:
         """How deep a shared sweep explores the records the table, the rows and the floor
         leave undecided (``_decide_swept``), or None to explore for them one group at a time:
-        ``DECIDING_HOPS`` past the table, where that is within ``DECIDING_RADIUS``."""
+        ``DECIDING_HOPS`` past the table, where that is within ``DECIDING_RADIUS`` and short
+        of R - 1.
+
+        Never fewer than ``FLOOR_HOPS`` past the table: the sweep's guard then sees every ball
+        the floor's exploration saw and every depth the floor reaches (its own hops plus the
+        table's), so no far-mass row or floor value a decision used beyond them goes unchecked
+        where exploring for one group would have checked it (a review found a row too light
+        past a shallower sweep changing an output)."""
         if self.profiles is None or self.radius > DECIDING_RADIUS:
             return None
-        depth = self.profiles.depth + DECIDING_HOPS
+        depth = self.profiles.depth + max(DECIDING_HOPS, FLOOR_HOPS)
         return depth if depth < self.radius - 1 else None
 
     def _decide_swept(
@@ -691,8 +700,9 @@ class FastSampler:
     ) -> list[tuple[int, _Decided]]:
         """Decide the pending records of up to 64 groups from one shared sweep of their
         sources to ``depth`` hops: with shells 0 .. depth exact, the core's bounds, the
-        upper rows' and the floor's (as ``_decide_by_exploring`` uses them) settle most of
-        them.  Groups now decided join ``waiting`` (returned); the rest are decided and drawn
+        far-mass row's and the floor's settle most of them (the landmark rows, which
+        ``_decide_by_exploring`` also uses, are not built at these radii by default; without
+        them fewer are settled here, and the rest explore alone as before).  Groups now decided join ``waiting`` (returned); the rest are decided and drawn
         alone, exploring as ``sample_group`` does.  The sweep's balls are guarded like any
         explored ones before a decision uses them."""
         assert depth is not None
