@@ -286,3 +286,39 @@ def test_the_deciding_sweep_reaches_at_least_the_floors_hops_past_the_table(monk
     assert sampler._deciding_depth() == 3 + 8
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 40)  # past R - 1: explore alone
     assert sampler._deciding_depth() is None
+
+
+def test_a_task_straddling_two_dense_stretches_shares_sweeps_in_each(monkeypatch):
+    """A regional file's postcodes are dense in stretches; a task over two of them is judged
+    stretch by stretch, and the outputs are those of one search per postcode."""
+    assert engine_batch._runs([3, 4, 6, 9, 10]) == [(0, 3), (3, 5)]
+    assert engine_batch._runs([7]) == [(0, 1)]
+    calls = []
+    original = FastSampler.sample_groups
+
+    def counted(self, context, groups, decide_together=False):
+        calls.append((groups[0][0], groups[-1][0]))
+        return original(self, context, groups, decide_together)
+
+    monkeypatch.setattr(FastSampler, "sample_groups", counted)
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10**9)  # one process, one task
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 10**6)
+    rng = random.Random(6)
+    graph = planar_graph(rng, 500, 600, 1.0, 4)
+    mechanism = Mechanism(graph, "1")
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), 4), graph
+    )
+    monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, **k: table)
+    nodes = np.array([v for v in [*range(0, 150), *range(400, 550)] for _ in range(3)])
+    ids = [f"r{i}" for i in range(nodes.size)]
+    key = Key.from_bytes(rng.randbytes(32))
+    got = perturb_nodes(mechanism, key, ids, nodes)
+    assert [first for first, _ in calls] == [1, 400]  # node 0 is the first task, run alone
+    context = mechanism.stream_context(key)
+    alone = FastSampler(mechanism, profiles=table)
+    expected = [
+        alone.sample_group(context, int(v), [canonical_subject_id(i)])[0]
+        for v, i in zip(nodes, ids)
+    ]
+    assert got.tolist() == expected

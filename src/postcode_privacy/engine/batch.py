@@ -54,6 +54,7 @@ _ROW_ERRORS_SHOWN = 20
 # second one, drawing together still gained 3-8%, but both together lost 8%, and 19% with
 # every fourth (docs/performance.md, "Shared sweeps").
 SHARED_MIN_GROUPS = 64
+SHARED_GAP = 2  # consecutive groups this many nodes apart at most belong to one stretch
 SHARED_DRAW_DENSITY = 0.5
 SHARED_DECIDE_DENSITY = 0.9
 
@@ -146,8 +147,8 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     """Output nodes of sorted records start .. stop - 1, in that order.
 
     Where the task's postcodes are dense (most consecutive nodes present, as in a national
-    file), neighbouring groups share their sweeps (``FastSampler.sample_groups``); the outputs
-    are the same either way."""
+    file), neighbouring groups share their sweeps (``FastSampler.sample_groups``), stretch by
+    stretch (``_runs``); the outputs are the same either way."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     out = np.empty(stop - start, dtype=np.int64)
     # A compact store of identifiers (release/draw_ahead.py) decodes a group at once.
@@ -166,17 +167,29 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
         )
         for i, j in pieces
     ]
-    span = int(nodes[stop - 1]) - int(nodes[start]) + 1 if stop > start else 1
-    density = len(pieces) / span
-    if len(pieces) >= SHARED_MIN_GROUPS and density >= SHARED_DRAW_DENSITY:
-        drawn = sampler.sample_groups(
-            context, groups, decide_together=density >= SHARED_DECIDE_DENSITY
-        )
-    else:
-        drawn = [sampler.sample_group(context, node, sids) for node, sids in groups]
+    drawn: list[list[int]] = []
+    for first, last in _runs([node for node, _ in groups]):
+        run = groups[first:last]
+        density = len(run) / (run[-1][0] - run[0][0] + 1)
+        if len(run) >= SHARED_MIN_GROUPS and density >= SHARED_DRAW_DENSITY:
+            together = density >= SHARED_DECIDE_DENSITY
+            drawn += sampler.sample_groups(context, run, decide_together=together)
+        else:
+            drawn += [sampler.sample_group(context, node, sids) for node, sids in run]
     for (i, j), outputs in zip(pieces, drawn):
         out[i - start : j - start] = outputs
     return out
+
+
+def _runs(group_nodes: list[int]) -> list[tuple[int, int]]:
+    """``[first, last)`` of the runs of groups whose nodes follow each other with gaps of at
+    most ``SHARED_GAP``: a task may straddle the end of a dense stretch (a regional file's
+    area, say), and each stretch is judged on its own."""
+    cuts = [
+        k for k in range(1, len(group_nodes)) if group_nodes[k] - group_nodes[k - 1] > SHARED_GAP
+    ]
+    bounds = [0, *cuts, len(group_nodes)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _worker_init() -> None:
