@@ -29,6 +29,7 @@ from postcode_privacy.engine import (
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.engine.search import ball_disagreement
 from postcode_privacy.errors import InvalidParameterError
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id
@@ -430,7 +431,7 @@ def test_a_floor_above_the_balls_explored_is_refused():
 
 
 def test_the_guard_names_the_table_before_the_rows():
-    """``ShellSearch.disagreement``: the explored balls checked against a table row (equal), a
+    """``search.ball_disagreement``: the explored balls checked against a table row (equal), a
     floor (no lighter) and a far-mass row (no heavier), each as far as it reaches.  A wrong
     table or floor is named whatever the depth, even past a shallower failure of the row, as
     the message tells the user which cache to delete (found by a review)."""
@@ -445,19 +446,23 @@ def test_the_guard_names_the_table_before_the_rows():
     balls = np.cumsum(search.masses[: search.n_shells])
     row = table[graph.node_location[node]]
     none = np.zeros(0, dtype=np.int64)
-    assert search.disagreement(row, balls, balls + 1) == 0  # equal, at the floor, under the row
-    assert search.disagreement(none, none, none) == 0
+
+    def disagreement(table_row, floor, far_row):
+        return ball_disagreement(search.masses, search.n_shells, table_row, floor, far_row)
+
+    assert disagreement(row, balls, balls + 1) == 0  # equal, at the floor, under the row
+    assert disagreement(none, none, none) == 0
     deep_wrong = row.copy()
     deep_wrong[5] += 1
     shallow_low = balls.copy()
     shallow_low[1:] -= 1  # the row too small from one hop on
-    assert search.disagreement(none, none, shallow_low) == 2
-    assert search.disagreement(deep_wrong, none, none) == 1
-    assert search.disagreement(deep_wrong, none, shallow_low) == 1  # the table named first
+    assert disagreement(none, none, shallow_low) == 2
+    assert disagreement(deep_wrong, none, none) == 1
+    assert disagreement(deep_wrong, none, shallow_low) == 1  # the table named first
     floor_high = balls.copy()
     floor_high[4] += 1
-    assert search.disagreement(none, floor_high, shallow_low) == 1
-    assert search.disagreement(row[:1], none, none) == 0  # B_0 is the node, not its location
+    assert disagreement(none, floor_high, shallow_low) == 1
+    assert disagreement(row[:1], none, none) == 0  # B_0 is the node, not its location
 
 
 def test_which_table_a_batch_uses(cache, monkeypatch):

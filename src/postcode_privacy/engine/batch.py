@@ -54,8 +54,9 @@ _ROW_ERRORS_SHOWN = 20
 # second one, drawing together still gained 3-8%, but both together lost 8%, and 19% with
 # every fourth (docs/performance.md, "Shared sweeps").
 SHARED_MIN_GROUPS = 64
-SHARED_GAP = 2  # consecutive groups this many nodes apart at most belong to one stretch
-SHARED_DRAW_DENSITY = 0.5
+# Consecutive groups at most this many nodes apart belong to one stretch, so a stretch always
+# holds more than half the nodes from its first to its last: dense enough to draw together.
+SHARED_GAP = 2
 SHARED_DECIDE_DENSITY = 0.9
 
 
@@ -170,8 +171,8 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     drawn: list[list[int]] = []
     for first, last in _runs([node for node, _ in groups]):
         run = groups[first:last]
-        density = len(run) / (run[-1][0] - run[0][0] + 1)
-        if len(run) >= SHARED_MIN_GROUPS and density >= SHARED_DRAW_DENSITY:
+        if len(run) >= SHARED_MIN_GROUPS:
+            density = len(run) / (run[-1][0] - run[0][0] + 1)
             together = density >= SHARED_DECIDE_DENSITY
             drawn += sampler.sample_groups(context, run, decide_together=together)
         else:

@@ -46,7 +46,7 @@ from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
-from .search import ShellSearch, _disagreement
+from .search import ShellSearch, ball_disagreement
 from .shared_shells import WORD, SharedShells
 
 __all__ = ["Bracket", "Brackets", "FastSampler", "wants_bracket"]
@@ -279,7 +279,7 @@ def _guard(
     the group was decided with (``FastSampler._check_explored`` says why)."""
     if table_row is None and floor is None and far_row is None:
         return
-    found = _disagreement(
+    found = ball_disagreement(
         masses,
         n_shells,
         _NONE if table_row is None else table_row,
@@ -564,7 +564,7 @@ class FastSampler:
             pending = still
             if not pending:
                 return shells, []
-        if defer and self.profiles is not None:
+        if defer:
             return shells, pending
         self._decide_by_exploring(group, shells, pending)
         return shells, []
@@ -700,17 +700,14 @@ class FastSampler:
     ) -> list[tuple[int, _Decided]]:
         """Decide the pending records of up to 64 groups from one shared sweep of their
         sources to ``depth`` hops: with shells 0 .. depth exact, the core's bounds, the
-        far-mass row's and the floor's settle most of them (the landmark rows, which
-        ``_decide_by_exploring`` also uses, are not built at these radii by default; without
-        them fewer are settled here, and the rest explore alone as before).  Groups now decided join ``waiting`` (returned); the rest are decided and drawn
-        alone, exploring as ``sample_group`` does.  The sweep's balls are guarded like any
-        explored ones before a decision uses them."""
+        upper rows' (``_rows_z_high``) and the floor's settle most of them.  Groups now
+        decided join ``waiting`` (returned); the rest are decided and drawn alone, exploring
+        as ``sample_group`` does.  The sweep's balls are guarded like any explored ones
+        before a decision uses them."""
         assert depth is not None
-        if self._shared is None:
-            self._shared = SharedShells(self.graph, self.search.loc_mass)
         count = len(undecided)
         empty = np.zeros(0, dtype=np.int64)
-        _, masses, _ = self._shared.pick(
+        _, masses, _ = self._sweeps().pick(
             np.array([d.group.node for _, d in undecided], dtype=np.int64),
             np.full(count, depth + 1, dtype=np.int64),
             np.zeros(count + 1, dtype=np.int64),
@@ -726,11 +723,9 @@ class FastSampler:
             cumulative = list(accumulate(map(mul, powers, shell_masses)))
             explored = sum(shell_masses)
             z_low, z_high = self._bounds(cumulative, explored, None, decided.floor)
-            location = int(self.graph.node_location[group.node])
-            if self.far is not None:
-                tighter = self._far_z_high(location, cumulative, explored)
-                if tighter is not None and tighter < z_high:
-                    z_high = tighter
+            tighter = self._rows_z_high(group.node, cumulative, explored)
+            if tighter is not None and tighter < z_high:
+                z_high = tighter
             pending = decided.pending
             settled, still = _decide_all(
                 cumulative,
@@ -745,10 +740,8 @@ class FastSampler:
             if still:  # as sample_group: explore for them, then draw alone
                 self.search.start(group.node)
                 self._floor, self._far_row = decided.floor, decided.far_row
-                left = [pending[k] for k in still]
-                for r in left:
-                    shells[r] = _UNDECIDED
-                self._decide_by_exploring(group, shells, left)
+                # (``_decide_all`` left their shells ``_UNDECIDED``)
+                self._decide_by_exploring(group, shells, [pending[k] for k in still])
                 outputs[i] = self._draw_alone(decided._replace(shells=shells, pending=[]))
                 continue
             self.stats["decided_by_sweep"] += 1
@@ -834,6 +827,12 @@ class FastSampler:
         stats["locations_explored"] += search.locations_explored
         return out
 
+    def _sweeps(self) -> SharedShells:
+        """The shared sweeps' buffers (made on first use: only dense batches need them)."""
+        if self._shared is None:
+            self._shared = SharedShells(self.graph, self.search.loc_mass)
+        return self._shared
+
     def _can_share(self, decided: _Decided) -> bool:
         """Whether a shared sweep can draw this group: every shell decided within the table's
         depth (so the member draws can use the table's shell masses, which the guard then
@@ -853,8 +852,6 @@ class FastSampler:
         """Steps 3 and 4 of the module docstring for up to 64 groups in one shared sweep
         (``SharedShells.pick``), into ``outputs``; every group is guarded as ``_draw_alone``
         guards it, on the masses the sweep found, before any output is kept."""
-        if self._shared is None:
-            self._shared = SharedShells(self.graph, self.search.loc_mass)
         sources, n_shells, req_ptr, req_shell, req_draw, req_record = [], [], [0], [], [], []
         for _, decided in waiting:
             group, shells, known = decided.group, decided.shells, decided.table_masses
@@ -869,7 +866,7 @@ class FastSampler:
             req_draw += [d for _, d, _ in requests]
             req_record += [r for _, _, r in requests]
             req_ptr.append(len(req_shell))
-        found, swept, bad = self._shared.pick(
+        found, swept, bad = self._sweeps().pick(
             np.array(sources, dtype=np.int64),
             np.array(n_shells, dtype=np.int64),
             np.array(req_ptr, dtype=np.int64),

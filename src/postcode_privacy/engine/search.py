@@ -35,7 +35,7 @@ from ..errors import InvalidParameterError
 from ..graph.compiled import location_masses
 from ..graph.graph import Graph
 
-__all__ = ["ShellSearch", "location_distances", "pair_table", "ball_bounds"]
+__all__ = ["ShellSearch", "ball_disagreement", "location_distances", "pair_table", "ball_bounds"]
 
 # Relative margin the float guide demands before it stops exploring.  Float rounding in the guide
 # is far smaller; a wrong guess only costs further exploration steps, never an output.
@@ -513,7 +513,7 @@ def _ball_floor(order, shell_ptr, table, hops, out):
 
 
 @njit(cache=True)
-def _disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: no cover - compiled
+def ball_disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: no cover - compiled
     """Whether the explored balls pi(B_0) .. pi(B_{n-1}) disagree with what the engine was
     told of them: 1 if a ball differs from ``table_row`` (location balls, from k = 1; B_0 is
     the source alone) or is lighter than ``floor``, else 2 if one is heavier than ``far_row``;
@@ -700,12 +700,6 @@ class ShellSearch:
         out = np.zeros(int(radius), dtype=np.int64)
         _ball_floor(self._order, self._shell_ptr, table, int(hops), out)
         return out
-
-    def disagreement(self, table_row: np.ndarray, floor: np.ndarray, far_row: np.ndarray) -> int:
-        """0 if the explored balls agree with a profile-table row (equal), a floor (no
-        lighter) and a far-mass row (no heavier), as far as each reaches (pass empty arrays
-        for those not used); else 1 (the table or the floor) or 2 (the far-mass row)."""
-        return int(_disagreement(self.masses, self.n_shells, table_row, floor, far_row))
 
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
