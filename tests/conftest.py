@@ -21,9 +21,23 @@ def national_graph():
     session and the test is marked ``national`` (and so ``slow``) automatically.  Tests that
     need it fail, never skip, if it cannot be had: it ships with the package.
     """
-    from postcode_privacy import default_graph
+    return _national_graph()
 
-    return default_graph(progress=False)
+
+def _national_graph():
+    """``default_graph()``, one test process at a time: under ``pytest -n`` on a clean machine
+    the first process builds and caches the graph while the others wait, then load it (the
+    cache's atomic writes make concurrent builds safe, but each would cost half a minute)."""
+    import fcntl
+
+    from postcode_privacy import default_graph
+    from postcode_privacy.graph.national import cache_dir
+
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "tests-national-graph.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return default_graph(progress=False)
 
 
 @pytest.fixture

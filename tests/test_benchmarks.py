@@ -37,9 +37,23 @@ def test_every_benchmark_declares_smoke():
     assert missing == [], f"benchmarks without a --smoke option: {missing}"
 
 
+def uses_national_graph(script: Path) -> bool:
+    return "default_graph" in script.read_text(encoding="utf-8")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", [s for s in SCRIPTS if declares_smoke(s)], ids=lambda s: s.name)
-def test_benchmark_smoke_run(script, tmp_path):
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(s, marks=[pytest.mark.national] if uses_national_graph(s) else [])
+        for s in SCRIPTS
+        if declares_smoke(s)
+    ],
+    ids=lambda s: s.name,
+)
+def test_benchmark_smoke_run(script, tmp_path, request):
+    if uses_national_graph(script):  # cached before the script loads it (conftest.py)
+        request.getfixturevalue("national_graph")
     # The scripts import the package under test, wherever the tests import it from.
     src = str(Path(postcode_privacy.__file__).resolve().parent.parent)
     env = dict(

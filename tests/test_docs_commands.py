@@ -115,6 +115,7 @@ def test_block_parser_sees_each_fence():
 
 
 @pytest.mark.parametrize("page", PAGES)
+@pytest.mark.usefixtures("national_graph")  # in the cache before `demo` loads it (conftest.py)
 def test_page_runs_as_written(page, tmp_path):
     (tmp_path / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     script = page_script(page, tmp_path)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 import warnings
 from pathlib import Path
 
@@ -311,7 +312,9 @@ def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, 
     """A real CLI process stopped while its workers draw (release pass, several chunks), or its
     whole process group (Ctrl-C on a terminal): exit code 130, nothing but the input in the
     directory, and no worker process left behind."""
-    argv, env = _cli_release(grid, tmp_path, 400_000, "out-marker-review", "--chunk-size", "20000")
+    # A marker of its own: the cases may run at once in two test processes (pytest -n).
+    marker = f"out-marker-{uuid.uuid4().hex}"
+    argv, env = _cli_release(grid, tmp_path, 400_000, marker, "--chunk-size", "20000")
     log = tmp_path.parent / f"{tmp_path.name}.stderr"
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
@@ -320,7 +323,7 @@ def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, 
         try:
             deadline = time.monotonic() + 120
             # Wait for the release pass with workers: several processes carry the marker.
-            while len(_processes_naming("out-marker-review")) < 2:
+            while len(_processes_naming(marker)) < 2:
                 assert proc.poll() is None, log.read_text()
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
@@ -336,7 +339,7 @@ def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, 
                 proc.wait()
     assert code == 130, log.read_text()
     time.sleep(0.5)
-    assert _processes_naming("out-marker-review") == []
+    assert _processes_naming(marker) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.key", "g.ppgraph", "in.csv"]
 
 
@@ -355,12 +358,14 @@ entry_point()
 """
 
 
+@pytest.mark.slow  # a CLI process and its workers on 30,000 records (about 3 s)
 @pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="needs os.register_at_fork")
 def test_a_stop_signal_during_the_fork_of_the_workers_is_not_lost(grid, tmp_path):
     """SIGTERM arriving while the workers are being forked stops the release (exit code 130,
     nothing written, no worker left) instead of being dropped in a fork callback and the
     release running on to write its output (found by the test above, once in many runs)."""
-    argv, env = _cli_release(grid, tmp_path, 30_000, "out-marker-fork")
+    marker = f"out-marker-{uuid.uuid4().hex}"
+    argv, env = _cli_release(grid, tmp_path, 30_000, marker)
     done = subprocess.run(
         [sys.executable, "-c", RUN_CLI_SIGNALLED_AT_FORK, *argv],
         env=env,
@@ -371,7 +376,7 @@ def test_a_stop_signal_during_the_fork_of_the_workers_is_not_lost(grid, tmp_path
     assert done.returncode == 130, done.stderr
     assert "Exception ignored" not in done.stderr
     time.sleep(0.5)
-    assert _processes_naming("out-marker-fork") == []
+    assert _processes_naming(marker) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.key", "g.ppgraph", "in.csv"]
 
 
