@@ -20,14 +20,11 @@ def national_graph():
     Every test that needs the national graph takes this fixture, so it is loaded once per test
     session and the test is marked ``national`` (and so ``slow``) automatically.  Tests that
     need it fail, never skip, if it cannot be had: it ships with the package.
+
+    One test process at a time: under ``pytest -n`` on a clean machine the first builds and
+    caches the graph while the others wait, then load it (the cache's atomic writes make
+    concurrent builds safe, but each would cost half a minute).
     """
-    return _national_graph()
-
-
-def _national_graph():
-    """``default_graph()``, one test process at a time: under ``pytest -n`` on a clean machine
-    the first process builds and caches the graph while the others wait, then load it (the
-    cache's atomic writes make concurrent builds safe, but each would cost half a minute)."""
     import fcntl
 
     from postcode_privacy import default_graph

@@ -52,7 +52,7 @@ def uses_national_graph(script: Path) -> bool:
     ids=lambda s: s.name,
 )
 def test_benchmark_smoke_run(script, tmp_path, request):
-    if uses_national_graph(script):  # cached before the script loads it (conftest.py)
+    if request.node.get_closest_marker("national"):  # cached before the script loads it
         request.getfixturevalue("national_graph")
     # The scripts import the package under test, wherever the tests import it from.
     src = str(Path(postcode_privacy.__file__).resolve().parent.parent)

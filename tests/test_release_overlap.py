@@ -284,10 +284,12 @@ def _processes_naming(marker: str) -> list[int]:
     return found
 
 
-def _cli_release(grid, tmp_path, n, marker, *options):
-    """(argv, env) of a ``perturb`` CLI run with two workers on ``n`` records in ``tmp_path``
-    (graph, key and input written there), its output named after ``marker`` so that its
-    processes can be found (``_processes_naming``)."""
+def _cli_release(grid, tmp_path, n, *options):
+    """(argv, env, marker) of a ``perturb`` CLI run with two workers on ``n`` records in
+    ``tmp_path`` (graph, key and input written there), its output named after ``marker`` so
+    that its processes can be found (``_processes_naming``).  The marker is this run's own:
+    tests may run at once in several test processes (pytest -n)."""
+    marker = f"out-marker-{uuid.uuid4().hex}"
     graph, codes = grid
     graph.save(tmp_path / "g.ppgraph")
     write_key_file(KEY, tmp_path / "a.key")
@@ -300,7 +302,7 @@ def _cli_release(grid, tmp_path, n, marker, *options):
         "--id-column", "person", "--postcode-column", "pc", "--graph", str(tmp_path / "g.ppgraph"),
         "--key", str(tmp_path / "a.key"), *options,
     ]  # fmt: skip
-    return argv, env
+    return argv, env, marker
 
 
 @pytest.mark.slow  # a CLI process on 400,000 records per case
@@ -312,9 +314,7 @@ def test_a_stop_signal_mid_release_leaves_no_file_and_no_worker(grid, tmp_path, 
     """A real CLI process stopped while its workers draw (release pass, several chunks), or its
     whole process group (Ctrl-C on a terminal): exit code 130, nothing but the input in the
     directory, and no worker process left behind."""
-    # A marker of its own: the cases may run at once in two test processes (pytest -n).
-    marker = f"out-marker-{uuid.uuid4().hex}"
-    argv, env = _cli_release(grid, tmp_path, 400_000, marker, "--chunk-size", "20000")
+    argv, env, marker = _cli_release(grid, tmp_path, 400_000, "--chunk-size", "20000")
     log = tmp_path.parent / f"{tmp_path.name}.stderr"
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
@@ -364,8 +364,7 @@ def test_a_stop_signal_during_the_fork_of_the_workers_is_not_lost(grid, tmp_path
     """SIGTERM arriving while the workers are being forked stops the release (exit code 130,
     nothing written, no worker left) instead of being dropped in a fork callback and the
     release running on to write its output (found by the test above, once in many runs)."""
-    marker = f"out-marker-{uuid.uuid4().hex}"
-    argv, env = _cli_release(grid, tmp_path, 30_000, marker)
+    argv, env, marker = _cli_release(grid, tmp_path, 30_000)
     done = subprocess.run(
         [sys.executable, "-c", RUN_CLI_SIGNALLED_AT_FORK, *argv],
         env=env,
