@@ -5,8 +5,10 @@ Each row of the table (``--rows``; see ``ROWS``) is one workload at the default 
 1. a CSV (id, postcode) is written: distinct random postcodes, rows over a fixed set of
    distinct postcodes, or rows whose postcodes are drawn from the whole graph;
 2. ``postcode-privacy perturb`` runs on it as a subprocess (all usable cores, the CLI's
-   defaults), timing the wall clock and CPU time and sampling the summed PSS of the process
-   tree (the CLI and its workers) every 0.1 s;
+   defaults), timing the wall clock and CPU time; then, by default, the same release runs
+   again while the summed PSS of its process tree (the CLI and its workers) is sampled every
+   0.1 s, and the two outputs must be the same bytes (``--memory``: sampling slows the run
+   it watches, so it is not the timed run);
 3. the first few outputs are checked against the reference sampler
    (``Mechanism.perturb_reference``);
 4. for repeated postcodes, the same release runs in this process through ``perturb_frame``, so
@@ -79,8 +81,13 @@ def _memory(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
-def run_cli(args: list[str]) -> dict:
-    """Run the CLI; wall time, CPU time of the tree and peak memory."""
+def run_cli(args: list[str], sample_memory: bool) -> dict:
+    """Run the CLI; wall time and CPU time of the tree, and with ``sample_memory`` peak memory.
+
+    Sampling reads /proc/*/smaps_rollup of every process every 0.1 s, which walks the page
+    tables of the mapped graph and table: on two cores it slowed a 4 to 6 s release by 0.3 to
+    1.7 s, so the timed run and the memory run are separate runs (``--memory``).
+    """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -93,15 +100,24 @@ def run_cli(args: list[str]) -> dict:
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    if sample_memory:
+        watcher.start()
     out, err = proc.communicate()
     wall = time.perf_counter() - started
-    watcher.join()
+    if sample_memory:
+        watcher.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"CLI failed ({proc.returncode}): {err.decode()[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall": wall, "cpu": cpu, "peak_pss": peak[0], "peak_rss": peak[1]}
+
+
+def _sha256_of(path: Path) -> str:
+    import hashlib
+
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def load_average() -> str:
@@ -315,9 +331,19 @@ def write_workload(graph, path: Path, records: int, distinct, seed: int) -> tupl
     return ids[:300].tolist(), nodes[:300].tolist()
 
 
-def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) -> dict:
-    """One row: the CLI (wall, CPU, peak PSS), a check against the reference on a few records,
-    and for repeated postcodes the same release in process through perturb_frame."""
+def run_row(
+    graph,
+    name: str,
+    spec: tuple,
+    tmp: Path,
+    key: Key,
+    key_path: Path,
+    memory: str = "separate",
+    repeat: int = 1,
+) -> dict:
+    """One row: the CLI (wall and CPU of the median of ``repeat`` runs, peak PSS), a check
+    against the reference on a few records, and for repeated postcodes the same release in
+    process through perturb_frame (the median of ``repeat`` runs too)."""
     import pandas as pd
 
     from postcode_privacy import perturb_frame
@@ -326,36 +352,49 @@ def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) 
     source = tmp / f"{name}.csv"
     ids, nodes = write_workload(graph, source, records, distinct, seed=len(name) * 7919)
     output = tmp / f"{name}-released.csv"
+    argv = [
+        CLI,
+        "perturb",
+        str(source),
+        "-o",
+        str(output),
+        "--key",
+        str(key_path),
+        "--epsilon",
+        eps,
+        "--id-column",
+        "id",
+        "--postcode-column",
+        "postcode",
+        "-q",
+        "--force",
+    ]
     load_before = load_average()
-    measured = run_cli(
-        [
-            CLI,
-            "perturb",
-            str(source),
-            "-o",
-            str(output),
-            "--key",
-            str(key_path),
-            "--epsilon",
-            eps,
-            "--id-column",
-            "id",
-            "--postcode-column",
-            "postcode",
-            "-q",
-            "--force",
-        ]
-    )
+    runs = []  # the timed runs, each writing the same bytes
+    for _ in range(repeat):
+        runs.append(run_cli(argv, sample_memory=memory == "during"))
+        runs[-1]["sha256"] = _sha256_of(output)
+    load_after = load_average()
+    if memory == "separate":  # the same release again, sampled for its peak memory
+        again = run_cli(argv, sample_memory=True)
+        again["sha256"] = _sha256_of(output)
+        runs[0]["peak_pss"] = again["peak_pss"]
+        runs.append(again)
+    if len({run["sha256"] for run in runs}) != 1:
+        raise SystemExit(f"{name}: runs of the same release wrote different bytes")
+    timed = sorted(runs[:repeat], key=lambda run: run["wall"])
+    measured = dict(timed[(repeat - 1) // 2], peak_pss=max(run["peak_pss"] for run in runs))
     row = {
         "name": name,
         "workload": workload,
         "eps": eps,
         "records": records,
         "rate": records / measured["wall"],
+        "rates": [records / run["wall"] for run in timed],
         "cpu_rate": records / measured["cpu"],
         "wall": measured["wall"],
-        "pss": measured["peak_pss"] / 2**30,
-        "load": f"{load_before} → {load_average()}",
+        "pss": measured["peak_pss"] / 2**30 if memory != "none" else None,
+        "load": f"{load_before} → {load_after}",
         "in_process": None,
     }
     mechanism = Mechanism(graph, eps)
@@ -368,11 +407,14 @@ def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) 
         raise SystemExit(f"{name}: the CLI's outputs differ from the reference sampler")
     if distinct != "graph" and (distinct is not None or float(eps) >= 1):
         frame = pd.read_csv(source, dtype=str, keep_default_na=False)
-        started = time.perf_counter()
-        result = perturb_frame(
-            frame, key=key, epsilon=eps, id_column="id", postcode_column="postcode", graph=graph
-        )
-        row["in_process"] = records / (time.perf_counter() - started)
+        rates = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            result = perturb_frame(
+                frame, key=key, epsilon=eps, id_column="id", postcode_column="postcode", graph=graph
+            )
+            rates.append(records / (time.perf_counter() - started))
+        row["in_process"] = sorted(rates)[(repeat - 1) // 2]
         if result["postcode_dp"].tolist()[:k] != reference:
             raise SystemExit(f"{name}: perturb_frame differs from the reference sampler")
     output.unlink()
@@ -380,7 +422,7 @@ def run_row(graph, name: str, spec: tuple, tmp: Path, key: Key, key_path: Path) 
     return row
 
 
-def table_benchmark(graph, rows: dict) -> None:
+def table_benchmark(graph, rows: dict, memory: str = "separate", repeat: int = 1) -> None:
     """Every chosen row of the issue's table, then one clean Markdown table."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -388,18 +430,20 @@ def table_benchmark(graph, rows: dict) -> None:
         key_path = tmp / "bench.key"
         key = Key.generate()
         write_key_file(key, key_path)
-        startup = run_row(graph, "start-up", ("100 records", "2", 100, None), tmp, key, key_path)
+        startup = run_row(
+            graph, "start-up", ("100 records", "2", 100, None), tmp, key, key_path, memory="none"
+        )
         print(
             f"fixed cost of one CLI run (start, imports, graph load and checks, 100 records): "
             f"{startup['wall']:.1f} s wall",
             flush=True,
         )
         for name, spec in rows.items():
-            row = run_row(graph, name, spec, tmp, key, key_path)
+            row = run_row(graph, name, spec, tmp, key, key_path, memory, repeat)
             results.append(row)
             print(
-                f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s), "
-                f"load {row['load']}",
+                f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s; "
+                f"runs: {', '.join(f'{r:,.0f}' for r in row['rates'])}), load {row['load']}",
                 flush=True,
             )
     print(
@@ -411,9 +455,10 @@ def table_benchmark(graph, rows: dict) -> None:
     for r in results:
         inproc = f"{r['in_process']:,.0f}/s" if r["in_process"] else ""
         ratio = f"{r['in_process'] / r['rate']:.2f}×" if r["in_process"] else ""
+        pss = "" if r["pss"] is None else f"{r['pss']:.2f} GiB"
         print(
             f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
-            f"| {inproc} | {ratio} | {r['wall']:.0f} s | {r['pss']:.2f} GiB | {r['load']} |"
+            f"| {inproc} | {ratio} | {r['wall']:.0f} s | {pss} | {r['load']} |"
         )
     print(f"\n{usable_cpus()} usable CPUs; load average at end: {load_average()}")
 
@@ -452,6 +497,22 @@ def main() -> None:
         help="run the chosen rows on N records instead of the table's count (to sample a slow "
         "row); the table says so",
     )
+    parser.add_argument(
+        "--memory",
+        choices=("separate", "during", "none"),
+        default="separate",
+        help="peak memory from a second run of each release (separate, the default: sampling "
+        "slows the run it watches), from the timed run itself (during: one run, for the "
+        "national row; its time is then a little slower), or not at all (none)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
+        help="time each release N times and report the median run (the rates of all N are "
+        "printed with it): on a shared two-core machine one run can be a quarter off",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
     parser.add_argument(
@@ -485,7 +546,7 @@ def main() -> None:
             for n, (w, e, _, d) in rows.items()
         }
     ensure_profiles(graph)
-    table_benchmark(graph, rows)
+    table_benchmark(graph, rows, args.memory, args.repeat)
     if args.exploration:
         exploration(graph, args.epsilons.split(","), args.exploration)
     if args.profile:
