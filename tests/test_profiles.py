@@ -29,7 +29,7 @@ from postcode_privacy.engine import (
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
-from postcode_privacy.engine.search import ball_disagreement
+from postcode_privacy.engine.search import ShellSearch, ball_disagreement
 from postcode_privacy.errors import InvalidParameterError
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id
@@ -330,6 +330,96 @@ def test_the_profile_path_is_taken_and_equals_the_reference():
         hits += sampler.stats["profile_hits"] + sampler.stats["row_hits"]
         records += len(ids)
     assert hits > records / 2
+
+
+def test_one_call_draws_what_the_search_and_its_pick_draw():
+    """``ShellSearch.draw_one`` (start, explore, guard and pick in one compiled call, for a
+    record with a postcode of its own) gives ``pick_one``'s node after ``start`` and
+    ``explore_to``, leaves the search where they leave it, reports a disagreeing table row
+    or floor (1) or far-mass row (2) before picking, and refuses a shell or draw out of
+    range."""
+    rng = random.Random(41)
+    none = np.zeros(0, dtype=np.int64)
+    checked = guarded = 0
+    for _ in range(30):
+        graph = planar_graph(rng, rng.randrange(1, 50), rng.randrange(50, 80), 1.0, 12)
+        mechanism = Mechanism(graph, rng.choice(["0.3", "1", "2"]))
+        table = engine_profiles.build_profiles(graph, loc_mass(graph), 12)
+        one, two = FastSampler(mechanism).search, FastSampler(mechanism).search
+        for _ in range(20):
+            node = rng.randrange(len(graph))
+            one.start(node)
+            one.explore_to(one.max_shells)
+            shell = rng.choice(np.flatnonzero(one.masses[: one.n_shells]).tolist())
+            mass = int(one.masses[shell])
+            draw = rng.randrange(mass)
+            one.start(node)
+            one.explore_to(shell + 1)
+            row = table[graph.node_location[node]]
+            picked = one.pick_one(shell, draw)
+            assert two.draw_one(node, shell, draw, row, none, none) == (picked, 0)
+            assert (two.source, two.n_shells) == (one.source, one.n_shells)
+            assert two.locations_explored == one.locations_explored
+            assert two.masses[: two.n_shells].tolist() == one.masses[: one.n_shells].tolist()
+            if 1 <= shell < row.size:  # the balls from 1 hop on are checked against the rows
+                balls = np.cumsum(one.masses[: one.n_shells])
+                assert two.draw_one(node, shell, draw, row, balls, balls) == (picked, 0)
+                heavy, light, high = row.copy(), balls.copy(), balls.copy()
+                heavy[shell] += 1
+                light[shell] -= 1
+                high[shell] += 1
+                assert two.draw_one(node, shell, draw, heavy, none, none) == (-1, 1)
+                assert two.draw_one(node, shell, draw, row, none, light) == (-1, 2)
+                assert two.draw_one(node, shell, draw, row, high, none) == (-1, 1)
+                guarded += 1
+            with pytest.raises(InvalidParameterError):
+                two.draw_one(node, shell, mass, row, none, none)
+            checked += 1
+        with pytest.raises(InvalidParameterError):
+            two.draw_one(0, two.max_shells, 0, table[0], none, none)
+    assert checked == 600 and guarded > 200, guarded
+
+
+def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
+    """Records with a postcode of their own whose shell the table settles take the one-call
+    path (``FastSampler._sample_one``) and draw the reference's outputs; the others fall
+    back to the general path.  With near masses wrong, the one-call path refuses the table
+    as the general path does."""
+    rng = random.Random(43)
+    taken: list[int] = []  # what each one-call draw found (0: drawn; 1: refused)
+    real = ShellSearch.draw_one
+
+    def counted(self, *args):
+        found = real(self, *args)
+        taken.append(found[1])
+        return found
+
+    monkeypatch.setattr(ShellSearch, "draw_one", counted)
+    refused_in_one_call = records = 0
+    for case in range(40):
+        mechanism, key, ids, codes = random_case(rng)
+        graph = mechanism.graph
+        built = engine_profiles.build_profiles(graph, loc_mass(graph), rng.choice([1, 3, 30]))
+        wrong = case % 4 == 3
+        if wrong:
+            built[:, 1:] += 1
+        sampler = FastSampler(mechanism, profiles=engine_profiles.BallProfiles(built, graph))
+        context = mechanism.stream_context(key)
+        got = []
+        try:
+            for subject, code in zip(ids, codes):
+                calls = len(taken)
+                node = graph.index_of(code)
+                got.append(sampler.sample_group(context, node, [canonical_subject_id(subject)]))
+        except RuntimeError as exc:
+            assert wrong and "disagree" in str(exc)
+            refused_in_one_call += len(taken) > calls and taken[-1] == 1
+            continue
+        if not wrong:
+            assert [graph.label(g[0]) for g in got] == mechanism.perturb_reference(key, ids, codes)
+            records += len(ids)
+    assert refused_in_one_call > 2 and records > 700, (refused_in_one_call, records)
+    assert taken.count(0) > records / 2
 
 
 @pytest.mark.parametrize("seed", range(3))

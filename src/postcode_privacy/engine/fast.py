@@ -286,6 +286,11 @@ def _guard(
         _NONE if floor is None else floor,
         _NONE if far_row is None else far_row,
     )
+    _refuse_disagreement(found, sampler)
+
+
+def _refuse_disagreement(found: int, sampler: FastSampler) -> None:
+    """Stop with the error for ``ball_disagreement``'s finding (nothing for 0)."""
     if found == 1:
         raise RuntimeError(
             "the ball-mass profiles disagree with the graph; delete the cached profiles"
@@ -295,6 +300,22 @@ def _guard(
             "the far-mass rows disagree with the graph; delete the cached "
             f"clusters-{sampler.graph.sha256[:32]}-* files in the cache directory"
         )
+
+
+def _member_value(
+    context: StreamContext, subject_id: str, label: str, n: int, first_block: int
+) -> int:
+    """The record's ``uniform_int(n, MEMBER)``, its first block already read: attempt 0 keeps
+    the top bit_length(n - 1) bits of block 0; only a rejected attempt needs the stream."""
+    if n < 1:
+        raise ValueError("n must be positive")  # as uniform_int; C rules it out
+    drop = BLOCK_BITS - (n - 1).bit_length()
+    value = first_block >> drop if n > 1 else 0
+    attempt = 0
+    while value >= n:  # rejected: attempt c reads block c, as uniform_int does
+        attempt += 1
+        value = context.block_int(subject_id, label, MEMBER, attempt) >> drop
+    return value
 
 
 class _Group:
@@ -615,18 +636,8 @@ class FastSampler:
 
     @staticmethod
     def _member_draw(group: _Group, r: int, n: int, first_block: int) -> int:
-        """Record r's ``uniform_int(n, MEMBER)``, its first block already read: attempt 0 keeps
-        the top bit_length(n - 1) bits of block 0; only a rejected attempt needs the stream."""
-        if n < 1:
-            raise ValueError("n must be positive")  # as uniform_int; C rules it out
-        drop = BLOCK_BITS - (n - 1).bit_length()
-        value = first_block >> drop if n > 1 else 0
-        attempt = 0
-        while value >= n:  # rejected: attempt c reads block c, as uniform_int does
-            attempt += 1
-            block = group.context.block_int(group.subject_ids[r], group.label, MEMBER, attempt)
-            value = block >> drop
-        return value
+        """Record r's ``uniform_int(n, MEMBER)`` (``_member_value``)."""
+        return _member_value(group.context, group.subject_ids[r], group.label, n, first_block)
 
     def sample_group(
         self, context: StreamContext, node: int, subject_ids: Sequence[str]
@@ -636,7 +647,58 @@ class FastSampler:
         Precondition: ``context`` was made by ``mechanism.stream_context`` and the identifiers
         are already canonical (``canonical_subject_id``), as ``Mechanism._draw`` makes them.
         """
+        if len(subject_ids) == 1 and self.profiles is not None:
+            out = self._sample_one(context, node, subject_ids[0])
+            if out >= 0:
+                return [out]
         return self._draw_alone(self._decide(context, node, subject_ids))
+
+    def _sample_one(self, context: StreamContext, node: int, subject_id: str) -> int:
+        """``sample_group`` for one record, if the profile table settles its shell with the
+        core's bound past the table or an upper row's (step 2b of the module docstring, short
+        of the floor) and the shell is not the tail: the record's output node, drawn and
+        guarded by one compiled call (``ShellSearch.draw_one``).  Otherwise -1, having
+        changed nothing but the search, for ``_decide`` and ``_draw_alone`` to draw it.
+
+        The same output as theirs: the same exact decision (any valid bounds that settle it
+        give the one shell ``decide_below`` defines), the same member draw on the shell's
+        mass (the table's, which the guard then finds equal to the explored one), and the
+        same pick, after the same guard on the explored balls.
+        """
+        radius = self.radius
+        label = self.graph.label(node)
+        (block,), (member_block,) = context.first_blocks((subject_id,), label, (SHELL, MEMBER))
+        masses, cumulative = self._profile_shells(node)
+        explored = sum(masses)
+        z_low, z_high = self._bounds(cumulative, explored, None)
+        (shell,), undecided = _decide_all(cumulative, [block], z_low, z_high, radius)
+        stat, far_row = "profile_hits", _NONE
+        if undecided:
+            self._far_row = None
+            tighter = self._rows_z_high(node, cumulative, explored)
+            if tighter is None or tighter >= z_high:
+                return -1
+            (shell,), undecided = _decide_all(cumulative, [block], z_low, tighter, radius)
+            if undecided:
+                return -1
+            stat = "row_hits"
+            if self._far_row is not None:
+                far_row = self._far_row
+        if shell >= radius:  # the tail: drawn from the whole ball by ``_draw_alone``
+            return -1
+        assert self.profiles is not None  # (the caller's condition)
+        draw = _member_value(context, subject_id, label, masses[shell], member_block)
+        table_row = self.profiles.ball_row(int(self.graph.node_location[node]))
+        search = self.search
+        out, found = search.draw_one(node, shell, draw, table_row, _NONE, far_row)
+        _refuse_disagreement(found, self)
+        stats = self.stats
+        stats[stat] += 1
+        stats["groups"] += 1
+        stats["records"] += 1
+        stats["shells_explored"] += search.n_shells
+        stats["locations_explored"] += search.locations_explored
+        return out
 
     def sample_groups(
         self,

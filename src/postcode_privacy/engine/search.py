@@ -535,6 +535,67 @@ def ball_disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: n
 
 
 @njit(cache=True)
+def _draw_one(
+    indptr,
+    indices,
+    node_location,
+    prior,
+    loc_mass,
+    stamp,
+    epoch,
+    order,
+    shell_ptr,
+    masses,
+    members_indptr,
+    members_flat,
+    source,
+    shell,
+    draw,
+    table_row,
+    floor,
+    far_row,
+    found,
+):  # pragma: no cover - compiled
+    """``_start`` at ``source``, ``_explore`` to shell + 1 shells, ``ball_disagreement`` on
+    them, then ``_pick``'s rule for one request, in one call (ShellSearch.draw_one).
+
+    Returns (status, colocated, n_shells): status 0 with the node in found[0]; 1 or 2 as
+    ``ball_disagreement`` (no pick made); 3 if the request is outside the explored shells
+    or the draw outside the shell's mass (``_pick``'s refusal).
+    """
+    colocated = _start(
+        node_location, prior, loc_mass, stamp, epoch, order, shell_ptr, masses, source
+    )
+    n_shells = 1
+    if shell >= 1:
+        n_shells = _explore(
+            indptr,
+            indices,
+            loc_mass,
+            stamp,
+            epoch,
+            order,
+            shell_ptr,
+            masses,
+            colocated,
+            1,
+            shell + 1,
+        )
+    status = ball_disagreement(masses, n_shells, table_row, floor, far_row)
+    if status != 0:
+        return status, colocated, n_shells
+    if shell < 0 or shell >= n_shells or draw < 0 or draw >= masses[shell]:
+        return 3, colocated, n_shells
+    draws = np.empty(1, dtype=np.int64)
+    draws[0] = draw
+    members = _shell_members(
+        order, shell_ptr, members_indptr, members_flat, node_location, source, shell
+    )
+    _select_by_prior(members, prior, draws, found)
+    return 0, colocated, n_shells
+
+
+@njit(cache=True)
 def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
     """Every node in node shells 0 .. h_end - 1 (unsorted)."""
     if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
@@ -730,6 +791,58 @@ class ShellSearch:
         shells, draws, out = self._one
         shells[0], draws[0] = shell, draw
         return int(self._pick_into(shells, draws, out)[0])
+
+    def draw_one(
+        self,
+        source: int,
+        shell: int,
+        draw: int,
+        table_row: np.ndarray,
+        floor: np.ndarray,
+        far_row: np.ndarray,
+    ) -> tuple[int, int]:
+        """``start(source)``, ``explore_to(shell + 1)``, ``ball_disagreement`` of the explored
+        balls with the three rows, then ``pick_one(shell, draw)``, in one compiled call (the
+        usual work of a record with a postcode of its own, whose several calls cost more
+        than their work).  Returns (node, 0), or (-1, status) for a disagreement found (1 or
+        2, as ``ball_disagreement``), before any pick.  Afterwards the search is where
+        ``start`` and ``explore_to`` would have left it.
+        """
+        if not 0 <= shell < self.max_shells:  # the kernel writes shells 0 .. shell unchecked
+            raise InvalidParameterError("request for a shell beyond this search's reach")
+        self._epoch += 1
+        if self._epoch > _MAX_EPOCH:
+            self._stamp[:] = 0
+            self._epoch = 1
+        self.source = int(source)
+        out = self._one[2]
+        status, colocated, n_shells = _draw_one(
+            self._indptr,
+            self._indices,
+            self._node_location,
+            self._prior,
+            self.loc_mass,
+            self._stamp,
+            self._epoch,
+            self._order,
+            self._shell_ptr,
+            self.masses,
+            self._members_indptr,
+            self._members_flat,
+            self.source,
+            int(shell),
+            int(draw),
+            table_row,
+            floor,
+            far_row,
+            out,
+        )
+        self._colocated, self.n_shells = int(colocated), int(n_shells)
+        if status == 3:
+            raise InvalidParameterError(
+                "request for an unexplored shell or a draw outside its mass"
+            )
+        return (int(out[0]), 0) if status == 0 else (-1, int(status))
 
     def _pick_into(self, shells: np.ndarray, draws: np.ndarray, out: np.ndarray) -> np.ndarray:
         bad = _pick(
