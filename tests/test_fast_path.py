@@ -445,6 +445,7 @@ def test_first_blocks_equal_the_stream_blocks():
                 for s in ids
             ]
             assert got[j] == want
+            assert [context.first_blocks_of(s, postcode, (label,))[0] for s in ids] == want
             for counter in (0, 1, 7):
                 assert [context.block_int(s, postcode, label, counter) for s in ids] == [
                     int.from_bytes(context.for_subject(s, postcode).block(label, 0, counter), "big")

@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -151,23 +152,20 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     file), neighbouring groups share their sweeps (``FastSampler.sample_groups``), stretch by
     stretch (``_runs``); the outputs are the same either way."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
-    out = np.empty(stop - start, dtype=np.int64)
-    # A compact store of identifiers (release/draw_ahead.py) decodes a group at once.
+    # The task's identifiers in sorted order, in one call where a compact store of them
+    # (release/draw_ahead.py) decodes many at once; then each group piece is a slice.
+    positions = order[start:stop]
     take = getattr(ids, "decode_at", None)
-    pieces = []  # (first, stop) of each group piece in the task
-    i = start
-    while i < stop:
-        node = int(nodes[i])
-        j = min(int(np.searchsorted(nodes, node, side="right")), stop, i + MAX_GROUP)
-        pieces.append((i, j))
-        i = j
-    groups = [
-        (
-            int(nodes[i]),
-            take(order[i:j]) if take is not None else [ids[k] for k in order[i:j].tolist()],
-        )
-        for i, j in pieces
+    task_ids = take(positions) if take is not None else [ids[k] for k in positions.tolist()]
+    task_nodes = nodes[start:stop]
+    cuts = (np.flatnonzero(task_nodes[1:] != task_nodes[:-1]) + 1).tolist()
+    pieces = [  # (first, stop) of each group piece, within the task
+        (i, min(b, i + MAX_GROUP))
+        for a, b in zip([0, *cuts], [*cuts, stop - start])
+        for i in range(a, b, MAX_GROUP)
     ]
+    first_nodes = task_nodes.tolist()
+    groups = [(first_nodes[i], task_ids[i:j]) for i, j in pieces]
     drawn: list[list[int]] = []
     for first, last in _runs([node for node, _ in groups]):
         run = groups[first:last]
@@ -177,9 +175,8 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
             drawn += sampler.sample_groups(context, run, decide_together=together)
         else:
             drawn += [sampler.sample_group(context, node, sids) for node, sids in run]
-    for (i, j), outputs in zip(pieces, drawn):
-        out[i - start : j - start] = outputs
-    return out
+    # The pieces cover the task in order, so their outputs, joined, are the task's.
+    return np.fromiter(chain.from_iterable(drawn), dtype=np.int64, count=stop - start)
 
 
 def _runs(group_nodes: list[int]) -> list[tuple[int, int]]:

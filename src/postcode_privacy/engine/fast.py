@@ -667,7 +667,7 @@ class FastSampler:
         """
         radius = self.radius
         label = self.graph.label(node)
-        (block,), (member_block,) = context.first_blocks((subject_id,), label, (SHELL, MEMBER))
+        block, member_block = context.first_blocks_of(subject_id, label, (SHELL, MEMBER))
         masses, cumulative = self._profile_shells(node)
         explored = sum(masses)
         z_low, z_high = self._bounds(cumulative, explored, None)

@@ -92,6 +92,22 @@ class StreamContext:
                 column.append(from_bytes(mac.digest(), "big"))
         return out
 
+    def first_blocks_of(
+        self, subject_id: str, postcode: str, labels: tuple[bytes, ...]
+    ) -> list[int]:
+        """``first_blocks`` for one subject: block (label, 0, 0) of each label, as integers
+        (``result[j]`` is ``first_blocks([subject_id], postcode, labels)[j][0]``), without its
+        lists of lists: most records of a file with distinct postcodes are groups of one."""
+        root = getattr(self._mac, "_hmac", None) or self._mac
+        data, place = subject_id.encode("utf-8"), postcode.encode("utf-8")
+        head = b"".join((len(data).to_bytes(4, "big"), data, len(place).to_bytes(4, "big"), place))
+        out = []
+        for label in labels:
+            mac = root.copy()
+            mac.update(head + _block_suffix(label, 0))
+            out.append(int.from_bytes(mac.digest(), "big"))
+        return out
+
     def block_int(self, subject_id: str, postcode: str, label: bytes, counter: int) -> int:
         """``int.from_bytes(self.for_subject(subject_id, postcode).block(label, 0, counter),
         "big")``: the same HMAC over the same bytes in one update, as ``first_blocks`` does,
