@@ -359,6 +359,27 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     assert [graph.label(v) for v in base[sample]] == expected
 
 
+def test_a_group_drawn_with_the_wrong_number_of_outputs_stops_the_batch(monkeypatch):
+    """A task joins its groups' outputs in order, so a group with one output too many or too
+    few would hand every later record another's: the batch stops instead (found by a
+    review: joining alone had let an extra output through)."""
+    graph, mechanism, key, ids, nodes = random_batch(random.Random(22), 30, 40, "1", 200)
+    base = perturb_nodes(mechanism, key, ids, nodes, workers=1)
+    real = FastSampler.sample_group
+    target = int(np.sort(nodes)[0])
+    for change in (1, -1):
+
+        def miscount(self, context, node, subject_ids, change=change):
+            out = real(self, context, node, subject_ids)
+            return out + out[:1] if node == target and change > 0 else out[: len(out) + change]
+
+        monkeypatch.setattr(FastSampler, "sample_group", miscount)
+        with pytest.raises(RuntimeError, match="do not match"):
+            perturb_nodes(mechanism, key, ids, nodes, workers=1, profiles=False)
+    monkeypatch.setattr(FastSampler, "sample_group", real)
+    assert np.array_equal(base, perturb_nodes(mechanism, key, ids, nodes, workers=1))
+
+
 def test_core_perturb_many_does_not_use_the_engine(monkeypatch):
     """The core stays free of the engine: Mechanism.perturb_many runs with the engine's entry
     points disabled and still equals the reference."""

@@ -361,6 +361,11 @@ def test_one_call_draws_what_the_search_and_its_pick_draw():
             assert (two.source, two.n_shells) == (one.source, one.n_shells)
             assert two.locations_explored == one.locations_explored
             assert two.masses[: two.n_shells].tolist() == one.masses[: one.n_shells].tolist()
+            one.explore_to(one.max_shells)  # and explores on as they do (shell 1's co-located)
+            two.explore_to(two.max_shells)
+            assert two.masses[: two.n_shells].tolist() == one.masses[: one.n_shells].tolist()
+            one.start(node)
+            one.explore_to(shell + 1)
             if 1 <= shell < row.size:  # the balls from 1 hop on are checked against the rows
                 balls = np.cumsum(one.masses[: one.n_shells])
                 assert two.draw_one(node, shell, draw, row, balls, balls) == (picked, 0)
@@ -381,45 +386,67 @@ def test_one_call_draws_what_the_search_and_its_pick_draw():
 
 
 def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
-    """Records with a postcode of their own whose shell the table settles take the one-call
-    path (``FastSampler._sample_one``) and draw the reference's outputs; the others fall
-    back to the general path.  With near masses wrong, the one-call path refuses the table
-    as the general path does."""
+    """Records with a postcode of their own whose shell the table settles, with the core's
+    bound or a far-mass row's, take the one-call path (``FastSampler._sample_one``) and draw
+    the reference's outputs; the others fall back to the general path.  With near masses
+    wrong, or far-mass rows lighter than the balls, the one-call path refuses them itself,
+    as the general path does, before the general path is tried."""
+    monkeypatch.setattr(cluster_balls, "SIZE", 3)
+    monkeypatch.setattr(cluster_balls, "HOPS", 1)
+    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(43)
-    taken: list[int] = []  # what each one-call draw found (0: drawn; 1: refused)
-    real = ShellSearch.draw_one
+    calls: list[tuple[bool, int]] = []  # (far-mass row given, what it found) of each call
+    real_draw_one, real_decide = ShellSearch.draw_one, FastSampler._decide
 
-    def counted(self, *args):
-        found = real(self, *args)
-        taken.append(found[1])
+    def counted(self, source, shell, draw, table_row, floor, far_row):
+        found = real_draw_one(self, source, shell, draw, table_row, floor, far_row)
+        calls.append((far_row.size > 0, found[1]))
         return found
 
+    def general(self, *args, **kwargs):
+        calls.append((False, -1))  # the general path was taken
+        return real_decide(self, *args, **kwargs)
+
     monkeypatch.setattr(ShellSearch, "draw_one", counted)
-    refused_in_one_call = records = 0
-    for case in range(40):
-        mechanism, key, ids, codes = random_case(rng)
-        graph = mechanism.graph
-        built = engine_profiles.build_profiles(graph, loc_mass(graph), rng.choice([1, 3, 30]))
-        wrong = case % 4 == 3
-        if wrong:
+    monkeypatch.setattr(FastSampler, "_decide", general)
+    refused = {1: 0, 2: 0}
+    records = 0
+    for case in range(80):
+        graph = planar_graph(rng, rng.randrange(150, 250), 260, 1.0, 8)
+        mechanism = Mechanism(graph, rng.choice(["1", "2"]))
+        key = Key.from_bytes(rng.randbytes(32))
+        codes = [graph.label(v) for v in rng.sample(range(len(graph)), 40)]  # groups of one
+        ids = [f"s{rng.randrange(10**6)}" for _ in codes]
+        depth = rng.choice([2, 3, 4])  # well short of the graph's reach: the rows decide too
+        built = engine_profiles.build_profiles(graph, loc_mass(graph), depth)
+        table = engine_profiles.BallProfiles(built, graph)
+        balls, cluster_of = cluster_balls.build_cluster_balls(graph, loc_mass(graph))
+        wrong = ("table", "rows", None, None)[case % 4]
+        if wrong == "table":
             built[:, 1:] += 1
-        sampler = FastSampler(mechanism, profiles=engine_profiles.BallProfiles(built, graph))
+        elif wrong == "rows":  # too light within the table's depth only, where the guard
+            balls[:, 1 : depth + 1] = balls[:, :1]  # sees it; still non-decreasing
+        table.far = cluster_balls.ClusterBalls(balls, cluster_of, graph)
+        sampler = FastSampler(mechanism, profiles=table)
         context = mechanism.stream_context(key)
         got = []
         try:
             for subject, code in zip(ids, codes):
-                calls = len(taken)
+                before = len(calls)
                 node = graph.index_of(code)
                 got.append(sampler.sample_group(context, node, [canonical_subject_id(subject)]))
         except RuntimeError as exc:
-            assert wrong and "disagree" in str(exc)
-            refused_in_one_call += len(taken) > calls and taken[-1] == 1
+            assert wrong is not None and "disagree" in str(exc)
+            last = calls[before:]
+            if len(last) == 1 and last[0][1] in refused:  # refused by the one call alone
+                refused[last[0][1]] += 1
             continue
-        if not wrong:
+        if wrong is None:
             assert [graph.label(g[0]) for g in got] == mechanism.perturb_reference(key, ids, codes)
             records += len(ids)
-    assert refused_in_one_call > 2 and records > 700, (refused_in_one_call, records)
-    assert taken.count(0) > records / 2
+    drawn = [far for far, found in calls if found == 0]
+    assert refused[1] > 3 and refused[2] > 3 and records > 1500, (refused, records)
+    assert len(drawn) > records / 4 and sum(drawn) > 100, (len(drawn), sum(drawn))
 
 
 @pytest.mark.parametrize("seed", range(3))

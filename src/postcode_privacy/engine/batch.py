@@ -164,8 +164,8 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
         for a, b in zip([0, *cuts], [*cuts, stop - start])
         for i in range(a, b, MAX_GROUP)
     ]
-    first_nodes = task_nodes.tolist()
-    groups = [(first_nodes[i], task_ids[i:j]) for i, j in pieces]
+    node_list = task_nodes.tolist()
+    groups = [(node_list[i], task_ids[i:j]) for i, j in pieces]
     drawn: list[list[int]] = []
     for first, last in _runs([node for node, _ in groups]):
         run = groups[first:last]
@@ -175,7 +175,10 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
             drawn += sampler.sample_groups(context, run, decide_together=together)
         else:
             drawn += [sampler.sample_group(context, node, sids) for node, sids in run]
-    # The pieces cover the task in order, so their outputs, joined, are the task's.
+    # The pieces cover the task in order, so their outputs, joined, are the task's: each
+    # piece must have one output a record, or every later record would take another's.
+    if any(len(outputs) != j - i for (i, j), outputs in zip(pieces, drawn, strict=True)):
+        raise RuntimeError("a group's draws do not match its records")
     return np.fromiter(chain.from_iterable(drawn), dtype=np.int64, count=stop - start)
 
 

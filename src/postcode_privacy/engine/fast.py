@@ -55,7 +55,7 @@ _TOP_BITS = 64  # bits of U handed to the float estimate
 BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
 BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
 _UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real shell
-_NONE = np.zeros(0, dtype=np.int64)  # an array not given to ``ShellSearch.disagreement``
+_NONE = np.zeros(0, dtype=np.int64)  # a row not given to ``ball_disagreement`` (checks none)
 # Location shells whose table rows give the floor under the far mass (``_ball_floor``): at
 # eps = 0.5, 12 hops (about 1,400 locations) settle about 40% of the records the rows leave
 # undecided; 4 and 8 hops settle fewer, 16 barely more (docs/performance.md, "Deciding the
@@ -290,7 +290,7 @@ def _guard(
 
 
 def _refuse_disagreement(found: int, sampler: FastSampler) -> None:
-    """Stop with the error for ``ball_disagreement``'s finding (nothing for 0)."""
+    """Stop with the error for what ``ball_disagreement`` found (nothing for 0)."""
     if found == 1:
         raise RuntimeError(
             "the ball-mass profiles disagree with the graph; delete the cached profiles"
@@ -657,8 +657,9 @@ class FastSampler:
         """``sample_group`` for one record, if the profile table settles its shell with the
         core's bound past the table or an upper row's (step 2b of the module docstring, short
         of the floor) and the shell is not the tail: the record's output node, drawn and
-        guarded by one compiled call (``ShellSearch.draw_one``).  Otherwise -1, having
-        changed nothing but the search, for ``_decide`` and ``_draw_alone`` to draw it.
+        guarded by one compiled call (``ShellSearch.draw_one``).  Otherwise -1, before that
+        call (the search is as it was; the far-mass row kept for the group may not be), for
+        ``_decide`` and ``_draw_alone`` to draw it from the start.
 
         The same output as theirs: the same exact decision (any valid bounds that settle it
         give the one shell ``decide_below`` defines), the same member draw on the shell's
@@ -690,8 +691,8 @@ class FastSampler:
         draw = _member_value(context, subject_id, label, masses[shell], member_block)
         table_row = self.profiles.ball_row(int(self.graph.node_location[node]))
         search = self.search
-        out, found = search.draw_one(node, shell, draw, table_row, _NONE, far_row)
-        _refuse_disagreement(found, self)
+        out, disagreement = search.draw_one(node, shell, draw, table_row, _NONE, far_row)
+        _refuse_disagreement(disagreement, self)
         stats = self.stats
         stats[stat] += 1
         stats["groups"] += 1

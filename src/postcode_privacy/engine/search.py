@@ -554,12 +554,12 @@ def _draw_one(
     table_row,
     floor,
     far_row,
-    found,
+    picked,
 ):  # pragma: no cover - compiled
     """``_start`` at ``source``, ``_explore`` to shell + 1 shells, ``ball_disagreement`` on
     them, then ``_pick``'s rule for one request, in one call (ShellSearch.draw_one).
 
-    Returns (status, colocated, n_shells): status 0 with the node in found[0]; 1 or 2 as
+    Returns (status, colocated, n_shells): status 0 with the node in picked[0]; 1 or 2 as
     ``ball_disagreement`` (no pick made); 3 if the request is outside the explored shells
     or the draw outside the shell's mass (``_pick``'s refusal).
     """
@@ -591,7 +591,7 @@ def _draw_one(
     members = _shell_members(
         order, shell_ptr, members_indptr, members_flat, node_location, source, shell
     )
-    _select_by_prior(members, prior, draws, found)
+    _select_by_prior(members, prior, draws, picked)
     return 0, colocated, n_shells
 
 

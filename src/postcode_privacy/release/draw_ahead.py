@@ -82,8 +82,8 @@ class CompactIds(Sequence[str]):
         return self.decode_at(np.array([index]))[0]
 
     def decode_at(self, indices: np.ndarray) -> list[str]:
-        """The identifiers at ``indices`` (the engine's batch order: a group of records at a
-        time, often one), each in range.  The engine looks for this method by name (a name
+        """The identifiers at ``indices`` (the engine's batch order: a task of records at a
+        time), each in range.  The engine looks for this method by name (a name
         numpy and pandas do not use)."""
         starts, parts = self._starts, self._parts
         out = []
