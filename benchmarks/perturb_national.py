@@ -81,7 +81,7 @@ def _memory(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
-def run_cli(args: list[str], sample_memory: bool) -> dict:
+def run_cli(args: list[str], sample_memory: bool, env: dict | None = None) -> dict:
     """Run the CLI; wall time and CPU time of the tree, and with ``sample_memory`` peak memory.
 
     Sampling reads /proc/*/smaps_rollup of every process every 0.1 s, which walks the page
@@ -90,7 +90,7 @@ def run_cli(args: list[str], sample_memory: bool) -> dict:
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak = [0, 0]
 
     def watch():
@@ -340,10 +340,13 @@ def run_row(
     key_path: Path,
     memory: str = "separate",
     repeat: int = 1,
+    against: str | None = None,
 ) -> dict:
     """One row: the CLI (wall and CPU of the median of ``repeat`` runs, peak PSS), a check
     against the reference on a few records, and for repeated postcodes the same release in
-    process through perturb_frame (the median of ``repeat`` runs too)."""
+    process through perturb_frame (the median of ``repeat`` runs too).  With ``against`` (the
+    ``src`` directory of another checkout), that code's CLI is timed too, run for run in
+    alternating order, and must write the same bytes."""
     import pandas as pd
 
     from postcode_privacy import perturb_frame
@@ -370,11 +373,22 @@ def run_row(
         "--force",
     ]
     load_before = load_average()
-    runs = []  # the timed runs, each writing the same bytes
-    for _ in range(repeat):
+    runs, others = [], []  # the timed runs (each writing the same bytes), and against's
+    other_env = None
+    if against is not None:
+        other_env = dict(os.environ, PYTHONPATH=os.pathsep.join((against, sys.path[0])))
+    for i in range(repeat):
+        if other_env is not None and i % 2:  # the other code first every second time
+            others.append(run_cli(argv, sample_memory=False, env=other_env))
+            others[-1]["sha256"] = _sha256_of(output)
         runs.append(run_cli(argv, sample_memory=memory == "during"))
         runs[-1]["sha256"] = _sha256_of(output)
+        if other_env is not None and not i % 2:
+            others.append(run_cli(argv, sample_memory=False, env=other_env))
+            others[-1]["sha256"] = _sha256_of(output)
     load_after = load_average()
+    if len({run["sha256"] for run in runs + others}) != 1:
+        raise SystemExit(f"{name}: the two codes' releases are not the same bytes")
     if memory == "separate":  # the same release again, sampled for its peak memory
         again = run_cli(argv, sample_memory=True)
         again["sha256"] = _sha256_of(output)
@@ -396,7 +410,12 @@ def run_row(
         "pss": measured["peak_pss"] / 2**30 if memory != "none" else None,
         "load": f"{load_before} → {load_after}",
         "in_process": None,
+        "against": None,
     }
+    if others:
+        walls = sorted(run["wall"] for run in others)
+        row["against"] = records / walls[(repeat - 1) // 2]
+        row["against_rates"] = [records / wall for wall in walls]
     mechanism = Mechanism(graph, eps)
     k = REFERENCE_SAMPLE.get(eps, 5)
     codes = [graph.label(v) for v in nodes[:k]]
@@ -422,7 +441,9 @@ def run_row(
     return row
 
 
-def table_benchmark(graph, rows: dict, memory: str = "separate", repeat: int = 1) -> None:
+def table_benchmark(
+    graph, rows: dict, memory: str = "separate", repeat: int = 1, against: str | None = None
+) -> None:
     """Every chosen row of the issue's table, then one clean Markdown table."""
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -439,19 +460,27 @@ def table_benchmark(graph, rows: dict, memory: str = "separate", repeat: int = 1
             flush=True,
         )
         for name, spec in rows.items():
-            row = run_row(graph, name, spec, tmp, key, key_path, memory, repeat)
+            row = run_row(graph, name, spec, tmp, key, key_path, memory, repeat, against)
             results.append(row)
             print(
                 f"{name}: {row['rate']:,.0f} records/s through the CLI ({row['wall']:.1f} s; "
                 f"runs: {', '.join(f'{r:,.0f}' for r in row['rates'])}), load {row['load']}",
                 flush=True,
             )
+            if row["against"]:
+                print(
+                    f"{name}, the --against code: {row['against']:,.0f} records/s (runs: "
+                    f"{', '.join(f'{r:,.0f}' for r in row['against_rates'])})",
+                    flush=True,
+                )
+    compared = any(r["against"] for r in results)
     print(
         "\n| workload (CLI, CSV in and out, default radius) | ε | records/s (CLI, wall) "
         "| records per CPU-second | in process (perturb_frame) | in process ÷ CLI | wall "
         "| peak PSS | load average (before → after) |"
+        + (" records/s, the --against code (CLI, wall, runs alternating) |" if compared else "")
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if compared else ""))
     for r in results:
         inproc = f"{r['in_process']:,.0f}/s" if r["in_process"] else ""
         ratio = f"{r['in_process'] / r['rate']:.2f}×" if r["in_process"] else ""
@@ -459,6 +488,7 @@ def table_benchmark(graph, rows: dict, memory: str = "separate", repeat: int = 1
         print(
             f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
             f"| {inproc} | {ratio} | {r['wall']:.0f} s | {pss} | {r['load']} |"
+            + (f" {r['against']:,.0f} |" if r["against"] else (" |" if compared else ""))
         )
     print(f"\n{usable_cpus()} usable CPUs; load average at end: {load_average()}")
 
@@ -513,6 +543,13 @@ def main() -> None:
         help="time each release N times and report the median run (the rates of all N are "
         "printed with it): on a shared two-core machine one run can be a quarter off",
     )
+    parser.add_argument(
+        "--against",
+        metavar="SRC",
+        help="also time the CLI of another checkout (its src directory, put first on "
+        "PYTHONPATH), run for run in alternating order with this one: on a machine whose "
+        "speed drifts, only runs interleaved like this compare two versions",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-records", type=int, default=20_000)
     parser.add_argument(
@@ -546,7 +583,8 @@ def main() -> None:
             for n, (w, e, _, d) in rows.items()
         }
     ensure_profiles(graph)
-    table_benchmark(graph, rows, args.memory, args.repeat)
+    against = str(Path(args.against).resolve()) if args.against else None
+    table_benchmark(graph, rows, args.memory, args.repeat, against)
     if args.exploration:
         exploration(graph, args.epsilons.split(","), args.exploration)
     if args.profile:
