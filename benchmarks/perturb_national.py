@@ -120,6 +120,26 @@ def _sha256_of(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def perturb_args(source: Path, output: Path, key_path: Path, eps: str) -> list[str]:
+    """The CLI's arguments for one row's release (after the program name): quiet, the
+    benchmark's key, the workload's id and postcode columns."""
+    return [
+        "perturb",
+        str(source),
+        "-o",
+        str(output),
+        "--key",
+        str(key_path),
+        "--epsilon",
+        eps,
+        "--id-column",
+        "id",
+        "--postcode-column",
+        "postcode",
+        "-q",
+    ]
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -188,23 +208,7 @@ def profile_cli(graph, records: int, eps: str) -> None:
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
-        code = cli_main(
-            [
-                "perturb",
-                str(source),
-                "-o",
-                str(tmp / "out.csv"),
-                "--key",
-                str(key_path),
-                "--epsilon",
-                eps,
-                "--id-column",
-                "id",
-                "--postcode-column",
-                "postcode",
-                "-q",
-            ]
-        )
+        code = cli_main(perturb_args(source, tmp / "out.csv", key_path, eps))
         profiler.disable()
         elapsed = time.perf_counter() - started
         del os.environ["POSTCODE_PRIVACY_WORKERS"]
@@ -355,23 +359,7 @@ def run_row(
     source = tmp / f"{name}.csv"
     ids, nodes = write_workload(graph, source, records, distinct, seed=len(name) * 7919)
     output = tmp / f"{name}-released.csv"
-    argv = [
-        CLI,
-        "perturb",
-        str(source),
-        "-o",
-        str(output),
-        "--key",
-        str(key_path),
-        "--epsilon",
-        eps,
-        "--id-column",
-        "id",
-        "--postcode-column",
-        "postcode",
-        "-q",
-        "--force",
-    ]
+    argv = [CLI, *perturb_args(source, output, key_path, eps), "--force"]
     load_before = load_average()
     runs, others = [], []  # the timed runs (each writing the same bytes), and against's
     other_env = None
