@@ -28,6 +28,10 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
 4. A tail draw (rare at the default radius) explores the whole ball and uses the core's
    ``pick_in_tail``.
 
+A group of one record (every record of a file of distinct postcodes) whose shell step 2b
+settles, short of the floor, and is not the tail takes step 3 (exploring, the guard on the
+explored balls, the pick) in one compiled call (``_sample_one``, ``ShellSearch.draw_one``).
+
 Nothing is kept between groups except the fixed-size buffers of the search and the brackets.
 """
 
