@@ -93,9 +93,10 @@ def validate_prior(prior: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _le_bytes(arr: np.ndarray, dtype: str) -> bytes:
-    """The array's bytes in the given little-endian dtype (one copy, none if already so)."""
-    return np.ascontiguousarray(arr, dtype=dtype).tobytes()
+def _le_bytes(arr: np.ndarray, dtype: str) -> memoryview:
+    """The array's bytes in the given little-endian dtype, as a view of them (a copy only if
+    the array is in another dtype or layout; a loaded artefact's arrays are not)."""
+    return np.ascontiguousarray(arr, dtype=dtype).reshape(-1).data.cast("B")
 
 
 def _csr_from_pairs(n: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -288,9 +289,9 @@ class Graph:
 
     # -- identity -----------------------------------------------------------------------------
 
-    def canonical_sections(self) -> list[tuple[str, bytes]]:
+    def canonical_sections(self) -> list[tuple[str, bytes | memoryview]]:
         """The byte sections the content hash covers, in order (docs/spec.md, "Graph hash")."""
-        sections = [
+        sections: list[tuple[str, bytes | memoryview]] = [
             ("postcodes", self._labels.hash_bytes()),
             ("node_location", _le_bytes(self.node_location, "<i4")),
             ("loc_indptr", _le_bytes(self.loc_indptr, "<i8")),
