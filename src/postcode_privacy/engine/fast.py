@@ -534,12 +534,13 @@ class FastSampler:
         self._floor = search.ball_floor(self._table, search.n_shells - 1, self.radius)
         return self._floor
 
-    def _brackets_for(self, node: int) -> Iterator[tuple[str, Bracket]]:
+    def _brackets_for(self, node: int, with_floor: bool = True) -> Iterator[tuple[str, Bracket]]:
         """Bounds on this source's Z, cheapest first: a bracket kept by an earlier batch (it
         depends only on the graph, the radius and the powers, so it stays valid), then the
         profile table's C_0 .. C_D with the core's bound beyond D, then the same with the
-        upper rows' bound (dearer to compute, so only for what is left), then that with the
-        floor's lower bound (which explores ``FLOOR_HOPS`` shells)."""
+        upper rows' bound (dearer to compute, so only for what is left), then, ``with_floor``,
+        that with the floor's lower bound (which explores ``FLOOR_HOPS`` shells: the search
+        must have started at ``node``; none of the others touches the search)."""
         if self.brackets is not None:
             kept = self.brackets.get(node)
             if kept is not None:
@@ -556,12 +557,21 @@ class FastSampler:
         if tighter is not None and tighter < z_high:
             z_high = tighter
             yield "row_hits", Bracket(cumulative, z_low, z_high)
-        floor = self._ball_floor() if len(cumulative) < self.radius else None  # else Z is exact
+        if not with_floor or len(cumulative) >= self.radius:  # (then Z is exact)
+            return
+        floor = self._ball_floor()
         if floor is not None:
             powers, radius, total = self.powers, self.radius, self.total_prior
             raised = _z_low(cumulative, explored, floor, powers, radius, total)
             if raised > z_low:
                 yield "floor_hits", Bracket(cumulative, raised, z_high)
+
+    def _forget_group_rows(self) -> None:
+        """A new group: none of the rows the guard checks, nor the table's masses, is read yet."""
+        self._profile_row = None
+        self._far_row = None
+        self._floor = None
+        self._table_masses = None
 
     def _decide_shells(self, group: _Group, defer: bool = False) -> tuple[list[int], list[int]]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
@@ -659,8 +669,8 @@ class FastSampler:
 
     def _sample_one(self, context: StreamContext, node: int, subject_id: str) -> int:
         """``sample_group`` for one record, if the profile table settles its shell with the
-        core's bound past the table or an upper row's (step 2b of the module docstring, short
-        of the floor) and the shell is not the tail: the record's output node, drawn and
+        core's bound past the table or an upper row's (the brackets of ``_brackets_for``
+        short of the floor) and the shell is not the tail: the record's output node, drawn and
         guarded by one compiled call (``ShellSearch.draw_one``).  Otherwise -1, before that
         call (the search is as it was; the far-mass row kept for the group may not be), for
         ``_decide`` and ``_draw_alone`` to draw it from the start.
@@ -673,32 +683,29 @@ class FastSampler:
         radius = self.radius
         label = self.graph.label(node)
         block, member_block = context.first_blocks_of(subject_id, label, (SHELL, MEMBER))
-        masses, cumulative = self._profile_shells(node)
-        explored = sum(masses)
-        z_low, z_high = self._bounds(cumulative, explored, None)
-        (shell,), undecided = _decide_all(cumulative, [block], z_low, z_high, radius)
-        stat, far_row = "profile_hits", _NONE
-        if undecided:
-            self._far_row = None
-            tighter = self._rows_z_high(node, cumulative, explored)
-            if tighter is None or tighter >= z_high:
-                return -1
-            (shell,), undecided = _decide_all(cumulative, [block], z_low, tighter, radius)
-            if undecided:
-                return -1
-            stat = "row_hits"
-            if self._far_row is not None:
-                far_row = self._far_row
-        if shell >= radius:  # the tail: drawn from the whole ball by ``_draw_alone``
+        self._forget_group_rows()
+        for stat, bracket in self._brackets_for(node, with_floor=False):
+            (shell,), undecided = _decide_all(
+                bracket.cumulative, [block], bracket.z_low, bracket.z_high, radius
+            )
+            if not undecided:
+                decided_by = stat  # counted once drawn: a record handed back is counted there
+                break
+        else:
             return -1
-        assert self.profiles is not None  # (the caller's condition)
+        masses, table_row = self._table_masses, self._profile_row
+        # Decided by a kept bracket, before the table was read, or the tail (past the table's
+        # masses, drawn from the whole ball): ``_draw_alone`` draws it.
+        if masses is None or table_row is None or shell >= len(masses):
+            return -1
         draw = _member_value(context, subject_id, label, masses[shell], member_block)
-        table_row = self.profiles.ball_row(int(self.graph.node_location[node]))
+        # The guard checks the rows the decision read, as ``_check_explored`` does.
+        far_row = _NONE if self._far_row is None else self._far_row
         search = self.search
         out, disagreement = search.draw_one(node, shell, draw, table_row, _NONE, far_row)
         _refuse_disagreement(disagreement, self)
         stats = self.stats
-        stats[stat] += 1
+        stats[decided_by] += 1
         stats["groups"] += 1
         stats["records"] += 1
         stats["shells_explored"] += search.n_shells
@@ -832,10 +839,7 @@ class FastSampler:
         shell_blocks, member_blocks = context.first_blocks(subject_ids, label, (SHELL, MEMBER))
         self.search.start(node)
         group = _Group(context, node, subject_ids, label, shell_blocks)
-        self._profile_row = None
-        self._far_row = None
-        self._floor = None
-        self._table_masses = None
+        self._forget_group_rows()
         shells, pending = self._decide_shells(group, defer)
         return _Decided(
             group,

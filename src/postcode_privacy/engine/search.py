@@ -649,13 +649,17 @@ class ShellSearch:
         self.n_shells = 0
         self._colocated = 0
 
-    def start(self, source: int) -> None:
-        """Begin a new search from node ``source``: shell 0 (the source) is explored."""
+    def _begin(self, source: int) -> None:
+        """A new source: a new epoch (the visited marks of every earlier one are void)."""
         self._epoch += 1
         if self._epoch > _MAX_EPOCH:
             self._stamp[:] = 0
             self._epoch = 1
         self.source = int(source)
+
+    def start(self, source: int) -> None:
+        """Begin a new search from node ``source``: shell 0 (the source) is explored."""
+        self._begin(source)
         self._colocated = int(
             _start(
                 self._node_location,
@@ -810,11 +814,7 @@ class ShellSearch:
         """
         if not 0 <= shell < self.max_shells:  # the kernel writes shells 0 .. shell unchecked
             raise InvalidParameterError("request for a shell beyond this search's reach")
-        self._epoch += 1
-        if self._epoch > _MAX_EPOCH:
-            self._stamp[:] = 0
-            self._epoch = 1
-        self.source = int(source)
+        self._begin(source)
         out = self._one[2]
         status, colocated, n_shells = _draw_one(
             self._indptr,
