@@ -360,29 +360,29 @@ def run_row(
     ids, nodes = write_workload(graph, source, records, distinct, seed=len(name) * 7919)
     output = tmp / f"{name}-released.csv"
     argv = [CLI, *perturb_args(source, output, key_path, eps), "--force"]
-    load_before = load_average()
-    runs, others = [], []  # the timed runs (each writing the same bytes), and against's
     other_env = None
     if against is not None:
         other_env = dict(os.environ, PYTHONPATH=os.pathsep.join((against, sys.path[0])))
+
+    def release(env: dict | None = None, sample_memory: bool = False) -> dict:
+        run = run_cli(argv, sample_memory=sample_memory, env=env)
+        run["sha256"] = _sha256_of(output)
+        return run
+
+    load_before = load_average()
+    runs, others = [], []  # the timed runs of this code, and of the --against code
     for i in range(repeat):
         if other_env is not None and i % 2:  # the other code first every second time
-            others.append(run_cli(argv, sample_memory=False, env=other_env))
-            others[-1]["sha256"] = _sha256_of(output)
-        runs.append(run_cli(argv, sample_memory=memory == "during"))
-        runs[-1]["sha256"] = _sha256_of(output)
+            others.append(release(other_env))
+        runs.append(release(sample_memory=memory == "during"))
         if other_env is not None and not i % 2:
-            others.append(run_cli(argv, sample_memory=False, env=other_env))
-            others[-1]["sha256"] = _sha256_of(output)
+            others.append(release(other_env))
     load_after = load_average()
-    if len({run["sha256"] for run in runs + others}) != 1:
-        raise SystemExit(f"{name}: the two codes' releases are not the same bytes")
     if memory == "separate":  # the same release again, sampled for its peak memory
-        again = run_cli(argv, sample_memory=True)
-        again["sha256"] = _sha256_of(output)
+        again = release(sample_memory=True)
         runs[0]["peak_pss"] = again["peak_pss"]
         runs.append(again)
-    if len({run["sha256"] for run in runs}) != 1:
+    if len({run["sha256"] for run in runs + others}) != 1:
         raise SystemExit(f"{name}: runs of the same release wrote different bytes")
     timed = sorted(runs[:repeat], key=lambda run: run["wall"])
     measured = dict(timed[(repeat - 1) // 2], peak_pss=max(run["peak_pss"] for run in runs))
