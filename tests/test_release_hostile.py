@@ -151,10 +151,17 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
                 break  # the first run is at work
             time.sleep(0.02)
         assert first.poll() is None, "the first run ended before the second could start"
-        second = spawn(
-            setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        _, err2 = second.communicate(timeout=120)
+        # Paused while the second runs, so the first is surely still at work then (a fast
+        # first run had finished during the second's start-up, which is refused too, but as
+        # an existing output: not what this test is about).
+        first.send_signal(signal.SIGSTOP)
+        try:
+            second = spawn(
+                setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            _, err2 = second.communicate(timeout=120)
+        finally:
+            first.send_signal(signal.SIGCONT)
         _, err1 = first.communicate(timeout=300)
     finally:
         for proc in (first,):
