@@ -410,6 +410,37 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
     assert_bundle(out)
 
 
+@pytest.mark.parametrize("argv, expected", [(["--version"], 0), (["perturb", "missing.csv"], 2)])
+def test_the_command_line_ends_as_a_normal_exit_would(tmp_path, argv, expected):
+    """``entry_point`` skips the interpreter's teardown (``cli._exit_without_teardown``) but
+    keeps what a normal exit does: a non-daemon thread still at work finishes, exit handlers
+    run, output still buffered is written, and the command's exit code is the process's."""
+    marker = tmp_path / "thread.txt"
+    program = (
+        "import atexit, sys, threading, time\n"
+        f"def late(): time.sleep(0.5); open({str(marker)!r}, 'w').write('finished')\n"
+        "threading.Thread(target=late).start()\n"
+        "atexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+        "sys.stdout.write('x' * 100000)\n"
+        "from postcode_privacy.cli import entry_point; entry_point()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == expected, proc.stderr.decode()
+    assert proc.stdout.startswith(b"x" * 100000)
+    if expected == 0:
+        assert b"postcode-privacy" in proc.stdout[100000:]
+    assert marker.read_text() == "finished"
+    assert proc.stderr.rstrip().endswith(b"exit handler ran")
+    assert b"Traceback" not in proc.stderr
+
+
 def test_sigterm_during_the_final_renames_never_splits_the_release(
     setup, tmp_path, monkeypatch, capsys
 ):
