@@ -441,6 +441,29 @@ def test_the_command_line_ends_as_a_normal_exit_would(tmp_path, argv, expected):
     assert b"Traceback" not in proc.stderr
 
 
+def test_a_profiler_watching_the_command_line_still_writes_its_results(tmp_path):
+    profile = tmp_path / "cli.prof"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            str(profile),
+            "-m",
+            "postcode_privacy",
+            "--version",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"postcode-privacy" in proc.stdout
+    assert profile.stat().st_size > 0
+
+
 def test_sigterm_during_the_final_renames_never_splits_the_release(
     setup, tmp_path, monkeypatch, capsys
 ):

@@ -135,8 +135,12 @@ def _exit_without_teardown(code: int) -> None:
     3 s release (docs/performance.md, "The release around the engine"), and nothing depends on
     it: the outputs are already renamed into place.  What a normal exit does that matters is
     done here, in its order: wait for non-daemon threads, run the exit handlers (logging's
-    flush, multiprocessing's, Spark's), flush the standard streams.
+    flush, multiprocessing's, Spark's), flush the standard streams.  Under a profiler, tracer
+    or debugger the exit is the normal one: such a tool writes its results after the command
+    returns (``python -m cProfile -m postcode_privacy ...``).
     """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
