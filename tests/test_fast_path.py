@@ -23,8 +23,10 @@ from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine import search as compiled
+from postcode_privacy.engine.layout import graph_layout, map_layout
 from postcode_privacy.engine.search import ShellSearch, _select_by_prior
 from postcode_privacy.errors import InputDataError, InvalidParameterError, UnknownPostcodeError
+from postcode_privacy.graph.compiled import location_masses
 from postcode_privacy.graph.graph import _csr_from_pairs
 from postcode_privacy.graph.shells import hop_distances, node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id
@@ -96,6 +98,7 @@ def random_case(rng: random.Random) -> tuple[Mechanism, Key, list, list[str]]:
         n_loc + rng.choice([0, 0, 3, 12]),
         keep=rng.choice([1.0, 1.0, 0.8, 0.45]),
         max_prior_bits=rng.choice([1, 8, 40]),
+        with_coordinates=True,  # so that the search's layout along the map renumbers
     )
     radius = rng.choice([1, 2, 3, 5, 8, None])
     eps = rng.choice(EPSILONS if radius is not None else ["1", "2", "4.5"])
@@ -116,6 +119,13 @@ def test_engine_equals_reference_on_generated_graphs(seed, monkeypatch):
     # the profile path meets the depths and group boundaries it meets on the national graph.
     monkeypatch.setattr(engine_profiles, "DEPTH", [0, 1, 2, 4, 9][seed % 5])
     monkeypatch.setattr(ball_sweeps, "WORD", [1, 3, 64][seed % 3])
+    # The search's layout along the map (engine/layout.py) for half the seeds, and for some a
+    # neighbour buffer so small that _expand gathers each shell in many passes.
+    if seed % 2:
+        monkeypatch.setattr(engine_batch, "ALONG_MAP_RADIUS", 0)
+        monkeypatch.setattr(engine_batch, "ALONG_MAP_SOURCES", 0)
+    if seed % 4 >= 2:
+        monkeypatch.setattr(compiled, "_EXPAND_BUFFER", 1)
     rng = random.Random(1000 + seed)
     records = 0
     for case in range(30):
@@ -225,13 +235,22 @@ def test_an_invalid_ball_bound_would_be_caught(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_shell_search_gives_the_reference_shells(seed):
+@pytest.mark.parametrize("along_map", [False, True])
+def test_shell_search_gives_the_reference_shells(seed, along_map, monkeypatch):
+    """In either layout (engine/layout.py), and gathering neighbours a location at a time
+    (``_EXPAND_BUFFER`` 1: the buffer holds one location's most neighbours) for odd seeds."""
+    if seed % 2:
+        monkeypatch.setattr(compiled, "_EXPAND_BUFFER", 1)
     rng = random.Random(seed)
-    graphs = [planar_graph(rng, rng.randrange(1, 40), 50, keep, 40) for keep in (1.0, 0.5)]
+    graphs = [
+        planar_graph(rng, rng.randrange(1, 40), 50, keep, 40, with_coordinates=True)
+        for keep in (1.0, 0.5)
+    ]
     graphs += [colocated([1, 5, 2, 2, 9, 1, 3, 4, 1]), disconnected(None), path(9)]
     for graph in graphs:
         depth = 7
-        search = ShellSearch(graph, depth)
+        make = map_layout if along_map else graph_layout
+        search = ShellSearch(graph, depth, layout=make(graph, location_masses(graph)))
         for source in range(len(graph)):
             reference = node_shells(graph, source, depth - 1)
             search.start(source)
@@ -248,6 +267,46 @@ def test_shell_search_gives_the_reference_shells(seed):
             assert [int(m) for m in search.masses[:depth]] == [
                 int(graph.prior[s].sum()) for s in reference
             ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_layout_along_the_map_is_the_same_graph_renumbered(seed):
+    """``map_layout`` renumbers the locations (a permutation, so the test is not of the
+    identity) and keeps every adjacency list, member list, location mass and node's location;
+    a graph without coordinates, or with all of them equal, keeps its own numbering."""
+    rng = random.Random(40 + seed)
+    graph = planar_graph(rng, 60, 90, rng.choice([1.0, 0.6]), 30, with_coordinates=True)
+    mass = location_masses(graph)
+    layout = map_layout(graph, mass)
+    original = layout.original
+    assert sorted(original.tolist()) == list(range(graph.n_locations))
+    assert original.tolist() != list(range(graph.n_locations))
+    number = np.argsort(original)
+    for i, loc in enumerate(original.tolist()):
+        new = layout.indices[layout.indptr[i] : layout.indptr[i + 1]]
+        old = graph.loc_indices[graph.loc_indptr[loc] : graph.loc_indptr[loc + 1]]
+        assert original[new].tolist() == old.tolist()  # same neighbours, same order
+        members = layout.members_flat[layout.members_indptr[i] : layout.members_indptr[i + 1]]
+        old = graph.members_flat[graph.members_indptr[loc] : graph.members_indptr[loc + 1]]
+        assert members.tolist() == old.tolist()
+        assert int(layout.loc_mass[i]) == int(mass[loc])
+    assert layout.node_location.tolist() == number[graph.node_location].tolist()
+    assert layout.max_degree == int(np.diff(graph.loc_indptr).max())
+    for flat in (planar_graph(rng, 20, 25, 1.0, 5), path(6)):
+        assert map_layout(flat, location_masses(flat)).original.tolist() == list(
+            range(flat.n_locations)
+        )
+    base = planar_graph(rng, 20, 25, 1.0, 5)
+    same = Graph(
+        base.postcodes,
+        base.node_location,
+        base.loc_indptr,
+        base.loc_indices,
+        base.prior,
+        np.full((base.n_locations, 2), 1.5),
+    )
+    kept = map_layout(same, location_masses(same))
+    assert sorted(kept.original.tolist()) == list(range(same.n_locations))
 
 
 def test_pick_follows_cumulative_prior_in_node_order():
@@ -448,6 +507,10 @@ def test_national_sample_equals_reference(national_graph):
         assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=True) == expected
         if eps == "2":
             assert perturb_many(mechanism, key, ids, codes, workers=1, landmarks=False) == expected
+        with pytest.MonkeyPatch.context() as patch:  # the search along the map, for any batch
+            patch.setattr(engine_batch, "ALONG_MAP_RADIUS", 0)
+            patch.setattr(engine_batch, "ALONG_MAP_SOURCES", 0)
+            assert perturb_many(mechanism, key, ids, codes, workers=1) == expected
 
 
 def test_first_blocks_equal_the_stream_blocks():

@@ -29,6 +29,7 @@ from postcode_privacy.engine import (
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.engine.layout import graph_layout, map_layout
 from postcode_privacy.engine.search import ShellSearch, ball_disagreement
 from postcode_privacy.errors import InvalidParameterError
 from postcode_privacy.graph.shells import node_shells
@@ -450,7 +451,8 @@ def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_the_floor_bounds_every_ball_and_its_z_low_bounds_z(seed):
+@pytest.mark.parametrize("along_map", [False, True])
+def test_the_floor_bounds_every_ball_and_its_z_low_bounds_z(seed, along_map):
     """``ShellSearch.ball_floor`` is exactly the largest table value it promises (a location z
     k hops away gives table[z, i] at k + i), never above the true ball, and ``_z_low`` from it
     lies between the core's lower bound and the exact Z at every depth, strictly above the
@@ -461,13 +463,16 @@ def test_the_floor_bounds_every_ball_and_its_z_low_bounds_z(seed):
     rng = random.Random(900 + seed)
     raised = checked = 0
     for _ in range(6):
-        graph = planar_graph(rng, rng.randrange(3, 80), 100, rng.choice([1.0, 0.7]), 30)
+        graph = planar_graph(
+            rng, rng.randrange(3, 80), 100, rng.choice([1.0, 0.7]), 30, with_coordinates=True
+        )
         mass = loc_mass(graph)
         depth = rng.choice([0, 1, 2, 4])
         table = engine_profiles.build_profiles(graph, mass, depth)
         mechanism = Mechanism(graph, rng.choice(["0.3", "0.8", "1.5"]))
         radius, powers, total = mechanism.radius, mechanism.powers, graph.total_prior
-        search = ShellSearch(graph, radius, mass)
+        layout = (map_layout if along_map else graph_layout)(graph, mass)
+        search = ShellSearch(graph, radius, mass, layout)  # the table is read by location
         for node in rng.sample(range(len(graph)), 12):
             masses = reference_masses(graph, node, radius - 1)
             balls = np.cumsum(masses).tolist()

@@ -48,6 +48,10 @@ TASK_RECORDS = 2048  # records per task handed to a worker
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
+# The search's layout along the map (engine/layout.py) pays off from this radius and this
+# many distinct postcodes in a batch (docs/performance.md, "Compiled shell search").
+ALONG_MAP_RADIUS = 64
+ALONG_MAP_SOURCES = 2000
 _ROW_ERRORS_SHOWN = 20
 # Neighbouring postcodes share their sweeps (engine/shared_shells.py) only where a task's
 # groups are dense among consecutive nodes: with every postcode present, drawing together
@@ -74,6 +78,7 @@ class _Job:
     landmarks: bool
     profiles: BallProfiles | None
     brackets: Brackets | None
+    along_map: bool  # the search's layout (FastSampler, engine/layout.py)
 
 
 @dataclass(frozen=True)
@@ -193,15 +198,25 @@ def _runs(group_nodes: list[int]) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
+def _sampler(job: _Job) -> FastSampler:
+    """A sampler for ``job`` (its buffers are this process's own; its tables are shared)."""
+    return FastSampler(
+        job.mechanism,
+        job.tables,
+        job.landmarks,
+        job.profiles,
+        job.brackets,
+        along_map=job.along_map,
+    )
+
+
 def _worker_init() -> None:
     """In each worker (after ``fork_pool`` has left interrupts to the parent): build this
     worker's buffers."""
     global _WORKER
     job = _JOB
     assert job is not None, "workers are forked only while _perturb_canonical has set _JOB"
-    _WORKER = _Worker(
-        job, FastSampler(job.mechanism, job.tables, job.landmarks, job.profiles, job.brackets)
-    )
+    _WORKER = _Worker(job, _sampler(job))
 
 
 def _worker_task(bounds: tuple[int, int]) -> tuple[int, np.ndarray, list[tuple[int, Bracket]]]:
@@ -447,11 +462,14 @@ def _start_canonical(
         landmarks=bool(landmarks),
         profiles=table,
         brackets=brackets,
+        # Worth its 0.3 s (national graph) where records explore far: the search costs about
+        # a fifth less per location along the map (docs/performance.md, "Compiled shell search")
+        along_map=mechanism.radius >= ALONG_MAP_RADIUS and distinct >= ALONG_MAP_SOURCES,
     )
     workers = min(workers, len(tasks))
     if workers > 1 and not fork:
         workers = 1
-    sampler = FastSampler(mechanism, job.tables, job.landmarks, job.profiles, brackets)
+    sampler = _sampler(job)
     draws = _Draws(out, order, brackets, progress)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]

@@ -368,7 +368,9 @@ class FastSampler:
     processes share one copy; ``landmarks`` chooses whether the landmark bound is used (it is
     built on first use, once per graph); ``profiles`` is the table of engine/profiles.py, or
     None to explore from shell 0 every time; ``floor`` whether its rows also give the floor
-    under the far mass (``_ball_floor``).  None of these changes an output.
+    under the far mass (``_ball_floor``); ``along_map`` whether the search reads the graph
+    numbered along the map (engine/layout.py, built once per graph).  None of these changes
+    an output.
     """
 
     def __init__(
@@ -379,6 +381,7 @@ class FastSampler:
         profiles: BallProfiles | None = None,
         brackets: Brackets | None = None,
         floor: bool = True,
+        along_map: bool = False,
     ):
         self.mechanism = mechanism
         graph = mechanism.graph
@@ -400,7 +403,8 @@ class FastSampler:
         self.far = profiles.far if profiles is not None else None
         if self.far is not None and self.far.graph_sha256 != graph.sha256:
             raise ValueError("the far-mass rows belong to another graph")
-        self.search = ShellSearch(graph, self.radius, tables.loc_mass)
+        layout = tables.search_layout(along_map)
+        self.search = ShellSearch(graph, self.radius, tables.loc_mass, layout)
         # Brackets on Z by source, shared by the caller across batches of one release (see
         # _brackets_for); kept_brackets lists those added here, for worker processes
         # to hand back.

@@ -36,6 +36,7 @@ from ..graph import compiled
 from ..graph.compiled import location_masses
 from ..graph.graph import Graph
 from .forking import start_in_background
+from .layout import SearchLayout, graph_layout, map_layout
 from .search import ball_bounds, location_distances, pair_table
 
 __all__ = ["GraphTables", "LandmarkBounds", "graph_tables"]
@@ -108,23 +109,38 @@ class LandmarkBounds:
 
 
 class GraphTables:
-    """Per-graph arrays the engine derives once: location masses and (optionally) landmarks."""
+    """Per-graph arrays the engine derives once: location masses and, on first use, the
+    landmarks and the search's layout along the map."""
 
     def __init__(self, graph: Graph):
         self.loc_mass = location_masses(graph)
         self._graph = weakref.ref(graph)
         self.landmarks: LandmarkBounds | None = None
+        self._layouts: dict[bool, SearchLayout] = {}
+
+    def _live_graph(self) -> Graph:
+        graph = self._graph()
+        if graph is None:
+            raise RuntimeError("the graph these tables were derived from no longer exists")
+        return graph
 
     def ensure_landmarks(self) -> LandmarkBounds:
         """The landmark tables, built on first use from the graph, which must still be alive
         (the tables hold it only weakly, so that ``graph_tables``'s cache never keeps a graph)."""
         with _LOCK:
             if self.landmarks is None:
-                graph = self._graph()
-                if graph is None:
-                    raise RuntimeError("the graph these tables were derived from no longer exists")
-                self.landmarks = LandmarkBounds(graph, self.loc_mass)
+                self.landmarks = LandmarkBounds(self._live_graph(), self.loc_mass)
             return self.landmarks
+
+    def search_layout(self, along_map: bool) -> SearchLayout:
+        """The location graph as the shell search reads it (engine/layout.py), in the graph's
+        numbering or along the map, made on first use."""
+        with _LOCK:
+            layout = self._layouts.get(along_map)
+            if layout is None:
+                make = map_layout if along_map else graph_layout
+                layout = self._layouts[along_map] = make(self._live_graph(), self.loc_mass)
+            return layout
 
 
 # One entry per live graph, dropped with the graph: bounded by the graphs the caller holds.
