@@ -22,8 +22,13 @@ choose *how far* to explore before the exact decision (``engine/fast.py``, with 
 the time taken.  The landmark kernels at the end (``location_distances``, ``pair_table``,
 ``ball_bounds``) serve ``engine/landmarks.py``.
 
+The graph is read from a :class:`~postcode_privacy.engine.layout.SearchLayout`: the graph's own
+location numbers or the map's (engine/layout.py); every location number in these kernels is
+the layout's, and only ``_ball_floor`` maps back to the graph's, to read the profile table.
+
 Buffers are sized once per search object: two int32 arrays of (about) one entry per location
-(6.7 MB each on the national graph) plus arrays of radius + 2 entries.
+(6.7 MB each on the national graph), a 16 KiB neighbour buffer and arrays of radius + 2
+entries.
 """
 
 from __future__ import annotations
