@@ -462,7 +462,7 @@ def _start_canonical(
         landmarks=bool(landmarks),
         profiles=table,
         brackets=brackets,
-        # Worth its 0.3 s (national graph) where records explore far: the search costs about
+        # Worth its 0.5 s (national graph) where records explore far: the search costs about
         # a fifth less per location along the map (docs/performance.md, "Compiled shell search")
         along_map=mechanism.radius >= ALONG_MAP_RADIUS and distinct >= ALONG_MAP_SOURCES,
     )
