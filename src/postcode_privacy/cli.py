@@ -132,18 +132,20 @@ def _exit_without_teardown(code: int) -> None:
     interpreter's teardown.
 
     Freeing every object of pandas, numba and the graph one at a time took 0.3 to 0.4 s of a
-    3 s release (docs/performance.md, "The release around the engine"), and nothing depends on
-    it: the outputs are already renamed into place.  What a normal exit does that matters is
-    done here, in its order: wait for non-daemon threads, run the exit handlers (logging's
-    flush, multiprocessing's, Spark's), flush the standard streams.  Under a profiler, tracer
-    or debugger the exit is the normal one: such a tool writes its results after the command
-    returns (``python -m cProfile -m postcode_privacy ...``).
+    3 s release (docs/performance.md, "Twelfth round"), and nothing depends on it: the outputs
+    are already renamed into place.  What a normal exit does that matters is done here, in
+    CPython's order: the threading module's shutdown (its exit callbacks, which tell idle
+    thread pools to stop, then a join of every non-daemon thread), the exit handlers
+    (logging's flush, multiprocessing's, Spark's), a flush of the standard streams.  Under a
+    profiler, tracer or debugger the exit is the normal one: such a tool writes its results
+    after the command returns (``python -m cProfile -m postcode_privacy ...``).
     """
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first
+    if shutdown is None:  # not CPython's threading module: let the interpreter exit
+        sys.exit(code)
+    shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
