@@ -307,6 +307,24 @@ def test_the_layout_along_the_map_is_the_same_graph_renumbered(seed):
     )
     kept = map_layout(same, location_masses(same))
     assert sorted(kept.original.tolist()) == list(range(same.n_locations))
+    # Any finite coordinates, without a warning (warnings are errors here): ranges of 1e308
+    # either way, and a subnormal one.
+    n = base.n_locations
+    wide = np.arange(n) / n * 1.7e308 * np.where(np.arange(n) % 2, 1.0, -1.0)
+    for coordinates in (
+        np.column_stack([wide, wide[::-1]]),
+        np.column_stack([np.arange(n) * 5e-324, np.zeros(n)]),
+    ):
+        odd = Graph(
+            base.postcodes,
+            base.node_location,
+            base.loc_indptr,
+            base.loc_indices,
+            base.prior,
+            coordinates,
+        )
+        layout = map_layout(odd, location_masses(odd))
+        assert sorted(layout.original.tolist()) == list(range(n))
 
 
 def test_pick_follows_cumulative_prior_in_node_order():
@@ -416,6 +434,69 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
         key, ids[sample], [graph.label(v) for v in nodes[sample]]
     )
     assert [graph.label(v) for v in base[sample]] == expected
+
+
+# Thread B holds the engine's table lock while thread A's batch forks its workers, as a
+# batch on another graph does while it builds its tables; a worker that then takes the lock
+# waits for ever (it has the lock as it was, held, without the thread holding it).
+_FORK_WHILE_LOCKED = """
+import random, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from test_fast_path import planar_graph
+from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import batch, landmarks, perturb_many
+batch.ALONG_MAP_RADIUS = batch.ALONG_MAP_SOURCES = 0  # the layout along the map, too
+rng = random.Random(0)
+graph = planar_graph(rng, 300, 600, 1.0, 10, with_coordinates=True)
+mechanism, key = Mechanism(graph, "1"), Key.from_bytes(rng.randbytes(32))
+codes = [graph.postcodes[rng.randrange(len(graph))] for _ in range(5000)]
+ids = [f"i{i}" for i in range(len(codes))]
+held = threading.Event()
+def hold():
+    with landmarks._LOCK:
+        held.set()
+        time.sleep(2)
+def progress(done):  # called after the parent's first task, before the fork
+    if not held.is_set():
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+for use_landmarks in (False, True):
+    two = perturb_many(mechanism, key, ids, codes, workers=2, landmarks=use_landmarks,
+                       profiles=False, progress=progress)
+    held.clear()
+    assert two == perturb_many(mechanism, key, ids, codes, workers=1, profiles=False)
+print("finished")
+"""
+
+
+@pytest.mark.slow  # two batches with forked workers (about 6 s)
+def test_workers_start_while_another_thread_holds_the_tables_lock(tmp_path):
+    """Workers take what their parent built (the search's layout, the landmarks) without the
+    tables' lock (``GraphTables.search_layout``)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FORK_WHILE_LOCKED, tests],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # so that a hang is stopped with the workers it left
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the batch hung: a worker waited for the tables' lock")
+    assert proc.returncode == 0, err
+    assert out.strip() == "finished"
 
 
 def test_a_group_drawn_with_the_wrong_number_of_outputs_stops_the_batch(monkeypatch):

@@ -127,6 +127,9 @@ class GraphTables:
     def ensure_landmarks(self) -> LandmarkBounds:
         """The landmark tables, built on first use from the graph, which must still be alive
         (the tables hold it only weakly, so that ``graph_tables``'s cache never keeps a graph)."""
+        built = self.landmarks  # read without the lock first: see search_layout
+        if built is not None:
+            return built
         with _LOCK:
             if self.landmarks is None:
                 self.landmarks = LandmarkBounds(self._live_graph(), self.loc_mass)
@@ -134,7 +137,15 @@ class GraphTables:
 
     def search_layout(self, along_map: bool) -> SearchLayout:
         """The location graph as the shell search reads it (engine/layout.py), in the graph's
-        numbering or along the map, made on first use."""
+        numbering or along the map, made on first use.
+
+        One already made is returned without taking the lock.  Worker processes ask for the
+        layout their parent made before forking, and a fork copies the lock as it was: held,
+        if another thread of the parent held it then, by a thread the worker does not have.
+        """
+        built = self._layouts.get(along_map)
+        if built is not None:
+            return built
         with _LOCK:
             layout = self._layouts.get(along_map)
             if layout is None:

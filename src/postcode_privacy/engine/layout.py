@@ -71,9 +71,11 @@ def map_layout(graph: Graph, loc_mass: np.ndarray) -> SearchLayout:
     cells = []
     for axis in (0, 1):
         x = np.asarray(coordinates[:, axis], dtype=np.float64)
-        low, span = float(x.min()), float(x.max() - x.min())
-        scaled = (x - low) * (_CURVE_SIDE / span) if span > 0 else np.zeros(n)
-        cells.append(np.minimum(scaled.astype(np.int64), _CURVE_SIDE - 1))
+        # Each coordinate's share of the axis' range, from halves, which cannot overflow for
+        # any finite floats (a range of 1e308 either way, or a subnormal one, is a graph too).
+        low, high = float(x.min()) / 2, float(x.max()) / 2
+        share = (x / 2 - low) / (high - low) if high > low else np.zeros(n)
+        cells.append(np.clip(share * _CURVE_SIDE, 0, _CURVE_SIDE - 1).astype(np.int64))
     original = np.argsort(_curve_positions(cells[0], cells[1], _CURVE_SIDE), kind="stable")
     number = np.empty(n, dtype=np.int64)
     number[original] = np.arange(n)
