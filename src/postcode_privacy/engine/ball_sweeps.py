@@ -233,14 +233,30 @@ def _permuted(
     indptr: np.ndarray, indices: np.ndarray, order: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The adjacency (CSR) of the graph whose location i is location ``order[i]``."""
-    n = order.size
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    degree = np.diff(indptr)[order]
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(degree, out=new_indptr[1:])
-    gather = np.arange(new_indptr[-1]) + np.repeat(indptr[order] - new_indptr[:-1], degree)
-    return new_indptr, rank[indices[gather]]
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    return _renumbered(indptr, indices, order, rank)
+
+
+@njit(cache=True, nogil=True)
+def _renumbered(indptr, flat, original, relabel):  # pragma: no cover - compiled
+    """The CSR lists of ``original[0]``, ``original[1]``, ... in turn, each entry e written as
+    ``relabel[e]`` (int32): a list's entries keep their order.  Renumbers the graph for the
+    sweeps here and for the search (engine/layout.py)."""
+    n = original.size
+    out_indptr = np.empty(n + 1, dtype=np.int64)
+    out_indptr[0] = 0
+    for i in range(n):
+        v = original[i]
+        out_indptr[i + 1] = out_indptr[i] + indptr[v + 1] - indptr[v]
+    out = np.empty(out_indptr[n], dtype=np.int32)
+    for i in range(n):
+        v = original[i]
+        p = out_indptr[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            out[p] = relabel[flat[e]]
+            p += 1
+    return out_indptr, out
 
 
 class Sweeps:
@@ -257,7 +273,7 @@ class Sweeps:
         self, graph: Graph, loc_mass: np.ndarray, cluster_size: int = 1, cluster_hops: int = 0
     ):
         indptr = np.ascontiguousarray(graph.loc_indptr, dtype=np.int64)
-        indices = np.ascontiguousarray(graph.loc_indices, dtype=np.int64)
+        indices = graph.loc_indices
         along_map = _map_order(graph)
         n = graph.n_locations
         if cluster_size == 1:
@@ -270,8 +286,7 @@ class Sweeps:
             n_clusters = seed_ptr.size - 1
             sweep_ptr = np.append(np.arange(0, n_clusters, WORD), n_clusters).astype(np.int64)
         order = along_map[grouped]
-        self.indptr, indices = _permuted(indptr, indices, order)
-        self.indices = indices.astype(np.int32)  # half the memory traffic of int64
+        self.indptr, self.indices = _permuted(indptr, indices, order)  # int32: half the traffic
         self.mass = np.ascontiguousarray(loc_mass[order], dtype=np.int64)
         self.order = order  # new number -> location
         self.seed_ptr = seed_ptr  # source s is new numbers seed_ptr[s] .. seed_ptr[s + 1] - 1

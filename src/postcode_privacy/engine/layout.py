@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from ..graph.graph import Graph
-from .ball_sweeps import _curve_positions
+from .ball_sweeps import _curve_positions, _renumbered
 
 __all__ = ["SearchLayout", "graph_layout", "map_layout"]
 
@@ -101,23 +100,3 @@ def _compact(offsets: np.ndarray) -> np.ndarray:
     if offsets.size and int(offsets[-1]) < 2**31:
         return np.ascontiguousarray(offsets, dtype=np.int32)
     return offsets
-
-
-@njit(cache=True, nogil=True)
-def _renumbered(indptr, flat, original, relabel):  # pragma: no cover - compiled
-    """The CSR lists of ``original[0]``, ``original[1]``, ... in turn, each entry e written as
-    ``relabel[e]`` (int32): a list's entries keep their order."""
-    n = original.size
-    out_indptr = np.empty(n + 1, dtype=np.int64)
-    out_indptr[0] = 0
-    for i in range(n):
-        v = original[i]
-        out_indptr[i + 1] = out_indptr[i] + indptr[v + 1] - indptr[v]
-    out = np.empty(out_indptr[n], dtype=np.int32)
-    for i in range(n):
-        v = original[i]
-        p = out_indptr[i]
-        for e in range(indptr[v], indptr[v + 1]):
-            out[p] = relabel[flat[e]]
-            p += 1
-    return out_indptr, out
