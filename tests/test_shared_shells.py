@@ -332,3 +332,58 @@ def test_a_task_straddling_two_dense_stretches_shares_sweeps_in_each(monkeypatch
         for v, i in zip(nodes, ids)
     ]
     assert got.tolist() == expected
+
+
+def test_a_batch_along_the_map_groups_neighbours_and_keeps_every_output(monkeypatch):
+    """Where the search reads the graph laid out along the map, the batch sorts its records
+    along the map too (``_places``): a postcode's records stay together, co-located
+    postcodes sit side by side, the dense stretches found along the map share their sweeps,
+    and every output is the one the batch gives in node order, with one or two workers."""
+    rng = random.Random(91)
+    graph = planar_graph(rng, 300, 420, 1.0, 6, with_coordinates=True)
+    mechanism = Mechanism(graph, "0.5", radius=14)
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, _loc_mass(graph), 3), graph
+    )
+    monkeypatch.setattr(engine_batch, "profiles_to_use", lambda *a, **k: table)
+    monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 300)
+    monkeypatch.setattr(engine_batch, "SHARED_MIN_GROUPS", 16)
+    key = Key.from_bytes(rng.randbytes(32))
+    nodes = np.array([v for v in range(len(graph)) for _ in range(rng.choice([1, 2, 5]))])
+    rng.shuffle(nodes)
+    ids = [f"m{i}" for i in range(nodes.size)]
+    in_node_order = perturb_nodes(mechanism, key, ids, nodes, workers=1)
+
+    monkeypatch.setattr(engine_batch, "ALONG_MAP_RADIUS", 0)
+    monkeypatch.setattr(engine_batch, "ALONG_MAP_SOURCES", 0)
+    tables = graph_tables(graph)
+    places = engine_batch._places(tables)
+    assert np.array_equal(np.sort(places), np.arange(len(graph)))  # a place for every node
+    order = np.argsort(places[nodes], kind="stable")
+    sorted_nodes = nodes[order]
+    # each postcode's records are consecutive, and not in node order: the map's order
+    assert np.unique(sorted_nodes[np.r_[True, sorted_nodes[1:] != sorted_nodes[:-1]]]).size == (
+        np.unique(nodes).size
+    )
+    assert not np.all(np.diff(sorted_nodes) >= 0)
+    layout = tables.search_layout(True)
+    locations = layout.node_location[sorted_nodes]
+    assert np.all(np.diff(locations) >= 0)  # co-located postcodes side by side, along the map
+    calls = []
+    original = FastSampler.sample_groups
+
+    def counted(self, context, groups, decide_together=False):
+        calls.append(len(groups))
+        return original(self, context, groups, decide_together)
+
+    monkeypatch.setattr(FastSampler, "sample_groups", counted)
+    for workers in (1, 2):
+        got = perturb_nodes(mechanism, key, ids, nodes, workers=workers)
+        assert np.array_equal(got, in_node_order)
+    assert calls and max(calls) >= 16  # dense along the map: the shared path was taken
+    sample = rng.sample(range(nodes.size), 25)
+    expected = mechanism.perturb_reference(
+        key, [ids[i] for i in sample], [graph.label(int(nodes[i])) for i in sample]
+    )
+    assert [graph.label(int(in_node_order[i])) for i in sample] == expected
