@@ -436,6 +436,18 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     assert [graph.label(v) for v in base[sample]] == expected
 
 
+def test_the_distinct_count_is_the_same_by_sorting_or_by_counting():
+    """``batch._distinct`` sorts a batch much smaller than the graph and counts records per
+    node otherwise; both give the number of distinct nodes, at every size around the switch."""
+    rng = np.random.default_rng(8)
+    for n_nodes in (1, 2, 17, 1000):
+        for size in (1, 2, n_nodes // 16, n_nodes // 16 + 1, n_nodes, 5 * n_nodes):
+            if size < 1:
+                continue
+            nodes = rng.integers(0, n_nodes, size)
+            assert engine_batch._distinct(nodes, n_nodes) == np.unique(nodes).size
+
+
 # Thread B holds the engine's table lock while thread A's batch forks its workers, as a
 # batch on another graph does while it builds its tables; a worker that then takes the lock
 # waits for ever (it has the lock as it was, held, without the thread holding it).

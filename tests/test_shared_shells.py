@@ -378,9 +378,15 @@ def test_a_batch_along_the_map_groups_neighbours_and_keeps_every_output(monkeypa
         return original(self, context, groups, decide_together)
 
     monkeypatch.setattr(FastSampler, "sample_groups", counted)
+    used = []  # the order the engine itself sorted the records in
+    cut = engine_batch._tasks
+    monkeypatch.setattr(
+        engine_batch, "_tasks", lambda sorted_nodes: used.append(sorted_nodes) or cut(sorted_nodes)
+    )
     for workers in (1, 2):
         got = perturb_nodes(mechanism, key, ids, nodes, workers=workers)
         assert np.array_equal(got, in_node_order)
+    assert len(used) == 2 and all(np.array_equal(u, sorted_nodes) for u in used)
     assert calls and max(calls) >= 16  # dense along the map: the shared path was taken
     sample = rng.sample(range(nodes.size), 25)
     expected = mechanism.perturb_reference(

@@ -56,13 +56,16 @@ ALONG_MAP_RADIUS = 64
 ALONG_MAP_SOURCES = 2000
 _ROW_ERRORS_SHOWN = 20
 # Neighbouring postcodes share their sweeps (engine/shared_shells.py) only where a task's
-# groups are dense among consecutive nodes: with every postcode present, drawing together
+# groups are dense: most of the nodes between its first and last group, in the order the
+# batch sorted them (node order, or along the map: ``_places``), are present.  With every
+# postcode present, drawing together
 # gained 5-15% in one process and deciding together 5-10% more (a national file); with every
 # second one, drawing together still gained 3-8%, but both together lost 8%, and 19% with
 # every fourth (docs/performance.md, "Shared sweeps").
 SHARED_MIN_GROUPS = 64
-# Consecutive groups at most this many nodes apart belong to one stretch, so a stretch always
-# holds more than half the nodes from its first to its last: dense enough to draw together.
+# Consecutive groups at most this many places apart in that order belong to one stretch, so a
+# stretch always holds more than half the nodes from its first to its last: dense enough to
+# draw together.
 SHARED_GAP = 2
 SHARED_DECIDE_DENSITY = 0.9
 
@@ -156,8 +159,8 @@ def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
 def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndarray:
     """Output nodes of sorted records start .. stop - 1, in that order.
 
-    Where the task's postcodes are dense (most consecutive nodes present, as in a national
-    file), neighbouring groups share their sweeps (``FastSampler.sample_groups``), stretch by
+    Where the task's postcodes are dense (most of the nodes between its first and last
+    present, in the batch's order, as in a national file), neighbouring groups share their sweeps (``FastSampler.sample_groups``), stretch by
     stretch (``_runs``); the outputs are the same either way."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     # The task's identifiers in sorted order, in one call where a compact store of them
@@ -437,15 +440,8 @@ def _start_canonical(
     if n == 0:
         return _Draws(out, np.empty(0, dtype=np.int64), brackets, progress)
     graph = mechanism.graph
-    distinct = int(np.count_nonzero(np.bincount(nodes, minlength=len(graph))))
+    distinct = _distinct(nodes, len(graph))
     tables = graph_tables(graph)
-    # Worth its 0.5 s (national graph) where records explore far: the search costs about
-    # a fifth less per location along the map (docs/performance.md, "Compiled shell search")
-    along_map = mechanism.radius >= ALONG_MAP_RADIUS and distinct >= ALONG_MAP_SOURCES
-    places = _places(tables) if along_map else None
-    order = np.argsort(nodes if places is None else places[nodes], kind="stable")
-    sorted_nodes = nodes[order]
-    tasks = _tasks(sorted_nodes)
     if workers is None:
         workers = default_workers(n)
     fork = _fork_available()
@@ -464,6 +460,13 @@ def _start_canonical(
             or (table.far is not None and 2 * table.far.depth >= radius - 1)
         )
         landmarks = distinct * LANDMARK_SHARE >= graph.n_locations and not covered
+    # Worth its 0.5 s (national graph) where records explore far: the search costs about
+    # a fifth less per location along the map (docs/performance.md, "Compiled shell search")
+    along_map = mechanism.radius >= ALONG_MAP_RADIUS and distinct >= ALONG_MAP_SOURCES
+    places = _places(tables) if along_map else None
+    order = np.argsort(nodes if places is None else places[nodes], kind="stable")
+    sorted_nodes = nodes[order]
+    tasks = _tasks(sorted_nodes)
     job = _Job(
         mechanism=mechanism,
         context=mechanism.stream_context(key),
@@ -491,6 +494,14 @@ def _start_canonical(
     else:
         draws._waiting = (job, rest, workers)  # started by draws.start() or draws.result()
     return draws
+
+
+def _distinct(nodes: np.ndarray, n_nodes: int) -> int:
+    """How many distinct nodes ``nodes`` holds: by sorting for a batch much smaller than the
+    graph, by counting every node's records for a larger one (one pass, no sort)."""
+    if nodes.size * 16 < n_nodes:
+        return int(np.unique(nodes).size)
+    return int(np.count_nonzero(np.bincount(nodes, minlength=n_nodes)))
 
 
 def _places(tables: GraphTables) -> np.ndarray:

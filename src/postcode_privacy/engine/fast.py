@@ -727,7 +727,8 @@ class FastSampler:
         64 at a time, by one shared sweep (engine/shared_shells.py), and with
         ``decide_together`` the records the bounds leave undecided are decided together too
         (``_decide_swept``).  Either pays only when the postcodes are neighbours: consecutive
-        nodes of a dense batch (engine/batch.py says how dense)."""
+        groups of a dense batch, in node order or along the map (engine/batch.py says how
+        dense)."""
         outputs: list[list[int]] = [[] for _ in groups]
         waiting: list[tuple[int, _Decided]] = []  # decided, to draw in a shared sweep
         undecided: list[tuple[int, _Decided]] = []  # to decide in a shared sweep
