@@ -58,10 +58,9 @@ _ROW_ERRORS_SHOWN = 20
 # Neighbouring postcodes share their sweeps (engine/shared_shells.py) only where a task's
 # groups are dense: most of the nodes between its first and last group, in the order the
 # batch sorted them (node order, or along the map: ``_places``), are present.  With every
-# postcode present, drawing together
-# gained 5-15% in one process and deciding together 5-10% more (a national file); with every
-# second one, drawing together still gained 3-8%, but both together lost 8%, and 19% with
-# every fourth (docs/performance.md, "Shared sweeps").
+# postcode present, drawing together gained 5-15% in one process and deciding together 5-10%
+# more (a national file); with every second one, drawing together still gained 3-8%, but both
+# together lost 8%, and 19% with every fourth (docs/performance.md, "Shared sweeps").
 SHARED_MIN_GROUPS = 64
 # Consecutive groups at most this many places apart in that order belong to one stretch, so a
 # stretch always holds more than half the nodes from its first to its last: dense enough to
@@ -160,8 +159,9 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     """Output nodes of sorted records start .. stop - 1, in that order.
 
     Where the task's postcodes are dense (most of the nodes between its first and last
-    present, in the batch's order, as in a national file), neighbouring groups share their sweeps (``FastSampler.sample_groups``), stretch by
-    stretch (``_runs``); the outputs are the same either way."""
+    present, in the batch's order, as in a national file), neighbouring groups share their
+    sweeps (``FastSampler.sample_groups``), stretch by stretch (``_runs``); the outputs are the
+    same either way."""
     nodes, order, ids, context = job.sorted_nodes, job.order, job.ids, job.context
     # The task's identifiers in sorted order, in one call where a compact store of them
     # (release/draw_ahead.py) decodes many at once; then each group piece is a slice.
@@ -409,8 +409,9 @@ def _start_canonical(
 
     For callers inside the package that have already canonicalised every identifier (the
     release layer does, once, while checking records).  Preconditions: identifiers are
-    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.  ``workers``: processes to use; ``None`` means
-    :func:`default_workers`.  Without ``fork`` everything runs in this process.
+    canonical (``canonical_subject_id``) and nodes are valid indices of ``mechanism.graph``.
+    ``workers``: processes to use; ``None`` means :func:`default_workers`.  Without ``fork``
+    everything runs in this process.
     ``progress``, if given, is called in the calling process with the number of records
     finished each time a task completes.  ``landmarks``: whether to use the landmark bound
     (engine/landmarks.py); ``None`` decides by the number of distinct postcodes.  ``profiles``:
