@@ -178,11 +178,8 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     node_list = task_nodes.tolist()
     groups = [(node_list[i], task_ids[i:j]) for i, j in pieces]
     # what the records were sorted by, group by group: the nodes, or their places along the map
-    firsts = [i for i, _ in pieces]
-    if job.places is None:
-        group_keys = [node_list[i] for i in firsts]
-    else:
-        group_keys = job.places[task_nodes[firsts]].tolist()
+    keys = task_nodes if job.places is None else job.places[task_nodes]
+    group_keys = keys[[i for i, _ in pieces]].tolist()
     drawn: list[list[int]] = []
     for first, last in _runs(group_keys):
         run = groups[first:last]
