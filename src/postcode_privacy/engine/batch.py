@@ -181,14 +181,16 @@ def _run_task(sampler: FastSampler, job: _Job, start: int, stop: int) -> np.ndar
     keys = task_nodes if job.places is None else job.places[task_nodes]
     group_keys = keys[[i for i, _ in pieces]].tolist()
     drawn: list[list[int]] = []
+    apart = 0  # groups[apart:first] are drawn each from its own search (``sample_each``)
     for first, last in _runs(group_keys):
         run = groups[first:last]
         if len(run) >= SHARED_MIN_GROUPS:
+            drawn += sampler.sample_each(context, groups[apart:first])
             density = len(run) / (group_keys[last - 1] - group_keys[first] + 1)
             together = density >= SHARED_DECIDE_DENSITY
             drawn += sampler.sample_groups(context, run, decide_together=together)
-        else:
-            drawn += [sampler.sample_group(context, node, sids) for node, sids in run]
+            apart = last
+    drawn += sampler.sample_each(context, groups[apart:])
     # The pieces cover the task in order, so their outputs, joined, are the task's: each
     # piece must have one output a record, or every later record would take another's.
     if any(len(outputs) != j - i for (i, j), outputs in zip(pieces, drawn, strict=True)):
@@ -486,6 +488,8 @@ def _start_canonical(
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     draws._take(first[0], _run_task(sampler, job, *first))
+    if workers > 1 and rest:
+        sampler.load_alone_kernels()
     if workers == 1 or not rest:
         for start, stop in rest:
             draws._take(start, _run_task(sampler, job, start, stop))

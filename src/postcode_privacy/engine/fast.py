@@ -48,6 +48,7 @@ import numpy as np
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
+from .alone import AloneDecider
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch, ball_disagreement
@@ -73,6 +74,13 @@ FLOOR_HOPS = 12
 # sweeps").
 DECIDING_HOPS = 12
 DECIDING_RADIUS = 120
+# Records alone at their postcode are decided and drawn together (``sample_each``) from this
+# many in a run; below it, one by one costs no more than the arrays.
+ALONE_MIN = 8
+# Above this size of P_0 the limb arithmetic of engine/alone.py is not used (its cost grows
+# with the square of the digits; the national graph's powers have about 120 bits).
+ALONE_MAX_POWER_BITS = 1024
+_NO_FAR = np.zeros((1, 1), dtype=np.int64)  # ``draw_each``'s far-mass rows when none are used
 
 
 class Bracket(NamedTuple):
@@ -415,6 +423,7 @@ class FastSampler:
         self._floor: np.ndarray | None = None  # the group's floor, if one was made
         self._table_masses: list[int] | None = None  # the group's shell masses from the table
         self._shared: SharedShells | None = None  # buffers of the shared sweeps, made on use
+        self._alone: AloneDecider | None = None  # records alone (``sample_each``), made on use
         # _row_tail of each far-mass row by (cluster, start), None for an unusable row
         self._far_tails: dict[tuple[int, int], int | None] = {}
         # The table whose rows give the floor (``_ball_floor``); ``floor=False`` goes without,
@@ -670,6 +679,115 @@ class FastSampler:
             if out >= 0:
                 return [out]
         return self._draw_alone(self._decide(context, node, subject_ids))
+
+    def sample_each(
+        self, context: StreamContext, groups: Sequence[tuple[int, Sequence[str]]]
+    ) -> list[list[int]]:
+        """``sample_group`` of each ``(node, subject_ids)``, in order, with the same outputs.
+
+        The records alone at their postcode (groups of one, the usual group of a file of
+        distinct postcodes) are decided together by one compiled call (engine/alone.py: the
+        decision ``_sample_one`` makes from the profile table and the far-mass row) and drawn
+        by another (``ShellSearch.draw_each``: ``draw_one``'s exploring, guard and pick);
+        any record those leave unsettled, and every other group, goes to ``sample_group``.
+        A source with a bracket kept by an earlier batch goes there too, so the statistics
+        say what settled it, as they would without this path.
+        """
+        outputs: list[list[int] | None] = [None] * len(groups)
+        decider = self._alone_decider()
+        if decider is not None:
+            brackets = self.brackets or {}
+            alone = [
+                i
+                for i, (node, subject_ids) in enumerate(groups)
+                if len(subject_ids) == 1 and node not in brackets
+            ]
+            if len(alone) >= ALONE_MIN:
+                nodes = [groups[i][0] for i in alone]
+                subject_ids = [groups[i][1][0] for i in alone]
+                drawn = self._sample_alone(context, decider, nodes, subject_ids)
+                for i, out in zip(alone, drawn):
+                    if out >= 0:
+                        outputs[i] = [out]
+        return [
+            out if out is not None else self.sample_group(context, node, subject_ids)
+            for out, (node, subject_ids) in zip(outputs, groups)
+        ]
+
+    def _alone_decider(self) -> AloneDecider | None:
+        """The compiled decision of engine/alone.py for this mechanism (made once), or None
+        without a profile table or where the powers are too large for it to pay."""
+        if self._alone is None and self.profiles is not None:
+            if self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
+                self._alone = AloneDecider(self.powers, self.radius, self.profiles, self.graph)
+        return self._alone
+
+    def load_alone_kernels(self) -> None:
+        """Load (or compile) ``sample_each``'s compiled calls now, with no records: a caller
+        about to fork workers does this once for them all to inherit."""
+        decider = self._alone_decider()
+        if decider is None:
+            return
+        nothing = np.zeros(0, dtype=np.int64)
+        decider.decide(nothing, b"", b"")
+        far = self.far
+        balls, cluster_of = (far.balls, far.cluster_of) if far is not None else (_NO_FAR, _NONE)
+        self.search.draw_each(
+            nothing,
+            nothing,
+            nothing,
+            decider.table,
+            self.graph.node_location,
+            balls,
+            cluster_of,
+            np.zeros(0, dtype=np.bool_),
+        )
+
+    def _sample_alone(
+        self,
+        context: StreamContext,
+        decider: AloneDecider,
+        nodes: list[int],
+        subject_ids: list[str],
+    ) -> list[int]:
+        """The output node of each record alone at ``nodes[r]``, or -1 where the compiled
+        decision leaves it for ``sample_group``; ``_sample_one``'s steps, batched: the first
+        blocks, the decision, the member draw (whose rejected first attempts, about a
+        quarter, read their next blocks here, as ``_member_value`` does), the guarded pick."""
+        node_array = np.array(nodes, dtype=np.int64)
+        labels = self.graph.labels_of(node_array)
+        shell_blocks, member_blocks = context.first_block_bytes(
+            subject_ids, labels, (SHELL, MEMBER)
+        )
+        shells, stages, sizes, draws = decider.decide(node_array, shell_blocks, member_blocks)
+        for r in np.flatnonzero((shells >= 0) & (draws < 0)).tolist():
+            first = int.from_bytes(member_blocks[32 * r : 32 * r + 32], "big")
+            draws[r] = _member_value(context, subject_ids[r], labels[r], int(sizes[r]), first)
+        settled = np.flatnonzero(shells >= 0)
+        far = self.far
+        balls, cluster_of = (far.balls, far.cluster_of) if far is not None else (_NO_FAR, _NONE)
+        by_row = stages[settled] == 2  # the far-mass row settled it: the guard checks that row
+        picked, explored, locations, status = self.search.draw_each(
+            node_array[settled],
+            shells[settled],
+            draws[settled],
+            decider.table,
+            self.graph.node_location,
+            balls,
+            cluster_of,
+            by_row,
+        )
+        _refuse_disagreement(status, self)
+        out = np.full(len(nodes), -1, dtype=np.int64)
+        out[settled] = picked
+        stats = self.stats
+        stats["row_hits"] += int(by_row.sum())
+        stats["profile_hits"] += int(settled.size - by_row.sum())
+        stats["groups"] += int(settled.size)
+        stats["records"] += int(settled.size)
+        stats["shells_explored"] += int(explored.sum())
+        stats["locations_explored"] += locations
+        return out.tolist()
 
     def _sample_one(self, context: StreamContext, node: int, subject_id: str) -> int:
         """``sample_group`` for one record, if the profile table settles its shell with the

@@ -48,6 +48,7 @@ __all__ = ["ShellSearch", "ball_disagreement", "location_distances", "pair_table
 _GUIDE_MARGIN = 1e-9
 _MAX_EPOCH = 2**31 - 2
 _EXPAND_BUFFER = 4096  # neighbours gathered at a time by _expand (16 KiB)
+_NO_FLOOR = np.zeros(0, dtype=np.int64)  # ``draw_each`` guards by no floor
 
 
 @njit(cache=True)
@@ -636,6 +637,83 @@ def _draw_one(
 
 
 @njit(cache=True)
+def _draw_each(
+    indptr,
+    indices,
+    node_location,
+    prior,
+    loc_mass,
+    stamp,
+    epoch,
+    order,
+    shell_ptr,
+    buf,
+    masses,
+    members_indptr,
+    members_flat,
+    sources,
+    shells,
+    draws,
+    table,
+    table_location,
+    far_balls,
+    cluster_of,
+    with_far,
+    floor,
+    picked,
+    found,
+):  # pragma: no cover - compiled
+    """``_draw_one`` for each request r (source, shell, draw), each on a new epoch, guarded by
+    the source's table row (``table[table_location[source]]``), the floor, and, where
+    ``with_far[r]``, its cluster's far-mass row: the node into ``picked[r]``.
+
+    Returns (status, r, epoch, colocated, n_shells, locations): status 0, or the first
+    request r whose ``_draw_one`` status was not 0 (nothing after it is drawn); ``locations``
+    sums the locations each search explored."""
+    colocated = 0
+    n_shells = 0
+    locations = 0
+    one = np.empty(1, dtype=np.int64)
+    for r in range(sources.size):
+        epoch += 1
+        if epoch > _MAX_EPOCH:
+            stamp[:] = 0
+            epoch = 1
+        source = sources[r]
+        place = table_location[source]
+        row = far_balls[cluster_of[place] if with_far[r] else 0]
+        far_row = row[: row.size if with_far[r] else 0]
+        status, colocated, n_shells = _draw_one(
+            indptr,
+            indices,
+            node_location,
+            prior,
+            loc_mass,
+            stamp,
+            epoch,
+            order,
+            shell_ptr,
+            buf,
+            masses,
+            members_indptr,
+            members_flat,
+            source,
+            shells[r],
+            draws[r],
+            table[place],
+            floor,
+            far_row,
+            one,
+        )
+        found[r] = n_shells
+        locations += shell_ptr[n_shells]
+        if status != 0:
+            return status, r, epoch, colocated, n_shells, locations
+        picked[r] = one[0]
+    return 0, sources.size, epoch, colocated, n_shells, locations
+
+
+@njit(cache=True)
 def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
     """Every node in node shells 0 .. h_end - 1 (unsorted)."""
     if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
@@ -899,6 +977,71 @@ class ShellSearch:
                 "request for an unexplored shell or a draw outside its mass"
             )
         return (int(out[0]), 0) if status == 0 else (-1, int(status))
+
+    def draw_each(
+        self,
+        sources: np.ndarray,
+        shells: np.ndarray,
+        draws: np.ndarray,
+        table: np.ndarray,
+        table_location: np.ndarray,
+        far_balls: np.ndarray,
+        cluster_of: np.ndarray,
+        with_far: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """``draw_one`` for many requests in one compiled call: request r is guarded by its
+        source's table row (``table[table_location[sources[r]]]``, the table's own location
+        numbers) and, where ``with_far[r]``, by its cluster's far-mass row
+        (``far_balls[cluster_of[...]]``; ``far_balls`` needs one row even when none is used).
+
+        Returns (nodes, shells explored per request, locations explored in all, status):
+        status 0, or the first disagreement found (1 or 2, as ``ball_disagreement``), with
+        nothing drawn from that request on.  Afterwards the search is where ``draw_one`` of
+        the last request drawn would have left it.
+        """
+        sources = np.ascontiguousarray(sources, dtype=np.int64)
+        shells = np.ascontiguousarray(shells, dtype=np.int64)
+        draws = np.ascontiguousarray(draws, dtype=np.int64)
+        if shells.size and not (0 <= int(shells.min()) and int(shells.max()) < self.max_shells):
+            raise InvalidParameterError("request for a shell beyond this search's reach")
+        picked = np.full(sources.size, -1, dtype=np.int64)
+        explored = np.zeros(sources.size, dtype=np.int64)
+        status, stopped, epoch, colocated, n_shells, locations = _draw_each(
+            self._indptr,
+            self._indices,
+            self._node_location,
+            self._prior,
+            self._loc_mass,
+            self._stamp,
+            self._epoch,
+            self._order,
+            self._shell_ptr,
+            self._buf,
+            self.masses,
+            self._members_indptr,
+            self._members_flat,
+            sources,
+            shells,
+            draws,
+            table,
+            table_location,
+            far_balls,
+            cluster_of,
+            np.ascontiguousarray(with_far, dtype=np.bool_),
+            _NO_FLOOR,
+            picked,
+            explored,
+        )
+        self._epoch = int(epoch)
+        if sources.size:
+            last = min(int(stopped), sources.size - 1)
+            self.source = int(sources[last])
+            self._colocated, self.n_shells = int(colocated), int(n_shells)
+        if status == 3:
+            raise InvalidParameterError(
+                "request for an unexplored shell or a draw outside its mass"
+            )
+        return picked, explored, int(locations), int(status)
 
     def _pick_into(self, shells: np.ndarray, draws: np.ndarray, out: np.ndarray) -> np.ndarray:
         bad = _pick(

@@ -108,6 +108,29 @@ class StreamContext:
             out.append(int.from_bytes(mac.digest(), "big"))
         return out
 
+    def first_block_bytes(
+        self, subject_ids: Iterable[str], postcodes: Iterable[str], labels: tuple[bytes, ...]
+    ) -> list[bytes]:
+        """For many (subject, postcode) pairs: block (label, 0, 0) of each label, the pairs'
+        blocks joined in order (``result[j][32 r : 32 r + 32]`` is the r-th pair's block of
+        ``labels[j]``, the bytes ``first_blocks_of`` reads as an integer), for the engine to
+        read as arrays (engine/alone.py)."""
+        root = getattr(self._mac, "_hmac", None) or self._mac
+        suffixes = [_block_suffix(label, 0) for label in labels]
+        out: list[list[bytes]] = [[] for _ in labels]
+        copy = root.copy
+        columns = list(zip(out, suffixes))
+        for subject_id, postcode in zip(subject_ids, postcodes, strict=True):
+            data, place = subject_id.encode("utf-8"), postcode.encode("utf-8")
+            head = b"".join(
+                (len(data).to_bytes(4, "big"), data, len(place).to_bytes(4, "big"), place)
+            )
+            for column, suffix in columns:
+                mac = copy()
+                mac.update(head + suffix)
+                column.append(mac.digest())
+        return [b"".join(column) for column in out]
+
     def block_int(self, subject_id: str, postcode: str, label: bytes, counter: int) -> int:
         """``int.from_bytes(self.for_subject(subject_id, postcode).block(label, 0, counter),
         "big")``: the same HMAC over the same bytes in one update, as ``first_blocks`` does,

@@ -1,0 +1,280 @@
+"""Records alone at their postcode, decided and drawn together (engine/alone.py).
+
+The compiled decision must be ``_sample_one``'s exactly: the same limb sums as Python's
+integers, the same answer as ``fast._decide_all`` on any bounds, the same records settled (no
+fewer, no more) with the same shell, and through the engine the reference sampler's outputs,
+with a table or far-mass rows that disagree with the graph refused as before.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from test_fast_path import planar_graph
+from test_profiles import _partial_table, loc_mass
+
+from postcode_privacy import Key, Mechanism
+from postcode_privacy.engine import FastSampler, cluster_balls, perturb_many
+from postcode_privacy.engine import alone as alone_module
+from postcode_privacy.engine import fast as fast_module
+from postcode_privacy.engine import profiles as engine_profiles
+from postcode_privacy.mechanism.sampler import MEMBER, SHELL
+from postcode_privacy.mechanism.subject import canonical_subject_id
+
+digits, value = alone_module._digits, alone_module._value
+
+
+def _big(rng: random.Random, bits: int) -> int:
+    """A random integer of up to ``bits`` bits, often with long runs of ones or zeros."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return (1 << rng.randrange(bits + 1)) - 1  # all ones: carries ripple through
+    if kind == 1:
+        return 1 << rng.randrange(bits)
+    return rng.getrandbits(rng.randrange(1, bits + 1))
+
+
+def test_limb_sums_products_and_comparisons_equal_python_integers():
+    rng = random.Random(11)
+    for _ in range(3000):
+        width = rng.randrange(3, 9)
+        a, b = _big(rng, 32 * width - 66), _big(rng, 32 * width - 66)
+        m = _big(rng, 62)
+        acc = digits(a, width)
+        assert alone_module._add_mul(acc, digits(b, width - 2), m)
+        assert value(acc) == a + b * m
+        acc = digits(a, width)
+        assert alone_module._add(acc, digits(b, width))
+        assert value(acc) == a + b
+        out = np.zeros(2 * width, dtype=np.uint64)
+        alone_module._multiply(out, digits(a, width), digits(b, width))
+        assert value(out) == a * b
+        assert alone_module._compare(digits(a, width), digits(b, width + 1)) == (a > b) - (a < b)
+        assert alone_module._compare(digits(a, width), digits(a, width + 2)) == 0
+    # a carry out of the top digit is reported, never dropped
+    full = digits((1 << 64) - 1, 2)
+    assert not alone_module._add(full, digits(1, 2))
+    assert not alone_module._add_mul(digits((1 << 64) - 1, 2), digits(1, 1), 1)
+
+
+def test_the_compiled_decision_is_decide_alls():
+    """``alone._decide`` answers as ``fast._decide_all`` on random bounds and on U placed at
+    and around every boundary C_i / Z, with the powers' sizes of real mechanisms."""
+    rng = random.Random(12)
+    top = 1 << 256
+    seen = {"shell": 0, "tail": 0, "undecided": 0}
+    for _ in range(600):
+        radius = rng.randint(1, 8)
+        depth = rng.randint(0, radius - 1)
+        scale = rng.choice([1, 2**40, 2**120, 2**300])
+        weights = [
+            rng.choice([0, scale, rng.randrange(1, 2**20) * scale]) for _ in range(depth + 1)
+        ]
+        cumulative = np.cumsum(np.array(weights, dtype=object)).tolist()
+        z_low = cumulative[-1] + rng.choice([0, 1, rng.randrange(1, 2**18) * scale])
+        exact = depth == radius - 1
+        z_high = z_low if exact else z_low + rng.choice([0, 1, rng.randrange(2**18) * scale])
+        if z_low == 0:
+            continue
+        width = -(-max(z_high, 1).bit_length() // 32) + 1
+        us = [rng.randrange(top), 0, top - 1]
+        for c in cumulative:
+            for z in (z_low, z_high):
+                edge = (c * top) // z
+                us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
+        shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        table = np.stack([digits(c, width) for c in cumulative])
+        product = np.zeros(width + 9, dtype=np.uint64)
+        for r, u in enumerate(us):
+            got = alone_module._decide(
+                table,
+                depth,
+                digits(z_low, width),
+                digits(z_high, width),
+                digits(u, 9),
+                digits(u + 1, 9),
+                product,
+                radius,
+            )
+            want = fast_module._UNDECIDED if r in undecided else shells[r]
+            assert got == want, (cumulative, z_low, z_high, u)
+            seen["undecided" if got < 0 else "tail" if got == radius else "shell"] += 1
+    assert all(seen.values()), seen
+
+
+def _python_decision(sampler: FastSampler, node: int, block: int):
+    """What ``_sample_one`` decides for a record at ``node`` whose first "shell" block is
+    ``block``, before drawing: (shell, stat), or None where it hands the record on."""
+    sampler._forget_group_rows()
+    for stat, bracket in sampler._brackets_for(node, with_floor=False):
+        (shell,), undecided = fast_module._decide_all(
+            bracket.cumulative, [block], bracket.z_low, bracket.z_high, sampler.radius
+        )
+        if not undecided:
+            masses = sampler._table_masses
+            if masses is None or shell >= len(masses):
+                return None
+            return shell, stat
+    return None
+
+
+def _boundary_blocks(sampler: FastSampler, node: int) -> list[int]:
+    """Blocks u placing U at and around every boundary C_i / z of every bound on Z that
+    ``_sample_one`` tries at ``node``: where a bound one unit off would answer otherwise."""
+    top = 1 << 256
+    blocks = []
+    sampler._forget_group_rows()
+    for _, bracket in sampler._brackets_for(node, with_floor=False):
+        for c in bracket.cumulative:
+            for z in (bracket.z_low, bracket.z_high):
+                edge = c * top // z
+                blocks += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
+    return blocks
+
+
+def _generated_case(rng: random.Random, wrong: str | None = None):
+    graph = planar_graph(rng, rng.randrange(150, 250), 260, 1.0, rng.choice([8, 30]))
+    mechanism = Mechanism(graph, rng.choice(["0.5", "1", "2", "3.5"]))
+    depth = rng.choice([1, 2, 3, 4, 40])  # short of the graph's reach, or past the radius
+    built = engine_profiles.build_profiles(graph, loc_mass(graph), depth)
+    table = engine_profiles.BallProfiles(built, graph)
+    if rng.random() < 0.8:
+        balls, cluster_of = cluster_balls.build_cluster_balls(graph, loc_mass(graph))
+        if wrong == "rows":  # too light within the table's depth only, where the guard sees it
+            balls[:, 1 : depth + 1] = balls[:, :1]
+        table.far = cluster_balls.ClusterBalls(balls, cluster_of, graph)
+    if wrong == "table":
+        built[:, 1:] += 1
+    return graph, mechanism, table
+
+
+def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
+    """On generated graphs, tables of several depths, with and without far-mass rows: the
+    compiled decision settles exactly the records ``_sample_one`` settles, with the same
+    shell and the same statistic, and ``sample_each`` draws what ``sample_group`` draws."""
+    monkeypatch.setattr(cluster_balls, "SIZE", 3)
+    monkeypatch.setattr(cluster_balls, "HOPS", 1)
+    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
+    rng = random.Random(44)
+    counts = {"profile_hits": 0, "row_hits": 0, None: 0}
+    for _ in range(40):
+        graph, mechanism, table = _generated_case(rng)
+        key = Key.from_bytes(rng.randbytes(32))
+        context = mechanism.stream_context(key)
+        nodes = rng.sample(range(len(graph)), 60)
+        ids = [canonical_subject_id(f"s{rng.randrange(10**6)}") for _ in nodes]
+        one = FastSampler(mechanism, profiles=table)
+        labels = graph.labels_of(np.array(nodes))
+        shell_blocks, member_blocks = context.first_block_bytes(ids, labels, (SHELL, MEMBER))
+        blocks = [int.from_bytes(shell_blocks[32 * r : 32 * r + 32], "big") for r in range(60)]
+        records = list(zip(nodes, blocks))
+        for v in nodes[:5]:  # and U at every boundary: the bounds must be exactly the same
+            records += [(v, u) for u in _boundary_blocks(one, v)]
+        want = [_python_decision(one, v, u) for v, u in records]
+        decider = alone_module.AloneDecider(mechanism.powers, mechanism.radius, table, graph)
+        shells, stages, _, _ = decider.decide(
+            np.array([v for v, _ in records]),
+            b"".join(u.to_bytes(32, "big") for _, u in records),
+            rng.randbytes(32 * len(records)),
+        )
+        stat_of = {1: "profile_hits", 2: "row_hits"}
+        got = [None if h < 0 else (int(h), stat_of[int(s)]) for h, s in zip(shells, stages)]
+        assert got == want
+        for decision in want:
+            counts[None if decision is None else decision[1]] += 1
+        each = FastSampler(mechanism, profiles=table)
+        groups = [(v, [s]) for v, s in zip(nodes, ids)]
+        one_by_one = [one.sample_group(context, v, [s]) for v, [s] in groups]
+        assert each.sample_each(context, groups) == one_by_one
+        for stat in ("profile_hits", "row_hits", "records", "groups", "shells_explored"):
+            assert each.stats[stat] == one.stats[stat], stat
+    assert min(counts.values()) > 100, counts
+
+
+@pytest.mark.parametrize("wrong", ["table", "rows"])
+def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, monkeypatch):
+    """A table whose balls are wrong, or far-mass rows lighter than the balls, stop a batch of
+    records alone with the same error as one record at a time."""
+    monkeypatch.setattr(cluster_balls, "SIZE", 3)
+    monkeypatch.setattr(cluster_balls, "HOPS", 1)
+    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
+    rng = random.Random(45)
+    refused = 0
+    for _ in range(30):
+        graph, mechanism, table = _generated_case(rng, wrong)
+        context = mechanism.stream_context(Key.from_bytes(rng.randbytes(32)))
+        groups = [(v, [canonical_subject_id(f"s{v}")]) for v in rng.sample(range(len(graph)), 40)]
+        try:
+            [FastSampler(mechanism, profiles=table).sample_group(context, *g) for g in groups]
+        except RuntimeError as exc:
+            message = str(exc)
+        else:
+            message = None
+        if message is None:
+            assert FastSampler(mechanism, profiles=table).sample_each(context, groups)
+            continue
+        with pytest.raises(RuntimeError) as caught:
+            FastSampler(mechanism, profiles=table).sample_each(context, groups)
+        assert str(caught.value) == message
+        refused += 1
+    assert refused > 5
+
+
+def test_national_records_alone_equal_the_reference(national_graph, monkeypatch):
+    """On the national graph with the true table rows of the records' neighbourhoods, batches
+    of records alone at epsilon 2, 1, 0.5 and 0.25 draw the reference sampler's outputs,
+    most of them on the compiled path."""
+    monkeypatch.setattr(fast_module, "ALONE_MIN", 1)
+    compiled: list[int] = []
+    real = FastSampler._sample_alone
+
+    def spy(self, *args):
+        drawn = real(self, *args)
+        compiled.extend(out for out in drawn if out >= 0)
+        return drawn
+
+    monkeypatch.setattr(FastSampler, "_sample_alone", spy)
+    graph = national_graph
+    rng = np.random.default_rng(2027)
+    key = Key.from_bytes(bytes(range(96, 128)))
+    cases = (("2", 40), ("1", 24), ("0.5", 8), ("0.25", 3))
+    nodes = rng.choice(len(graph), sum(c for _, c in cases), replace=False)
+    table = _partial_table(graph, graph.node_location[nodes].astype(np.int64), 44)
+    start = 0
+    for eps, count in cases:
+        mechanism = Mechanism(graph, eps)
+        picked = nodes[start : start + count].tolist()
+        start += count
+        codes = [graph.label(v) for v in picked]
+        ids = [f"subject-{i}" for i in range(count)]
+        expected = mechanism.perturb_reference(key, ids, codes)
+        sampler = FastSampler(mechanism, profiles=table)
+        context = mechanism.stream_context(key)
+        groups = [(v, [canonical_subject_id(s)]) for v, s in zip(picked, ids)]
+        got = [graph.label(out[0]) for out in sampler.sample_each(context, groups)]
+        assert got == expected, eps
+    assert len(compiled) > 55
+
+
+def test_a_batch_of_distinct_postcodes_takes_the_compiled_path(monkeypatch):
+    """Through ``perturb_many`` with a table, records alone go through ``_sample_alone`` (in
+    runs, not one call a record) and the outputs are the reference's."""
+    rng = random.Random(46)
+    graph = planar_graph(rng, 300, 330, 1.0, 20)
+    mechanism = Mechanism(graph, "1")
+    key = Key.from_bytes(rng.randbytes(32))
+    codes = [graph.label(v) for v in rng.sample(range(len(graph)), 200)]
+    ids = [f"p{i}" for i in range(len(codes))]
+    runs: list[int] = []
+    real = FastSampler._sample_alone
+
+    def spy(self, context, decider, nodes, subject_ids):
+        runs.append(len(nodes))
+        return real(self, context, decider, nodes, subject_ids)
+
+    monkeypatch.setattr(FastSampler, "_sample_alone", spy)
+    got = perturb_many(mechanism, key, ids, codes, workers=1, profiles=True)
+    assert got == mechanism.perturb_reference(key, ids, codes)
+    assert sum(runs) >= 150 and len(runs) <= 4, runs
