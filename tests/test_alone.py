@@ -36,27 +36,53 @@ def _big(rng: random.Random, bits: int) -> int:
     return rng.getrandbits(rng.randrange(1, bits + 1))
 
 
+def _rows(*numbers: int, width: int) -> np.ndarray:
+    """Numbers as rows of ``width`` 32-bit digits."""
+    return np.stack([digits(n, width) for n in numbers])
+
+
 def test_limb_sums_products_and_comparisons_equal_python_integers():
     rng = random.Random(11)
     for _ in range(3000):
         width = rng.randrange(3, 9)
         a, b = _big(rng, 32 * width - 66), _big(rng, 32 * width - 66)
         m = _big(rng, 62)
-        acc = digits(a, width)
-        assert alone_module._add_mul(acc, digits(b, width - 2), m)
-        assert value(acc) == a + b * m
-        acc = digits(a, width)
-        assert alone_module._add(acc, digits(b, width))
-        assert value(acc) == a + b
-        out = np.zeros(2 * width, dtype=np.uint64)
-        alone_module._multiply(out, digits(a, width), digits(b, width))
-        assert value(out) == a * b
-        assert alone_module._compare(digits(a, width), digits(b, width + 1)) == (a > b) - (a < b)
-        assert alone_module._compare(digits(a, width), digits(a, width + 2)) == 0
+        out = _rows(0, a, width=width)
+        powers = _rows(1, b, width=width - 2)
+        assert alone_module._set_sum(out, 0, out, 1, powers, 1, m)
+        assert value(out[0]) == a + b * m and value(out[1]) == a
+        assert alone_module._set_sum(out, 1, out, 1, powers, 1, m)  # in place
+        assert value(out[1]) == a + b * m
+        out = _rows(a, b, width=width)
+        assert alone_module._add_row(out, 0, out, 1)
+        assert value(out[0]) == a + b
+        product = np.zeros((1, 2 * width), dtype=np.uint64)
+        alone_module._multiply(product, _rows(a, width=width), 0, _rows(0, b, width=width), 1)
+        assert value(product[0]) == a * b
+        shift = rng.randrange(3)
+        wide = _rows(b << (32 * shift), width=width + 1 + shift)
+        assert alone_module._compare(_rows(a, width=width), 0, wide, 0, shift) == (a > b) - (a < b)
+        same = _rows(a << (32 * shift), width=width + 2 + shift)
+        assert alone_module._compare(_rows(a, width=width), 0, same, 0, shift) == 0
+        # every digit in use, on either side, the wider or not
+        c, d = _big(rng, 32 * width), _big(rng, 32 * (width + 1))
+        if rng.random() < 0.3:
+            d = c if rng.random() < 0.5 else c + rng.choice([-1, 1]) * (d % 2**32)
+            d = max(d, 0)
+        narrow, wide = _rows(c, width=width), _rows(d << (32 * shift), width=width + 1 + shift)
+        assert alone_module._compare(narrow, 0, wide, 0, shift) == (c > d) - (c < d)
+        shifted = d << (32 * shift)  # wide[0] as a number, against c = the other's [shift:]
+        other = _rows(c << (32 * shift), width=width + shift)
+        assert alone_module._compare(wide, 0, other, 0, shift) == (shifted > c) - (shifted < c)
+
     # a carry out of the top digit is reported, never dropped
-    full = digits((1 << 64) - 1, 2)
-    assert not alone_module._add(full, digits(1, 2))
-    assert not alone_module._add_mul(digits((1 << 64) - 1, 2), digits(1, 1), 1)
+    def full():
+        return _rows((1 << 64) - 1, 1, width=2)
+
+    assert not alone_module._add_row(full(), 0, full(), 1)
+    assert not alone_module._set_sum(full(), 0, full(), 0, _rows(1, width=1), 0, 1)
+    assert not alone_module._set_sum(full(), 0, full(), 0, _rows(1, width=1), 0, 1 << 62)
+    assert not alone_module._set_sum(full(), 1, full(), 1, _rows(1, width=2), 0, 1)  # too wide
 
 
 def test_the_compiled_decision_is_decide_alls():
@@ -85,18 +111,12 @@ def test_the_compiled_decision_is_decide_alls():
                 edge = (c * top) // z
                 us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
         shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
-        table = np.stack([digits(c, width) for c in cumulative])
-        product = np.zeros(width + 9, dtype=np.uint64)
+        table = _rows(*cumulative, width=width)
+        bounds = _rows(z_low, z_high, 0, 0, width=width)
+        product = np.zeros((1, width + 9), dtype=np.uint64)
         for r, u in enumerate(us):
             got = alone_module._decide(
-                table,
-                depth,
-                digits(z_low, width),
-                digits(z_high, width),
-                digits(u, 9),
-                digits(u + 1, 9),
-                product,
-                radius,
+                table, depth, bounds, _rows(u, u + 1, width=9), product, radius
             )
             want = fast_module._UNDECIDED if r in undecided else shells[r]
             assert got == want, (cumulative, z_low, z_high, u)

@@ -68,126 +68,128 @@ def _widths(powers: tuple[int, ...], total_prior: int) -> tuple[int, int]:
     return power_width, width
 
 
-@njit(cache=True)
-def _add_mul_digit(acc, a, m, shift):  # pragma: no cover - compiled
-    """acc += a * m * 2**(32 shift) for a digit m (< 2**32); False if a carry leaves acc."""
-    if m == _ZERO:
-        return True
-    carry = _ZERO
-    n = acc.size
-    for k in range(a.size):
-        if k + shift >= n:
-            if a[k] != _ZERO or carry != _ZERO:
-                return False
-            continue
-        t = acc[k + shift] + a[k] * m + carry
-        acc[k + shift] = t & _MASK
-        carry = t >> _SHIFT
-    k = a.size + shift
-    while carry != _ZERO:
-        if k >= n:
-            return False
-        t = acc[k] + carry
-        acc[k] = t & _MASK
-        carry = t >> _SHIFT
-        k += 1
-    return True
+# Rows of the scratch array of bounds in ``_decide_each``
+_LOW, _HIGH, _FROM_ROW, _NOUGHT = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def _add_mul(acc, a, m):  # pragma: no cover - compiled
-    """acc += a * m for 0 <= m < 2**63; False if a carry leaves acc."""
+def _set_sum(out, i, a, j, powers, h, m):  # pragma: no cover - compiled
+    """out[i] = a[j] + powers[h] * m, for 0 <= m < 2**63; False if a carry would leave out's
+    digits.  Numbers are rows of 32-bit digits (``powers`` narrower than ``out`` and ``a``,
+    ``a`` as wide as ``out``); out[i] may be a[j] itself.  Each step adds at most a digit, a
+    carry and a digit product: at most 2**64 - 1."""
+    width, digits = out.shape[1], powers.shape[1]
+    if digits >= width:  # no room for the product's top digits (``_widths`` leaves it)
+        return False
     low = np.uint64(m & 0xFFFFFFFF)
-    high = np.uint64(m >> 32)
-    return _add_mul_digit(acc, a, low, 0) and _add_mul_digit(acc, a, high, 1)
-
-
-@njit(cache=True)
-def _add(acc, a):  # pragma: no cover - compiled
-    """acc += a (a no wider than acc); False if a carry leaves acc."""
     carry = _ZERO
-    for k in range(acc.size):
-        t = acc[k] + carry
-        if k < a.size:
-            t += a[k]
-        acc[k] = t & _MASK
+    for d in range(width):
+        t = a[j, d] + carry
+        if d < digits:
+            t += powers[h, d] * low
+        out[i, d] = t & _MASK
+        carry = t >> _SHIFT
+    if carry != _ZERO:
+        return False
+    high = np.uint64(m >> 32)
+    if high == _ZERO:
+        return True
+    for d in range(1, width):  # + powers[h] * high, one digit up
+        t = out[i, d] + carry
+        if d - 1 < digits:
+            t += powers[h, d - 1] * high
+        out[i, d] = t & _MASK
         carry = t >> _SHIFT
     return carry == _ZERO
 
 
 @njit(cache=True)
-def _compare(a, b):  # pragma: no cover - compiled
-    """-1, 0 or 1 as a < b, a == b or a > b (either may be the wider)."""
-    for k in range(max(a.size, b.size) - 1, -1, -1):
-        x = a[k] if k < a.size else _ZERO
-        y = b[k] if k < b.size else _ZERO
+def _add_row(out, i, a, j):  # pragma: no cover - compiled
+    """out[i] += a[j] (rows of equal width); False if a carry leaves the digits."""
+    carry = _ZERO
+    for d in range(out.shape[1]):
+        t = out[i, d] + a[j, d] + carry
+        out[i, d] = t & _MASK
+        carry = t >> _SHIFT
+    return carry == _ZERO
+
+
+@njit(cache=True)
+def _compare(a, i, b, j, shift):  # pragma: no cover - compiled
+    """-1, 0 or 1 as a[i] is less than, equal to or more than the number whose digits are
+    b[j, shift:] (that is, b[j] // 2**(32 shift)); either may be the wider."""
+    a_width, b_width = a.shape[1], b.shape[1] - shift
+    for d in range(max(a_width, b_width) - 1, -1, -1):
+        x = a[i, d] if d < a_width else _ZERO
+        y = b[j, d + shift] if d < b_width else _ZERO
         if x != y:
             return -1 if x < y else 1
     return 0
 
 
 @njit(cache=True)
-def _multiply(out, a, b):  # pragma: no cover - compiled
-    """out = a * b (out at least as wide as a and b together; schoolbook)."""
-    out[:] = _ZERO
-    for i in range(a.size):
-        if a[i] == _ZERO:
+def _multiply(out, a, i, b, j):  # pragma: no cover - compiled
+    """out[0] = a[i] * b[j] (out at least as wide as a and b together; schoolbook)."""
+    b_width = b.shape[1]
+    out[0, :] = _ZERO
+    for x in range(a.shape[1]):
+        digit = a[i, x]
+        if digit == _ZERO:
             continue
         carry = _ZERO
-        for j in range(b.size):
-            t = out[i + j] + a[i] * b[j] + carry
-            out[i + j] = t & _MASK
+        for y in range(b_width):
+            t = out[0, x + y] + digit * b[j, y] + carry
+            out[0, x + y] = t & _MASK
             carry = t >> _SHIFT
-        k = i + b.size
+        k = x + b_width
         while carry != _ZERO:
-            t = out[k] + carry
-            out[k] = t & _MASK
+            t = out[0, k] + carry
+            out[0, k] = t & _MASK
             carry = t >> _SHIFT
             k += 1
 
 
 @njit(cache=True)
-def _decide(cumulative, depth, z_low, z_high, u, u_next, product, radius):  # pragma: no cover
+def _decide(cumulative, depth, bounds, u, product, radius):  # pragma: no cover - compiled
     """``fast._decide_all`` for one record: its shell, or ``UNSETTLED``.
 
-    The first i <= depth with C_i >= t = ceil(u_next z_high / 2**256) (u_next = u + 1), if
-    i = 0 or C_{i-1} <= floor(u z_low / 2**256); past C_depth the tail once Z is exact
-    (depth = R - 1).  ``product`` is scratch, 8 digits wider than z."""
-    _multiply(product, u_next, z_high)
-    threshold = product[_U_DIGITS:]
-    rounded_up = False
+    ``cumulative[0 .. depth]`` are C_0 .. C_depth, ``bounds[_LOW]`` and ``bounds[_HIGH]`` are
+    z_low and z_high, ``u[0]`` is the block u and ``u[1]`` is u + 1; ``product`` is scratch
+    (one row, 9 digits wider than the bounds).  The answer is the first i <= depth with
+    C_i >= t = ceil((u + 1) z_high / 2**256), if i = 0 or C_{i-1} <= floor(u z_low / 2**256);
+    past C_depth the tail once Z is exact (depth = R - 1)."""
+    _multiply(product, u, 1, bounds, _HIGH)
     for k in range(_U_DIGITS):
-        if product[k] != _ZERO:
-            rounded_up = True
+        if product[0, k] != _ZERO:  # a remainder: the ceiling is one more
+            for d in range(_U_DIGITS, product.shape[1]):
+                t = product[0, d] + _ONE
+                product[0, d] = t & _MASK
+                if (t >> _SHIFT) == _ZERO:
+                    break
             break
-    if rounded_up:  # the ceiling: add one (cannot leave the digits: see _widths)
-        for k in range(threshold.size):
-            t = threshold[k] + _ONE
-            threshold[k] = t & _MASK
-            if (t >> _SHIFT) == _ZERO:
-                break
-    low, high = 0, depth + 1  # bisect_left(C, threshold)
+    low, high = 0, depth + 1  # bisect_left(C, t)
     while low < high:
         middle = (low + high) // 2
-        if _compare(cumulative[middle], threshold) < 0:
+        if _compare(cumulative, middle, product, 0, _U_DIGITS) < 0:
             low = middle + 1
         else:
             high = middle
     i = low
     if i > 0:
-        _multiply(product, u, z_low)
-        if _compare(cumulative[i - 1], product[_U_DIGITS:]) > 0:
-            return -1
+        _multiply(product, u, 0, bounds, _LOW)
+        if _compare(cumulative, i - 1, product, 0, _U_DIGITS) > 0:
+            return UNSETTLED
     if i <= depth:
         return i
-    return radius if depth == radius - 1 else -1
+    return radius if depth == radius - 1 else UNSETTLED
 
 
 @njit(cache=True)
-def _row_tail(tail, balls, cluster, far_depth, start, radius, powers, total):  # pragma: no cover
+def _row_tail(tails, cluster, balls, far_depth, start, radius, powers, total):  # pragma: no cover
     """``fast._row_tail`` of the cluster's far-mass row (Q[j] = balls[cluster, j] to the rows'
-    depth, the total prior past it) into ``tail``: True, or False for an unusable row."""
-    tail[:] = _ZERO
+    depth, the total prior past it) into ``tails[cluster]``: True, or False for an unusable
+    row."""
+    tails[cluster, :] = _ZERO
     previous = np.int64(balls[cluster, start - 1]) if start - 1 <= far_depth else total
     last = np.int64(balls[cluster, radius - 1]) if radius - 1 <= far_depth else total
     if last > total:
@@ -197,10 +199,10 @@ def _row_tail(tail, balls, cluster, far_depth, start, radius, powers, total):  #
         step = q - previous
         if step < 0:
             return False
-        if step > 0 and not _add_mul(tail, powers[j], step):
+        if step > 0 and not _set_sum(tails, cluster, tails, cluster, powers, j, step):
             return False
         previous = q
-    return _add_mul(tail, powers[radius], total - last)
+    return _set_sum(tails, cluster, tails, cluster, powers, radius, total - last)
 
 
 @njit(cache=True)
@@ -220,7 +222,6 @@ def _decide_each(
     far_depth,
     tails,
     tail_state,
-    width,
     shells,
     stages,
     sizes,
@@ -231,20 +232,18 @@ def _decide_each(
     settled it, 2: the far-mass row's), ``sizes[r]`` = pi(S_shell) and ``draws[r]`` = the
     member draw's first attempt, -1 if rejected (the caller reads the next blocks).
 
-    ``tails``/``tail_state`` keep each cluster's row tail (state 0: not yet computed, 1:
-    usable, 2: unusable); ``balls`` has no rows when the far-mass rows are not in use."""
-    n_records = nodes.size
+    ``u_digits[r]`` is the record's "shell" block in 9 digits (the top one 0); ``tails`` and
+    ``tail_state`` keep each cluster's row tail (state 0: not yet computed, 1: usable, 2:
+    unusable); ``balls`` has no rows when the far-mass rows are not in use."""
+    width = tails.shape[1]
     cumulative = np.zeros((depth + 1, width), dtype=np.uint64)
     masses = np.zeros(depth + 1, dtype=np.int64)
-    z_low = np.zeros(width, dtype=np.uint64)
-    z_high = np.zeros(width, dtype=np.uint64)
-    from_row = np.zeros(width, dtype=np.uint64)
-    product = np.zeros(width + _U_DIGITS + 1, dtype=np.uint64)
-    u = np.zeros(_U_DIGITS + 1, dtype=np.uint64)
-    u_next = np.zeros(_U_DIGITS + 1, dtype=np.uint64)
+    bounds = np.zeros((4, width), dtype=np.uint64)  # _LOW, _HIGH, _FROM_ROW, _NOUGHT (0)
+    product = np.zeros((1, width + _U_DIGITS + 1), dtype=np.uint64)
+    u = np.zeros((2, _U_DIGITS + 1), dtype=np.uint64)  # u and u + 1
     have_rows = balls.shape[0] > 0
-    for r in range(n_records):
-        shells[r] = -1
+    for r in range(nodes.size):
+        shells[r] = UNSETTLED
         stages[r] = 0
         sizes[r] = 0
         draws[r] = -1
@@ -253,59 +252,53 @@ def _decide_each(
         # BallProfiles.shell_masses: shell 0 is the node, ball k >= 1 the location's
         masses[0] = prior[node]
         previous = masses[0]
+        ok = previous >= 0
         for k in range(1, depth + 1):
             ball = np.int64(table[location, k])
             masses[k] = ball - previous
+            ok = ok and masses[k] >= 0
             previous = ball
         explored = previous
         rest = total - explored
-        ok = rest >= 0
-        for k in range(depth + 1):
-            if masses[k] < 0:
-                ok = False
-        if not ok:  # a table that disagrees with the graph: the Python path says so
+        if not ok or rest < 0:  # a table that disagrees with the graph: the Python path says so
             continue
-        cumulative[0, :] = _ZERO
-        ok = _add_mul(cumulative[0], powers[0], masses[0])
+        ok = _set_sum(cumulative, 0, bounds, _NOUGHT, powers, 0, masses[0])
         for k in range(1, depth + 1):
-            cumulative[k, :] = cumulative[k - 1]
-            ok = ok and _add_mul(cumulative[k], powers[k], masses[k])
-        # FastSampler._bounds with the core's bounds
-        z_low[:] = cumulative[depth]
-        ok = ok and _add_mul(z_low, powers[radius], rest)
+            ok = ok and _set_sum(cumulative, k, cumulative, k - 1, powers, k, masses[k])
+        # FastSampler._bounds: the core's z_low, and its z_high (z_low once Z is exact)
+        ok = ok and _set_sum(bounds, _LOW, cumulative, depth, powers, radius, rest)
         if depth == radius - 1:
-            z_high[:] = z_low
+            bounds[_HIGH, :] = bounds[_LOW]
         else:
-            z_high[:] = cumulative[depth]
-            ok = ok and _add_mul(z_high, powers[depth + 1], rest)
+            ok = ok and _set_sum(bounds, _HIGH, cumulative, depth, powers, depth + 1, rest)
         if not ok:
             continue
-        u[:_U_DIGITS] = u_digits[r]
-        u[_U_DIGITS] = _ZERO
-        u_next[:] = u
-        for k in range(_U_DIGITS + 1):  # u + 1
-            t = u_next[k] + _ONE
-            u_next[k] = t & _MASK
-            if (t >> _SHIFT) == _ZERO:
-                break
-        shell = _decide(cumulative, depth, z_low, z_high, u, u_next, product, radius)
+        carry = _ONE
+        for d in range(_U_DIGITS + 1):
+            value = u_digits[r, d]
+            u[0, d] = value
+            t = value + carry
+            u[1, d] = t & _MASK
+            carry = t >> _SHIFT
+        shell = _decide(cumulative, depth, bounds, u, product, radius)
         stage = 1
-        if shell == -1 and depth < radius - 1 and have_rows:
-            # fast._far_z_high: C_D + P_{D+1} (Q[D+1] - E) + the row's tail
+        if shell == UNSETTLED and depth < radius - 1 and have_rows:
+            # fast._far_z_high: C_D + P_{D+1} (Q[D+1] - E) + the row's tail, if smaller
             cluster = cluster_of[location]
             if tail_state[cluster] == 0:
                 usable = _row_tail(
-                    tails[cluster], balls, cluster, far_depth, depth + 2, radius, powers, total
+                    tails, cluster, balls, far_depth, depth + 2, radius, powers, total
                 )
                 tail_state[cluster] = 1 if usable else 2
             first = np.int64(balls[cluster, depth + 1]) if depth + 1 <= far_depth else total
             if tail_state[cluster] == 1 and first >= explored:
-                from_row[:] = cumulative[depth]
-                ok = _add_mul(from_row, powers[depth + 1], first - explored)
-                ok = ok and _add(from_row, tails[cluster])
-                if ok and _compare(from_row, z_high) < 0:
-                    z_high[:] = from_row
-                    shell = _decide(cumulative, depth, z_low, z_high, u, u_next, product, radius)
+                ok = _set_sum(
+                    bounds, _FROM_ROW, cumulative, depth, powers, depth + 1, first - explored
+                )
+                ok = ok and _add_row(bounds, _FROM_ROW, tails, cluster)
+                if ok and _compare(bounds, _FROM_ROW, bounds, _HIGH, 0) < 0:
+                    bounds[_HIGH, :] = bounds[_FROM_ROW]
+                    shell = _decide(cumulative, depth, bounds, u, product, radius)
                     stage = 2
         if shell < 0 or shell > depth:  # undecided, or the tail: handed back
             continue
@@ -356,8 +349,10 @@ class AloneDecider:
         (``StreamContext.first_block_bytes``); ``_decide_each`` says what each holds."""
         n = nodes.size
         # big-endian 32-bit words of each block, reversed: digits least significant first
-        u_digits = np.frombuffer(shell_blocks, dtype=">u4").reshape(n, _U_DIGITS)[:, ::-1]
-        u_digits = np.ascontiguousarray(u_digits, dtype=np.uint64)
+        u_digits = np.zeros((n, _U_DIGITS + 1), dtype=np.uint64)
+        u_digits[:, :_U_DIGITS] = np.frombuffer(shell_blocks, dtype=">u4").reshape(n, _U_DIGITS)[
+            :, ::-1
+        ]
         member_tops = np.frombuffer(member_blocks, dtype=">u8").reshape(n, 4)[:, 0]
         member_tops = np.ascontiguousarray(member_tops, dtype=np.uint64)
         shells = np.empty(n, dtype=np.int64)
@@ -380,7 +375,6 @@ class AloneDecider:
             self.far_depth,
             self.tails,
             self.tail_state,
-            self.width,
             shells,
             stages,
             sizes,
