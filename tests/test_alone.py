@@ -9,13 +9,14 @@ with a table or far-mass rows that disagree with the graph refused as before.
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import pytest
 from test_fast_path import planar_graph
 from test_profiles import _partial_table, loc_mass
 
-from postcode_privacy import Key, Mechanism
+from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, cluster_balls, perturb_many
 from postcode_privacy.engine import alone as alone_module
 from postcode_privacy.engine import fast as fast_module
@@ -124,6 +125,48 @@ def test_the_compiled_decision_is_decide_alls():
     assert all(seen.values()), seen
 
 
+def test_the_compiled_row_tail_is_row_tails():
+    """``alone._row_tail`` equals ``fast._row_tail`` (None: unusable) on random rows of every
+    depth against the start and the radius, non-decreasing or not, within [0, total] or
+    not, and rows whose int64 differences would wrap past -2**63."""
+    rng = random.Random(13)
+    seen = {"usable": 0, "unusable": 0}
+    for _ in range(4000):
+        radius = rng.randint(2, 12)
+        start = rng.randint(2, radius)
+        total = rng.choice([2**62, rng.randrange(1, 2**40)])
+        powers = sorted((rng.randrange(2**80, 2**130) for _ in range(radius + 1)), reverse=True)
+        far_depth = rng.randint(0, radius + 2)
+        row = sorted(rng.randrange(0, total + 1) for _ in range(far_depth + 1))
+        kind = rng.randrange(5)
+        j = rng.randrange(far_depth + 1)
+        if kind == 1:  # decreasing somewhere
+            row[j] = max(row[j] - rng.randrange(1, 3), -5)
+        elif kind == 2:  # above the total somewhere, then on
+            row[j:] = [total + 1] * (far_depth + 1 - j)
+        elif kind == 3 and far_depth >= start + 2:  # through -2**63 and back: wraps in int64
+            at = rng.randint(start, far_depth - 2)
+            row[at : at + 3] = [-(2**63), -(2**62) - 1, 0]
+        balls = np.array([row], dtype=np.int64)
+        full = np.full(radius, total, dtype=np.int64)  # ClusterBalls.upper_row
+        full[: min(radius, far_depth + 1)] = balls[0, : min(radius, far_depth + 1)]
+        want = fast_module._row_tail(full, start, tuple(powers), radius, total)
+        if full[start - 1] < 0:  # a tail Python computes, but never uses: Q[D+1] is below any
+            want = None  # explored mass, so ``fast._z_high_from`` refuses the row
+        width = -(-(130 + 64 + 8) // 32)
+        tails = np.zeros((1, width), dtype=np.uint64)
+        digits_of_powers = _rows(*powers, width=5)
+        got = alone_module._row_tail(
+            tails, 0, balls, far_depth, start, radius, digits_of_powers, total
+        )
+        if want is None:
+            assert not got, (row, start, radius, far_depth)
+        else:
+            assert got and value(tails[0]) == want, (row, start, radius, far_depth)
+        seen["unusable" if want is None else "usable"] += 1
+    assert min(seen.values()) > 500, seen
+
+
 def _python_decision(sampler: FastSampler, node: int, block: int):
     """What ``_sample_one`` decides for a record at ``node`` whose first "shell" block is
     ``block``, before drawing: (shell, stat), or None where it hands the record on."""
@@ -155,15 +198,33 @@ def _boundary_blocks(sampler: FastSampler, node: int) -> list[int]:
 
 
 def _generated_case(rng: random.Random, wrong: str | None = None):
+    """A generated graph, a mechanism (default radius, or a small one with many tail draws),
+    a profile table short of the graph's reach or past the radius, and far-mass rows (often)
+    whose depth is cut at the boundaries the decision reads (D, D + 1, R - 1, ...), some of
+    them made unusable (above the total prior, or decreasing) past the table."""
     graph = planar_graph(rng, rng.randrange(150, 250), 260, 1.0, rng.choice([8, 30]))
-    mechanism = Mechanism(graph, rng.choice(["0.5", "1", "2", "3.5"]))
-    depth = rng.choice([1, 2, 3, 4, 40])  # short of the graph's reach, or past the radius
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small radii: TeleportWarning
+        radius = rng.choice([None, None, None, 2, 3, 5])
+        mechanism = Mechanism(graph, rng.choice(["0.5", "1", "2", "3.5"]), radius=radius)
+    radius = mechanism.radius
+    depth = rng.choice([1, 2, 3, 4, 40])
     built = engine_profiles.build_profiles(graph, loc_mass(graph), depth)
     table = engine_profiles.BallProfiles(built, graph)
     if rng.random() < 0.8:
         balls, cluster_of = cluster_balls.build_cluster_balls(graph, loc_mass(graph))
+        d = min(depth, radius - 1)
+        cut = rng.choice([d, d + 1, d + 2, radius - 2, radius - 1, radius, 30])
+        balls = np.ascontiguousarray(balls[:, : min(max(cut, 1), 30) + 1])
         if wrong == "rows":  # too light within the table's depth only, where the guard sees it
             balls[:, 1 : depth + 1] = balls[:, :1]
+        elif rng.random() < 0.3 and balls.shape[1] > d + 2:
+            unusable = rng.sample(range(balls.shape[0]), balls.shape[0] // 2)
+            j = rng.randrange(d + 2, balls.shape[1])
+            if rng.random() < 0.5:  # above the total prior: an upper bound, but not usable
+                balls[unusable, j:] = graph.total_prior + 1
+            else:  # decreasing past the table: refused by _row_tail
+                balls[unusable, j] = balls[unusable, j - 1] - 1
         table.far = cluster_balls.ClusterBalls(balls, cluster_of, graph)
     if wrong == "table":
         built[:, 1:] += 1
@@ -171,15 +232,17 @@ def _generated_case(rng: random.Random, wrong: str | None = None):
 
 
 def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
-    """On generated graphs, tables of several depths, with and without far-mass rows: the
-    compiled decision settles exactly the records ``_sample_one`` settles, with the same
-    shell and the same statistic, and ``sample_each`` draws what ``sample_group`` draws."""
+    """On generated graphs, tables of several depths, rows of several depths, usable or not,
+    small radii with tail draws: the compiled decision settles exactly the records
+    ``_sample_one`` settles, with the same shell and the same statistic, and ``sample_each``
+    draws what ``sample_group`` draws, with the same statistics."""
     monkeypatch.setattr(cluster_balls, "SIZE", 3)
     monkeypatch.setattr(cluster_balls, "HOPS", 1)
     monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(44)
     counts = {"profile_hits": 0, "row_hits": 0, None: 0}
-    for _ in range(40):
+    tails = 0
+    for _ in range(60):
         graph, mechanism, table = _generated_case(rng)
         key = Key.from_bytes(rng.randbytes(32))
         context = mechanism.stream_context(key)
@@ -193,7 +256,9 @@ def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
         for v in nodes[:5]:  # and U at every boundary: the bounds must be exactly the same
             records += [(v, u) for u in _boundary_blocks(one, v)]
         want = [_python_decision(one, v, u) for v, u in records]
-        decider = alone_module.AloneDecider(mechanism.powers, mechanism.radius, table, graph)
+        decider = alone_module.AloneDecider(
+            mechanism.powers, mechanism.radius, table, table.far, graph
+        )
         shells, stages, _, _ = decider.decide(
             np.array([v for v, _ in records]),
             b"".join(u.to_bytes(32, "big") for _, u in records),
@@ -208,9 +273,47 @@ def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
         groups = [(v, [s]) for v, s in zip(nodes, ids)]
         one_by_one = [one.sample_group(context, v, [s]) for v, [s] in groups]
         assert each.sample_each(context, groups) == one_by_one
-        for stat in ("profile_hits", "row_hits", "records", "groups", "shells_explored"):
-            assert each.stats[stat] == one.stats[stat], stat
-    assert min(counts.values()) > 100, counts
+        assert each.stats == one.stats
+        tails += one.stats["tail"]
+    assert min(counts.values()) > 100 and tails > 20, (counts, tails)
+
+
+def test_records_alone_beside_split_groups_brackets_and_late_rows(monkeypatch):
+    """Records alone in a run with larger groups, the pieces of a split group (whose first
+    piece keeps a bracket the next must use) and postcodes with kept brackets: the outputs
+    and every statistic are ``sample_group``'s. Rows given to the table after the sampler
+    was made are not read by either (the sampler keeps the rows it was made with)."""
+    monkeypatch.setattr(fast_module, "BRACKET_MIN_RECORDS", 3)
+    monkeypatch.setattr(cluster_balls, "SIZE", 3)
+    monkeypatch.setattr(cluster_balls, "HOPS", 1)
+    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
+    rng = random.Random(47)
+    hits = 0
+    for _ in range(25):
+        graph, mechanism, table = _generated_case(rng)
+        far, table.far = table.far, None
+        context = mechanism.stream_context(Key.from_bytes(rng.randbytes(32)))
+        nodes = rng.sample(range(len(graph)), 40)
+        groups = []
+        for i, v in enumerate(nodes):
+            size = rng.choice([1, 1, 1, 4]) if i % 7 else 4
+            groups.append((v, [canonical_subject_id(f"{v}-{k}") for k in range(size)]))
+            if i % 7 == 0:  # a second piece of the same postcode
+                groups.append((v, [canonical_subject_id(f"{v}-again")]))
+        kept: dict = {}
+        one = FastSampler(mechanism, profiles=table, brackets=kept)
+        each = FastSampler(mechanism, profiles=table, brackets=dict(kept))
+        table.far = far  # too late for both samplers
+        want = [one.sample_group(context, v, ids) for v, ids in groups]
+        assert each.sample_each(context, groups) == want
+        assert each.stats == one.stats
+        again = rng.sample(groups, 20)  # a later batch: kept brackets settle their postcodes
+        singles = [(v, ids[:1]) for v, ids in again]
+        want = [one.sample_group(context, v, ids) for v, ids in singles]
+        assert each.sample_each(context, singles) == want
+        assert each.stats == one.stats
+        hits += one.stats["bracket_hits"]
+    assert hits > 20
 
 
 @pytest.mark.parametrize("wrong", ["table", "rows"])
@@ -298,3 +401,46 @@ def test_a_batch_of_distinct_postcodes_takes_the_compiled_path(monkeypatch):
     got = perturb_many(mechanism, key, ids, codes, workers=1, profiles=True)
     assert got == mechanism.perturb_reference(key, ids, codes)
     assert sum(runs) >= 150 and len(runs) <= 4, runs
+
+
+def test_rows_the_python_path_refuses_are_refused_here_too():
+    """Hand-made far-mass rows: values near -2**63, whose differences would wrap in 64 bits,
+    are unusable here as they are for ``fast._row_tail`` (the outputs stay the reference's
+    or are refused alike), and cluster numbers past the rows raise the same error."""
+    total = 2**62
+    prior = [3 * total // 10, 2 * total // 10, 0] + [1] * 6
+    prior[2] = total - sum(prior)  # the heavy postcode, 2 hops along a path of 9
+    n = len(prior)
+    indptr = np.concatenate([[0], np.cumsum([(i > 0) + (i < n - 1) for i in range(n)])])
+    indices = np.array([j for i in range(n) for j in (i - 1, i + 1) if 0 <= j < n])
+    graph = Graph([f"P{i}" for i in range(n)], np.arange(n), indptr, indices, prior)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mechanism = Mechanism(graph, "3", radius=8)
+    table = engine_profiles.BallProfiles(
+        engine_profiles.build_profiles(graph, loc_mass(graph), 1), graph
+    )
+    a, b = prior[0], prior[1]
+    row = [a, a + b, a + b, -(2**63), -(2**63) + total + 1] + [-(2**63) + total + 1] * 4
+    key = Key.from_bytes(bytes(range(1, 33)))
+    context = mechanism.stream_context(key)
+    groups = [(0, [canonical_subject_id(f"s{i}")]) for i in range(200)]
+
+    def outcome(cluster_of, alone_min, monkeypatch_min):
+        table.far = cluster_balls.ClusterBalls(np.array([row], dtype=np.int64), cluster_of, graph)
+        monkeypatch_min(alone_min)
+        try:
+            return FastSampler(mechanism, profiles=table).sample_each(context, groups)
+        except (RuntimeError, IndexError) as exc:
+            return type(exc), str(exc)
+
+    with pytest.MonkeyPatch.context() as patch:
+
+        def set_min(value):
+            patch.setattr(fast_module, "ALONE_MIN", value)
+
+        ours = np.zeros(n, dtype=np.int32)
+        assert outcome(ours, 1, set_min) == outcome(ours, 10**9, set_min)
+        beyond = np.full(n, 5, dtype=np.int32)  # no such row
+        got = outcome(beyond, 1, set_min)
+        assert got == outcome(beyond, 10**9, set_min) and got[0] is IndexError

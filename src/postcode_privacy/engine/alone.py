@@ -190,13 +190,19 @@ def _row_tail(tails, cluster, balls, far_depth, start, radius, powers, total):  
     depth, the total prior past it) into ``tails[cluster]``: True, or False for an unusable
     row."""
     tails[cluster, :] = _ZERO
+    # Every Q[j] read is checked to lie in [0, total] (so no difference below can wrap): a row
+    # failing that is one ``fast._row_tail`` refuses too, or gives a first Q[D+1] below the
+    # explored mass, which ``fast._z_high_from`` refuses (a usable row is non-decreasing from
+    # Q[D+1] >= 0 to Q[R-1] <= total).
     previous = np.int64(balls[cluster, start - 1]) if start - 1 <= far_depth else total
     last = np.int64(balls[cluster, radius - 1]) if radius - 1 <= far_depth else total
-    if last > total:
+    if not (0 <= previous <= total and 0 <= last <= total):
         return False
     for j in range(start, radius):
         q = np.int64(balls[cluster, j]) if j <= far_depth else total
-        step = q - previous
+        if not 0 <= q <= total:
+            return False
+        step = q - previous  # both in [0, total]: no wrap
         if step < 0:
             return False
         if step > 0 and not _set_sum(tails, cluster, tails, cluster, powers, j, step):
@@ -315,11 +321,28 @@ def _decide_each(
         draws[r] = draw if draw < size else -1
 
 
+def _clusters_in_range(far: ClusterBalls, n_locations: int) -> bool:
+    """Whether every location has a cluster, and every cluster a row."""
+    cluster_of = far.cluster_of
+    return (
+        far.balls.ndim == 2
+        and cluster_of.shape == (n_locations,)
+        and (n_locations == 0 or (cluster_of.min() >= 0 and cluster_of.max() < far.balls.shape[0]))
+    )
+
+
 class AloneDecider:
     """Exact shell decisions for records alone at their postcode, for one mechanism and its
     profile table (and far-mass rows, if any); holds per-cluster tails between calls."""
 
-    def __init__(self, powers: tuple[int, ...], radius: int, profiles: BallProfiles, graph):
+    def __init__(
+        self,
+        powers: tuple[int, ...],
+        radius: int,
+        profiles: BallProfiles,
+        far: ClusterBalls | None,
+        graph,
+    ):
         total = int(graph.total_prior)
         power_width, self.width = _widths(powers, total)
         self.powers = np.stack([_digits(p, power_width) for p in powers])
@@ -329,17 +352,23 @@ class AloneDecider:
         self.table = profiles._rows
         self.node_location = graph.node_location
         self.prior = graph.prior
-        far: ClusterBalls | None = profiles.far
-        if far is not None:
+        if far is not None and _clusters_in_range(far, graph.n_locations):
             self.balls, self.cluster_of, self.far_depth = far.balls, far.cluster_of, far.depth
             n_clusters = far.balls.shape[0]
-        else:
+        else:  # no rows here (rows naming clusters they lack: the Python path raises on them)
             self.balls = np.zeros((0, 1), dtype=np.int64)
             self.cluster_of = np.zeros(1, dtype=np.int64)
             self.far_depth = -1
             n_clusters = 0
         self.tails = np.zeros((max(n_clusters, 1), self.width), dtype=np.uint64)
         self.tail_state = np.zeros(max(n_clusters, 1), dtype=np.int8)
+
+    def guard_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The far-mass rows and clusters ``ShellSearch.draw_each`` guards by: the ones the
+        decisions read (one row of zeros when none, which no record is guarded by)."""
+        if self.balls.shape[0]:
+            return self.balls, self.cluster_of
+        return np.zeros((1, 1), dtype=np.int64), self.cluster_of
 
     def decide(
         self, nodes: np.ndarray, shell_blocks: bytes, member_blocks: bytes

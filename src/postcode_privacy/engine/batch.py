@@ -1,7 +1,8 @@
 """Many records at once: grouped by true postcode, bounded memory, all cores.
 
 Records are sorted by true node (stable), so the records sharing a postcode form one group whose
-shell exploration is done once (:meth:`FastSampler.sample_group`); where the search reads the
+shell exploration is done once (:meth:`FastSampler.sample_group`, or for many groups of one
+record together :meth:`FastSampler.sample_each`); where the search reads the
 graph laid out along the map (engine/layout.py), they are sorted along the map instead
 (``_places``).  Groups are cut into pieces of at most ``MAX_GROUP`` records, and pieces are
 gathered into tasks of about ``TASK_RECORDS`` records, so memory per task is bounded whatever

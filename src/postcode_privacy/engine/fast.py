@@ -30,7 +30,9 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
 
 A group of one record (every record of a file of distinct postcodes) whose shell step 2b
 settles, short of the floor, and is not the tail takes step 3 (exploring, the guard on the
-explored balls, the pick) in one compiled call (``_sample_one``, ``ShellSearch.draw_one``).
+explored balls, the pick) in one compiled call (``_sample_one``, ``ShellSearch.draw_one``); a
+run of such groups (``sample_each``) takes step 2b in one compiled call for them all, with the
+same integers (engine/alone.py), and step 3 in another (``ShellSearch.draw_each``).
 
 Nothing is kept between groups except the fixed-size buffers of the search and the brackets.
 """
@@ -38,6 +40,7 @@ Nothing is kept between groups except the fixed-size buffers of the search and t
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from operator import mul
@@ -80,7 +83,6 @@ ALONE_MIN = 8
 # Above this size of P_0 the limb arithmetic of engine/alone.py is not used (its cost grows
 # with the square of the digits; the national graph's powers have about 120 bits).
 ALONE_MAX_POWER_BITS = 1024
-_NO_FAR = np.zeros((1, 1), dtype=np.int64)  # ``draw_each``'s far-mass rows when none are used
 
 
 class Bracket(NamedTuple):
@@ -697,15 +699,22 @@ class FastSampler:
         decider = self._alone_decider()
         if decider is not None:
             brackets = self.brackets or {}
+            # A node met twice here (the pieces of a split group) goes to ``sample_group``
+            # too: a bracket kept by its first piece must settle the next, as it would there.
+            seen = Counter(node for node, _ in groups)
             alone = [
                 i
                 for i, (node, subject_ids) in enumerate(groups)
-                if len(subject_ids) == 1 and node not in brackets
+                if len(subject_ids) == 1 and node not in brackets and seen[node] == 1
             ]
             if len(alone) >= ALONE_MIN:
                 nodes = [groups[i][0] for i in alone]
                 subject_ids = [groups[i][1][0] for i in alone]
-                drawn = self._sample_alone(context, decider, nodes, subject_ids)
+                try:
+                    drawn = self._sample_alone(context, decider, nodes, subject_ids)
+                except RuntimeError:  # a table or rows that disagree with the graph: one by
+                    # one in the groups' order, so the error names what the first record met
+                    return [self.sample_group(context, v, ids) for v, ids in groups]
                 for i, out in zip(alone, drawn):
                     if out >= 0:
                         outputs[i] = [out]
@@ -719,7 +728,9 @@ class FastSampler:
         without a profile table or where the powers are too large for it to pay."""
         if self._alone is None and self.profiles is not None:
             if self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
-                self._alone = AloneDecider(self.powers, self.radius, self.profiles, self.graph)
+                self._alone = AloneDecider(
+                    self.powers, self.radius, self.profiles, self.far, self.graph
+                )
         return self._alone
 
     def load_alone_kernels(self) -> None:
@@ -730,8 +741,7 @@ class FastSampler:
             return
         nothing = np.zeros(0, dtype=np.int64)
         decider.decide(nothing, b"", b"")
-        far = self.far
-        balls, cluster_of = (far.balls, far.cluster_of) if far is not None else (_NO_FAR, _NONE)
+        balls, cluster_of = decider.guard_rows()
         self.search.draw_each(
             nothing,
             nothing,
@@ -764,8 +774,7 @@ class FastSampler:
             first = int.from_bytes(member_blocks[32 * r : 32 * r + 32], "big")
             draws[r] = _member_value(context, subject_ids[r], labels[r], int(sizes[r]), first)
         settled = np.flatnonzero(shells >= 0)
-        far = self.far
-        balls, cluster_of = (far.balls, far.cluster_of) if far is not None else (_NO_FAR, _NONE)
+        balls, cluster_of = decider.guard_rows()  # the rows the decisions read
         by_row = stages[settled] == 2  # the far-mass row settled it: the guard checks that row
         picked, explored, locations, status = self.search.draw_each(
             node_array[settled],
