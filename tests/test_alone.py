@@ -84,6 +84,7 @@ def test_limb_sums_products_and_comparisons_equal_python_integers():
     assert not alone_module._set_sum(full(), 0, full(), 0, _rows(1, width=1), 0, 1)
     assert not alone_module._set_sum(full(), 0, full(), 0, _rows(1, width=1), 0, 1 << 62)
     assert not alone_module._set_sum(full(), 1, full(), 1, _rows(1, width=2), 0, 1)  # too wide
+    assert not alone_module._set_sum(full(), 1, full(), 1, _rows(1, width=1), 0, -1)  # negative
 
 
 def test_the_compiled_decision_is_decide_alls():
@@ -228,6 +229,9 @@ def _generated_case(rng: random.Random, wrong: str | None = None):
         table.far = cluster_balls.ClusterBalls(balls, cluster_of, graph)
     if wrong == "table":
         built[:, 1:] += 1
+    elif wrong == "decreasing":  # a ball lighter than the one inside it: a negative mass
+        k = rng.randint(1, min(depth, 4))
+        built[:, k] = 0 if k == 1 else built[:, k - 1] - 1
     return graph, mechanism, table
 
 
@@ -316,10 +320,11 @@ def test_records_alone_beside_split_groups_brackets_and_late_rows(monkeypatch):
     assert hits > 20
 
 
-@pytest.mark.parametrize("wrong", ["table", "rows"])
+@pytest.mark.parametrize("wrong", ["table", "rows", "decreasing"])
 def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, monkeypatch):
-    """A table whose balls are wrong, or far-mass rows lighter than the balls, stop a batch of
-    records alone with the same error as one record at a time."""
+    """A table whose balls are wrong (heavier, or lighter than the ball inside them), or
+    far-mass rows lighter than the balls, stop a batch of records alone with the same error
+    as one record at a time, or, where the guard sees none of it, give the same outputs."""
     monkeypatch.setattr(cluster_balls, "SIZE", 3)
     monkeypatch.setattr(cluster_balls, "HOPS", 1)
     monkeypatch.setattr(cluster_balls, "DEPTH", 30)
@@ -330,13 +335,15 @@ def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, monkeypatch):
         context = mechanism.stream_context(Key.from_bytes(rng.randbytes(32)))
         groups = [(v, [canonical_subject_id(f"s{v}")]) for v in rng.sample(range(len(graph)), 40)]
         try:
-            [FastSampler(mechanism, profiles=table).sample_group(context, *g) for g in groups]
+            want = [
+                FastSampler(mechanism, profiles=table).sample_group(context, *g) for g in groups
+            ]
         except RuntimeError as exc:
             message = str(exc)
         else:
             message = None
         if message is None:
-            assert FastSampler(mechanism, profiles=table).sample_each(context, groups)
+            assert FastSampler(mechanism, profiles=table).sample_each(context, groups) == want
             continue
         with pytest.raises(RuntimeError) as caught:
             FastSampler(mechanism, profiles=table).sample_each(context, groups)

@@ -79,8 +79,8 @@ def _set_sum(out, i, a, j, powers, h, m):  # pragma: no cover - compiled
     ``a`` as wide as ``out``); out[i] may be a[j] itself.  Each step adds at most a digit, a
     carry and a digit product: at most 2**64 - 1."""
     width, digits = out.shape[1], powers.shape[1]
-    if digits >= width:  # no room for the product's top digits (``_widths`` leaves it)
-        return False
+    if digits >= width or m < 0:  # no room for the product's top digits (``_widths`` leaves
+        return False  # it), or a mass from a table that disagrees with the graph
     low = np.uint64(m & 0xFFFFFFFF)
     carry = _ZERO
     for d in range(width):
