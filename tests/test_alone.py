@@ -24,7 +24,12 @@ from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.mechanism.sampler import MEMBER, SHELL
 from postcode_privacy.mechanism.subject import canonical_subject_id
 
-digits, value = alone_module._digits, alone_module._value
+digits = alone_module._digits
+
+
+def value(row: np.ndarray) -> int:
+    """The integer whose 32-bit digits (least significant first) are ``row``."""
+    return sum(int(d) << (32 * k) for k, d in enumerate(row.tolist()))
 
 
 def _big(rng: random.Random, bits: int) -> int:

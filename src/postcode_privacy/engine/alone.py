@@ -54,15 +54,10 @@ def _digits(value: int, width: int) -> np.ndarray:
     return np.array([(value >> (32 * k)) & 0xFFFFFFFF for k in range(width)], dtype=np.uint64)
 
 
-def _value(digits: np.ndarray) -> int:
-    """The integer whose 32-bit digits (least significant first) are ``digits``."""
-    return sum(int(d) << (32 * k) for k, d in enumerate(digits.tolist()))
-
-
 def _widths(powers: tuple[int, ...], total_prior: int) -> tuple[int, int]:
     """Digits of the powers, and of every other number: C_h, the bounds on Z and the row's
-    tail are each at most 4 P_0 Pi (docs/performance.md, "Records alone"), and the digits
-    allow for twice that."""
+    tail are each at most 2 P_0 Pi (docs/performance.md, "Records alone"), and the digits
+    leave room for more than 16 P_0 Pi."""
     power_width = -(-powers[0].bit_length() // 32)
     width = -(-(powers[0].bit_length() + max(total_prior, 1).bit_length() + 4) // 32) + 1
     return power_width, width
