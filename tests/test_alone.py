@@ -3,7 +3,9 @@
 The compiled decision must be ``_sample_one``'s exactly: the same limb sums as Python's
 integers, the same answer as ``fast._decide_all`` on any bounds, the same records settled (no
 fewer, no more) with the same shell, and through the engine the reference sampler's outputs,
-with a table or far-mass rows that disagree with the graph refused as before.
+with a table or far-mass rows that disagree with the graph refused as before.  The national
+graph's records alone are checked against the reference in test_profiles.py
+(``test_national_profiles_and_draws_equal_the_reference``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 from test_fast_path import planar_graph
-from test_profiles import _partial_table, loc_mass
+from test_profiles import loc_mass
 
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, cluster_balls, perturb_many
@@ -203,6 +205,15 @@ def _boundary_blocks(sampler: FastSampler, node: int) -> list[int]:
     return blocks
 
 
+@pytest.fixture
+def small_clusters(monkeypatch):
+    """Far-mass rows of clusters of at most 3 locations, 1 hop across, to 30 hops: many
+    clusters and rows of every kind on a generated graph of a few hundred locations."""
+    monkeypatch.setattr(cluster_balls, "SIZE", 3)
+    monkeypatch.setattr(cluster_balls, "HOPS", 1)
+    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
+
+
 def _generated_case(rng: random.Random, wrong: str | None = None):
     """A generated graph, a mechanism (default radius, or a small one with many tail draws),
     a profile table short of the graph's reach or past the radius, and far-mass rows (often)
@@ -240,14 +251,11 @@ def _generated_case(rng: random.Random, wrong: str | None = None):
     return graph, mechanism, table
 
 
-def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
+def test_records_alone_settle_exactly_as_one_at_a_time(small_clusters):
     """On generated graphs, tables of several depths, rows of several depths, usable or not,
     small radii with tail draws: the compiled decision settles exactly the records
     ``_sample_one`` settles, with the same shell and the same statistic, and ``sample_each``
     draws what ``sample_group`` draws, with the same statistics."""
-    monkeypatch.setattr(cluster_balls, "SIZE", 3)
-    monkeypatch.setattr(cluster_balls, "HOPS", 1)
-    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(44)
     counts = {"profile_hits": 0, "row_hits": 0, None: 0}
     tails = 0
@@ -287,15 +295,12 @@ def test_records_alone_settle_exactly_as_one_at_a_time(monkeypatch):
     assert min(counts.values()) > 100 and tails > 20, (counts, tails)
 
 
-def test_records_alone_beside_split_groups_brackets_and_late_rows(monkeypatch):
+def test_records_alone_beside_split_groups_brackets_and_late_rows(small_clusters, monkeypatch):
     """Records alone in a run with larger groups, the pieces of a split group (whose first
     piece keeps a bracket the next must use) and postcodes with kept brackets: the outputs
     and every statistic are ``sample_group``'s. Rows given to the table after the sampler
     was made are not read by either (the sampler keeps the rows it was made with)."""
     monkeypatch.setattr(fast_module, "BRACKET_MIN_RECORDS", 3)
-    monkeypatch.setattr(cluster_balls, "SIZE", 3)
-    monkeypatch.setattr(cluster_balls, "HOPS", 1)
-    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(47)
     hits = 0
     for _ in range(25):
@@ -326,13 +331,10 @@ def test_records_alone_beside_split_groups_brackets_and_late_rows(monkeypatch):
 
 
 @pytest.mark.parametrize("wrong", ["table", "rows", "decreasing"])
-def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, monkeypatch):
+def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, small_clusters):
     """A table whose balls are wrong (heavier, or lighter than the ball inside them), or
     far-mass rows lighter than the balls, stop a batch of records alone with the same error
     as one record at a time, or, where the guard sees none of it, give the same outputs."""
-    monkeypatch.setattr(cluster_balls, "SIZE", 3)
-    monkeypatch.setattr(cluster_balls, "HOPS", 1)
-    monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(45)
     refused = 0
     for _ in range(30):
@@ -355,42 +357,6 @@ def test_records_alone_refuse_a_table_or_rows_that_disagree(wrong, monkeypatch):
         assert str(caught.value) == message
         refused += 1
     assert refused > 5
-
-
-def test_national_records_alone_equal_the_reference(national_graph, monkeypatch):
-    """On the national graph with the true table rows of the records' neighbourhoods, batches
-    of records alone at epsilon 2, 1, 0.5 and 0.25 draw the reference sampler's outputs,
-    most of them on the compiled path."""
-    monkeypatch.setattr(fast_module, "ALONE_MIN", 1)
-    compiled: list[int] = []
-    real = FastSampler._sample_alone
-
-    def spy(self, *args):
-        drawn = real(self, *args)
-        compiled.extend(out for out in drawn if out >= 0)
-        return drawn
-
-    monkeypatch.setattr(FastSampler, "_sample_alone", spy)
-    graph = national_graph
-    rng = np.random.default_rng(2027)
-    key = Key.from_bytes(bytes(range(96, 128)))
-    cases = (("2", 40), ("1", 24), ("0.5", 8), ("0.25", 3))
-    nodes = rng.choice(len(graph), sum(c for _, c in cases), replace=False)
-    table = _partial_table(graph, graph.node_location[nodes].astype(np.int64), 44)
-    start = 0
-    for eps, count in cases:
-        mechanism = Mechanism(graph, eps)
-        picked = nodes[start : start + count].tolist()
-        start += count
-        codes = [graph.label(v) for v in picked]
-        ids = [f"subject-{i}" for i in range(count)]
-        expected = mechanism.perturb_reference(key, ids, codes)
-        sampler = FastSampler(mechanism, profiles=table)
-        context = mechanism.stream_context(key)
-        groups = [(v, [canonical_subject_id(s)]) for v, s in zip(picked, ids)]
-        got = [graph.label(out[0]) for out in sampler.sample_each(context, groups)]
-        assert got == expected, eps
-    assert len(compiled) > 55
 
 
 def test_a_batch_of_distinct_postcodes_takes_the_compiled_path(monkeypatch):
