@@ -402,23 +402,71 @@ def test_rows_the_python_path_refuses_are_refused_here_too():
     row = [a, a + b, a + b, -(2**63), -(2**63) + total + 1] + [-(2**63) + total + 1] * 4
     key = Key.from_bytes(bytes(range(1, 33)))
     context = mechanism.stream_context(key)
-    groups = [(0, [canonical_subject_id(f"s{i}")]) for i in range(200)]
+    ids = [canonical_subject_id(f"s{i}") for i in range(200)]
+    calls = []
 
-    def outcome(cluster_of, alone_min, monkeypatch_min):
+    def outcomes(cluster_of, alone_min, patch):
+        """Each record drawn on its own (a run of one record alone), or the error it meets."""
         table.far = cluster_balls.ClusterBalls(np.array([row], dtype=np.int64), cluster_of, graph)
-        monkeypatch_min(alone_min)
-        try:
-            return FastSampler(mechanism, profiles=table).sample_each(context, groups)
-        except (RuntimeError, IndexError) as exc:
-            return type(exc), str(exc)
+        patch.setattr(fast_module, "ALONE_MIN", alone_min)
+        sampler = FastSampler(mechanism, profiles=table)
+        found = []
+        for subject in ids:
+            try:
+                found.append(sampler.sample_each(context, [(0, [subject])]))
+            except (RuntimeError, IndexError) as exc:
+                found.append((type(exc), str(exc)))
+        return found
+
+    real = FastSampler._sample_alone
+
+    def spy(self, *args):
+        calls.append(1)
+        return real(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FastSampler, "_sample_alone", spy)
+        for cluster_of in (
+            np.zeros(n, dtype=np.int32),  # the wrapping row
+            np.zeros(n, dtype=np.float64),  # clusters as floats: the Python path reads them
+            np.full(n, 5, dtype=np.int32),  # no such row: IndexError, as before
+        ):
+            new = outcomes(cluster_of, 1, patch)
+            assert len(calls) == 200 or cluster_of.dtype.kind == "f"
+            calls.clear()
+            assert new == outcomes(cluster_of, 10**9, patch)
+            assert not calls
+        assert any(isinstance(o, tuple) and o[0] is IndexError for o in new)
 
-        def set_min(value):
-            patch.setattr(fast_module, "ALONE_MIN", value)
 
-        ours = np.zeros(n, dtype=np.int32)
-        assert outcome(ours, 1, set_min) == outcome(ours, 10**9, set_min)
-        beyond = np.full(n, 5, dtype=np.int32)  # no such row
-        got = outcome(beyond, 1, set_min)
-        assert got == outcome(beyond, 10**9, set_min) and got[0] is IndexError
+def test_a_disagreement_names_what_the_first_record_meets(small_clusters):
+    """With the table wrong at a group of two records and the far-mass rows too light, the
+    error is the one a record-by-record run meets first (the table's), not the one a record
+    alone drawn earlier would meet (the rows')."""
+    checked = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        graph = planar_graph(rng, 200, 220, 1.0, 20)
+        mechanism = Mechanism(graph, "0.5")
+        built = engine_profiles.build_profiles(graph, loc_mass(graph), 2).astype(np.int64)
+        balls, cluster_of = cluster_balls.build_cluster_balls(graph, loc_mass(graph))
+        balls[:, 1:3] = balls[:, :1]  # too light within the table's depth
+        built[graph.node_location[0], 1:] += 1  # and the table wrong at node 0's location
+        table = engine_profiles.BallProfiles(built, graph)
+        table.far = cluster_balls.ClusterBalls(balls, cluster_of, graph)
+        context = mechanism.stream_context(Key.from_bytes(rng.randbytes(32)))
+        groups = [(0, [canonical_subject_id("a1"), canonical_subject_id("a2")])]
+        groups += [(v, [canonical_subject_id(f"b{v}")]) for v in rng.sample(range(1, 200), 20)]
+        messages = []
+        for alone_min in (10**9, 1):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(fast_module, "ALONE_MIN", alone_min)
+                try:
+                    FastSampler(mechanism, profiles=table).sample_each(context, groups)
+                except RuntimeError as exc:
+                    messages.append(str(exc))
+                else:
+                    messages.append(None)
+        assert messages[0] == messages[1]
+        checked += messages[0] is not None and "profiles" in messages[0]
+    assert checked > 3

@@ -316,13 +316,18 @@ def _decide_each(
         draws[r] = draw if draw < size else -1
 
 
-def _clusters_in_range(far: ClusterBalls, n_locations: int) -> bool:
-    """Whether every location has a cluster, and every cluster a row."""
-    cluster_of = far.cluster_of
+def _rows_readable(far: ClusterBalls, n_locations: int) -> bool:
+    """Whether the compiled decision can read these rows as ``ClusterBalls`` describes them:
+    integers, every location with a cluster, every cluster with a row reaching ``far.depth``.
+    Rows made otherwise (by hand) are left to the Python path, which says what is wrong."""
+    balls, cluster_of = far.balls, far.cluster_of
     return (
-        far.balls.ndim == 2
+        balls.ndim == 2
+        and balls.dtype.kind in "iu"
+        and far.depth == balls.shape[1] - 1
+        and cluster_of.dtype.kind in "iu"
         and cluster_of.shape == (n_locations,)
-        and (n_locations == 0 or (cluster_of.min() >= 0 and cluster_of.max() < far.balls.shape[0]))
+        and (n_locations == 0 or (cluster_of.min() >= 0 and cluster_of.max() < balls.shape[0]))
     )
 
 
@@ -344,10 +349,10 @@ class AloneDecider:
         self.radius = radius
         self.depth = min(profiles.depth, radius - 1)
         self.total = total
-        self.table = profiles._rows
+        self.table = np.asarray(profiles.cumulative)
         self.node_location = graph.node_location
         self.prior = graph.prior
-        if far is not None and _clusters_in_range(far, graph.n_locations):
+        if far is not None and _rows_readable(far, graph.n_locations):
             self.balls, self.cluster_of, self.far_depth = far.balls, far.cluster_of, far.depth
             n_clusters = far.balls.shape[0]
         else:  # no rows here (rows naming clusters they lack: the Python path raises on them)

@@ -725,9 +725,14 @@ class FastSampler:
 
     def _alone_decider(self) -> AloneDecider | None:
         """The compiled decision of engine/alone.py for this mechanism (made once), or None
-        without a profile table or where the powers are too large for it to pay."""
-        if self._alone is None and self.profiles is not None:
-            if self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
+        without a profile table, with a table it cannot read as ``BallProfiles`` describes it
+        (made by hand: the Python path says what is wrong), or where the powers are too large
+        for it to pay."""
+        profiles = self.profiles
+        if self._alone is None and profiles is not None:
+            rows = np.asarray(profiles.cumulative)
+            readable = rows.ndim == 2 and rows.dtype.kind in "iu" and rows.shape[1] > profiles.depth
+            if readable and self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
                 self._alone = AloneDecider(
                     self.powers, self.radius, self.profiles, self.far, self.graph
                 )
