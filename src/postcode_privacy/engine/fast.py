@@ -733,9 +733,7 @@ class FastSampler:
             rows = np.asarray(profiles.cumulative)
             readable = rows.ndim == 2 and rows.dtype.kind in "iu" and rows.shape[1] > profiles.depth
             if readable and self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
-                self._alone = AloneDecider(
-                    self.powers, self.radius, self.profiles, self.far, self.graph
-                )
+                self._alone = AloneDecider(self.powers, self.radius, profiles, self.far, self.graph)
         return self._alone
 
     def load_alone_kernels(self) -> None:
