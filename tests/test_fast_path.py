@@ -607,8 +607,8 @@ def test_national_sample_equals_reference(national_graph):
 
 
 def test_first_blocks_equal_the_stream_blocks():
-    """The engine's batched first blocks are the core stream's block (label, 0, 0), and its
-    single blocks (``block_int``) the core stream's block (label, 0, counter)."""
+    """The engine's batched first blocks (as integers, or joined bytes for engine/alone.py)
+    are the core stream's block (label, 0, 0), and its single blocks (``block_int``) the core stream's block (label, 0, counter)."""
     from postcode_privacy.mechanism.sampler import MEMBER, SHELL, TAIL
 
     mechanism = Mechanism(path(5), "1")
@@ -623,6 +623,10 @@ def test_first_blocks_equal_the_stream_blocks():
             ]
             assert got[j] == want
             assert [context.first_blocks_of(s, postcode, (label,))[0] for s in ids] == want
+            (joined,) = context.first_block_bytes(ids, [postcode] * len(ids), (label,))
+            assert [
+                int.from_bytes(joined[32 * r : 32 * r + 32], "big") for r in range(len(ids))
+            ] == want
             for counter in (0, 1, 7):
                 assert [context.block_int(s, postcode, label, counter) for s in ids] == [
                     int.from_bytes(context.for_subject(s, postcode).block(label, 0, counter), "big")

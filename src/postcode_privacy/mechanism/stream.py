@@ -40,6 +40,13 @@ def _block_suffix(label: bytes, counter: int) -> bytes:
     return suffix
 
 
+def _message_head(subject_id: str, postcode: str) -> bytes:
+    """The encoding of (subject, postcode) that follows the context's fields in every block's
+    message (``for_subject`` feeds the same bytes in two updates)."""
+    data, place = subject_id.encode("utf-8"), postcode.encode("utf-8")
+    return b"".join((len(data).to_bytes(4, "big"), data, len(place).to_bytes(4, "big"), place))
+
+
 class StreamContext:
     """The per-release part of the encoding, hashed once and copied per subject."""
 
@@ -56,6 +63,9 @@ class StreamContext:
         ):
             mac.update(_field(part))
         self._mac = mac
+        # The C object behind hmac.HMAC when there is one (same copy/update/digest, less
+        # overhead per call), for the engine's batched blocks; the Python object otherwise.
+        self._root = getattr(mac, "_hmac", None) or mac
 
     def for_subject(self, subject_id: str, postcode: str) -> SubjectStream:
         mac = self._mac.copy()
@@ -73,13 +83,10 @@ class StreamContext:
         input may be fed in any split), without building a stream object per subject.  Used
         by the batch engine, where these blocks are nearly all a record ever reads.
         """
-        # The C object behind hmac.HMAC when there is one (same copy/update/digest, less
-        # overhead per call); the Python object otherwise.
-        root = getattr(self._mac, "_hmac", None) or self._mac
         place = _field(postcode.encode("utf-8"))
         suffixes = [_block_suffix(label, 0) for label in labels]
         out: list[list[int]] = [[] for _ in labels]
-        from_bytes, copy = int.from_bytes, root.copy
+        from_bytes, copy = int.from_bytes, self._root.copy
         columns = list(zip(out, suffixes))
         for subject_id in subject_ids:
             data = subject_id.encode("utf-8")
@@ -97,34 +104,24 @@ class StreamContext:
     ) -> list[int]:
         """``first_blocks`` for one subject: block (label, 0, 0) of each label, as integers
         (``result[j]`` is ``first_blocks([subject_id], postcode, labels)[j][0]``), without its
-        lists of lists: most records of a file with distinct postcodes are groups of one."""
-        root = getattr(self._mac, "_hmac", None) or self._mac
-        data, place = subject_id.encode("utf-8"), postcode.encode("utf-8")
-        head = b"".join((len(data).to_bytes(4, "big"), data, len(place).to_bytes(4, "big"), place))
-        out = []
-        for label in labels:
-            mac = root.copy()
-            mac.update(head + _block_suffix(label, 0))
-            out.append(int.from_bytes(mac.digest(), "big"))
-        return out
+        lists of lists."""
+        return [
+            int.from_bytes(block, "big")
+            for block in self.first_block_bytes((subject_id,), (postcode,), labels)
+        ]
 
     def first_block_bytes(
         self, subject_ids: Iterable[str], postcodes: Iterable[str], labels: tuple[bytes, ...]
     ) -> list[bytes]:
         """For many (subject, postcode) pairs: block (label, 0, 0) of each label, the pairs'
         blocks joined in order (``result[j][32 r : 32 r + 32]`` is the r-th pair's block of
-        ``labels[j]``, the bytes ``first_blocks_of`` reads as an integer), for the engine to
-        read as arrays (engine/alone.py)."""
-        root = getattr(self._mac, "_hmac", None) or self._mac
+        ``labels[j]``), for the engine to read as arrays (engine/alone.py)."""
         suffixes = [_block_suffix(label, 0) for label in labels]
         out: list[list[bytes]] = [[] for _ in labels]
-        copy = root.copy
+        copy = self._root.copy
         columns = list(zip(out, suffixes))
         for subject_id, postcode in zip(subject_ids, postcodes, strict=True):
-            data, place = subject_id.encode("utf-8"), postcode.encode("utf-8")
-            head = b"".join(
-                (len(data).to_bytes(4, "big"), data, len(place).to_bytes(4, "big"), place)
-            )
+            head = _message_head(subject_id, postcode)
             for column, suffix in columns:
                 mac = copy()
                 mac.update(head + suffix)
@@ -135,12 +132,8 @@ class StreamContext:
         """``int.from_bytes(self.for_subject(subject_id, postcode).block(label, 0, counter),
         "big")``: the same HMAC over the same bytes in one update, as ``first_blocks`` does,
         for the engine's rejected within-shell attempts (about a quarter of the records)."""
-        suffix = _block_suffix(label, counter)
-        mac = (getattr(self._mac, "_hmac", None) or self._mac).copy()
-        data = subject_id.encode("utf-8")
-        place = postcode.encode("utf-8")
-        size, place_size = len(data).to_bytes(4, "big"), len(place).to_bytes(4, "big")
-        mac.update(b"".join((size, data, place_size, place, suffix)))
+        mac = self._root.copy()
+        mac.update(_message_head(subject_id, postcode) + _block_suffix(label, counter))
         return int.from_bytes(mac.digest(), "big")
 
 
