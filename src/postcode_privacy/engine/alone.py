@@ -37,7 +37,7 @@ from numba import njit
 from .cluster_balls import ClusterBalls
 from .profiles import BallProfiles
 
-__all__ = ["AloneDecider", "UNSETTLED"]
+__all__ = ["AloneDecider", "UNSETTLED", "table_readable"]
 
 UNSETTLED = -1  # shell of a record handed back to ``FastSampler.sample_group``
 _U_DIGITS = 8  # a 256-bit block of the keyed stream in 32-bit digits
@@ -314,6 +314,14 @@ def _decide_each(
             bits += 1
         draw = np.int64(0) if size == 1 else np.int64(member_tops[r] >> np.uint64(64 - bits))
         draws[r] = draw if draw < size else -1
+
+
+def table_readable(profiles: BallProfiles) -> bool:
+    """Whether the compiled decision can read the table as ``BallProfiles`` describes it:
+    integers, with a column for every depth to ``profiles.depth``.  A table made otherwise (by
+    hand) is left to the Python path, which says what is wrong."""
+    rows = np.asarray(profiles.cumulative)
+    return rows.ndim == 2 and rows.dtype.kind in "iu" and rows.shape[1] > profiles.depth
 
 
 def _rows_readable(far: ClusterBalls, n_locations: int) -> bool:

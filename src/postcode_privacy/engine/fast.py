@@ -51,7 +51,7 @@ import numpy as np
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
-from .alone import AloneDecider
+from .alone import AloneDecider, table_readable
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch, ball_disagreement
@@ -730,9 +730,7 @@ class FastSampler:
         for it to pay."""
         profiles = self.profiles
         if self._alone is None and profiles is not None:
-            rows = np.asarray(profiles.cumulative)
-            readable = rows.ndim == 2 and rows.dtype.kind in "iu" and rows.shape[1] > profiles.depth
-            if readable and self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
+            if table_readable(profiles) and self.powers[0].bit_length() <= ALONE_MAX_POWER_BITS:
                 self._alone = AloneDecider(self.powers, self.radius, profiles, self.far, self.graph)
         return self._alone
 
@@ -744,17 +742,32 @@ class FastSampler:
             return
         nothing = np.zeros(0, dtype=np.int64)
         decider.decide(nothing, b"", b"")
+        self._draw_decided(decider, nothing, nothing, nothing, np.zeros(0, dtype=np.bool_))
+
+    def _draw_decided(
+        self,
+        decider: AloneDecider,
+        nodes: np.ndarray,
+        shells: np.ndarray,
+        draws: np.ndarray,
+        by_row: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """``ShellSearch.draw_each`` of records the decider settled, guarded by the table and
+        the rows the decisions read (a record's far-mass row where ``by_row``); stops at a
+        disagreement. Returns (nodes drawn, shells explored each, locations explored)."""
         balls, cluster_of = decider.guard_rows()
-        self.search.draw_each(
-            nothing,
-            nothing,
-            nothing,
+        picked, explored, locations, status = self.search.draw_each(
+            nodes,
+            shells,
+            draws,
             decider.table,
             self.graph.node_location,
             balls,
             cluster_of,
-            np.zeros(0, dtype=np.bool_),
+            by_row,
         )
+        _refuse_disagreement(status, self)
+        return picked, explored, locations
 
     def _sample_alone(
         self,
@@ -777,19 +790,10 @@ class FastSampler:
             first = int.from_bytes(member_blocks[32 * r : 32 * r + 32], "big")
             draws[r] = _member_value(context, subject_ids[r], labels[r], int(sizes[r]), first)
         settled = np.flatnonzero(shells >= 0)
-        balls, cluster_of = decider.guard_rows()  # the rows the decisions read
         by_row = stages[settled] == 2  # the far-mass row settled it: the guard checks that row
-        picked, explored, locations, status = self.search.draw_each(
-            node_array[settled],
-            shells[settled],
-            draws[settled],
-            decider.table,
-            self.graph.node_location,
-            balls,
-            cluster_of,
-            by_row,
+        picked, explored, locations = self._draw_decided(
+            decider, node_array[settled], shells[settled], draws[settled], by_row
         )
-        _refuse_disagreement(status, self)
         out = np.full(len(nodes), -1, dtype=np.int64)
         out[settled] = picked
         stats = self.stats
