@@ -10,6 +10,7 @@ landmark bounds it relies on are checked against the reference hop shells direct
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -325,6 +326,68 @@ def test_the_layout_along_the_map_is_the_same_graph_renumbered(seed):
         )
         layout = map_layout(odd, location_masses(odd))
         assert sorted(layout.original.tolist()) == list(range(n))
+
+
+def test_the_layout_made_in_the_background_is_the_one_the_batch_reads(monkeypatch):
+    """``GraphTables.make_layout_in_background`` makes ``map_layout``'s layout, which
+    ``search_layout`` then returns (once, the same object every time); a layout that fails in
+    the background is made again, and its error reported, by the call that needs it; and
+    ``prepare_in_background`` starts it only for a batch that would sort along the map (a
+    radius of at least ``ALONG_MAP_RADIUS`` and at least ``ALONG_MAP_SOURCES`` records, or a
+    count not yet known)."""
+    rng = random.Random(44)
+    graph = planar_graph(rng, 60, 90, 1.0, 30, with_coordinates=True)
+    made_by = []
+
+    def counted(graph, loc_mass):
+        made_by.append(threading.current_thread())
+        return map_layout(graph, loc_mass)
+
+    monkeypatch.setattr(engine_landmarks, "map_layout", counted)
+    tables = engine_landmarks.graph_tables(graph)
+    tables.make_layout_in_background()
+    made = tables.search_layout(True)
+    assert made_by and made_by[0] is not threading.current_thread()
+    expected = map_layout(graph, tables.loc_mass)
+    fields = ("indptr", "indices", "loc_mass", "node_location", "members_indptr")
+    for field in (*fields, "members_flat", "original"):
+        assert np.array_equal(getattr(made, field), getattr(expected, field)), field
+    assert made.original.tolist() != list(range(graph.n_locations))  # not the graph's own
+    tables.make_layout_in_background()  # made already: nothing more
+    assert tables.search_layout(True) is made
+    assert len(made_by) == 1  # the batch took the background's layout
+    assert tables.search_layout(False).original.tolist() == list(range(graph.n_locations))
+
+    calls = []
+
+    def failing(graph, loc_mass):
+        calls.append(graph)
+        raise RuntimeError("no layout today")
+
+    monkeypatch.setattr(engine_landmarks, "map_layout", failing)
+    other = planar_graph(rng, 40, 60, 1.0, 20, with_coordinates=True)
+    tables = engine_landmarks.graph_tables(other)
+    tables.make_layout_in_background()
+    with pytest.raises(RuntimeError, match="no layout today"):
+        tables.search_layout(True)
+    assert len(calls) == 2  # the background's try, then the real call's
+
+    monkeypatch.undo()
+    radius, sources = engine_batch.ALONG_MAP_RADIUS, engine_batch.ALONG_MAP_SOURCES
+    for r, records, starts in [
+        (radius, sources, True),
+        (radius, None, True),
+        (radius, sources - 1, False),
+        (radius - 1, sources, False),
+        (radius - 1, None, False),
+    ]:
+        fresh = planar_graph(rng, 30, 40, 1.0, 10, with_coordinates=True)
+        engine_batch.prepare_in_background(Mechanism(fresh, "1", radius=r), records)
+        tables = engine_landmarks.graph_tables(fresh)
+        assert (tables._making is not None) == starts, (r, records)
+        if starts:
+            tables._making.join()
+            assert True in tables._layouts
 
 
 def test_pick_follows_cumulative_prior_in_node_order():

@@ -187,7 +187,7 @@ def _sweep(
         state[touched[i], 0] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _curve_positions(cells_x, cells_y, side):  # pragma: no cover - compiled
     """Position along a Hilbert curve over a ``side`` x ``side`` grid (side a power of two) of
     each cell (x, y): cells close on the curve are close on the map."""

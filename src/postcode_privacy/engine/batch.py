@@ -499,6 +499,18 @@ def _start_canonical(
     return draws
 
 
+def prepare_in_background(mechanism: Mechanism, records: int | None) -> None:
+    """Start making, in a thread, what a coming batch of about ``records`` records (None:
+    not known yet) would otherwise make first, in this process, before any draw: the
+    search's layout along the map, which such a batch sorts its records by
+    (``_start_canonical``).  The release layer calls this while it checks the records.
+    Nothing is started for a batch that would not use it: a radius below
+    ``ALONG_MAP_RADIUS``, or fewer than ``ALONG_MAP_SOURCES`` records."""
+    many = records is None or records >= ALONG_MAP_SOURCES
+    if mechanism.radius >= ALONG_MAP_RADIUS and many:
+        graph_tables(mechanism.graph).make_layout_in_background()
+
+
 def _distinct(nodes: np.ndarray, n_nodes: int) -> int:
     """How many distinct nodes ``nodes`` holds: by sorting for a batch much smaller than the
     graph, by counting every node's records for a larger one (one pass, no sort)."""

@@ -117,6 +117,7 @@ class GraphTables:
         self._graph = weakref.ref(graph)
         self.landmarks: LandmarkBounds | None = None
         self._layouts: dict[bool, SearchLayout] = {}
+        self._making: threading.Thread | None = None  # the layout along the map, if started
 
     def _live_graph(self) -> Graph:
         graph = self._graph()
@@ -146,12 +147,39 @@ class GraphTables:
         built = self._layouts.get(along_map)
         if built is not None:
             return built
+        making = self._making
+        if along_map and making is not None and making is not threading.current_thread():
+            making.join()  # started by make_layout_in_background: its outcome, or none
+            built = self._layouts.get(along_map)
+            if built is not None:
+                return built
         with _LOCK:
             layout = self._layouts.get(along_map)
             if layout is None:
                 make = map_layout if along_map else graph_layout
                 layout = self._layouts[along_map] = make(self._live_graph(), self.loc_mass)
             return layout
+
+    def make_layout_in_background(self) -> None:
+        """Start making the layout along the map in a thread (about 0.5 s on the national
+        graph, most of it in numpy and compiled code that release the GIL), so that it is
+        ready when a large batch sorts its records by it; ``search_layout`` waits for it.
+        Made outside the lock, so a caller wanting the graph's own numbering meanwhile
+        does not wait; any error is left for ``search_layout`` to meet again and report."""
+        with _LOCK:
+            if True in self._layouts or self._making is not None:
+                return
+            graph = self._live_graph()
+
+            def make() -> None:
+                try:
+                    layout = map_layout(graph, self.loc_mass)
+                except Exception:  # search_layout makes it again and reports what is wrong
+                    return
+                with _LOCK:
+                    self._layouts.setdefault(True, layout)
+
+            self._making = start_in_background(make, "postcode-privacy-layout")
 
 
 # One entry per live graph, dropped with the graph: bounded by the graphs the caller holds.
