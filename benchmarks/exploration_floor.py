@@ -105,7 +105,7 @@ def floor_for(graph, epsilon: str, sources: list[int]) -> dict:
         started = time.perf_counter()
         search.explore_to(radius)
         whole += time.perf_counter() - started
-        explored = search._shell_ptr[1 : radius + 1].astype(np.float64)  # shells 0 .. h
+        explored = search._arrays.shell_ptr[1 : radius + 1].astype(np.float64)  # shells 0 .. h
         to_shell = np.append(explored, explored[-1])  # the tail needs the whole ball
         p = np.array(shell_probabilities(mechanism, search.masses[:radius].tolist(), total))
         one.append(float(p @ to_shell))

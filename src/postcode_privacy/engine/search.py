@@ -33,6 +33,8 @@ entries.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -51,19 +53,38 @@ _EXPAND_BUFFER = 4096  # neighbours gathered at a time by _expand (16 KiB)
 _NO_FLOOR = np.zeros(0, dtype=np.int64)  # ``draw_each`` guards by no floor
 
 
-@njit(cache=True)
-def _start(node_location, prior, loc_mass, stamp, epoch, order, shell_ptr, masses, source):
-    loc = node_location[source]
-    stamp[loc] = epoch
-    order[0] = loc
-    shell_ptr[0] = 0
-    shell_ptr[1] = 1
-    masses[0] = prior[source]
-    return loc_mass[loc] - prior[source]  # co-located postcodes: part of shell 1
+class _Arrays(NamedTuple):
+    """What every search kernel reads and writes, passed to them as one argument: the graph
+    as the layout numbers it (engine/layout.py), and the search's own buffers."""
+
+    indptr: np.ndarray  # location adjacency (CSR offsets, then neighbours)
+    indices: np.ndarray
+    loc_mass: np.ndarray  # prior mass of each location
+    node_location: np.ndarray  # location of each node
+    prior: np.ndarray  # prior of each node
+    members_indptr: np.ndarray  # nodes of each location (CSR offsets, then nodes)
+    members_flat: np.ndarray
+    original: np.ndarray  # the graph's own number of each location (to read the table)
+    stamp: np.ndarray  # visited marks: the epoch of the search that last reached a location
+    order: np.ndarray  # explored locations, shell by shell
+    shell_ptr: np.ndarray  # shell h is order[shell_ptr[h] : shell_ptr[h + 1]]
+    buf: np.ndarray  # neighbours gathered by _expand
+    masses: np.ndarray  # prior mass of each explored node shell
 
 
 @njit(cache=True)
-def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, buf, h):
+def _start(search, epoch, source):
+    loc = search.node_location[source]
+    search.stamp[loc] = epoch
+    search.order[0] = loc
+    search.shell_ptr[0] = 0
+    search.shell_ptr[1] = 1
+    search.masses[0] = search.prior[source]
+    return search.loc_mass[loc] - search.prior[source]  # co-located postcodes: part of shell 1
+
+
+@njit(cache=True)
+def _expand(search, epoch, h):
     """Append location shell h (the unseen neighbours of shell h - 1); return its prior mass.
 
     In two passes over as many of shell h - 1's locations as ``buf`` holds the neighbours of
@@ -76,6 +97,8 @@ def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, buf, h):
     each neighbour is written one place ahead and kept only if it was unseen.  The shell's
     locations and their order are exactly those of one loop over the edges in turn.
     """
+    indptr, indices, stamp, order = search.indptr, search.indices, search.stamp, search.order
+    buf, shell_ptr = search.buf, search.shell_ptr
     first = n = shell_ptr[h]
     k, end, room = shell_ptr[h - 1], shell_ptr[h], buf.size
     while k < end:
@@ -97,46 +120,26 @@ def _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, buf, h):
             n += unseen
     mass = 0
     for j in range(first, n):
-        mass += loc_mass[order[j]]
+        mass += search.loc_mass[order[j]]
     shell_ptr[h + 1] = n
     return mass
 
 
 @njit(cache=True)
-def _explore(
-    indptr,
-    indices,
-    loc_mass,
-    stamp,
-    epoch,
-    order,
-    shell_ptr,
-    buf,
-    masses,
-    colocated,
-    n_shells,
-    target,
-):
+def _explore(search, epoch, colocated, n_shells, target):
     """Explore node shells n_shells .. target - 1; return the new number of shells."""
     for h in range(n_shells, target):
-        mass = _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, buf, h)
+        mass = _expand(search, epoch, h)
         if h == 1:
             mass += colocated
-        masses[h] = mass
+        search.masses[h] = mass
     return max(n_shells, target)
 
 
 @njit(cache=True)
 def _explore_guided(
-    indptr,
-    indices,
-    loc_mass,
-    stamp,
+    search,
     epoch,
-    order,
-    shell_ptr,
-    buf,
-    masses,
     colocated,
     n_shells,
     u,
@@ -165,6 +168,7 @@ def _explore_guided(
     + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).  The floor's bound is
     ``fast._z_low``'s.
     """
+    masses = search.masses
     k = u.size
     n_rows = ball_bounds.shape[0]
     pointer = np.zeros(k, dtype=np.int64)
@@ -231,7 +235,7 @@ def _explore_guided(
                 return h + 1
         h += 1
         if h:
-            mass = _expand(indptr, indices, loc_mass, stamp, epoch, order, shell_ptr, buf, h)
+            mass = _expand(search, epoch, h)
         else:
             mass = 0
         if h == 1:
@@ -347,16 +351,18 @@ def ball_bounds(a, pairs, offsets, shapes, flat, radius, keep, out):
 
 
 @njit(cache=True)
-def _shell_nodes(order, shell_ptr, members_indptr, members_flat, node_location, source, h):
+def _shell_nodes(search, source, h):
     """Node shell h, sorted by node index (h < number of explored shells)."""
-    out = _shell_members(order, shell_ptr, members_indptr, members_flat, node_location, source, h)
+    out = _shell_members(search, source, h)
     out.sort()
     return out
 
 
 @njit(cache=True)
-def _shell_members(order, shell_ptr, members_indptr, members_flat, node_location, source, h):
+def _shell_members(search, source, h):
     """Node shell h in exploration order (h < number of explored shells)."""
+    order, shell_ptr = search.order, search.shell_ptr
+    members_indptr, members_flat = search.members_indptr, search.members_flat
     if h == 0:
         out = np.empty(1, dtype=np.int64)
         out[0] = source
@@ -365,7 +371,7 @@ def _shell_members(order, shell_ptr, members_indptr, members_flat, node_location
     for k in range(shell_ptr[h], shell_ptr[h + 1]):
         v = order[k]
         count += members_indptr[v + 1] - members_indptr[v]
-    src_loc = node_location[source]
+    src_loc = search.node_location[source]
     if h == 1:
         count += members_indptr[src_loc + 1] - members_indptr[src_loc] - 1
     out = np.empty(count, dtype=np.int64)
@@ -488,20 +494,7 @@ def _select_by_prior(nodes, prior, draws, found):
 
 
 @njit(cache=True)
-def _pick(
-    order,
-    shell_ptr,
-    members_indptr,
-    members_flat,
-    node_location,
-    prior,
-    source,
-    masses,
-    n_shells,
-    shells,
-    draws,
-    out,
-):
+def _pick(search, source, n_shells, shells, draws, out):
     """out[r] = the node of shell shells[r] whose cumulative prior first exceeds draws[r].
 
     Same rule as ``mechanism.sampler.pick_in_shell``: cumulative prior in node order within the
@@ -510,6 +503,7 @@ def _pick(
     selected without sorting it (``_select_by_prior``).  Returns -1, or the
     index of a request whose shell is unexplored or whose draw is outside [0, mass).
     """
+    masses = search.masses
     for r in range(shells.size):
         if shells[r] < 0 or shells[r] >= n_shells or draws[r] < 0 or draws[r] >= masses[shells[r]]:
             return r
@@ -523,10 +517,8 @@ def _pick(
         mine = idx[start:stop]
         by_draw = mine[np.argsort(draws[mine], kind="mergesort")]
         found = _select_by_prior(
-            _shell_members(
-                order, shell_ptr, members_indptr, members_flat, node_location, source, h
-            ),
-            prior,
+            _shell_members(search, source, h),
+            search.prior,
             draws[by_draw],
             np.empty(by_draw.size, dtype=np.int64),
         )
@@ -537,14 +529,14 @@ def _pick(
 
 
 @njit(cache=True)
-def _ball_floor(order, shell_ptr, original, table, hops, out):
+def _ball_floor(search, table, hops, out):
     """out[j] = the largest table[z, j - k] over the locations z of location shells
     1 .. ``hops`` (k = z's shell), j = k .. k + table depth, where out has room; the table is
     indexed by the graph's location numbers, ``original`` of the search's."""
     width = table.shape[1]
     for k in range(1, hops + 1):
-        for p in range(shell_ptr[k], shell_ptr[k + 1]):
-            z = original[order[p]]
+        for p in range(search.shell_ptr[k], search.shell_ptr[k + 1]):
+            z = search.original[search.order[p]]
             for i in range(min(width, out.size - k)):
                 value = np.int64(table[z, i])
                 if value > out[k + i]:
@@ -575,27 +567,8 @@ def ball_disagreement(masses, n_shells, table_row, floor, far_row):  # pragma: n
 
 @njit(cache=True)
 def _draw_one(
-    indptr,
-    indices,
-    node_location,
-    prior,
-    loc_mass,
-    stamp,
-    epoch,
-    order,
-    shell_ptr,
-    buf,
-    masses,
-    members_indptr,
-    members_flat,
-    source,
-    shell,
-    draw,
-    table_row,
-    floor,
-    far_row,
-    picked,
-):  # pragma: no cover - compiled
+    search, epoch, source, shell, draw, table_row, floor, far_row, picked
+):  # fmt: skip  # pragma: no cover - compiled
     """``_start`` at ``source``, ``_explore`` to shell + 1 shells, ``ball_disagreement`` on
     them, then ``_pick``'s rule for one request, in one call (ShellSearch.draw_one).
 
@@ -603,66 +576,26 @@ def _draw_one(
     ``ball_disagreement`` (no pick made); 3 if the request is outside the explored shells
     or the draw outside the shell's mass (``_pick``'s refusal).
     """
-    colocated = _start(
-        node_location, prior, loc_mass, stamp, epoch, order, shell_ptr, masses, source
-    )
+    colocated = _start(search, epoch, source)
     n_shells = 1
     if shell >= 1:
-        n_shells = _explore(
-            indptr,
-            indices,
-            loc_mass,
-            stamp,
-            epoch,
-            order,
-            shell_ptr,
-            buf,
-            masses,
-            colocated,
-            1,
-            shell + 1,
-        )
-    status = ball_disagreement(masses, n_shells, table_row, floor, far_row)
+        n_shells = _explore(search, epoch, colocated, 1, shell + 1)
+    status = ball_disagreement(search.masses, n_shells, table_row, floor, far_row)
     if status != 0:
         return status, colocated, n_shells
-    if shell < 0 or shell >= n_shells or draw < 0 or draw >= masses[shell]:
+    if shell < 0 or shell >= n_shells or draw < 0 or draw >= search.masses[shell]:
         return 3, colocated, n_shells
     draws = np.empty(1, dtype=np.int64)
     draws[0] = draw
-    members = _shell_members(
-        order, shell_ptr, members_indptr, members_flat, node_location, source, shell
-    )
-    _select_by_prior(members, prior, draws, picked)
+    _select_by_prior(_shell_members(search, source, shell), search.prior, draws, picked)
     return 0, colocated, n_shells
 
 
 @njit(cache=True)
 def _draw_each(
-    indptr,
-    indices,
-    node_location,
-    prior,
-    loc_mass,
-    stamp,
-    epoch,
-    order,
-    shell_ptr,
-    buf,
-    masses,
-    members_indptr,
-    members_flat,
-    sources,
-    shells,
-    draws,
-    table,
-    table_location,
-    far_balls,
-    cluster_of,
-    with_far,
-    floor,
-    picked,
-    found,
-):  # pragma: no cover - compiled
+    search, epoch, sources, shells, draws, table, table_location, far_balls, cluster_of, with_far,
+    floor, picked, found,
+):  # fmt: skip  # pragma: no cover - compiled
     """``_draw_one`` for each request r (source, shell, draw), each on a new epoch, guarded by
     the source's table row (``table[table_location[source]]``), the floor, and, where
     ``with_far[r]``, its cluster's far-mass row: the node into ``picked[r]``.
@@ -677,36 +610,17 @@ def _draw_each(
     for r in range(sources.size):
         epoch += 1
         if epoch > _MAX_EPOCH:
-            stamp[:] = 0
+            search.stamp[:] = 0
             epoch = 1
         source = sources[r]
         place = table_location[source]
         row = far_balls[cluster_of[place] if with_far[r] else 0]
         far_row = row[: row.size if with_far[r] else 0]
         status, colocated, n_shells = _draw_one(
-            indptr,
-            indices,
-            node_location,
-            prior,
-            loc_mass,
-            stamp,
-            epoch,
-            order,
-            shell_ptr,
-            buf,
-            masses,
-            members_indptr,
-            members_flat,
-            source,
-            shells[r],
-            draws[r],
-            table[place],
-            floor,
-            far_row,
-            one,
+            search, epoch, source, shells[r], draws[r], table[place], floor, far_row, one
         )
         found[r] = n_shells
-        locations += shell_ptr[n_shells]
+        locations += search.shell_ptr[n_shells]
         if status != 0:
             return status, r, epoch, colocated, n_shells, locations
         picked[r] = one[0]
@@ -714,8 +628,10 @@ def _draw_each(
 
 
 @njit(cache=True)
-def _ball(order, shell_ptr, members_indptr, members_flat, source, h_end):
+def _ball(search, source, h_end):
     """Every node in node shells 0 .. h_end - 1 (unsorted)."""
+    order, shell_ptr = search.order, search.shell_ptr
+    members_indptr, members_flat = search.members_indptr, search.members_flat
     if h_end == 1:  # the source alone: its co-located postcodes are in shell 1
         out = np.empty(1, dtype=np.int64)
         out[0] = source
@@ -758,20 +674,23 @@ class ShellSearch:
         # the layout's, and only ``_ball_floor`` reads a table by the graph's own numbers.
         if layout is None:
             layout = graph_layout(graph, self.loc_mass)
-        self._indptr = layout.indptr
-        self._indices = layout.indices
-        self._loc_mass = layout.loc_mass
-        self._node_location = layout.node_location
-        self._members_indptr = layout.members_indptr
-        self._members_flat = layout.members_flat
-        self._original = layout.original
-        self._prior = graph.prior
         n_loc = graph.n_locations
-        self._stamp = np.zeros(n_loc, dtype=np.int32)
-        self._order = np.empty(n_loc + 1, dtype=np.int32)  # + 1: see _expand
-        self._buf = np.empty(max(_EXPAND_BUFFER, layout.max_degree), dtype=np.int32)
-        self._shell_ptr = np.zeros(self.max_shells + 2, dtype=np.int64)
         self.masses = np.zeros(self.max_shells + 1, dtype=np.int64)
+        self._arrays = _Arrays(
+            indptr=layout.indptr,
+            indices=layout.indices,
+            loc_mass=layout.loc_mass,
+            node_location=layout.node_location,
+            prior=graph.prior,
+            members_indptr=layout.members_indptr,
+            members_flat=layout.members_flat,
+            original=layout.original,
+            stamp=np.zeros(n_loc, dtype=np.int32),
+            order=np.empty(n_loc + 1, dtype=np.int32),  # + 1: see _expand
+            buf=np.empty(max(_EXPAND_BUFFER, layout.max_degree), dtype=np.int32),
+            shell_ptr=np.zeros(self.max_shells + 2, dtype=np.int64),
+            masses=self.masses,
+        )
         # Shell, draw and output of a one-record pick (the usual case for distinct
         # postcodes), reused from call to call.
         self._one = tuple(np.empty(1, dtype=np.int64) for _ in range(3))
@@ -784,52 +703,27 @@ class ShellSearch:
         """A new source: a new epoch (the visited marks of every earlier one are void)."""
         self._epoch += 1
         if self._epoch > _MAX_EPOCH:
-            self._stamp[:] = 0
+            self._arrays.stamp[:] = 0
             self._epoch = 1
         self.source = int(source)
 
     def start(self, source: int) -> None:
         """Begin a new search from node ``source``: shell 0 (the source) is explored."""
         self._begin(source)
-        self._colocated = int(
-            _start(
-                self._node_location,
-                self._prior,
-                self._loc_mass,
-                self._stamp,
-                self._epoch,
-                self._order,
-                self._shell_ptr,
-                self.masses,
-                self.source,
-            )
-        )
+        self._colocated = int(_start(self._arrays, self._epoch, self.source))
         self.n_shells = 1
 
     @property
     def locations_explored(self) -> int:
         """Locations in the explored shells."""
-        return int(self._shell_ptr[self.n_shells]) if self.n_shells else 0
+        return int(self._arrays.shell_ptr[self.n_shells]) if self.n_shells else 0
 
     def explore_to(self, n_shells: int) -> None:
         """Explore until at least ``n_shells`` node shells are known (at most ``max_shells``)."""
         target = min(int(n_shells), self.max_shells)
         if target > self.n_shells:
             self.n_shells = int(
-                _explore(
-                    self._indptr,
-                    self._indices,
-                    self._loc_mass,
-                    self._stamp,
-                    self._epoch,
-                    self._order,
-                    self._shell_ptr,
-                    self._buf,
-                    self.masses,
-                    self._colocated,
-                    self.n_shells,
-                    target,
-                )
+                _explore(self._arrays, self._epoch, self._colocated, self.n_shells, target)
             )
 
     def explore_guided(
@@ -861,15 +755,8 @@ class ShellSearch:
         best = np.full(1, -1, dtype=np.int64)
         self.n_shells = int(
             _explore_guided(
-                self._indptr,
-                self._indices,
-                self._loc_mass,
-                self._stamp,
+                self._arrays,
                 self._epoch,
-                self._order,
-                self._shell_ptr,
-                self._buf,
-                self.masses,
                 self._colocated,
                 self.n_shells,
                 uniforms,
@@ -896,22 +783,14 @@ class ShellSearch:
         if not 0 <= hops < self.n_shells:
             raise InvalidParameterError("floor from shells that are not explored")
         out = np.zeros(int(radius), dtype=np.int64)
-        _ball_floor(self._order, self._shell_ptr, self._original, table, int(hops), out)
+        _ball_floor(self._arrays, table, int(hops), out)
         return out
 
     def shell_nodes(self, h: int) -> np.ndarray:
         """Node shell ``h`` (already explored), sorted by node index."""
         if not 0 <= h < self.n_shells:
             raise InvalidParameterError("shell not explored")
-        return _shell_nodes(
-            self._order,
-            self._shell_ptr,
-            self._members_indptr,
-            self._members_flat,
-            self._node_location,
-            self.source,
-            int(h),
-        )
+        return _shell_nodes(self._arrays, self.source, int(h))
 
     def pick(self, shells: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """For each request, the node of that (explored) shell at that cumulative-prior draw.
@@ -950,27 +829,9 @@ class ShellSearch:
         self._begin(source)
         out = self._one[2]
         status, colocated, n_shells = _draw_one(
-            self._indptr,
-            self._indices,
-            self._node_location,
-            self._prior,
-            self._loc_mass,
-            self._stamp,
-            self._epoch,
-            self._order,
-            self._shell_ptr,
-            self._buf,
-            self.masses,
-            self._members_indptr,
-            self._members_flat,
-            self.source,
-            int(shell),
-            int(draw),
-            table_row,
-            floor,
-            far_row,
-            out,
-        )
+            self._arrays, self._epoch, self.source, int(shell), int(draw), table_row, floor,
+            far_row, out,
+        )  # fmt: skip
         self._colocated, self.n_shells = int(colocated), int(n_shells)
         if status == 3:
             raise InvalidParameterError(
@@ -1007,19 +868,8 @@ class ShellSearch:
         picked = np.full(sources.size, -1, dtype=np.int64)
         explored = np.zeros(sources.size, dtype=np.int64)
         status, stopped, epoch, colocated, n_shells, locations = _draw_each(
-            self._indptr,
-            self._indices,
-            self._node_location,
-            self._prior,
-            self._loc_mass,
-            self._stamp,
+            self._arrays,
             self._epoch,
-            self._order,
-            self._shell_ptr,
-            self._buf,
-            self.masses,
-            self._members_indptr,
-            self._members_flat,
             sources,
             shells,
             draws,
@@ -1044,20 +894,7 @@ class ShellSearch:
         return picked, explored, int(locations), int(status)
 
     def _pick_into(self, shells: np.ndarray, draws: np.ndarray, out: np.ndarray) -> np.ndarray:
-        bad = _pick(
-            self._order,
-            self._shell_ptr,
-            self._members_indptr,
-            self._members_flat,
-            self._node_location,
-            self._prior,
-            self.source,
-            self.masses,
-            self.n_shells,
-            shells,
-            draws,
-            out,
-        )
+        bad = _pick(self._arrays, self.source, self.n_shells, shells, draws, out)
         if bad >= 0:
             raise InvalidParameterError(
                 "request for an unexplored shell or a draw outside its mass"
@@ -1066,11 +903,4 @@ class ShellSearch:
 
     def ball(self) -> np.ndarray:
         """Every node in the explored shells (unsorted)."""
-        return _ball(
-            self._order,
-            self._shell_ptr,
-            self._members_indptr,
-            self._members_flat,
-            self.source,
-            self.n_shells,
-        )
+        return _ball(self._arrays, self.source, self.n_shells)
