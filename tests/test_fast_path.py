@@ -499,6 +499,36 @@ def test_outputs_do_not_depend_on_workers_or_task_size(monkeypatch):
     assert [graph.label(v) for v in base[sample]] == expected
 
 
+def test_tasks_cover_the_records_in_group_pieces_and_shrink_at_the_end(monkeypatch):
+    """``batch._tasks``: consecutive ranges covering every sorted record, the first one the
+    first group piece alone, every cut between group pieces (a group cut only every
+    ``MAX_GROUP`` records), about ``TASK_RECORDS`` records a task, and a quarter of that once
+    fewer than ``TAIL_TASKS`` tasks' worth of records are left, so the workers finish
+    together."""
+    monkeypatch.setattr(engine_batch, "TASK_RECORDS", 40)
+    monkeypatch.setattr(engine_batch, "MAX_GROUP", 6)
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 39, 300, 2000):
+        sorted_nodes = np.sort(rng.integers(0, max(2, n // 3), n))
+        tasks = engine_batch._tasks(sorted_nodes)
+        assert tasks[0][0] == 0 and tasks[-1][1] == n
+        assert all(stop == start for (_, stop), (start, _) in zip(tasks, tasks[1:]))
+        first_group = int(np.count_nonzero(sorted_nodes == sorted_nodes[0]))
+        assert tasks[0][1] == min(first_group, 6)
+        group_start = np.flatnonzero(np.r_[True, sorted_nodes[1:] != sorted_nodes[:-1]])
+        for _, stop in tasks[:-1]:  # a cut between groups, or a whole MAX_GROUP piece in
+            opened = group_start[group_start <= stop].max()
+            assert stop == opened or (stop - opened) % 6 == 0
+        tail = n - engine_batch.TAIL_TASKS * 40
+        for start, stop in tasks[1:-1]:
+            size = 40 if start < tail else 10
+            assert size <= stop - start < size + 6, (n, start, stop)
+    # 2,000 distinct postcodes: node 0 alone, tasks of 40 while a task starts before record
+    # 2000 - 8 * 40 = 1680 (the last of them from 1641 to 1681), then 31 of 10 and the rest
+    sizes = [b - a for a, b in engine_batch._tasks(np.arange(2000))]
+    assert sizes == [1] + [40] * 42 + [10] * 31 + [9]
+
+
 def test_the_distinct_count_is_the_same_by_sorting_or_by_counting():
     """``batch._distinct`` sorts a batch much smaller than the graph and counts records per
     node otherwise; both give the number of distinct nodes, at every size around the switch."""

@@ -48,6 +48,10 @@ __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "W
 
 MAX_GROUP = 4096  # records of one postcode handled together (their streams are held at once)
 TASK_RECORDS = 2048  # records per task handed to a worker
+# The records of the last TAIL_TASKS tasks go in tasks a quarter the size, so that the workers
+# finish together: at a small epsilon a task can take half a second, which one worker would
+# otherwise spend alone at the end while the others wait.
+TAIL_TASKS = 8
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
@@ -134,7 +138,9 @@ def default_workers(records: int) -> int:
 
 
 def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
-    """Ranges [start, stop) of the sorted records, each a whole number of group pieces.
+    """Ranges [start, stop) of the sorted records, each a whole number of group pieces, of
+    about ``TASK_RECORDS`` records, and a quarter of that for the last ``TAIL_TASKS`` tasks'
+    worth of records.
 
     The first range is the first group piece alone: the calling process runs it before any
     worker starts, which loads the compiled kernels once for every worker to inherit.
@@ -144,11 +150,13 @@ def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
     bounds = np.concatenate([[0], starts, [n]]).tolist()
     first = min(bounds[1], MAX_GROUP)
     tasks, task_start = [(0, first)], first
+    tail = n - TAIL_TASKS * TASK_RECORDS
     for a, b in zip(bounds[:-1], bounds[1:]):
         a = max(a, first)
         while a < b:  # pieces of at most MAX_GROUP records of one group
             a = min(b, a + MAX_GROUP)
-            if a - task_start >= TASK_RECORDS:
+            size = TASK_RECORDS if task_start < tail else max(1, TASK_RECORDS // 4)
+            if a - task_start >= size:
                 tasks.append((task_start, a))
                 task_start = a
     if task_start < n:
