@@ -503,8 +503,8 @@ def test_tasks_cover_the_records_in_group_pieces_and_shrink_at_the_end(monkeypat
     """``batch._tasks``: consecutive ranges covering every sorted record, the first one the
     first group piece alone, every cut between group pieces (a group cut only every
     ``MAX_GROUP`` records), about ``TASK_RECORDS`` records a task, and a quarter of that once
-    fewer than ``TAIL_TASKS`` tasks' worth of records are left, so the workers finish
-    together."""
+    fewer than ``TAIL_TASKS`` tasks' worth of records (or a quarter of them) are left, so the
+    workers finish together."""
     monkeypatch.setattr(engine_batch, "TASK_RECORDS", 40)
     monkeypatch.setattr(engine_batch, "MAX_GROUP", 6)
     rng = np.random.default_rng(4)
@@ -519,7 +519,7 @@ def test_tasks_cover_the_records_in_group_pieces_and_shrink_at_the_end(monkeypat
         for _, stop in tasks[:-1]:  # a cut between groups, or a whole MAX_GROUP piece in
             opened = group_start[group_start <= stop].max()
             assert stop == opened or (stop - opened) % 6 == 0
-        tail = n - engine_batch.TAIL_TASKS * 40
+        tail = n - min(engine_batch.TAIL_TASKS * 40, n // 4)
         for start, stop in tasks[1:-1]:
             size = 40 if start < tail else 10
             assert size <= stop - start < size + 6, (n, start, stop)

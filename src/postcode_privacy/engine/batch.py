@@ -48,9 +48,10 @@ __all__ = ["perturb_many", "perturb_nodes", "usable_cpus", "default_workers", "W
 
 MAX_GROUP = 4096  # records of one postcode handled together (their streams are held at once)
 TASK_RECORDS = 2048  # records per task handed to a worker
-# The records of the last TAIL_TASKS tasks go in tasks a quarter the size, so that the workers
-# finish together: at a small epsilon a task can take half a second, which one worker would
-# otherwise spend alone at the end while the others wait.
+# The records of the last TAIL_TASKS tasks (at most a quarter of a batch's records) go in tasks
+# a quarter the size, so that the workers finish together: at a small epsilon a task can take
+# half a second, which one worker would otherwise spend alone at the end while the others
+# wait.  (Not the whole of a small batch: a dense one shares its sweeps within a task.)
 TAIL_TASKS = 8
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
@@ -140,7 +141,7 @@ def default_workers(records: int) -> int:
 def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
     """Ranges [start, stop) of the sorted records, each a whole number of group pieces, of
     about ``TASK_RECORDS`` records, and a quarter of that for the last ``TAIL_TASKS`` tasks'
-    worth of records.
+    worth of records (at most a quarter of the records).
 
     The first range is the first group piece alone: the calling process runs it before any
     worker starts, which loads the compiled kernels once for every worker to inherit.
@@ -150,7 +151,7 @@ def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:
     bounds = np.concatenate([[0], starts, [n]]).tolist()
     first = min(bounds[1], MAX_GROUP)
     tasks, task_start = [(0, first)], first
-    tail = n - TAIL_TASKS * TASK_RECORDS
+    tail = n - min(TAIL_TASKS * TASK_RECORDS, n // 4)
     for a, b in zip(bounds[:-1], bounds[1:]):
         a = max(a, first)
         while a < b:  # pieces of at most MAX_GROUP records of one group
