@@ -63,27 +63,6 @@ AUDIT_WARNING = (
     "reveal true postcodes. Publish only the release and its manifest."
 )
 
-# Every top-level field of a version-2 manifest, in order.  Each is a release parameter or a
-# fact about the released file; none is computed from the true input.
-PUBLISHABLE_FIELDS = (
-    "format",
-    "format_version",
-    "library_version",
-    "output_stability_version",
-    "created",
-    "output",
-    "graph",
-    "epsilon",
-    "radius",
-    "teleport_bound",
-    "prior",
-    "key_fingerprint",
-    "on_error",
-    "terminated",
-    "terminated_locations",
-    "columns",
-    "audit_file",
-)
 # Fields of the plan's description that are parameters (see ReleasePlan.describe).
 _DESCRIPTION_FIELDS = (
     "graph",
@@ -96,6 +75,18 @@ _DESCRIPTION_FIELDS = (
     "terminated",
     "terminated_locations",
     "columns",
+)
+# Every top-level field of a version-2 manifest, in order.  Each is a release parameter or a
+# fact about the released file; none is computed from the true input.
+PUBLISHABLE_FIELDS = (
+    "format",
+    "format_version",
+    "library_version",
+    "output_stability_version",
+    "created",
+    "output",
+    *_DESCRIPTION_FIELDS,
+    "audit_file",
 )
 
 
