@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -388,6 +389,31 @@ def test_the_layout_made_in_the_background_is_the_one_the_batch_reads(monkeypatc
         if starts:
             tables._making.join()
             assert True in tables._layouts
+
+
+def test_a_caller_waiting_for_the_tables_lock_takes_the_layout_started_meanwhile(monkeypatch):
+    """A thread that asks for the layout along the map while the tables' lock is held, and
+    the background layout starts before it gets the lock, waits for that layout rather than
+    making its own (found by a review: it made a second one)."""
+    made = []
+
+    def counted(graph, loc_mass):
+        made.append(threading.current_thread().name)
+        time.sleep(0.2)  # the waiting thread has the lock by then
+        return map_layout(graph, loc_mass)
+
+    monkeypatch.setattr(engine_landmarks, "map_layout", counted)
+    graph = planar_graph(random.Random(45), 40, 60, 1.0, 20, with_coordinates=True)
+    tables = engine_landmarks.graph_tables(graph)
+    got = []
+    with engine_landmarks._LOCK:
+        asker = threading.Thread(target=lambda: got.append(tables.search_layout(True)))
+        asker.start()
+        time.sleep(0.2)  # the asker found no layout and no thread, and waits for the lock
+        tables.make_layout_in_background()
+    asker.join()
+    assert made == ["postcode-privacy-layout"]
+    assert got == [tables.search_layout(True)]
 
 
 def test_pick_follows_cumulative_prior_in_node_order():

@@ -93,6 +93,51 @@ def test_csv_release_keeps_text_and_order_and_matches_perturb_frame(grid, key, t
     assert "counts" not in manifest
 
 
+def test_the_layout_along_the_map_is_made_ahead_only_for_an_input_that_can_use_it(
+    key, tmp_path, monkeypatch
+):
+    """At a radius that sorts a batch along the map, the release makes that layout in a
+    thread while it checks the records, but only if the input can hold ``ALONG_MAP_SOURCES``
+    distinct postcodes: a Parquet file's row count or an uncompressed CSV file's size must
+    allow it; a compressed CSV file's size cannot rule it out (a reviewer found every CSV
+    release making it, in vain for a small one)."""
+    import threading
+
+    from postcode_privacy.engine import landmarks
+
+    made = []
+    real = landmarks.map_layout
+
+    def counted(graph, loc_mass):
+        made.append(threading.current_thread().name)
+        return real(graph, loc_mass)
+
+    monkeypatch.setattr(landmarks, "map_layout", counted)
+    radius = engine_batch.ALONG_MAP_RADIUS
+    _, codes = leeds_grid(colocated=True)
+    small = records(codes)
+    # rows of padding: a plain CSV file large enough to hold ALONG_MAP_SOURCES postcodes
+    padded = small.assign(note="x" * (7 * engine_batch.ALONG_MAP_SOURCES // len(small)))
+    for name, frame, ahead in [
+        ("small.csv", small, False),
+        ("small.parquet", small, False),
+        ("small.csv.gz", small, True),
+        ("padded.csv", padded, True),
+    ]:
+        graph, _ = leeds_grid(colocated=True)  # a new graph: its own tables, no layout yet
+        made.clear()
+        source = tmp_path / name
+        if name.endswith(".parquet"):
+            frame.to_parquet(source, index=False)
+        else:
+            frame.to_csv(source, index=False)
+        run(source, tmp_path / f"out-{name}", graph, key, radius=radius)
+        thread = landmarks.graph_tables(graph)._making
+        if thread is not None:
+            thread.join()
+        assert made == (["postcode-privacy-layout"] if ahead else []), name
+
+
 def test_chunk_size_does_not_change_the_output(grid, key, tmp_path):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")

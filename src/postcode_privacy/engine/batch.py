@@ -508,14 +508,14 @@ def _start_canonical(
     return draws
 
 
-def prepare_in_background(mechanism: Mechanism, records: int | None) -> None:
-    """Start making, in a thread, what a coming batch of about ``records`` records (None:
-    not known yet) would otherwise make first, in this process, before any draw: the
-    search's layout along the map, which such a batch sorts its records by
-    (``_start_canonical``).  The release layer calls this while it checks the records.
-    Nothing is started for a batch that would not use it: a radius below
-    ``ALONG_MAP_RADIUS``, or fewer than ``ALONG_MAP_SOURCES`` records."""
-    many = records is None or records >= ALONG_MAP_SOURCES
+def prepare_in_background(mechanism: Mechanism, postcodes_at_most: int | None) -> None:
+    """Start making, in a thread, what a coming batch of at most ``postcodes_at_most``
+    distinct postcodes (None: no bound known) would otherwise make first, in this process,
+    before any draw: the search's layout along the map, which such a batch sorts its records
+    by (``_start_canonical``).  The release layer calls this while it checks the records.
+    Nothing is started for a batch that cannot use it: a radius below ``ALONG_MAP_RADIUS``,
+    or fewer than ``ALONG_MAP_SOURCES`` postcodes at most."""
+    many = postcodes_at_most is None or postcodes_at_most >= ALONG_MAP_SOURCES
     if mechanism.radius >= ALONG_MAP_RADIUS and many:
         graph_tables(mechanism.graph).make_layout_in_background()
 

@@ -143,22 +143,39 @@ class GraphTables:
         One already made is returned without taking the lock.  Worker processes ask for the
         layout their parent made before forking, and a fork copies the lock as it was: held,
         if another thread of the parent held it then, by a thread the worker does not have.
+        One being made by ``make_layout_in_background`` is waited for, outside the lock
+        (the thread takes it to store the layout), also when that thread started while this
+        one waited for the lock.
         """
-        built = self._layouts.get(along_map)
-        if built is not None:
-            return built
-        making = self._making
-        if along_map and making is not None and making is not threading.current_thread():
-            making.join()  # started by make_layout_in_background: its outcome, or none
+        while True:
             built = self._layouts.get(along_map)
             if built is not None:
                 return built
-        with _LOCK:
-            layout = self._layouts.get(along_map)
-            if layout is None:
+            making = self._background_layout() if along_map else None
+            if making is not None:
+                making.join()
+                continue
+            with _LOCK:
+                layout = self._layouts.get(along_map)
+                if layout is not None:
+                    return layout
+                if along_map and self._background_layout() is not None:
+                    continue  # started while this thread waited for the lock
                 make = map_layout if along_map else graph_layout
                 layout = self._layouts[along_map] = make(self._live_graph(), self.loc_mass)
-            return layout
+                return layout
+
+    def _background_layout(self) -> threading.Thread | None:
+        """The thread of ``make_layout_in_background`` while it runs (not this one), or None.
+
+        Waited for with ``Thread.join``: in a process forked from this one the thread does not
+        exist, and ``join`` knows that, where waiting for an event it would never set would
+        hang.  (The price: a join that Ctrl-C interrupts can leave the thread looking ended,
+        and the layout is then made twice, the same both times.)"""
+        making = self._making
+        if making is None or making is threading.current_thread() or not making.is_alive():
+            return None
+        return making
 
     def make_layout_in_background(self) -> None:
         """Start making the layout along the map in a thread (about 0.5 s on the national

@@ -232,6 +232,22 @@ def release_file(
         )
 
 
+# The fewest bytes of a CSV line whose record has a postcode: five characters (the shortest
+# postcode without its space), a separator and the line's end.
+_FEWEST_POSTCODE_LINE_BYTES = 7
+
+
+def _postcodes_at_most(reader: TableReader) -> int | None:
+    """At most how many distinct postcodes the input holds, known without reading it: a
+    Parquet file's row count, an uncompressed CSV file's size over the fewest bytes of a
+    line with a postcode; None (no bound) for a compressed CSV file."""
+    if reader.num_rows is not None:
+        return reader.num_rows
+    if reader.path.lower().endswith(".csv"):
+        return os.path.getsize(reader.path) // _FEWEST_POSTCODE_LINE_BYTES
+    return None
+
+
 def _released_chunks(
     plan: ReleasePlan,
     chunks: Iterable[pd.DataFrame],
@@ -307,7 +323,7 @@ def _release(
         total = reader.num_rows
         # So is the search's layout along the map, where a large release at a small epsilon
         # sorts its records by it (about half a second that no draw would otherwise overlap).
-        prepare_in_background(plan.mechanism, total)
+        prepare_in_background(plan.mechanism, _postcodes_at_most(reader))
 
         first = None
         ahead = None
