@@ -348,7 +348,9 @@ def run_row(
 ) -> dict:
     """One row: the CLI (wall and CPU of the median of ``repeat`` runs, peak PSS), a check
     against the reference on a few records, and for repeated postcodes the same release in
-    process through perturb_frame (the median of ``repeat`` runs too).  With ``against`` (the
+    process through perturb_frame, run after each CLI run (the median of its ``repeat`` runs,
+    and the median of the ``repeat`` ratios of each in-process run to the CLI run before it:
+    on a machine whose speed drifts, only runs side by side compare).  With ``against`` (the
     ``src`` directory of another checkout), that code's CLI is timed too, run for run in
     alternating order, and must write the same bytes."""
     import pandas as pd
@@ -369,12 +371,32 @@ def run_row(
         run["sha256"] = _sha256_of(output)
         return run
 
+    frame = None  # the same release in process, for repeated postcodes
+    if distinct != "graph" and (distinct is not None or float(eps) >= 1):
+        frame = pd.read_csv(source, dtype=str, keep_default_na=False)
+    in_process: list[float] = []  # its rates, each run right after a run of the CLI
+
+    def release_in_process() -> None:
+        started = time.perf_counter()
+        result = perturb_frame(
+            frame, key=key, epsilon=eps, id_column="id", postcode_column="postcode", graph=graph
+        )
+        in_process.append(records / (time.perf_counter() - started))
+        if result["postcode_dp"].tolist()[:k] != reference:
+            raise SystemExit(f"{name}: perturb_frame differs from the reference sampler")
+
+    k = REFERENCE_SAMPLE.get(eps, 5)
+    reference = Mechanism(graph, eps).perturb_reference(
+        key, ids[:k], [graph.label(v) for v in nodes[:k]]
+    )
     load_before = load_average()
     runs, others = [], []  # the timed runs of this code, and of the --against code
     for i in range(repeat):
         if other_env is not None and i % 2:  # the other code first every second time
             others.append(release(other_env))
         runs.append(release(sample_memory=memory == "during"))
+        if frame is not None:
+            release_in_process()
         if other_env is not None and not i % 2:
             others.append(release(other_env))
     load_after = load_average()
@@ -384,6 +406,7 @@ def run_row(
         runs.append(again)
     if len({run["sha256"] for run in runs + others}) != 1:
         raise SystemExit(f"{name}: runs of the same release wrote different bytes")
+    ratios = sorted(rate * run["wall"] / records for rate, run in zip(in_process, runs))
     timed = sorted(runs[:repeat], key=lambda run: run["wall"])
     measured = dict(timed[(repeat - 1) // 2], peak_pss=max(run["peak_pss"] for run in runs))
     row = {
@@ -397,33 +420,18 @@ def run_row(
         "wall": measured["wall"],
         "pss": measured["peak_pss"] / 2**30 if memory != "none" else None,
         "load": f"{load_before} → {load_after}",
-        "in_process": None,
+        "in_process": sorted(in_process)[(repeat - 1) // 2] if in_process else None,
+        "ratio": ratios[(repeat - 1) // 2] if ratios else None,
         "against": None,
     }
     if others:
         walls = sorted(run["wall"] for run in others)
         row["against"] = records / walls[(repeat - 1) // 2]
         row["against_rates"] = [records / wall for wall in walls]
-    mechanism = Mechanism(graph, eps)
-    k = REFERENCE_SAMPLE.get(eps, 5)
-    codes = [graph.label(v) for v in nodes[:k]]
-    reference = mechanism.perturb_reference(key, ids[:k], codes)
     with open(output, newline="") as handle:
         released = [r["postcode_dp"] for _, r in zip(range(k), csv.DictReader(handle))]
     if released != reference:
         raise SystemExit(f"{name}: the CLI's outputs differ from the reference sampler")
-    if distinct != "graph" and (distinct is not None or float(eps) >= 1):
-        frame = pd.read_csv(source, dtype=str, keep_default_na=False)
-        rates = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            result = perturb_frame(
-                frame, key=key, epsilon=eps, id_column="id", postcode_column="postcode", graph=graph
-            )
-            rates.append(records / (time.perf_counter() - started))
-        row["in_process"] = sorted(rates)[(repeat - 1) // 2]
-        if result["postcode_dp"].tolist()[:k] != reference:
-            raise SystemExit(f"{name}: perturb_frame differs from the reference sampler")
     output.unlink()
     source.unlink()
     return row
@@ -471,7 +479,7 @@ def table_benchmark(
     print("|---|---|---|---|---|---|---|---|---|" + ("---|" if compared else ""))
     for r in results:
         inproc = f"{r['in_process']:,.0f}/s" if r["in_process"] else ""
-        ratio = f"{r['in_process'] / r['rate']:.2f}×" if r["in_process"] else ""
+        ratio = f"{r['ratio']:.2f}×" if r["ratio"] else ""
         pss = "" if r["pss"] is None else f"{r['pss']:.2f} GiB"
         print(
             f"| {r['workload']} | {r['eps']} | {r['rate']:,.0f} | {r['cpu_rate']:,.0f} "
