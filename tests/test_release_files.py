@@ -117,7 +117,7 @@ def test_the_layout_along_the_map_is_made_ahead_only_for_an_input_that_can_use_i
     _, codes = leeds_grid(colocated=True)
     small = records(codes)
     # rows of padding: a plain CSV file large enough to hold ALONG_MAP_SOURCES postcodes
-    padded = small.assign(note="x" * (7 * engine_batch.ALONG_MAP_SOURCES // len(small)))
+    padded = small.assign(note="x" * (6 * engine_batch.ALONG_MAP_SOURCES // len(small)))
     for name, frame, ahead in [
         ("small.csv", small, False),
         ("small.parquet", small, False),

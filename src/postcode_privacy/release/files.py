@@ -233,8 +233,8 @@ def release_file(
 
 
 # The fewest bytes of a CSV line whose record has a postcode: five characters (the shortest
-# postcode without its space), a separator and the line's end.
-_FEWEST_POSTCODE_LINE_BYTES = 7
+# postcode without its space) and the line's end.
+_FEWEST_POSTCODE_LINE_BYTES = 6
 
 
 def _postcodes_at_most(reader: TableReader) -> int | None:
@@ -319,11 +319,11 @@ def _release(
         plan.quiet = not progress  # also silences a first-use build of the profile table
         # The engine's cached table is verified (hashed) while the records are checked.
         load_in_background(plan.graph, plan.profiles)
+        # So is the search's layout along the map made, where a large release at a small
+        # epsilon sorts its records by it (about half a second no draw would overlap).
+        prepare_in_background(plan.mechanism, _postcodes_at_most(reader))
         input_sha256 = _input_sha256(input_path)
         total = reader.num_rows
-        # So is the search's layout along the map, where a large release at a small epsilon
-        # sorts its records by it (about half a second that no draw would otherwise overlap).
-        prepare_in_background(plan.mechanism, _postcodes_at_most(reader))
 
         first = None
         ahead = None
