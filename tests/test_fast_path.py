@@ -555,6 +555,18 @@ def test_tasks_cover_the_records_in_group_pieces_and_shrink_at_the_end(monkeypat
     assert sizes == [1] + [40] * 42 + [10] * 31 + [9]
 
 
+def test_a_batch_keeps_its_order_and_sorted_nodes_narrow_where_they_fit():
+    """``batch._narrow``: 32-bit where every number fits (the batch's order and sorted nodes,
+    kept until the workers finish), the same numbers either way; 64-bit kept otherwise."""
+    small = np.array([0, 7, 2**31 - 1], dtype=np.int64)
+    narrowed = engine_batch._narrow(small)
+    assert narrowed.dtype == np.int32 and narrowed.tolist() == small.tolist()
+    large = np.array([3, 2**31], dtype=np.int64)
+    assert engine_batch._narrow(large).dtype == np.int64
+    assert engine_batch._narrow(large).tolist() == [3, 2**31]
+    assert engine_batch._narrow(np.empty(0, dtype=np.int64)).dtype == np.int32
+
+
 def test_the_distinct_count_is_the_same_by_sorting_or_by_counting():
     """``batch._distinct`` sorts a batch much smaller than the graph and counts records per
     node otherwise; both give the number of distinct nodes, at every size around the switch."""

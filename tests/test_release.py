@@ -327,7 +327,8 @@ def test_duplicate_subjects_are_found_across_chunks(small, key):
     assert plan.subjects_with_several_postcodes == 1
 
 
-def test_subject_tracker_against_a_plain_dictionary():
+@pytest.mark.parametrize("offset", [0, 2**31 - 2])  # numbers past 32 bits widen the store
+def test_subject_tracker_against_a_plain_dictionary(offset):
     rng = np.random.default_rng(5)
     tracker = _SubjectTracker()
     first: dict[int, int] = {}
@@ -336,7 +337,7 @@ def test_subject_tracker_against_a_plain_dictionary():
     for _ in range(30):
         size = int(rng.integers(0, 40))
         ids = rng.integers(0, 60, size).astype(np.uint64)
-        codes = rng.integers(0, 3, size).astype(np.int64)
+        codes = rng.integers(0, 3, size).astype(np.int64) + offset
         rows = np.arange(row + 1, row + 1 + size, dtype=np.int64)
         row += size
         expected_rows = []

@@ -474,8 +474,8 @@ def _start_canonical(
     # a fifth less per location along the map (docs/performance.md, "Compiled shell search")
     along_map = mechanism.radius >= ALONG_MAP_RADIUS and distinct >= ALONG_MAP_SOURCES
     places = _places(tables) if along_map else None
-    order = np.argsort(nodes if places is None else places[nodes], kind="stable")
-    sorted_nodes = nodes[order]
+    order = _narrow(np.argsort(nodes if places is None else places[nodes], kind="stable"))
+    sorted_nodes = _narrow(nodes[order])
     tasks = _tasks(sorted_nodes)
     job = _Job(
         mechanism=mechanism,
@@ -518,6 +518,16 @@ def prepare_in_background(mechanism: Mechanism, postcodes_at_most: int | None) -
     many = postcodes_at_most is None or postcodes_at_most >= ALONG_MAP_SOURCES
     if mechanism.radius >= ALONG_MAP_RADIUS and many:
         graph_tables(mechanism.graph).make_layout_in_background()
+
+
+def _narrow(numbers: np.ndarray) -> np.ndarray:
+    """``numbers`` (non-negative) as int32 where they fit: a batch keeps its records' order and
+    sorted nodes until the workers are done, and at 10 million records each int64 array is 80
+    MB of the national file's peak memory (docs/performance.md, "Batches, workers and
+    memory").  Both are only sliced and indexed with, so their width changes no output."""
+    if numbers.size and numbers.max() > np.iinfo(np.int32).max:
+        return numbers
+    return numbers.astype(np.int32)
 
 
 def _distinct(nodes: np.ndarray, n_nodes: int) -> int:

@@ -37,15 +37,16 @@ def subject_hash(canonical: str) -> int:
 class _SubjectTracker:
     """Which postcode each subject identifier has been seen with, in bounded, compact memory.
 
-    Holds one 64-bit hash of each distinct canonical identifier and one number for its first
-    postcode (16 bytes per identifier), in sorted arrays merged chunk by chunk.  It never misses
-    an identifier seen with two postcodes within a run; a spurious report needs two different
-    identifiers with the same 64-bit hash (probability about n**2 / 2**65 for n identifiers).
+    Holds one 64-bit hash of each distinct canonical identifier and one 32-bit number for its
+    first postcode (12 bytes per identifier), in sorted arrays merged chunk by chunk.  It never
+    misses an identifier seen with two postcodes within a run; a spurious report needs two
+    different identifiers with the same 64-bit hash (probability about n**2 / 2**65 for n
+    identifiers).
     """
 
     def __init__(self) -> None:
         self._ids = np.zeros(0, dtype=np.uint64)
-        self._codes = np.zeros(0, dtype=np.int64)
+        self._codes = np.zeros(0, dtype=np.int32)  # widened in add() should a number not fit
         self._flagged: set[int] = set()
 
     @property
@@ -83,7 +84,10 @@ class _SubjectTracker:
         if fresh.any():
             at = np.searchsorted(self._ids, uniq[fresh])
             self._ids = np.insert(self._ids, at, uniq[fresh])
-            self._codes = np.insert(self._codes, at, uniq_code[fresh])
+            codes_new = uniq_code[fresh]
+            if codes_new.max() > np.iinfo(self._codes.dtype).max:  # not for real tables
+                self._codes = self._codes.astype(np.int64)
+            self._codes = np.insert(self._codes, at, codes_new)
         return sorted(new_rows)
 
 
