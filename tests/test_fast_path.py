@@ -567,6 +567,27 @@ def test_a_batch_keeps_its_order_and_sorted_nodes_narrow_where_they_fit():
     assert engine_batch._narrow(np.empty(0, dtype=np.int64)).dtype == np.int32
 
 
+def test_a_batch_draws_from_its_narrow_order_and_sorted_nodes(monkeypatch):
+    """Every task of a batch reads a 32-bit order and 32-bit sorted nodes (the memory the
+    national file's peak saves), and the draws are still the reference sampler's."""
+    graph, mechanism, key, ids, nodes = random_batch(random.Random(3), 30, 40, "1", 300)
+    widths = set()
+    run_task = engine_batch._run_task
+
+    def spy(sampler, job, start, stop):
+        widths.add((job.order.dtype, job.sorted_nodes.dtype))
+        return run_task(sampler, job, start, stop)
+
+    monkeypatch.setattr(engine_batch, "_run_task", spy)
+    canonical = [canonical_subject_id(i) for i in ids]
+    draws = engine_batch._start_canonical(mechanism, key, canonical, nodes, workers=1)
+    out = draws.result()
+    assert widths == {(np.dtype(np.int32), np.dtype(np.int32))}
+    assert draws._order.dtype == np.int32
+    expected = mechanism.perturb_reference(key, ids[:80], [graph.label(v) for v in nodes[:80]])
+    assert [graph.label(v) for v in out[:80]] == expected
+
+
 def test_the_distinct_count_is_the_same_by_sorting_or_by_counting():
     """``batch._distinct`` sorts a batch much smaller than the graph and counts records per
     node otherwise; both give the number of distinct nodes, at every size around the switch."""

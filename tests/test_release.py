@@ -327,7 +327,7 @@ def test_duplicate_subjects_are_found_across_chunks(small, key):
     assert plan.subjects_with_several_postcodes == 1
 
 
-@pytest.mark.parametrize("offset", [0, 2**31 - 2])  # numbers past 32 bits widen the store
+@pytest.mark.parametrize("offset", [0, 2**31 - 2, -(2**31) - 1])  # past 32 bits: widened
 def test_subject_tracker_against_a_plain_dictionary(offset):
     rng = np.random.default_rng(5)
     tracker = _SubjectTracker()
@@ -349,6 +349,19 @@ def test_subject_tracker_against_a_plain_dictionary(offset):
                 expected_rows.append(r)
         assert tracker.add(ids, codes, rows) == expected_rows
         assert tracker.conflicts == len(flagged)
+
+
+@pytest.mark.parametrize("code", [2**31, -(2**31) - 1, 2**40])
+def test_subject_tracker_keeps_a_number_past_32_bits_exactly(code):
+    """The tracker's 32-bit store widens before it holds a number that does not fit, so an
+    identifier seen again with the same postcode in a later chunk is no conflict."""
+    tracker = _SubjectTracker()
+    one = np.array([1], dtype=np.uint64)
+    assert tracker.add(np.array([2], dtype=np.uint64), np.array([5]), np.array([1])) == []
+    assert tracker.add(one, np.array([code]), np.array([2])) == []
+    assert tracker.add(one, np.array([code]), np.array([3])) == []
+    assert tracker.add(one, np.array([7]), np.array([4])) == [4]
+    assert tracker.conflicts == 1
 
 
 # -- structure ------------------------------------------------------------------------------------

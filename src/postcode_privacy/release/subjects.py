@@ -85,7 +85,8 @@ class _SubjectTracker:
             at = np.searchsorted(self._ids, uniq[fresh])
             self._ids = np.insert(self._ids, at, uniq[fresh])
             codes_new = uniq_code[fresh]
-            if codes_new.max() > np.iinfo(self._codes.dtype).max:  # not for real tables
+            fits = np.iinfo(self._codes.dtype)
+            if codes_new.max() > fits.max or codes_new.min() < fits.min:  # not for real tables
                 self._codes = self._codes.astype(np.int64)
             self._codes = np.insert(self._codes, at, codes_new)
         return sorted(new_rows)
