@@ -23,6 +23,7 @@ from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine.landmarks import graph_tables
+from postcode_privacy.engine.layout import graph_layout, map_layout
 from postcode_privacy.engine.search import ShellSearch
 from postcode_privacy.engine.shared_shells import WORD, SharedShells
 from postcode_privacy.mechanism.subject import canonical_subject_id
@@ -43,11 +44,21 @@ def _requests(rng, search_masses, n_shells):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_a_shared_sweep_gives_each_sources_shells_and_picks(seed):
+@pytest.mark.parametrize("along_map", [False, True])
+def test_a_shared_sweep_gives_each_sources_shells_and_picks(seed, along_map):
+    """In either layout of the sweep (engine/layout.py), against a search in the graph's own
+    numbering: the layout renumbers locations only, never a node, a shell or a pick."""
     rng = random.Random(seed)
-    graph = colocated() if seed == 0 else planar_graph(rng, 60, 90, rng.choice([1.0, 0.6]), 12)
+    graph = (
+        colocated()
+        if seed == 0
+        else planar_graph(rng, 60, 90, rng.choice([1.0, 0.6]), 12, with_coordinates=along_map)
+    )
     search = ShellSearch(graph, 40)
-    shared = SharedShells(graph, _loc_mass(graph))
+    layout = (map_layout if along_map else graph_layout)(graph, _loc_mass(graph))
+    if along_map and seed:
+        assert layout.original.tolist() != list(range(graph.n_locations))  # renumbered
+    shared = SharedShells(graph, _loc_mass(graph), layout)
     for _ in range(8):
         count = rng.randrange(1, WORD + 1)
         sources = [rng.randrange(len(graph)) for _ in range(count)]  # repeats allowed
@@ -116,13 +127,20 @@ def _dense_groups(rng, graph, mean):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_sample_groups_equal_one_search_per_postcode_and_the_reference(seed, monkeypatch):
+@pytest.mark.parametrize("along_map", [False, True])
+def test_sample_groups_equal_one_search_per_postcode_and_the_reference(
+    seed, along_map, monkeypatch
+):
     """With a shallow table the bounds leave many records undecided, so both shared sweeps
-    (deciding and drawing) do real work on these small graphs."""
+    (deciding and drawing) do real work on these small graphs; with ``along_map`` the
+    sampler's search and sweeps read the graph renumbered along the map."""
     monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
     monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
-    rng = random.Random(100 + seed)
-    graph = planar_graph(rng, 120, 150, rng.choice([1.0, 0.8]), rng.choice([1, 10]))
+    # (other seeds with coordinates: a graph built with them draws other groups)
+    rng = random.Random((200 if along_map else 100) + seed)
+    graph = planar_graph(
+        rng, 120, 150, rng.choice([1.0, 0.8]), rng.choice([1, 10]), with_coordinates=along_map
+    )
     eps = rng.choice(["0.25", "0.5", "1", "2"])
     mechanism = Mechanism(graph, eps, radius=rng.choice([None, 12]))
     table = engine_profiles.BallProfiles(
@@ -136,11 +154,15 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(seed, mon
     alone = FastSampler(mechanism, profiles=table)
     expected = [alone.sample_group(context, node, ids) for node, ids in groups]
     for together in (False, True):
-        sampler = FastSampler(mechanism, profiles=table)
+        sampler = FastSampler(mechanism, profiles=table, along_map=along_map)
         assert sampler.sample_groups(context, groups, decide_together=together) == expected
         assert sampler.stats["shared_groups"] > 0
         if together and sampler._deciding_depth() is not None:
             assert sampler.stats["decided_by_sweep"] > 0
+        # the sweeps read the graph numbered as the search reads it (the speed is the point)
+        arrays = sampler._sweeps()._graph_arrays
+        assert arrays[0] is sampler.search._arrays.indptr
+        assert arrays[5] is sampler.search._arrays.node_location
     picked = rng.sample(range(len(groups)), 12)
     codes = [graph.label(groups[i][0]) for i in picked]
     ids = [groups[i][1][0] for i in picked]

@@ -23,6 +23,7 @@ from numba import njit
 
 from ..graph.graph import Graph
 from .ball_sweeps import _advance, _spread
+from .layout import SearchLayout, graph_layout
 from .search import _select_by_prior
 
 __all__ = ["SharedShells", "WORD"]
@@ -196,17 +197,27 @@ def _sweep_picks(
 
 class SharedShells:
     """Buffers for :func:`_sweep_picks` on one graph (about 36 bytes a location and 8 a
-    postcode), reused from sweep to sweep."""
+    postcode), reused from sweep to sweep.
 
-    def __init__(self, graph: Graph, loc_mass: np.ndarray):
+    ``layout`` is the graph as the sweeps read it (engine/layout.py; the graph's own numbering
+    if None), which should be the one the sampler's search reads: along the map, a sweep's
+    sources and their balls lie in few stretches of memory, and a national file's sweeps ran
+    about 15% faster (docs/performance.md, "Shared sweeps").  Sources, requests, outputs and
+    masses are nodes and node shells, which the layout does not renumber, and the pick sorts
+    each shell by node, so the layout changes no output.
+    """
+
+    def __init__(self, graph: Graph, loc_mass: np.ndarray, layout: SearchLayout | None = None):
         n_loc = graph.n_locations
+        if layout is None:
+            layout = graph_layout(graph, loc_mass)
         self._graph_arrays = (
-            graph.loc_indptr,
-            graph.loc_indices,
-            loc_mass,
-            graph.members_indptr,
-            graph.members_flat,
-            graph.node_location,
+            layout.indptr,
+            layout.indices,
+            layout.loc_mass,
+            layout.members_indptr,
+            layout.members_flat,
+            layout.node_location,
             graph.prior,
         )
         self._state = np.zeros((n_loc, 3), dtype=np.int64)
