@@ -1,4 +1,5 @@
-"""Where the shell search keeps the location graph: in the graph's numbering, or along the map.
+"""Where the shell search (and the shared sweeps beside it) keep the location graph: in the
+graph's numbering, or along the map.
 
 A breadth-first search spends most of its time waiting for memory, not computing: each
 location it reaches costs a read of its adjacency and a read of each neighbour's visited mark,
@@ -6,10 +7,11 @@ scattered over tens of megabytes on the national graph.  Numbered along a Hilber
 map, the locations of a ball lie in few stretches of memory, and the search costs about a
 fifth less per location (docs/performance.md, "Compiled shell search").
 
-The numbering is private to the search.  It changes where a location is stored, never which
-locations a shell holds: shells are sets, their masses exact sums, the within-shell pick goes
-by node index (``search._select_by_prior``) and the tail by set membership, so no output
-depends on it (tests compare the two layouts draw for draw).  Tables indexed by the graph's
+The numbering is private to the search and to the sweeps (engine/shared_shells.py), which
+read the same layout.  It changes where a location is stored, never which locations a shell
+holds: shells are sets, their masses exact sums, the within-shell pick goes by node index
+(``search._select_by_prior``) and the tail by set membership, so no output depends on it
+(tests compare the two layouts draw for draw).  Tables indexed by the graph's
 own location numbers (the profile table, for the floor) are read through ``original``.
 """
 

@@ -199,12 +199,14 @@ class SharedShells:
     """Buffers for :func:`_sweep_picks` on one graph (about 36 bytes a location and 8 a
     postcode), reused from sweep to sweep.
 
-    ``layout`` is the graph as the sweeps read it (engine/layout.py; the graph's own numbering
-    if None), which should be the one the sampler's search reads: along the map, a sweep's
-    sources and their balls lie in few stretches of memory, and a national file's sweeps ran
-    about 15% faster (docs/performance.md, "Shared sweeps").  Sources, requests, outputs and
-    masses are nodes and node shells, which the layout does not renumber, and the pick sorts
-    each shell by node, so the layout changes no output.
+    ``layout`` is the graph as the sweeps read it (engine/layout.py), which should be the one
+    the sampler's search reads: along the map, a sweep's sources and their balls lie in few
+    stretches of memory, and a national file's sweeps cost about a fifth less, its draws
+    about a tenth less in all (docs/performance.md, "Shared sweeps").  Without one, the
+    graph's own numbering is used, with ``loc_mass`` (by the graph's location numbers; a
+    layout carries its own).  Sources, requests, outputs and masses are nodes and node
+    shells, which the layout does not renumber, and the pick sorts each shell by node, so the
+    layout changes no output.
     """
 
     def __init__(self, graph: Graph, loc_mass: np.ndarray, layout: SearchLayout | None = None):
