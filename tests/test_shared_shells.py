@@ -162,7 +162,7 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(
         # the sweeps read the graph numbered as the search reads it (the speed is the point),
         # and along the map that numbering is not the graph's own
         if along_map:
-            assert sampler._layout.original.tolist() != list(range(graph.n_locations))
+            assert sampler.search.layout.original.tolist() != list(range(graph.n_locations))
         arrays = sampler._sweeps()._graph_arrays
         assert arrays[0] is sampler.search._arrays.indptr
         assert arrays[5] is sampler.search._arrays.node_location

@@ -415,7 +415,6 @@ class FastSampler:
             raise ValueError("the far-mass rows belong to another graph")
         layout = tables.search_layout(along_map)
         self.search = ShellSearch(graph, self.radius, tables.loc_mass, layout)
-        self._layout = layout  # the shared sweeps read the graph as the search does
         # Brackets on Z by source, shared by the caller across batches of one release (see
         # _brackets_for); kept_brackets lists those added here, for worker processes
         # to hand back.
@@ -1041,7 +1040,8 @@ class FastSampler:
     def _sweeps(self) -> SharedShells:
         """The shared sweeps' buffers (made on first use: only dense batches need them)."""
         if self._shared is None:
-            self._shared = SharedShells(self.graph, self.search.loc_mass, self._layout)
+            # read the graph as the search does (along the map, where it does)
+            self._shared = SharedShells(self.graph, self.search.loc_mass, self.search.layout)
         return self._shared
 
     def _can_share(self, decided: _Decided) -> bool:

@@ -674,6 +674,7 @@ class ShellSearch:
         # the layout's, and only ``_ball_floor`` reads a table by the graph's own numbers.
         if layout is None:
             layout = graph_layout(graph, self.loc_mass)
+        self.layout = layout  # also what the shared sweeps beside this search read
         n_loc = graph.n_locations
         self.masses = np.zeros(self.max_shells + 1, dtype=np.int64)
         self._arrays = _Arrays(
