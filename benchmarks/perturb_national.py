@@ -303,11 +303,10 @@ def exploration(graph, epsilons: list[str], records: int) -> None:
 # The rows of issue 11's table: name -> (workload, epsilon, records, distinct postcodes or None
 # for "all distinct").  "national" draws every record's postcode uniformly from the whole graph.
 # "regional" (not a row of the issue's table) draws them from one stretch of the map with as
-# many records a postcode as the national file (NATIONAL_RECORDS_A_POSTCODE), so that a sample
-# of a few million rows is as dense as the national file: nearly every postcode of the stretch
+# many records a postcode as the national row has over the whole graph, so that a sample of a
+# few million rows is as dense as the national file: nearly every postcode of the stretch
 # present, which is where the shared sweeps work (a --records sample of the national row is
 # not: a third of its postcodes are absent).
-NATIONAL_RECORDS_A_POSTCODE = 10_000_000 / 1_739_034
 ROWS = {
     "distinct-1": ("100,000 distinct random postcodes", "1", 100_000, None),
     "distinct-0.5": ("100,000 distinct random postcodes", "0.5", 100_000, None),
@@ -340,7 +339,8 @@ def write_workload(graph, path: Path, records: int, distinct, seed: int) -> tupl
         nodes = rng.integers(0, len(graph), size=records)
     elif distinct == "stretch":  # consecutive postcodes along the map, where a batch sorts them
         along = np.argsort(_places(graph_tables(graph)), kind="stable")
-        span = min(len(graph), round(records / NATIONAL_RECORDS_A_POSTCODE))
+        national = ROWS["national-0.5"][2]  # records over the whole graph
+        span = min(len(graph), round(records * len(graph) / national))
         first = int(rng.integers(0, len(graph) - span + 1))
         nodes = along[first : first + span][rng.integers(0, span, size=records)]
     else:
