@@ -1,7 +1,7 @@
 """The release checks, vectorised by distinct value, equal the rules applied row by row.
 
 ``ReleasePlan.check_records`` classifies each distinct postcode cell once and canonicalises
-identifier columns in bulk (docs/performance.md, "The repeated-postcode path").  Here it is
+identifier columns in bulk (docs/performance.md, "The release around the engine").  Here it is
 compared with a row-by-row oracle written from docs/release.md's rules, on columns mixing every
 kind of cell, and on the common all-text and all-integer columns.
 """
