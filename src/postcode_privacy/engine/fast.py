@@ -216,16 +216,22 @@ def _z_low(
     any L_j <= E_j in their place gives a lower bound; here L_h = E_h and
     L_j = min(max(L_{j-1}, F[j]), Pi) <= E_j (by induction: E_j >= E_{j-1}, F[j] and
     Pi >= E_j).  With F all zero this is the core's z_low, C_h + P_R (Pi - E_h).
+
+    Unrolled, L_j = min(max(E_h, F[h+1], .., F[j]), Pi): a running maximum, capped.  Numpy
+    finds the L_j (all within [0, max(E_h, Pi)], so int64 is exact) and the few j where L
+    grows (the floor rises for FLOOR_HOPS past the table, then stays); only those terms are
+    multiplied, in Python integers.
     """
     h = len(cumulative) - 1
     z = cumulative[h]
-    known = explored
-    for j, value in enumerate(floor[h + 1 : radius].tolist(), start=h + 1):
-        value = min(max(known, value), total_prior)
-        if value != known:
-            z += powers[j] * (value - known)
-            known = value
-    return z + powers[radius] * (total_prior - known)
+    values = np.asarray(floor[h + 1 : radius], dtype=np.int64)
+    if values.size == 0:
+        return z + powers[radius] * (total_prior - explored)
+    lows = np.minimum(np.maximum.accumulate(np.maximum(values, explored)), total_prior)
+    steps = np.diff(lows, prepend=np.int64(explored))
+    for k in np.flatnonzero(steps).tolist():
+        z += powers[h + 1 + k] * int(steps[k])
+    return z + powers[radius] * (total_prior - int(lows[-1]))
 
 
 def _decide(
