@@ -139,6 +139,36 @@ def test_digests_are_domain_separated_and_cover_all_six_conditions():
 # -- the rules --------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypatch):
+    """The database is created owner-only before SQLite opens it (SQLite gives its WAL and
+    shared-memory files the same mode), not chmod-ed after: with a umask of 0 nothing of the
+    ledger is ever readable by others, even while it is open."""
+    import sqlite3
+
+    import postcode_privacy.ledger.stores as stores
+
+    where, at_connect = tmp_path / "ledger.db", []
+    real_connect = sqlite3.connect
+
+    def connect(path, *args, **kwargs):
+        at_connect.append(os.stat(path).st_mode & 0o777 if os.path.exists(path) else None)
+        return real_connect(path, *args, **kwargs)
+
+    monkeypatch.setattr(stores.sqlite3, "connect", connect)
+    old_umask = os.umask(0)
+    try:
+        Ledger.init(str(where), None).close()
+        assert at_connect == [0o600]  # SQLite never creates the file itself
+        with Ledger.open(str(where), None):
+            files = sorted(tmp_path.glob("ledger.db*"))
+            modes = {p.name: p.stat().st_mode & 0o777 for p in files}
+    finally:
+        os.umask(old_umask)
+    assert "ledger.db" in modes and set(modes.values()) == {0o600}, modes
+    assert any(name.endswith("-wal") for name in modes), modes  # the WAL was looked at too
+
+
 def test_init_open_and_secret(location, tmp_path):
     where, secret = location
     Ledger.init(where, secret).close()

@@ -571,6 +571,37 @@ def test_the_manifest_is_the_same_for_inputs_that_differ_only_in_a_true_postcode
     assert manifests[0] == manifests[1]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_the_audit_file_is_private_from_the_moment_it_exists(grid, key, tmp_path, monkeypatch):
+    """The audit file's temporary file is created owner-only, not made so afterwards: another
+    user who opened it in between would keep reading it through that handle.  With a umask
+    of 0, any file created with a wider mode would show it at once."""
+    import postcode_privacy.atomic as atomic
+
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    real_open, born = os.open, {}
+
+    def recording_open(path, flags, mode=0o777, *args, **kwargs):
+        fd = real_open(path, flags, mode, *args, **kwargs)
+        if flags & os.O_CREAT:
+            born[os.path.basename(path)] = os.stat(path).st_mode & 0o777
+        return fd
+
+    monkeypatch.setattr(atomic.os, "open", recording_open)
+    old_umask = os.umask(0)
+    try:
+        run(src, tmp_path / "out.csv", graph, key)
+    finally:
+        os.umask(old_umask)
+    audit = [mode for name, mode in born.items() if name.startswith(".out.csv.audit.json.")]
+    assert audit == [0o600], born
+    assert (tmp_path / "out.csv.audit.json").stat().st_mode & 0o777 == 0o600
+    # the publishable files keep the usual mode: the fix is not a blanket umask
+    published = [mode for name, mode in born.items() if name.startswith(".out.csv.manifest.")]
+    assert published == [0o666], born
+
+
 def test_the_audit_file_is_private_and_holds_the_true_statistics(grid, key, tmp_path):
     graph, codes = grid
     df = records(codes)

@@ -68,14 +68,20 @@ def _temp_name(target: Path) -> str:
 
 
 class TempFile:
-    """A new file beside ``target``, created exclusively; moved into place or removed."""
+    """A new file beside ``target``, created exclusively; moved into place or removed.
 
-    def __init__(self, target: str | os.PathLike):
+    ``private``: readable by the owner alone from the moment it exists.  The mode is given
+    to the call that creates the file, not set afterwards: a chmod after creation leaves a
+    moment in which another user can open the file and keep reading it through that handle
+    once the mode changes."""
+
+    def __init__(self, target: str | os.PathLike, private: bool = False):
         self.target = Path(target)
         self.path = self.target.with_name(_temp_name(self.target))
+        mode = 0o600 if private else 0o666  # then narrowed by the umask, as any new file
         try:
             fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode
             )
         except OSError as exc:
             raise InvalidParameterError(
@@ -305,14 +311,15 @@ class OutputClaim:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def temp(self, target: str | os.PathLike) -> TempFile:
-        """A temporary file for ``target`` (one of the claimed names)."""
+    def temp(self, target: str | os.PathLike, private: bool = False) -> TempFile:
+        """A temporary file for ``target`` (one of the claimed names); ``private``: owner-only
+        from its creation (``TempFile``)."""
         target = Path(target)
         if target not in self.targets:
             raise ValueError("not a claimed output")
         if target in self._temps:
             raise ValueError("a temporary file for this output is already open")
-        temp = TempFile(target)
+        temp = TempFile(target, private=private)
         self._temps[target] = temp
         return temp
 

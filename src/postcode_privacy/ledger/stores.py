@@ -115,6 +115,16 @@ class SqliteStore(Store):
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
             )
         self.location = path
+        if create:
+            # Owner-only from its creation (SQLite gives its journal and WAL files the
+            # database's mode): a chmod after connecting would leave a moment in which
+            # another user could open the file and keep reading it.
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                raise LedgerError(
+                    "a ledger (or another file) already exists at that path"
+                ) from None
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE for writers).
         self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -123,8 +133,6 @@ class SqliteStore(Store):
         # Digests are random keys, so inserts touch pages all over the indexes: a page cache of
         # up to 256 MiB (used only as needed) halves the time to record a large release.
         self.conn.execute("PRAGMA cache_size=-262144")
-        if create:
-            os.chmod(path, 0o600)
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)

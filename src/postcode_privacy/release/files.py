@@ -419,8 +419,7 @@ def _release(
         man_tmp = claim.temp(manifest_path)
         man_tmp.handle.write(encode(manifest))
         man_tmp.finish()
-        audit_tmp = claim.temp(audit_path_for(output_path))
-        os.chmod(audit_tmp.path, 0o600)  # private before a byte is written
+        audit_tmp = claim.temp(audit_path_for(output_path), private=True)  # owner-only from birth
         audit_tmp.handle.write(encode(audit))
         audit_tmp.finish()
         if ledger is not None:  # pending ledger entry, durable before anything is renamed
