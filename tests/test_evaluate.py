@@ -356,3 +356,43 @@ def test_cli_evaluate_text_and_bad_epsilon(geo, tmp_path, capsys, no_directory):
     assert (
         "Bayesian adversary" in text and "keyed releases" in text and "truncation to sector" in text
     )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_expected_identification_is_the_exact_expectation_over_every_output(seed):
+    """``expected_identification`` rules most outputs out with integer bounds and works out
+    the rest; it must equal the expectation summed over every output y of K(x), each with
+    its own posterior, on graphs with uniform, skewed and co-located priors, small radii
+    (a tail) and a limit small enough to leave an interval that must contain the truth."""
+    import random
+
+    from postcode_privacy.evaluate.adversary import expected_identification
+
+    rng = random.Random(700 + seed)
+    checked = ruled_by_bound = 0
+    for case in range(4):
+        kind = case % 3
+        n = 9 if kind == 2 else rng.randrange(6, 16)  # the co-located graph has 9 postcodes
+        prior = None if kind == 0 else [rng.choice([1, 1, 2, 5, 40]) for _ in range(n)]
+        if kind == 2:
+            graph = graphs.colocated(prior)
+        else:
+            graph = graphs.random_graph(n, rng.choice([0.25, 0.4]), rng.randrange(10**6), prior)
+        mechanism = Mechanism(graph, rng.choice(["0.4", "1", "2.5"]), rng.choice([None, 2, 3]))
+        exact = ExactMechanism(mechanism)
+        for x in rng.sample(range(len(graph)), min(4, len(graph))):
+            truth = sum(
+                (
+                    exact.probability(x, y) * posterior_outcome(exact, x, [y], hops=50).identified
+                    for y in range(len(graph))
+                ),
+                Fraction(0),
+            )
+            got = expected_identification(exact, x, hops=50)
+            assert got.low == truth == got.high, (seed, case, x)
+            assert got.self_probability == exact.probability(x, x)
+            tight = expected_identification(exact, x, hops=50, limit=0)
+            assert tight.low <= truth <= tight.high
+            ruled_by_bound += tight.high < 1
+            checked += 1
+    assert checked >= 12 and ruled_by_bound > 0

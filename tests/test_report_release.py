@@ -45,8 +45,19 @@ def test_attacker_rows_are_evaluates(geo, report):
     ]
     for name in ("one_release", "keyed_releases", "independent_draws"):
         expected = ev["adversary"][name]
-        for field in ("identification_rate", "median_rank", "median_posterior"):
+        for field in ("median_rank", "median_posterior"):
             assert rows[name][field] == expected[field], (name, field)
+    # One release (and its keyed re-runs): the exact chance over the draw, as evaluate gives
+    # it, never the one simulated draw; independent releases: evaluate's simulated figure.
+    exact_one = ev["adversary"]["one_release_expected"]
+    for name in ("one_release", "keyed_releases"):
+        for field in ("identification_rate", "identification_rate_high", "unchanged_rate"):
+            assert rows[name][field] == exact_one[field], (name, field)
+        assert rows[name]["identification"].startswith("exact")
+    assert exact_one["identification_rate"] > 0 and exact_one["unchanged_rate"] > 0
+    independent = ev["adversary"]["independent_draws"]["identification_rate"]
+    assert rows["independent_draws"]["identification_rate"] == independent
+    assert rows["independent_draws"]["identification"].startswith("simulated")
     for level in ("sector", "district"):
         t = ev["truncation"][level]
         assert rows[level]["identification_rate"] == t["identification_rate"]

@@ -100,6 +100,15 @@ def _text(r: dict) -> str:
             f"  {label:<30} {s['identified']:>6.1f} / {s['subjects']:<4} "
             f"{s['median_rank']:>12g} {s['median_posterior']:>16.3g}"
         )
+    e = a["one_release_expected"]
+    rate = _pct(e["identification_rate"])
+    if e["identification_rate_high"] != e["identification_rate"]:
+        rate += f" to {_pct(e['identification_rate_high'])}"
+    lines += [
+        "  (each row: one simulated set of draws per sampled postcode)",
+        f"  one release, expected over the draw (exact for each sampled postcode): identified "
+        f"{rate}",
+    ]
     lines += [
         "",
         f"key compromise: other postcodes within {c['hops']} hops mapping to the same output",

@@ -144,3 +144,87 @@ def summarise(outcomes: list[AdversaryOutcome]) -> AdversarySummary:
         median_posterior=float(np.median([o.posterior for o in outcomes])),
         median_candidates=float(np.median([o.candidates for o in outcomes])),
     )
+
+
+@dataclass(frozen=True)
+class ExpectedIdentification:
+    """The chance, over the draw itself, that the adversary of ``posterior_outcome`` names
+    the true postcode x after one release: E_y[identified(x, y)] for y drawn from K(x).
+
+    ``low`` <= that chance <= ``high``, both exact; they are equal unless more outputs y than
+    the limit of ``expected_identification`` needed a posterior of their own."""
+
+    low: Fraction
+    high: Fraction
+    self_probability: Fraction  # K(x)(x): the release is the truth itself
+
+
+def _node_shell_masses(exact: ExactMechanism, dist) -> list[int]:
+    """Prior mass of the nodes at each capped node distance 0 .. R from x (R: the tail)."""
+    radius = exact.radius
+    masses = [0] * (radius + 1)
+    location_masses = exact.loc_mass[dist.locations].tolist()
+    for h, m in zip(dist.hops.tolist(), location_masses):
+        masses[h] += m
+    masses[0] -= dist.prior  # x's own location: x at 0, the postcodes sharing it at 1
+    if radius >= 2:
+        masses[1] += masses[0]
+    else:  # R = 1: they are in the tail
+        masses[radius] += masses[0]
+    masses[0] = dist.prior
+    masses[radius] += exact.total_prior - dist.ball_mass
+    return masses
+
+
+def expected_identification(
+    exact: ExactMechanism, truth: int, hops: int = 6, limit: int = 64
+) -> ExpectedIdentification:
+    """E_y[identified(x, y)] over every output y of K(x), exactly (see the module doc for
+    ``identified``).
+
+    Most outputs need no posterior: the adversary never names x from y when y itself, a
+    candidate, is strictly more likely, that is when pi(y) P_0 / Z(y) > pi(x) P_d / Z(x),
+    d = min(d(x, y), R).  Node distances are a metric, so every z has d(y, z) >= d(x, z) - d
+    and Z(y) <= sum_h M_h P[max(h - d, 0)] (M_h: x's node-shell masses, h = R the tail);
+    for an output in the tail, which may be any distance away, Z(y) <= P_0 Pi.  Those bounds
+    decide, in exact integers, every y for which they suffice; the rest (at most ``limit``
+    of them, nearest first, the tail's last) get ``posterior_outcome`` each, and any beyond
+    the limit count as identified in ``high`` and as not in ``low``.
+    """
+    graph, powers, radius = exact.graph, exact.powers, exact.radius
+    dist = exact.distribution(truth)
+    z_x, pi_x, total = dist.normaliser, dist.prior, exact.total_prior
+    masses = _node_shell_masses(exact, dist)
+    scale = powers[0] * z_x  # y is safe at distance d iff pi(y) * scale > pi_x P_d Zmax_d
+
+    def threshold(d: int, z_max: int) -> int:
+        """The largest prior of an output at distance d that the bound does not rule out."""
+        return (pi_x * powers[d] * z_max) // scale
+
+    ruled = [0] * (radius + 1)
+    for d in range(1, radius):
+        z_max = sum(m * powers[max(h - d, 0)] for h, m in enumerate(masses))
+        ruled[d] = threshold(d, z_max)
+    ruled[radius] = threshold(radius, powers[0] * total)
+    self_p = Fraction(powers[0] * pi_x, z_x)
+    low = self_p * posterior_outcome(exact, truth, [truth], hops).identified
+    high = low
+    nodes, node_hops = exact.ball_nodes(dist)
+    # ruled[d] as int64, capped where it is past any prior (then nothing there is ruled out)
+    cap = int(graph.prior.max())
+    ceilings = np.array([min(r, cap) for r in ruled], dtype=np.int64)
+    maybe = (node_hops >= 1) & (graph.prior[nodes] <= ceilings[node_hops])
+    doubtful = list(zip(node_hops[maybe].tolist(), nodes[maybe].tolist()))
+    in_ball = np.zeros(len(graph), dtype=bool)
+    in_ball[nodes] = True
+    tail = np.flatnonzero(~in_ball & (graph.prior <= ceilings[radius]))  # R or more hops
+    doubtful += [(radius, y) for y in tail.tolist()]
+    for k, (h, y) in enumerate(sorted(doubtful)):
+        chance = Fraction(int(graph.prior[y]) * powers[h], z_x)
+        if k >= limit:
+            high += chance
+            continue
+        identified = posterior_outcome(exact, truth, [y], hops).identified
+        low += chance * identified
+        high += chance * identified
+    return ExpectedIdentification(low, high, self_p)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -25,7 +26,14 @@ from ..errors import InvalidParameterError, PostcodePrivacyError
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
-from .adversary import AdversaryOutcome, distinct_draws, posterior_outcome, summarise
+from .adversary import (
+    AdversaryOutcome,
+    ExpectedIdentification,
+    distinct_draws,
+    expected_identification,
+    posterior_outcome,
+    summarise,
+)
 from .calibrate import calibrate
 from .compromise import key_compromise, perturb_nodes
 from .exact import ExactMechanism
@@ -206,6 +214,7 @@ def evaluate_release(
             ),
             "hops": adversary_hops,
             "one_release": summarise(scenarios.one).to_json(),
+            "one_release_expected": scenarios.expected_rate(),
             "independent_draws": summarise(scenarios.independent).to_json(),
             "keyed_releases": summarise(scenarios.keyed).to_json(),
             "keyed_equals_one_release": True,
@@ -225,6 +234,22 @@ class AdversaryScenarios:
     one: list[AdversaryOutcome]
     independent: list[AdversaryOutcome]
     keyed: list[AdversaryOutcome]
+    # per subject, the chance over the draw itself that one release names it (not one draw)
+    one_expected: list[ExpectedIdentification]
+
+    def expected_rate(self) -> dict:
+        """The one-release identification rate averaged over the sampled subjects, each
+        subject's chance taken exactly over its draw (``expected_identification``): the
+        figure to quote, where ``one`` holds one simulated draw per subject."""
+        n = len(self.one_expected)
+        low = sum((e.low for e in self.one_expected), Fraction(0)) / n
+        high = sum((e.high for e in self.one_expected), Fraction(0)) / n
+        unchanged = sum((e.self_probability for e in self.one_expected), Fraction(0)) / n
+        return {
+            "identification_rate": float(low),
+            "identification_rate_high": float(high),
+            "unchanged_rate": float(unchanged),
+        }
 
 
 def adversary_scenarios(
@@ -249,8 +274,9 @@ def adversary_scenarios(
     first = release(key0)
     keyed_runs = [first] + [release(key0) for _ in range(releases - 1)]
     independent_runs = [release(k) for k in fresh]
-    one, independent, keyed = [], [], []
+    one, independent, keyed, one_expected = [], [], [], []
     for i, x in enumerate(nodes.tolist()):
+        one_expected.append(expected_identification(exact, x, hops))
         outcome_one = posterior_outcome(exact, x, [first[i]], hops)
         draws = distinct_draws((k.fingerprint, run[i]) for k, run in zip(fresh, independent_runs))
         outcome_ind = posterior_outcome(exact, x, draws, hops)
@@ -265,7 +291,7 @@ def adversary_scenarios(
         keyed.append(outcome_keyed)
         if progress is not None:
             progress(i + 1, len(nodes))
-    return AdversaryScenarios(key0, first, one, independent, keyed)
+    return AdversaryScenarios(key0, first, one, independent, keyed, one_expected)
 
 
 def identify_mechanism(mechanism) -> dict:
