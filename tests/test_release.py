@@ -138,9 +138,9 @@ def test_identifier_canonical_form(small, key):
 def test_empty_frame_gives_empty_output(small, key):
     graph, _ = small
     df = frame(pd.Series([], dtype=str), pd.Series([], dtype=str))
-    out = release(df, graph, key)
+    out, counts = release(df, graph, key, with_counts=True)
     assert list(out.columns) == ["id", "postcode_dp"] and len(out) == 0
-    assert out.attrs["postcode_privacy"]["counts"]["records"] == 0
+    assert counts["records"] == 0
 
 
 # -- failing rows and policies --------------------------------------------------------------------
@@ -194,22 +194,20 @@ def test_error_list_is_capped_with_a_total(small, key):
 def test_on_error_null_and_drop(small, key):
     graph, codes = small
     df = mixed_frame(codes)
-    nulled = release(df, graph, key, on_error="null")
+    nulled, counts = release(df, graph, key, on_error="null", with_counts=True)
     assert len(nulled) == len(df)
     released = nulled["postcode_dp"].tolist()
     assert all(v is None for v in released[1:-1])
     assert released[0] is not None and released[-1] is not None
-    counts = nulled.attrs["postcode_privacy"]["counts"]
     assert counts["records"] == 13 and counts["released"] == 2 and counts["nulled"] == 11
     assert counts["missing_identifier"] == 4 and counts["invalid_identifier"] == 2
     assert counts["missing_postcode"] == 3 and counts["malformed_postcode"] == 1
     assert counts["unknown_postcode"] == 1 and counts["rows_out"] == 13
 
-    dropped = release(df, graph, key, on_error="drop")
+    dropped, counts = release(df, graph, key, on_error="drop", with_counts=True)
     assert dropped["id"].tolist() == ["ok1", "ok3"]
     assert list(dropped.index) == [0, len(df) - 1]
     assert dropped["postcode_dp"].tolist() == [released[0], released[-1]]
-    counts = dropped.attrs["postcode_privacy"]["counts"]
     assert counts["dropped"] == 11 and counts["rows_out"] == 2
 
 
@@ -295,12 +293,12 @@ def test_identifier_with_two_postcodes_warns_once_without_values(small, key):
     graph, codes = small
     df = frame(["A17", "B", "A17", "A17", "B"], [codes[0], codes[1], codes[0], codes[2], codes[1]])
     with pytest.warns(DuplicateSubjectWarning) as caught:
-        out = release(df, graph, key)
+        out, counts = release(df, graph, key, with_counts=True)
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "1 subject identifier" in message and "record(s) 4" in message
     assert "A17" not in message and codes[2] not in message
-    assert out.attrs["postcode_privacy"]["counts"]["identifiers_with_several_postcodes"] == 1
+    assert counts["identifiers_with_several_postcodes"] == 1
     # Rows of one person at one postcode are the intended case: same output, no warning.
     assert out["postcode_dp"][0] == out["postcode_dp"][2]
     with warnings.catch_warnings():
@@ -386,3 +384,24 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
     plan.process_chunk(frame(["1", "", "3", "4"], codes[:4]), 0)
     assert [ids for ids, _ in calls] == [["1", "3", "4"]]
     assert calls[0][1] == [graph.index_of(codes[i]) for i in (0, 2, 3)]
+
+
+def test_the_private_counts_never_reach_attrs_nor_a_parquet_file(small, key, tmp_path):
+    """pandas carries ``attrs`` into copies and writes them into Parquet files, so the counts
+    (exact statistics of the true records) are returned apart, only when asked for; what
+    ``attrs`` holds is the manifest's publishable description."""
+    graph, codes = small
+    df = mixed_frame(codes)
+    out, counts = release(df, graph, key, on_error="drop", with_counts=True)
+    assert counts["dropped"] > 0
+    plain = release(df, graph, key, on_error="drop")
+    assert plain.equals(out) and plain.attrs == out.attrs
+    description = out.attrs["postcode_privacy"]
+    assert "counts" not in description and "epsilon" in description
+    path = tmp_path / "released.parquet"
+    out.to_parquet(path)
+    import pyarrow.parquet as pq
+
+    metadata = b" ".join(v for v in (pq.read_schema(path).metadata or {}).values())
+    assert b"dropped" not in metadata and b"counts" not in metadata
+    assert pd.read_parquet(path).attrs.get("postcode_privacy", {}).get("counts") is None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import pandas as pd
 
@@ -16,6 +16,34 @@ from .records import ChunkCheck, _empty_counts, failure_error, merge_counts
 __all__ = ["perturb_frame"]
 
 
+@overload
+def perturb_frame(
+    df: pd.DataFrame,
+    *,
+    key: Key,
+    graph: Graph | None = ...,
+    options: ReleaseOptions | None = ...,
+    row_offset: int = ...,
+    progress: bool = ...,
+    with_counts: Literal[False] = ...,
+    **option_kwargs: Any,
+) -> pd.DataFrame: ...
+
+
+@overload
+def perturb_frame(
+    df: pd.DataFrame,
+    *,
+    key: Key,
+    graph: Graph | None = ...,
+    options: ReleaseOptions | None = ...,
+    row_offset: int = ...,
+    progress: bool = ...,
+    with_counts: Literal[True],
+    **option_kwargs: Any,
+) -> tuple[pd.DataFrame, dict[str, int]]: ...
+
+
 def perturb_frame(
     df: pd.DataFrame,
     *,
@@ -24,8 +52,9 @@ def perturb_frame(
     options: ReleaseOptions | None = None,
     row_offset: int = 0,
     progress: bool = False,
+    with_counts: bool = False,
     **option_kwargs: Any,
-) -> pd.DataFrame:
+) -> pd.DataFrame | tuple[pd.DataFrame, dict[str, int]]:
     """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
 
     The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
@@ -38,11 +67,14 @@ def perturb_frame(
     ``"drop"`` (leave the row out).  ``terminated="nearest"`` maps located terminated postcodes
     to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
 
-    Counts per outcome are in ``result.attrs["postcode_privacy"]["counts"]``, with the plan's
-    description (epsilon, radius, graph hash, key fingerprint).  The counts are PRIVATE: exact
-    statistics of the true records, for the custodian only; do not publish them with the
-    result (docs/release.md, "The manifest").  An identifier seen with two
-    different postcodes gives one :class:`DuplicateSubjectWarning`.
+    ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
+    radius, graph hash, key fingerprint): publishable, and pandas writes it into any Parquet
+    file made from the result.  The counts per outcome are returned only with
+    ``with_counts=True``, as ``(result, counts)``: they are PRIVATE, exact statistics of the
+    true records for the custodian only (docs/release.md, "The manifest"), so they are kept
+    out of ``attrs``, which pandas carries into every copy and every Parquet file it writes.
+    An identifier seen with two different postcodes gives one
+    :class:`DuplicateSubjectWarning`.
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError("df must be a pandas DataFrame")
@@ -76,5 +108,5 @@ def perturb_frame(
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
     plan.warn_subjects(stacklevel=2)
-    result.attrs["postcode_privacy"] = {**plan.describe(), "counts": counts}
-    return result
+    result.attrs["postcode_privacy"] = plan.describe()
+    return (result, counts) if with_counts else result
