@@ -751,3 +751,85 @@ def test_python_dash_m_runs_the_command_line(module):
     ).stdout
     for command in ("perturb", "keygen", "report", "ledger"):
         assert command in listed
+
+
+def test_the_closing_lines_keep_true_data_out_of_the_log(setup, tmp_path, capsys):
+    """What ``perturb`` prints often ends up in a job's published log: no displacement (it is
+    measured from the true postcodes; the private audit file has it), and a reminder that the
+    counts describe the true records."""
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=8)
+    args = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"]]
+    args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
+    assert main(args + ["--graph", setup["graph"]]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert "released 8 of 8 records" in printed and "(publishable)" in printed
+    assert "displacement" not in printed and " m, 95th" not in printed
+    assert "keep them out of published logs" in printed
+    audit = json.loads((tmp_path / "out.csv.audit.json").read_text())
+    assert audit["run"]["displacement_m"]["records"] == 8  # where it is kept instead
+
+
+def test_keep_source_postcode_is_not_called_a_release_nor_recorded(setup, tmp_path, capsys):
+    """An output that keeps the true postcodes is no release: the closing lines say so instead
+    of calling its manifest publishable, and a ledger refuses it (from the command line before
+    anything is opened, and from Python in ``release_file``)."""
+    from postcode_privacy.errors import InvalidParameterError
+    from postcode_privacy.ledger import Ledger
+    from postcode_privacy.release import release_file
+
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=5)
+    args = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"]]
+    args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
+    args += ["--graph", setup["graph"], "--keep-source-postcode"]
+    assert main(args) == 0
+    printed = "".join(capsys.readouterr())
+    assert "NOT a release" in printed and "(publishable)" not in printed
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where, None).close()
+    for extra in ([], ["--dry-run"]):
+        out = tmp_path / f"other{len(extra)}.csv"
+        code = main([*args[:3], str(out), *args[4:], "--ledger", where, *extra])
+        assert code != 0 and not out.exists()
+        assert "cannot be recorded in a ledger" in capsys.readouterr().err
+    from postcode_privacy.ledger import LedgerRecorder
+
+    with Ledger.open(where, None) as ledger, pytest.raises(InvalidParameterError, match="ledger"):
+        release_file(
+            src,
+            tmp_path / "py.csv",
+            key=Key.from_bytes(bytes(range(1, 33))),
+            epsilon=1,
+            id_column="subject",
+            postcode_column="postcode",
+            keep_source_postcode=True,
+            ledger=LedgerRecorder(ledger, None),
+        )
+    assert not (tmp_path / "py.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--epsilon", "0"], "--epsilon must be greater than zero"),
+        (["--epsilon", "nan"], "--epsilon must be"),
+        (["--epsilon", "1e-9"], "--epsilon below 0.0001"),
+        (["--epsilon", "1", "--radius", "0"], "--radius must be from 1"),
+    ],
+)
+def test_parameter_errors_name_the_options_as_typed(setup, tmp_path, capsys, extra, message):
+    """On the command line a bad value names its option (``--epsilon``), as the Python API
+    names its keyword (``epsilon``)."""
+    from graphs import leeds_grid
+
+    from postcode_privacy import Mechanism
+    from postcode_privacy.errors import InvalidParameterError
+
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    args = ["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--key", setup["key"]]
+    args += ["--id-column", "subject", "--postcode-column", "postcode", "--graph", setup["graph"]]
+    assert main(args + extra) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o.csv").exists()
+    with pytest.raises(InvalidParameterError, match=r"^epsilon must be greater than zero"):
+        Mechanism(leeds_grid()[0], 0)

@@ -82,3 +82,9 @@ def option(name: str, value: str | None = None) -> str:
         flag = "--" + name.replace("_", "-")
         return flag if value is None else f"{flag} {value}"
     return f"{name}=True" if value is None else f"{name}={value!r}"
+
+
+def option_name(name: str) -> str:
+    """An option's name as the user wrote it: ``--epsilon`` on the command line, ``epsilon``
+    in Python."""
+    return "--" + name.replace("_", "-") if SURFACE.get() == "cli" else name

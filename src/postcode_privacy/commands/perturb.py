@@ -178,6 +178,11 @@ def perturb_command(
     options = pop_release_options(release_options)  # validated here, once
     if ledger_location is None and (budget is not None or dry_run or ledger_secret is not None):
         raise click.UsageError("--budget, --dry-run and --ledger-secret need --ledger")
+    if ledger_location is not None and options.keep_source_postcode:  # as release_file says
+        raise click.UsageError(
+            "--keep-source-postcode keeps the true postcodes, so the output is not a release "
+            "and cannot be recorded in a ledger"
+        )
     if dry_run and ledger_location is not None:
         from .ledger import echo_check, run_check
 
@@ -246,18 +251,13 @@ def terminated_locations_for(terminated: str, graph_path: str | None):
 
 
 def echo_run_line(audit: dict, counts: dict) -> None:
-    """One line on stderr: elapsed time, rate, and how far released postcodes moved (from the
-    private audit file: it describes the true data, so it is never in the manifest)."""
+    """One line on stderr: elapsed time and rate.  How far released postcodes moved is in the
+    private audit file only: measured from the true postcodes, it would help anyone who saw a
+    job's log to find them (docs/release.md, "The audit file")."""
     run = audit.get("run") or {}
     seconds = float(run.get("seconds") or 0.0)
     rate = counts["records"] / seconds if seconds > 0 else float("inf")
     line = f"perturb: {counts['records']:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
-    moved = run.get("displacement_m")
-    if moved:
-        line += (
-            f"; displacement over {moved['records']:,} released records: median "
-            f"{moved['median']:,} m, 95th percentile {moved['p95']:,} m"
-        )
     click.echo(line, err=True)
 
 
@@ -287,10 +287,21 @@ def echo_summary(manifest: dict, output_path: str) -> None:
     )
     echo_status(f"  graph sha256 {manifest['graph']['sha256']}")
     echo_status(f"  key fingerprint {manifest['key_fingerprint']}")
-    echo_status(
-        f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} (publishable)"
-    )
+    if manifest["columns"]["source_postcode_kept"]:
+        echo_status(
+            "  NOT a release: --keep-source-postcode kept the true postcodes in the output; "
+            "do not publish it"
+        )
+        echo_status(
+            f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} "
+            "(describes a file that must not be published)"
+        )
+    else:
+        echo_status(
+            f"  manifest {click.format_filename(str(manifest_path_for(output_path)))} (publishable)"
+        )
     echo_status(
         f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
-        "(private: do not publish)"
+        "(private: do not publish; it also says how far postcodes moved)"
     )
+    echo_status("  the counts above describe the true records: keep them out of published logs")

@@ -12,7 +12,7 @@ import re
 from decimal import Context, Decimal, InvalidOperation
 from fractions import Fraction
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, option_name
 
 MAX_EPSILON = Decimal(100)
 MIN_EPSILON = Decimal("0.0001")  # keeps q_hat < 1 with a wide margin, and radii finite
@@ -68,10 +68,12 @@ def parse_epsilon(value: object) -> Epsilon:
 
     Postcondition: 0.0001 <= result <= 100, finite, at most 30 significant digits, and exactly
     the value given: nothing is rounded, so a value that would need rounding is refused.
-    Rejects booleans, NaN, infinities, zero, negatives and text that is not a plain number.
+    Rejects booleans, NaN, infinities, zero, negatives and text that is not a plain number;
+    messages name the option as the user wrote it (``--epsilon`` on the command line).
     """
+    name = option_name("epsilon")
     if isinstance(value, bool) or type(value).__name__ == "bool_":
-        raise InvalidParameterError("epsilon must be a number")
+        raise InvalidParameterError(f"{name} must be a number")
     try:
         if isinstance(value, float):
             # float.__repr__, not repr(): numpy.float64 is a float whose repr is
@@ -83,25 +85,25 @@ def parse_epsilon(value: object) -> Epsilon:
             # Plain ASCII decimal notation only: Decimal() alone also takes "1_0" (= 10) and
             # non-ASCII digits, and a typo must not silently multiply the privacy loss.
             if len(value) > MAX_TEXT or not _DECIMAL_TEXT.match(value.strip()):
-                raise InvalidParameterError("epsilon must be a plain decimal number such as 0.5")
+                raise InvalidParameterError(f"{name} must be a plain decimal number such as 0.5")
             dec = Decimal(value.strip())  # exact: the constructor never rounds
         else:
             raise InvalidParameterError(
-                "epsilon must be a number (an int, a float, a Decimal or decimal text)"
+                f"{name} must be a number (an int, a float, a Decimal or decimal text)"
             )
     except (InvalidOperation, ValueError, OverflowError):
-        raise InvalidParameterError("epsilon must be a number") from None
+        raise InvalidParameterError(f"{name} must be a number") from None
     if not dec.is_finite():
-        raise InvalidParameterError("epsilon must be finite")
+        raise InvalidParameterError(f"{name} must be finite")
     if dec <= 0:
-        raise InvalidParameterError("epsilon must be greater than zero")
+        raise InvalidParameterError(f"{name} must be greater than zero")
     if dec < MIN_EPSILON:
-        raise InvalidParameterError("epsilon below 0.0001 is not supported")
+        raise InvalidParameterError(f"{name} below 0.0001 is not supported")
     if dec > MAX_EPSILON:
-        raise InvalidParameterError("epsilon above 100 is not supported")
+        raise InvalidParameterError(f"{name} above 100 is not supported")
     # Count significant digits on the exact value, before anything that could round it.
     if significant_digits(dec) > MAX_DIGITS:
-        raise InvalidParameterError("epsilon may have at most 30 significant digits")
+        raise InvalidParameterError(f"{name} may have at most 30 significant digits")
     return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
 
 

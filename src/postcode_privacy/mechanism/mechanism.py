@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..errors import InvalidParameterError, TeleportWarning
+from ..errors import InvalidParameterError, TeleportWarning, option_name
 from ..graph.graph import Graph
 from ..graph.shells import hop_distances, iter_node_shells
 from ..version import OUTPUT_STABILITY_VERSION, __version__
@@ -39,9 +39,11 @@ class Mechanism:
             self.radius = default_radius(self.epsilon, min_prior, graph.total_prior)
         else:
             if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)):
-                raise InvalidParameterError("radius must be a whole number")
+                raise InvalidParameterError(f"{option_name('radius')} must be a whole number")
             if not 1 <= int(radius) <= MAX_RADIUS:
-                raise InvalidParameterError(f"radius must be from 1 to {MAX_RADIUS}")
+                raise InvalidParameterError(
+                    f"{option_name('radius')} must be from 1 to {MAX_RADIUS}"
+                )
             self.radius = int(radius)
         self.powers: tuple[int, ...] = powers(self.epsilon, self.radius)
         self.teleport_bound: Fraction = teleport_bound(

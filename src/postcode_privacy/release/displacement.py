@@ -2,13 +2,13 @@
 
 docs/release.md, "Progress and the closing line".  The distances are between the centroids of
 the postcode each record was released from and the postcode released for it, over released
-records only, so they describe the true data: ``perturb`` prints them on stderr and writes them
-to the private audit file, never to the manifest.  Floats are fine here: nothing
+records only, so they describe the true data: ``perturb`` writes them to the private audit file
+only, never to the manifest nor to its terminal output.  Floats are fine here: nothing
 privacy-relevant depends on them.
 
 Memory is fixed whatever the input's length: distances are counted in 10-metre bins up to
-:data:`MAX_METRES` (longer ones in the last bin), so medians and percentiles are to the nearest
-10 m.
+:data:`MAX_METRES` (longer ones in the last bin), so medians and percentiles are given as the
+lower edge of their bin (rounded down to a multiple of 10 m).
 """
 
 from __future__ import annotations

@@ -88,7 +88,9 @@ class ReleaseOptions:
         default=False,
         metadata=_cli(
             "--keep-source-postcode",
-            "Keep the true postcode column in the output (it is dropped by default).",
+            "Keep the true postcode column in the output (it is dropped by default).  The "
+            "output is then not a release: it holds the true postcodes and must not be "
+            "published, nor recorded in a ledger.",
             is_flag=True,
         ),
     )
