@@ -131,3 +131,36 @@ def test_long_key_files_from_older_versions_are_refused(tmp_path):
     path.chmod(0o600)
     with pytest.raises(KeyFileError, match="exactly 32 bytes"):
         read_key_file(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs and devices are POSIX")
+def test_a_key_path_that_is_no_regular_file_is_refused_without_waiting(tmp_path):
+    """A FIFO would block a plain read forever; a directory or /dev/null would be judged by
+    a mode that means nothing for them.  Each is refused at once as not a key file, whatever
+    its mode, and through the CLI with the key-file exit code."""
+    import subprocess
+    import sys
+
+    from postcode_privacy import read_key_file
+    from postcode_privacy.errors import KeyFileError
+
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    wide = tmp_path / "keydir"
+    wide.mkdir(mode=0o755)
+    narrow = tmp_path / "privatedir"
+    narrow.mkdir(mode=0o700)
+    for path in (fifo, wide, narrow, "/dev/null"):
+        with pytest.raises(KeyFileError, match="not a regular file"):
+            read_key_file(path)
+    big = tmp_path / "big.key"
+    big.write_bytes(b"x" * 5000)
+    big.chmod(0o600)
+    with pytest.raises(KeyFileError, match="too large"):
+        read_key_file(big)
+    cli = [sys.executable, "-m", "postcode_privacy", "perturb", "in.csv", "-o", "out.csv"]
+    cli += ["--key", str(fifo), "--epsilon", "1", "--id-column", "a", "--postcode-column", "b"]
+    (tmp_path / "in.csv").write_text("a,b\n1,LS1 1AA\n")
+    done = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4 and "not a regular file" in done.stderr
+    assert not (tmp_path / "out.csv").exists()

@@ -46,6 +46,10 @@ def check_owner_only(path: str | os.PathLike) -> None:
         raise KeyFileError("key file not found") from None
     except OSError as exc:
         raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
+    _refuse_open_mode(mode)
+
+
+def _refuse_open_mode(mode: int) -> None:
     if mode & 0o077:
         raise KeyFileError(
             f"the key file is open to group or others (mode {mode:04o}); anyone who can read it "
@@ -54,15 +58,40 @@ def check_owner_only(path: str | os.PathLike) -> None:
         )
 
 
+_MAX_KEY_FILE_BYTES = 4096  # a key file is a few lines of text
+
+
 def read_key_file(path: str | os.PathLike) -> Key:
-    """Read a key file, refusing one that is not owner-only (see :func:`check_owner_only`)."""
-    check_owner_only(path)
+    """Read a key file, refusing one that is not a regular file or not owner-only (see
+    :func:`check_owner_only`).
+
+    The file is opened without blocking and checked through that one handle: a FIFO, a
+    device or a directory is refused as not a key file (reading a FIFO would wait forever,
+    and ``/dev/null`` or a directory would be judged by a mode that means nothing for them),
+    and the mode checked is that of the file read, not of whatever the name pointed to a
+    moment before."""
     try:
-        data = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise KeyFileError("key file not found") from None
+    except IsADirectoryError:
+        raise KeyFileError("the key file is not a regular file (a directory)") from None
     except OSError as exc:
         raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
+        raise KeyFileError(f"the key file is not a regular file ({kind})")
+    with os.fdopen(fd, "rb") as handle:
+        if os.name == "posix":
+            _refuse_open_mode(stat.S_IMODE(info.st_mode))
+        try:
+            data = handle.read(_MAX_KEY_FILE_BYTES + 1)
+        except OSError as exc:
+            raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
+    if len(data) > _MAX_KEY_FILE_BYTES:
+        raise KeyFileError("the key file is too large to be a key file")
     return Key.from_file_bytes(data)
 
 
