@@ -833,3 +833,17 @@ def test_parameter_errors_name_the_options_as_typed(setup, tmp_path, capsys, ext
     assert not (tmp_path / "o.csv").exists()
     with pytest.raises(InvalidParameterError, match=r"^epsilon must be greater than zero"):
         Mechanism(leeds_grid()[0], 0)
+
+
+@pytest.mark.parametrize("policy", ["null", "drop"])
+def test_null_and_drop_say_what_the_release_shows(setup, tmp_path, capsys, policy):
+    """An empty cell or a missing row tells anyone that the record's true postcode was
+    unusable; the closing lines say so, without naming the record or its value."""
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=6, overrides={(2, "postcode"): "ZZ"})
+    args = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"]]
+    args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
+    assert main([*args, "--graph", setup["graph"], "--on-error", policy]) == 0
+    printed = "".join(capsys.readouterr())
+    assert "1 records could not be released" in printed
+    assert "the guarantee does not cover that fact" in printed
+    assert "ZZ" not in printed and "0002" not in printed

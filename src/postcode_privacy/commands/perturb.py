@@ -274,7 +274,9 @@ def echo_summary(manifest: dict, output_path: str) -> None:
     if counts["failed"]:
         echo_status(
             f"  {counts['failed']} records could not be released: "
-            f"{counts['nulled']} left empty, {counts['dropped']} dropped"
+            f"{counts['nulled']} left empty, {counts['dropped']} dropped; the release shows "
+            "which (an empty cell, a missing row), and so that their true postcodes were "
+            "missing, malformed or not in the graph: the guarantee does not cover that fact"
         )
     if counts["terminated_mapped"]:
         echo_status(
