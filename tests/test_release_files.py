@@ -712,3 +712,41 @@ def test_displacement_quantiles_are_to_the_nearest_bin(grid):
     d._bins[[0, 5, 100]] = [10, 5, 5]
     d.count = 20
     assert d.quantile(0.5) == 0 and d.quantile(0.95) == 100 * BIN_METRES
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([[0.1 + 0.2], [1.0]] * 3),
+        pa.array([list(range(1001)), [1]] * 3),
+        pa.array([{"a": 2**62}, {"a": None}] * 3, pa.struct([("a", pa.int64())])),
+        pa.array([{"k": 1}, {"k": 2}] * 3, pa.map_(pa.string(), pa.int64())),
+        pa.array([b"\x00", b"x"] * 3),
+        pa.array([b"a", b"b"] * 3, pa.large_binary()),
+    ],
+    ids=["list-float", "long-list", "struct", "map", "binary", "large-binary"],
+)
+def test_parquet_to_csv_refuses_values_a_cell_cannot_hold(grid, key, tmp_path, column):
+    """numpy would print a long list with "...", round floats inside lists and turn int64
+    beside a null into floats; binary becomes Python's b'...' text.  Such a column is refused
+    before any work, naming the column, never a value, and nothing is written; Parquet output
+    keeps it."""
+    graph, codes = grid
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [f"s{i}" for i in range(6)], "pc": codes[:6], "x": column}), src)
+    out = tmp_path / "out.csv"
+    with pytest.raises(InvalidParameterError, match=r"column 3 \('x'\) holds .* Parquet"):
+        release_file(
+            src, out, key=key, graph=graph, epsilon=1, id_column="id", postcode_column="pc"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+    release_file(
+        src,
+        tmp_path / "out.parquet",
+        key=key,
+        graph=graph,
+        epsilon=1,
+        id_column="id",
+        postcode_column="pc",
+    )
+    assert pq.read_table(tmp_path / "out.parquet").column("x").combine_chunks().equals(column)

@@ -64,7 +64,13 @@ from .manifest import (
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
 from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
-from .tables import TableReader, open_writer, read_failure, table_format
+from .tables import (
+    TableReader,
+    open_writer,
+    read_failure,
+    refuse_columns_csv_cannot_hold,
+    table_format,
+)
 
 __all__ = [
     "release_file",
@@ -313,6 +319,9 @@ def _release(
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
     options.check_columns(reader.columns)
+    if table_format(output_path) == "csv":
+        kept = options.output_columns(reader.columns)
+        refuse_columns_csv_cannot_hold(reader.arrow_schema, kept)
 
     writer = None
     try:

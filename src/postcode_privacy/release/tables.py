@@ -293,6 +293,39 @@ class TableReader:
         return pa.schema(fields)
 
 
+def _text_in_csv(arrow_type) -> bool:
+    """Whether a CSV cell can hold this Arrow type's values so that they read back unchanged:
+    scalars do (pandas writes them as text, floats to the last digit); nested values (lists,
+    structs, maps, unions) would be printed by numpy or Python, which shortens long lists
+    with "..." and rounds numbers inside them, and binary values as Python's b'...' text."""
+    import pyarrow.types as types
+
+    if types.is_dictionary(arrow_type):
+        return _text_in_csv(arrow_type.value_type)
+    nested = types.is_nested(arrow_type) or types.is_union(arrow_type)
+    binary = (
+        types.is_binary(arrow_type)
+        or types.is_large_binary(arrow_type)
+        or types.is_fixed_size_binary(arrow_type)
+        or str(arrow_type) == "binary_view"
+    )
+    return not (nested or binary)
+
+
+def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
+    """For a Parquet input released to CSV: refuse, before any work, a kept column whose values
+    a CSV cell cannot hold unchanged (``_text_in_csv``), naming the column, never a value."""
+    if schema is None:
+        return
+    for position, name in enumerate(schema.names, start=1):
+        if name in columns and not _text_in_csv(schema.field(name).type):
+            raise InvalidParameterError(
+                f"column {position} ({name!r}) holds {schema.field(name).type} values, which a "
+                "CSV cell cannot hold unchanged: write the release as Parquet (an output "
+                "name ending .parquet) to keep them"
+            )
+
+
 def duplicate_columns_message(columns: list) -> str:
     """Name duplicated columns by position: a file without a header line would otherwise have
     its first record (identifiers, postcodes) echoed as "column names"."""
