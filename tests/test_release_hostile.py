@@ -762,3 +762,47 @@ def test_build_never_replaces_a_key_file_even_with_force(tmp_path, capsys):
     )
     assert "key file is never replaced" in capsys.readouterr().err
     assert key.read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+@pytest.mark.parametrize("blank", ["   ", "\t", " \t ", "  \r"])
+def test_a_line_of_spaces_or_tabs_is_refused_naming_its_line(
+    setup, tmp_path, capsys, blank, suffix
+):
+    """pandas skips a line of spaces or tabs as if it were empty, so a record would vanish
+    without a word.  Such a line is refused, naming its line of the file; the same characters
+    inside a quoted cell, and truly empty lines, are as before."""
+    codes = setup["codes"]
+    lines = ["subject,postcode,visit", f"1,{codes[0]},a", blank, f"2,{codes[1]},b", ""]
+    text = "\n".join(lines)
+    src = tmp_path / f"in.csv{suffix}"
+    src.write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    assert "line 3 of the file holds only spaces or tabs" in capsys.readouterr().err
+    assert names(tmp_path) == [src.name]
+    quoted = "\n".join(
+        ["subject,postcode,visit", f'1,{codes[0]},"a', blank, 'b"', "", f"2,{codes[1]},c\n"]
+    )
+    (tmp_path / "q.csv").write_text(quoted)
+    assert perturb(setup, tmp_path / "q.csv", tmp_path / "q_out.csv") == 0
+    back = pd.read_csv(tmp_path / "q_out.csv", dtype=str, keep_default_na=False)
+    assert back["visit"].tolist() == [f"a\n{blank}\nb", "c"]
+
+
+def test_an_unclosed_quote_names_the_line_it_opens_on(setup, tmp_path, capsys):
+    codes = setup["codes"]
+    text = f'subject,postcode,visit\n1,{codes[0]},a\n2,{codes[1]},"b\n3,{codes[2]},c\n'
+    (tmp_path / "in.csv").write_text(text)
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert "quoted cell opened on line 3 of the file is never closed" in capsys.readouterr().err
+    assert names(tmp_path) == ["in.csv"]
+
+
+def test_a_header_name_past_the_csv_modules_default_limit_is_read(setup, tmp_path):
+    """Python's CSV reader stops at 131,072 characters a field by default; the header may hold
+    up to 1,000,000 characters, so one long column name is read, and released unchanged."""
+    codes = setup["codes"]
+    long_name = "x" * 200_000
+    (tmp_path / "in.csv").write_text(f"subject,postcode,{long_name}\n1,{codes[0]},a\n")
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 0
+    assert pd.read_csv(tmp_path / "out.csv", dtype=str).columns[1] == long_name

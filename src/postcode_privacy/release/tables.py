@@ -22,6 +22,7 @@ keep_default_na=False)`` gives every cell exactly as it went in, carriage return
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import gzip
 import io
@@ -108,6 +109,7 @@ class TableReader:
         self.chunk_size = int(chunk_size)
         self.num_rows: int | None = None
         self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
+        self._lines_checked = False  # the CSV's lines of spaces or tabs looked for (once)
         if self.format == "csv":
             self.columns = self._csv_header()
         else:
@@ -122,7 +124,7 @@ class TableReader:
             with _open_binary(self.path) as raw:
                 if not raw.read(1):
                     raise InputDataError("the input file is empty")
-            with _open_binary(self.path) as raw:
+            with _open_binary(self.path) as raw, _csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
                 for row in csv.reader(_header_lines(text)):
                     if row:
@@ -149,6 +151,15 @@ class TableReader:
         return max(1, min(self.chunk_size, MAX_CELLS_PER_CHUNK // max(1, len(self.columns))))
 
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
+        if not self._lines_checked:
+            # pandas skips a line of spaces or tabs like an empty one: a record would vanish.
+            line = _whitespace_only_line(self.path)
+            if line is not None:
+                raise InputDataError(
+                    f"line {line} of the file holds only spaces or tabs: it is neither a record "
+                    "nor an empty line; remove it, or write its fields"
+                )
+            self._lines_checked = True
         try:
             reader = pd.read_csv(
                 self.path,
@@ -218,6 +229,12 @@ class TableReader:
                 f"the header has {more.group(1)}"
             )
         if isinstance(exc, pd.errors.ParserError):
+            line = _unclosed_quote_line(self.path)
+            if line is not None:
+                return InputDataError(
+                    f"the input is not well-formed CSV: the quoted cell opened on line {line} "
+                    "of the file is never closed"
+                )
             return InputDataError(
                 "the input is not well-formed CSV (an unclosed quote, or a "
                 "cell larger than the reader allows)"
@@ -378,6 +395,80 @@ def read_failure(path: str, exc: BaseException) -> str:
     ):
         return "the compressed input is damaged or ends early (truncated?)"
     return f"cannot read the input file: {_os_reason(exc)}"
+
+
+@contextlib.contextmanager
+def _csv_field_limit(at_least: int) -> Iterator[None]:
+    """Python's CSV reader refuses fields over 131,072 characters by default, below the header
+    bound; raise its (process-wide) limit for the block, then put it back."""
+    previous = csv.field_size_limit()
+    csv.field_size_limit(max(previous, at_least + 1))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)
+
+
+# A line of spaces or tabs only: at the start of the file or after a line feed.
+_BLANKISH = re.compile(rb"(?:\A|\n)[ \t]+\r?(?=\n|\Z)")
+_SCAN_BLOCK = 1 << 22
+
+
+def _physical_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, the line without its ending, whether it starts outside any quoted cell)
+    for every line of the file: a quote opens or closes a cell, and a doubled quote inside a
+    cell does both, so the parity of the quotes before a line says whether it starts inside
+    one."""
+    inside = False
+    with _open_binary(path) as raw:
+        for number, line in enumerate(raw, start=1):
+            yield number, line.rstrip(b"\r\n"), not inside
+            if line.count(b'"') % 2:
+                inside = not inside
+
+
+def _whitespace_only_line(path: str) -> int | None:
+    """The first line of the file that holds only spaces or tabs outside any quoted cell
+    (pandas would skip it as blank), or None.  A fast search of the raw bytes rules most files
+    out; a match (possibly inside a quoted cell) is confirmed line by line."""
+    try:
+        with _open_binary(path) as raw:
+            carry = b""
+            found = False
+            while block := raw.read(_SCAN_BLOCK):
+                data = carry + block
+                cut = data.rfind(b"\n")
+                if cut < 0:  # one long line so far: nothing to decide yet
+                    carry = data
+                    continue
+                head = data[: cut + 1]
+                # Most files have no line starting with a space or tab: two byte searches
+                # (memchr-fast) rule the block out before the regular expression runs.
+                could = b"\n " in head or b"\n\t" in head or head[:1] in (b" ", b"\t")
+                if could and _BLANKISH.search(head):
+                    found = True
+                    break
+                carry = data[cut:]  # keep the last line break: the next line starts after it
+            if not found and not (carry and _BLANKISH.search(carry)):
+                return None
+        for number, line, outside in _physical_lines(path):
+            if outside and line and not line.strip(b" \t"):
+                return number
+    except _READ_ERRORS:
+        return None  # the reading pass reports it
+    return None
+
+
+def _unclosed_quote_line(path: str) -> int | None:
+    """The line on which a quoted cell opens and is never closed, or None."""
+    opened = None
+    try:
+        for number, line, outside in _physical_lines(path):
+            if outside:
+                opened = number if line.count(b'"') % 2 else None
+    except _READ_ERRORS:
+        return None
+    return opened
 
 
 def _first_long_record(path: str, width: int) -> tuple[int, int, int] | None:
