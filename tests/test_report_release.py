@@ -177,6 +177,9 @@ def test_manifest_refusals(geo, tmp_path, capsys):
         read_manifest(_manifest(geo, tmp_path, format="postcode-privacy-audit"))
     with pytest.raises(InvalidParameterError, match="epsilon"):
         build_report(geo, "2", release=read_manifest(_manifest(geo, tmp_path)), sample=None)
+    # The same epsilon written another way is the same epsilon (exact comparison, not text).
+    same = build_report(geo, "1.20", release=read_manifest(_manifest(geo, tmp_path)), sample=None)
+    assert same.data["epsilon"] == "1.2"
     graph_path = tmp_path / "g.ppg"
     geo.save(graph_path)
     out = tmp_path / "r.html"

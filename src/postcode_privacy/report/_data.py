@@ -26,6 +26,7 @@ from ..evaluate.run import adversary_scenarios, identify_mechanism, select_sampl
 from ..evaluate.truncation import group_codes, truncation_baseline
 from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
+from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.mechanism import Mechanism
 from ..release.manifest import prior_kind
 from ._examples import example_postcodes
@@ -205,7 +206,8 @@ def build_report(
                 "the manifest's release used another graph (its graph sha256 differs from the "
                 "loaded graph's); give the release's graph with --graph"
             )
-        if epsilon is not None and str(epsilon) != release.epsilon:
+        if epsilon is not None and parse_epsilon(epsilon) != parse_epsilon(release.epsilon):
+            # compared as exact numbers: "1.0" and "1" are one epsilon
             raise InvalidParameterError("--epsilon differs from the manifest's epsilon; omit it")
         if radius is not None and radius != release.radius:
             raise InvalidParameterError("--radius differs from the manifest's radius; omit it")
