@@ -353,6 +353,13 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main(show) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["subjects"] == [{"spend": "1", "count": 1}]
+    # The text view shows a budget as the decimal it was given, not as a fraction.
+    out2 = tmp_path / "out2.csv"
+    assert main([*base, "-o", str(out2), "--budget", "2.4", "--on-error", "null"]) == 0
+    capsys.readouterr()
+    assert main(show[:-1] if secret is None else [*show[:3], "--ledger-secret", secret]) == 0
+    text = capsys.readouterr().out
+    assert "budget 2.4" in text and "12/5" not in text
 
 
 def test_the_database_holds_no_identifier_or_postcode(tmp_path):

@@ -58,6 +58,8 @@ def show_command(location, secret, as_json) -> None:
 
 
 def echo_summary(summary: dict) -> None:
+    from fractions import Fraction
+
     from ..ledger import spend_text
 
     releases = summary["releases"]
@@ -67,7 +69,7 @@ def echo_summary(summary: dict) -> None:
             f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
             f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
             f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
-            + (f"  budget {r['budget']}" if r["budget"] else "")
+            + (f"  budget {spend_text(Fraction(r['budget']))}" if r["budget"] else "")
         )
     for label, key in (("subject", "subjects"), ("(subject, true postcode) pair", "pairs")):
         dist = summary[key]
