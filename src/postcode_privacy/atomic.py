@@ -210,20 +210,22 @@ class OutputClaim:
 
     def _check_names(self) -> None:
         limit = _name_max(self.directory) if self.directory.is_dir() else 255
+        lengths = []
         for target in self.targets:
             try:
-                encoded = target.name.encode("utf-8")
+                lengths.append(len(target.name.encode("utf-8")))
             except UnicodeEncodeError:
                 raise InvalidParameterError(
                     "the output file name is not valid UTF-8 text; choose another name"
                 ) from None
-            if len(encoded) > limit:
-                first = len(self.targets[0].name.encode("utf-8"))
-                room = limit - (len(encoded) - first)
-                raise InvalidParameterError(
-                    f"the output file name is too long: with the files written beside it it may "
-                    f"have at most {room} bytes, it has {first}"
-                )
+        if max(lengths) > limit:
+            # the room left by the longest name written beside the output, whichever overflows
+            first = lengths[0]
+            room = limit - (max(lengths) - first)
+            raise InvalidParameterError(
+                f"the output file name is too long: with the files written beside it it may "
+                f"have at most {room} bytes, it has {first}"
+            )
         if not self.directory.exists():
             raise InvalidParameterError("the output directory does not exist")
         if not self.directory.is_dir():
