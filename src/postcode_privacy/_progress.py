@@ -64,17 +64,23 @@ class Progress:
 
 
 class StepLines:
-    """A stand-in for a tqdm bar (``update``/``close``) that prints ``desc: step k of n``."""
+    """A stand-in for a tqdm bar (``update``/``set_postfix_str``/``close``) that prints
+    ``desc: step k of n, what it did (elapsed)``."""
 
     def __init__(self, desc: str, total: int):
         self.desc, self.total, self.done = desc, total, 0
         self._started = time.perf_counter()
+        self._what = ""
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self._what = text
 
     def update(self, n: int = 1) -> None:
         self.done += n
         elapsed = time.perf_counter() - self._started
+        what = f", {self._what}" if self._what else ""
         print(
-            f"{self.desc}: step {self.done} of {self.total} ({elapsed:.1f} s)",
+            f"{self.desc}: step {self.done} of {self.total}{what} ({elapsed:.1f} s)",
             file=sys.stderr,
             flush=True,
         )

@@ -78,24 +78,24 @@ def build_graph(
 
     try:
         labels, east, north, prior_arr = _sorted_inputs(postcodes, easting, northing, prior)
-        bar.update(1)
+        _done(bar, "postcodes sorted")
 
         node_location, loc_xy = _group_locations(east, north)
         n_loc = loc_xy.shape[0]
-        bar.update(1)
+        _done(bar, "postcodes grouped by location")
 
         lo, hi = _delaunay_edges(loc_xy)
         delaunay_edges = int(lo.size)
-        bar.update(1)
+        _done(bar, "Delaunay triangulation")
 
         squared, scale = _squared_lengths(loc_xy, lo, hi)
         lo, hi, lengths, stats = _cut_and_restore(
             n_loc, lo, hi, squared, scale, _squared_limit(params["max_edge_km"], scale), max_edge_m
         )
-        bar.update(1)
+        _done(bar, "long edges cut")
 
         indptr, indices = _symmetric_csr(n_loc, lo, hi)
-        bar.update(1)
+        _done(bar, "adjacency built")
 
         build = {
             "nodes": len(labels),
@@ -122,7 +122,7 @@ def build_graph(
             provenance=prov,
         )
         graph.provenance["build"]["seconds"] = round(time.perf_counter() - started, 3)
-        bar.update(1)
+        _done(bar, "graph assembled")
     finally:
         bar.close()
     return graph
@@ -409,6 +409,9 @@ class _NoBar:
     def update(self, _n: int = 1) -> None:
         pass
 
+    def set_postfix_str(self, _text: str, refresh: bool = True) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -419,3 +422,9 @@ def _progress_bar(progress: bool):
     from .._progress import step_bar  # plain lines when stderr is not a terminal
 
     return step_bar("Building postcode graph", 6)
+
+
+def _done(bar, what: str) -> None:
+    """One build step done, named (on a terminal's bar and in the step lines of a log)."""
+    bar.set_postfix_str(what, refresh=False)
+    bar.update(1)
