@@ -109,8 +109,8 @@ def graph_loader(graph_path: str | None, progress: bool):
     "output_path",
     required=True,
     metavar="OUTPUT",
-    help="Release file to write (.csv, .csv.gz, .parquet or .pq).  A publishable "
-    "manifest is written beside it as OUTPUT.manifest.json, and a private audit "
+    help="Release file to write (.csv, optionally .gz, .bz2 or .xz; .parquet or .pq).  A "
+    "publishable manifest is written beside it as OUTPUT.manifest.json, and a private audit "
     "file (owner-only; never publish it) as OUTPUT.audit.json.",
 )
 @click.option(
