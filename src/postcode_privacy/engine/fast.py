@@ -228,10 +228,13 @@ def _z_low(
     if values.size == 0:
         return z + powers[radius] * (total_prior - explored)
     lows = np.minimum(np.maximum.accumulate(np.maximum(values, explored)), total_prior)
-    steps = np.diff(lows, prepend=np.int64(explored))
-    for k in np.flatnonzero(steps).tolist():
-        z += powers[h + 1 + k] * int(steps[k])
-    return z + powers[radius] * (total_prior - int(lows[-1]))
+    known = explored
+    grows = np.flatnonzero(lows[1:] != lows[:-1]) + 1  # (np.diff's prepend copies: slower)
+    for k in ([0] if lows[0] != explored else []) + grows.tolist():
+        value = int(lows[k])
+        z += powers[h + 1 + k] * (value - known)
+        known = value
+    return z + powers[radius] * (total_prior - known)
 
 
 def _decide(
