@@ -418,3 +418,13 @@ def test_a_batch_along_the_map_groups_neighbours_and_keeps_every_output(monkeypa
         key, [ids[i] for i in sample], [graph.label(int(nodes[i])) for i in sample]
     )
     assert [graph.label(int(in_node_order[i])) for i in sample] == expected
+
+
+def test_bit_index_finds_every_one_of_the_64_bits():
+    """The de Bruijn lookup against the plain answer, for every bit an int64 can hold (bit 63
+    is a negative number), compiled as the gathers call it."""
+    from postcode_privacy.engine.shared_shells import _bit_index
+
+    for b in range(64):
+        low = np.int64(np.uint64(1) << np.uint64(b))
+        assert _bit_index(low) == b

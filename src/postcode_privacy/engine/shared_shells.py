@@ -31,15 +31,20 @@ __all__ = ["SharedShells", "WORD"]
 WORD = 64  # sources per sweep: one bit each in an int64
 
 
+# The index of a word's one set bit by a de Bruijn sequence: multiplying a power of two by it
+# leaves a distinct 6-bit pattern in the top bits for each of the 64 powers, looked up in a
+# table.  Two operations instead of six shifts and branches; the shared sweeps' gathers call it
+# once per source a location reaches at a level (about a tenth of their time).
+_DE_BRUIJN = 0x03F79D71B4CB0A89
+_DE_BRUIJN_BITS = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _DE_BRUIJN_BITS[((_DE_BRUIJN << _bit) & 0xFFFFFFFFFFFFFFFF) >> 58] = _bit
+
+
 @njit(cache=True)
 def _bit_index(low):  # pragma: no cover - compiled
-    """The index of the one set bit of ``low`` (bit 63 included: only low bits are tested)."""
-    b = 0
-    for width in (32, 16, 8, 4, 2, 1):
-        if low & ((np.int64(1) << width) - 1) == 0:
-            b += width
-            low >>= width
-    return b
+    """The index of the one set bit of ``low`` (bit 63, a negative int64, included)."""
+    return _DE_BRUIJN_BITS[(np.uint64(low) * np.uint64(_DE_BRUIJN)) >> np.uint64(58)]
 
 
 @njit(cache=True)
