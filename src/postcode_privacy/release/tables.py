@@ -314,11 +314,18 @@ def _text_in_csv(arrow_type) -> bool:
     """Whether a CSV cell can hold this Arrow type's values so that they read back unchanged:
     scalars do (pandas writes them as text, floats to the last digit); nested values (lists,
     structs, maps, unions) would be printed by numpy or Python, which shortens long lists
-    with "..." and rounds numbers inside them, and binary values as Python's b'...' text."""
+    with "..." and rounds numbers inside them, binary values as Python's b'...' text, and a
+    time of day in nanoseconds as a Python time, which drops them.  A dictionary is judged
+    by its values and an extension type (a UUID, a tensor) by what it stores."""
+    import pyarrow as pa
     import pyarrow.types as types
 
     if types.is_dictionary(arrow_type):
         return _text_in_csv(arrow_type.value_type)
+    if isinstance(arrow_type, pa.BaseExtensionType):
+        return _text_in_csv(arrow_type.storage_type)
+    if types.is_time64(arrow_type) and arrow_type.unit == "ns":
+        return False
     nested = types.is_nested(arrow_type) or types.is_union(arrow_type)
     binary = (
         types.is_binary(arrow_type)
