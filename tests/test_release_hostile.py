@@ -799,7 +799,10 @@ def test_an_unclosed_quote_names_the_line_it_opens_on(setup, tmp_path, capsys):
     text = f'subject,postcode,visit\n1,{codes[0]},a\n2,{codes[1]},"b\n3,{codes[2]},c\n'
     (tmp_path / "in.csv").write_text(text)
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
-    assert "quoted cell opened on line 3 of the file is never closed" in capsys.readouterr().err
+    assert (
+        "record starting on line 3 of the file has a quoted cell that is never closed"
+        in capsys.readouterr().err
+    )
     assert names(tmp_path) == ["in.csv"]
 
 
@@ -811,3 +814,41 @@ def test_a_header_name_past_the_csv_modules_default_limit_is_read(setup, tmp_pat
     (tmp_path / "in.csv").write_text(f"subject,postcode,{long_name}\n1,{codes[0]},a\n")
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 0
     assert pd.read_csv(tmp_path / "out.csv", dtype=str).columns[1] == long_name
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("subject,postcode,visit\r1,{0},a\r   \r2,{1},b\r", 3),  # CR-only line endings
+        ('subject,postcode,visit\n1,{0},12" ruler\n   \n2,{1},b\n', 3),  # a literal quote
+        ("\ufeff \t \nsubject,postcode,visit\n1,{0},a\n", 1),  # before the header, after a BOM
+        ('subject,postcode,visit\n1,{0},12" ruler\n2,{1},"multi\n   \nline"\n', None),
+        ("subject,postcode,visit\n  1,{0},a\n\t2,{1},b\n", None),  # records that start blank
+    ],
+    ids=["cr-only", "literal-quote", "before-header", "quoted-after-literal", "leading-blanks"],
+)
+def test_blank_lines_are_found_as_pandas_splits_lines_and_quotes(
+    setup, tmp_path, capsys, text, line
+):
+    """The search follows Python's CSV reader, which splits lines and quotes as pandas does: a
+    quote inside an unquoted field is text, and LF, CR and CRLF all end a line."""
+    codes = setup["codes"]
+    (tmp_path / "in.csv").write_text(text.format(codes[0], codes[1]), newline="")
+    code = perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv")
+    err = capsys.readouterr().err
+    if line is None:
+        assert code == 0, err
+    else:
+        assert code == 3 and f"line {line} of the file holds only spaces or tabs" in err
+        assert names(tmp_path) == ["in.csv"]
+
+
+def test_an_unclosed_quote_after_a_literal_one_names_its_line(setup, tmp_path, capsys):
+    codes = setup["codes"]
+    text = f'subject,postcode,visit\n1,{codes[0]},12" ruler\n2,{codes[1]},"b\n3,{codes[2]},c\n'
+    (tmp_path / "in.csv").write_text(text)
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert (
+        "record starting on line 3 of the file has a quoted cell that is never closed"
+        in capsys.readouterr().err
+    )

@@ -29,6 +29,7 @@ import io
 import lzma
 import os
 import re
+import sys
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -126,7 +127,10 @@ class TableReader:
                     raise InputDataError("the input file is empty")
             with _open_binary(self.path) as raw, _csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-                for row in csv.reader(_header_lines(text)):
+                reader = csv.reader(_header_lines(text))
+                for row in reader:
+                    if len(row) == 1 and row[0] and not row[0].strip(" \t"):
+                        raise InputDataError(_blank_line_message(reader.line_num))
                     if row:
                         return _bounded_columns(row)
         except UnicodeDecodeError:
@@ -155,10 +159,7 @@ class TableReader:
             # pandas skips a line of spaces or tabs like an empty one: a record would vanish.
             line = _whitespace_only_line(self.path)
             if line is not None:
-                raise InputDataError(
-                    f"line {line} of the file holds only spaces or tabs: it is neither a record "
-                    "nor an empty line; remove it, or write its fields"
-                )
+                raise InputDataError(_blank_line_message(line))
             self._lines_checked = True
         try:
             reader = pd.read_csv(
@@ -232,8 +233,8 @@ class TableReader:
             line = _unclosed_quote_line(self.path)
             if line is not None:
                 return InputDataError(
-                    f"the input is not well-formed CSV: the quoted cell opened on line {line} "
-                    "of the file is never closed"
+                    f"the input is not well-formed CSV: the record starting on line {line} "
+                    "of the file has a quoted cell that is never closed"
                 )
             return InputDataError(
                 "the input is not well-formed CSV (an unclosed quote, or a "
@@ -416,66 +417,88 @@ def _csv_field_limit(at_least: int) -> Iterator[None]:
         csv.field_size_limit(previous)
 
 
-# A line of spaces or tabs only: at the start of the file or after a line feed.
-_BLANKISH = re.compile(rb"(?:\A|\n)[ \t]+\r?(?=\n|\Z)")
+# A line may hold only spaces or tabs only if some line starts with one: after a line break
+# (LF, CR or CRLF) or at the start of the file.  Four byte searches rule most files out.
+_LINE_STARTS_BLANK = (b"\n ", b"\n\t", b"\r ", b"\r\t")
 _SCAN_BLOCK = 1 << 22
 
 
-def _physical_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, the line without its ending, whether it starts outside any quoted cell)
-    for every line of the file: a quote opens or closes a cell, and a doubled quote inside a
-    cell does both, so the parity of the quotes before a line says whether it starts inside
-    one."""
-    inside = False
+def _blank_line_message(line: int) -> str:
+    return (
+        f"line {line} of the file holds only spaces or tabs: it is neither a record nor an "
+        "empty line; remove it, or write its fields"
+    )
+
+
+def _could_hold_blank_line(path: str) -> bool:
+    """Whether some line of the file starts with a space or a tab (raw bytes, fast)."""
     with _open_binary(path) as raw:
-        for number, line in enumerate(raw, start=1):
-            yield number, line.rstrip(b"\r\n"), not inside
-            if line.count(b'"') % 2:
-                inside = not inside
+        tail = b""
+        first = True
+        while block := raw.read(_SCAN_BLOCK):
+            data = tail + block
+            if first and data.removeprefix(b"\xef\xbb\xbf")[:1] in (b" ", b"\t"):
+                return True
+            first = False
+            if any(mark in data for mark in _LINE_STARTS_BLANK):
+                return True
+            tail = data[-1:]  # a line break at the end of one block, its space in the next
+    return False
+
+
+def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str | None]]:
+    """(line of the file the record starts on, its fields, its raw text if it is one line)
+    for every record by Python's CSV reader, which splits lines and quotes as pandas does
+    (a quote inside an unquoted field is text; LF, CR and CRLF all end a line)."""
+    with _open_binary(path) as raw, _csv_field_limit(sys.maxsize // 2):
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        last: list[str] = []
+
+        def lines() -> Iterator[str]:
+            for line in text:
+                last.append(line)
+                yield line
+
+        reader = csv.reader(lines())
+        while True:
+            start = reader.line_num + 1
+            last.clear()
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            yield start, row, last[0] if len(last) == 1 else None
 
 
 def _whitespace_only_line(path: str) -> int | None:
-    """The first line of the file that holds only spaces or tabs outside any quoted cell
-    (pandas would skip it as blank), or None.  A fast search of the raw bytes rules most files
-    out; a match (possibly inside a quoted cell) is confirmed line by line."""
+    """The first line of the file that holds nothing but spaces or tabs outside any quoted
+    cell (pandas skips it like an empty line, so a record would vanish), or None.  Exact, by
+    Python's CSV reader, once a fast search of the raw bytes finds a line that could be one."""
     try:
-        with _open_binary(path) as raw:
-            carry = b""
-            found = False
-            while block := raw.read(_SCAN_BLOCK):
-                data = carry + block
-                cut = data.rfind(b"\n")
-                if cut < 0:  # one long line so far: nothing to decide yet
-                    carry = data
-                    continue
-                head = data[: cut + 1]
-                # Most files have no line starting with a space or tab: two byte searches
-                # (memchr-fast) rule the block out before the regular expression runs.
-                could = b"\n " in head or b"\n\t" in head or head[:1] in (b" ", b"\t")
-                if could and _BLANKISH.search(head):
-                    found = True
-                    break
-                carry = data[cut:]  # keep the last line break: the next line starts after it
-            if not found and not (carry and _BLANKISH.search(carry)):
-                return None
-        for number, line, outside in _physical_lines(path):
-            if outside and line and not line.strip(b" \t"):
-                return number
-    except _READ_ERRORS:
-        return None  # the reading pass reports it
+        if not _could_hold_blank_line(path):
+            return None
+        for line, row, raw in _records_with_lines(path):
+            if raw is not None and len(row) == 1 and row[0] and not row[0].strip(" \t"):
+                if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
+                    return line
+    except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
+        return None  # the reading pass reports what is wrong with the file
     return None
 
 
 def _unclosed_quote_line(path: str) -> int | None:
-    """The line on which a quoted cell opens and is never closed, or None."""
-    opened = None
+    """The line on which the record holding a never-closed quoted cell starts, or None: Python's
+    CSV reader, like pandas, runs such a cell to the end of the file, so it is the last record,
+    and it holds a quote."""
+    last = None
     try:
-        for number, line, outside in _physical_lines(path):
-            if outside:
-                opened = number if line.count(b'"') % 2 else None
-    except _READ_ERRORS:
+        for line, row, _ in _records_with_lines(path):
+            last = (line, row)
+    except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
         return None
-    return opened
+    if last is None or not any('"' in cell or "\n" in cell or "\r" in cell for cell in last[1]):
+        return None
+    return last[0]
 
 
 def _first_long_record(path: str, width: int) -> tuple[int, int, int] | None:
