@@ -785,6 +785,8 @@ def test_keep_source_postcode_is_not_called_a_release_nor_recorded(setup, tmp_pa
     assert main(args) == 0
     printed = "".join(capsys.readouterr())
     assert "NOT a release" in printed and "(publishable)" not in printed
+    if os.name == "posix":  # it holds the true postcodes: as private as the audit file
+        assert (tmp_path / "out.csv").stat().st_mode & 0o777 == 0o600
     where = str(tmp_path / "ledger.db")
     Ledger.init(where, None).close()
     for extra in ([], ["--dry-run"]):

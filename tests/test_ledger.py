@@ -169,6 +169,14 @@ def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypa
     assert any(name.endswith("-wal") for name in modes), modes  # the WAL was looked at too
 
 
+def test_a_ledger_in_a_missing_directory_is_a_clean_error(tmp_path, capsys):
+    where = tmp_path / "no" / "such" / "ledger.db"
+    assert main(["ledger", "init", str(where)]) != 0
+    err = capsys.readouterr().err
+    assert "cannot create the ledger" in err and "Traceback" not in err
+    assert not where.parent.exists()
+
+
 def test_init_open_and_secret(location, tmp_path):
     where, secret = location
     Ledger.init(where, secret).close()

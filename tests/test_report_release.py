@@ -171,6 +171,10 @@ def test_manifest_refusals(geo, tmp_path, capsys):
             release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
             sample=None,
         )
+    for bad, match in (({"epsilon": "abc"}, "manifest's epsilon"), ({"radius": 0}, "radius")):
+        with pytest.raises(InvalidParameterError, match=match) as caught:
+            read_manifest(_manifest(geo, tmp_path, **bad))
+        assert "--" not in str(caught.value)  # the manifest is to blame, not an option
     with pytest.raises(InvalidParameterError, match="unknown manifest format version"):
         read_manifest(_manifest(geo, tmp_path, format_version=3))
     with pytest.raises(InvalidParameterError, match="not a release manifest"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 from .errors import KeyFileError
@@ -59,17 +60,43 @@ def _refuse_open_mode(mode: int) -> None:
 
 
 _MAX_KEY_FILE_BYTES = 4096  # a key file is a few lines of text
+_PIPE_WAIT_S = 10.0  # how long a key pipe may stay silent before it is given up
+
+
+def _read_pipe(fd: int) -> bytes:
+    """All a pipe holds, read without blocking for ever: a FIFO nobody writes to ends at
+    once (no writer: end of file), one whose writer says nothing for ``_PIPE_WAIT_S`` seconds
+    is given up, and more than a key file holds is not read."""
+    import select
+
+    data = b""
+    deadline = time.monotonic() + _PIPE_WAIT_S
+    while len(data) <= _MAX_KEY_FILE_BYTES:
+        try:
+            chunk = os.read(fd, _MAX_KEY_FILE_BYTES + 1)  # b"": no writer, or the end
+        except BlockingIOError:  # a writer, nothing written yet: wait, but not for ever
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise KeyFileError(
+                    f"nothing came through the key pipe for {_PIPE_WAIT_S:g} s"
+                ) from None
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def read_key_file(path: str | os.PathLike) -> Key:
     """Read a key file, refusing one that is not a regular file or not owner-only (see
     :func:`check_owner_only`).
 
-    The file is opened without blocking and checked through that one handle: a FIFO, a
-    device or a directory is refused as not a key file (reading a FIFO would wait forever,
-    and ``/dev/null`` or a directory would be judged by a mode that means nothing for them),
-    and the mode checked is that of the file read, not of whatever the name pointed to a
-    moment before."""
+    The file is opened without blocking and checked through that one handle, so the mode
+    checked is that of the file read, not of whatever the name pointed to a moment before.  A
+    pipe is read too (``--key <(secret-tool lookup ...)``), but never waited on for ever: a
+    FIFO nobody writes to is an empty key file at once (``_read_pipe``).  A device or a
+    directory is refused as not a key file (``/dev/null`` or a directory would be judged by a
+    mode that means nothing for them)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
@@ -79,15 +106,16 @@ def read_key_file(path: str | os.PathLike) -> Key:
     except OSError as exc:
         raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+    pipe = stat.S_ISFIFO(info.st_mode)  # `--key <(secret-tool lookup ...)`, or a named FIFO
+    if not (stat.S_ISREG(info.st_mode) or pipe):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
-        raise KeyFileError(f"the key file is not a regular file ({kind})")
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device or socket"
+        raise KeyFileError(f"the key file is not a regular file or a pipe ({kind})")
     with os.fdopen(fd, "rb") as handle:
         if os.name == "posix":
             _refuse_open_mode(stat.S_IMODE(info.st_mode))
         try:
-            data = handle.read(_MAX_KEY_FILE_BYTES + 1)
+            data = _read_pipe(fd) if pipe else handle.read(_MAX_KEY_FILE_BYTES + 1)
         except OSError as exc:
             raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
     if len(data) > _MAX_KEY_FILE_BYTES:

@@ -125,6 +125,10 @@ class SqliteStore(Store):
                 raise LedgerError(
                     "a ledger (or another file) already exists at that path"
                 ) from None
+            except OSError as exc:
+                raise LedgerError(
+                    f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
+                ) from None
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE for writers).
         self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")

@@ -325,7 +325,8 @@ def _release(
 
     writer = None
     try:
-        out_tmp = claim.temp(output_path)
+        # A file that keeps the true postcodes is as private as the input: owner-only from birth.
+        out_tmp = claim.temp(output_path, private=options.keep_source_postcode)
         plan = ReleasePlan(
             key=key, options=options, graph=graph, terminated_locations=terminated_locations
         )

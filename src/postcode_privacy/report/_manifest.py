@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import InvalidParameterError
+from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.powers import MAX_RADIUS
 
 FORMAT = "postcode-privacy-manifest"
 KNOWN_VERSIONS = (1, 2)
@@ -73,9 +75,17 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
             "unknown manifest format version (this postcode-privacy reads versions "
             f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy"
         )
+    epsilon, radius = _field(data, "epsilon", kind=str), _field(data, "radius", kind=int)
+    # Checked here, so that a bad value is blamed on the manifest, not on --epsilon or --radius.
+    try:
+        parse_epsilon(epsilon)
+    except InvalidParameterError:
+        raise InvalidParameterError("the manifest's epsilon is not a valid epsilon") from None
+    if not 1 <= radius <= MAX_RADIUS:
+        raise InvalidParameterError(f"the manifest's radius is not from 1 to {MAX_RADIUS}")
     return ReleaseFacts(
-        epsilon=_field(data, "epsilon", kind=str),
-        radius=_field(data, "radius", kind=int),
+        epsilon=epsilon,
+        radius=radius,
         graph_sha256=_field(data, "graph", "sha256", kind=str),
         key_fingerprint=_field(data, "key_fingerprint", kind=str),
         output_name=os.path.basename(_field(data, "output", "path", kind=str)),
