@@ -230,10 +230,10 @@ class TableReader:
                 f"the header has {more.group(1)}"
             )
         if isinstance(exc, pd.errors.ParserError):
-            line = _unclosed_quote_line(self.path)
-            if line is not None:
+            opened = _unclosed_quote_line(self.path)
+            if opened is not None:
                 return InputDataError(
-                    f"the input is not well-formed CSV: the record starting on line {line} "
+                    f"the input is not well-formed CSV: the record starting on line {opened} "
                     "of the file has a quoted cell that is never closed"
                 )
             return InputDataError(
