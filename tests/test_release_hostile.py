@@ -794,9 +794,12 @@ def test_a_line_of_spaces_or_tabs_is_refused_naming_its_line(
     assert back["visit"].tolist() == [f"a\n{blank}\nb", "c"]
 
 
-def test_an_unclosed_quote_names_the_line_it_opens_on(setup, tmp_path, capsys):
+@pytest.mark.parametrize("second", ["a", '12" ruler'], ids=["plain", "after-a-literal-quote"])
+def test_an_unclosed_quote_names_the_line_its_record_starts_on(setup, tmp_path, capsys, second):
+    """A quote inside an unquoted field is text, as pandas reads it, so it does not throw the
+    line count off."""
     codes = setup["codes"]
-    text = f'subject,postcode,visit\n1,{codes[0]},a\n2,{codes[1]},"b\n3,{codes[2]},c\n'
+    text = f'subject,postcode,visit\n1,{codes[0]},{second}\n2,{codes[1]},"b\n3,{codes[2]},c\n'
     (tmp_path / "in.csv").write_text(text)
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
     assert (
@@ -841,14 +844,3 @@ def test_blank_lines_are_found_as_pandas_splits_lines_and_quotes(
     else:
         assert code == 3 and f"line {line} of the file holds only spaces or tabs" in err
         assert names(tmp_path) == ["in.csv"]
-
-
-def test_an_unclosed_quote_after_a_literal_one_names_its_line(setup, tmp_path, capsys):
-    codes = setup["codes"]
-    text = f'subject,postcode,visit\n1,{codes[0]},12" ruler\n2,{codes[1]},"b\n3,{codes[2]},c\n'
-    (tmp_path / "in.csv").write_text(text)
-    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
-    assert (
-        "record starting on line 3 of the file has a quoted cell that is never closed"
-        in capsys.readouterr().err
-    )
