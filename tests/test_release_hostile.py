@@ -10,6 +10,7 @@ All on a small graph: no national graph.
 from __future__ import annotations
 
 import bz2
+import csv
 import gzip
 import hashlib
 import json
@@ -844,3 +845,42 @@ def test_blank_lines_are_found_as_pandas_splits_lines_and_quotes(
     else:
         assert code == 3 and f"line {line} of the file holds only spaces or tabs" in err
         assert names(tmp_path) == ["in.csv"]
+
+
+@pytest.mark.parametrize("offset", [262_140, 262_142, 262_143, 262_146])
+def test_leading_spaces_at_the_readers_buffer_edge_are_kept(setup, tmp_path, offset):
+    """pandas' reader, while it looks for blank lines, loses the spaces a record starts with
+    when they straddle the end of its 256 KiB buffer; where a line starts with a space or tab
+    the file is read without that search, and every cell comes out as it went in."""
+    codes = setup["codes"]
+    header = "subject,postcode,visit\n"
+    first = f"1,{codes[0]},"
+    filler = "z" * (offset - len(header) - len(first) - 1)
+    text = header + first + filler + "\n" + f"    x,{codes[1]},b\n" + f"3,{codes[2]},c\n"
+    assert text.index("    x") == offset
+    (tmp_path / "in.csv").write_text(text)
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 0
+    limit = csv.field_size_limit(10**7)  # the filler cell is longer than its default
+    try:
+        with open(tmp_path / "out.csv", newline="") as handle:
+            back = list(csv.reader(handle))
+    finally:
+        csv.field_size_limit(limit)
+    assert [row[0] for row in back] == ["subject", "1", "    x", "3"]
+    assert back[1][1] == filler
+
+
+def test_an_empty_line_where_records_start_with_blanks_is_refused(setup, tmp_path, capsys):
+    """Such a file can only be read without skipping empty lines, which would turn the empty
+    line into a record: it is refused, naming the line, and nothing is written."""
+    codes = setup["codes"]
+    text = f"subject,postcode,visit\n  1,{codes[0]},a\n\n2,{codes[1]},b\n"
+    (tmp_path / "in.csv").write_text(text)
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert (
+        "line 3 of the file is empty, and some records start with spaces" in capsys.readouterr().err
+    )
+    assert names(tmp_path) == ["in.csv"]
+    plain = f"subject,postcode,visit\n1,{codes[0]},a\n\n2,{codes[1]},b\n"  # no blanks: skipped
+    (tmp_path / "plain.csv").write_text(plain)
+    assert perturb(setup, tmp_path / "plain.csv", tmp_path / "p_out.csv") == 0

@@ -111,6 +111,7 @@ class TableReader:
         self.num_rows: int | None = None
         self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
         self._lines_checked = False  # the CSV's lines of spaces or tabs looked for (once)
+        self._skip_blank_lines = True  # pandas may skip empty lines (``_check_lines``)
         if self.format == "csv":
             self.columns = self._csv_header()
         else:
@@ -156,10 +157,7 @@ class TableReader:
 
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
         if not self._lines_checked:
-            # pandas skips a line of spaces or tabs like an empty one: a record would vanish.
-            line = _whitespace_only_line(self.path)
-            if line is not None:
-                raise InputDataError(_blank_line_message(line))
+            self._skip_blank_lines = self._check_lines()
             self._lines_checked = True
         try:
             reader = pd.read_csv(
@@ -174,7 +172,7 @@ class TableReader:
                 chunksize=self.rows_per_chunk,
                 encoding="utf-8",
                 compression="infer",
-                skip_blank_lines=True,
+                skip_blank_lines=self._skip_blank_lines,
                 engine="c",
             )
         except (
@@ -203,6 +201,34 @@ class TableReader:
                 ) as exc:
                     raise self._csv_error(exc) from None
                 yield chunk
+
+    def _check_lines(self) -> bool:
+        """Refuse the lines pandas would misread, before any record is read; return whether
+        its reader may skip empty lines (``skip_blank_lines``).
+
+        pandas skips a line of nothing but spaces or tabs like an empty one, so a record
+        would vanish: such a line is refused, naming it.  And while it looks for such lines,
+        its reader loses the spaces or tabs a record starts with when they straddle the end
+        of its 256 KiB read buffer.  So where some line starts with one, it reads the file
+        without skipping empty lines, which it then reads as records: such a file must have
+        none (outside quoted cells), or it is refused naming the first."""
+        try:
+            if not _could_hold_blank_line(self.path):
+                return True
+            blank, empty, starts_blank = _blank_and_empty_lines(self.path)
+        except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
+            return True  # the reading pass reports what is wrong with the file
+        if blank is not None:
+            raise InputDataError(_blank_line_message(blank))
+        if not starts_blank:  # only lines inside quoted cells start with blanks
+            return True
+        if empty is not None:
+            raise InputDataError(
+                f"line {empty} of the file is empty, and some records start with spaces or "
+                "tabs, which the reader can keep only where it skips no line: remove the "
+                "empty lines"
+            )
+        return False
 
     def _csv_error(self, exc: BaseException) -> InputDataError:
         if isinstance(exc, UnicodeDecodeError):
@@ -446,10 +472,11 @@ def _could_hold_blank_line(path: str) -> bool:
     return False
 
 
-def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str | None]]:
-    """(line of the file the record starts on, its fields, its raw text if it is one line)
-    for every record by Python's CSV reader, which splits lines and quotes as pandas does
-    (a quote inside an unquoted field is text; LF, CR and CRLF all end a line)."""
+def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]:
+    """(line of the file the record starts on, its fields, the raw text of that line, whether
+    the record is that one line) for every record by Python's CSV reader, which splits lines
+    and quotes as pandas does (a quote inside an unquoted field is text; LF, CR and CRLF all
+    end a line)."""
     with _open_binary(path) as raw, _csv_field_limit(sys.maxsize // 2):
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         last: list[str] = []
@@ -467,23 +494,23 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str | None]
                 row = next(reader)
             except StopIteration:
                 return
-            yield start, row, last[0] if len(last) == 1 else None
+            yield start, row, last[0] if last else "", len(last) == 1
 
 
-def _whitespace_only_line(path: str) -> int | None:
-    """The first line of the file that holds nothing but spaces or tabs outside any quoted
-    cell (pandas skips it like an empty line, so a record would vanish), or None.  Exact, by
-    Python's CSV reader, once a fast search of the raw bytes finds a line that could be one."""
-    try:
-        if not _could_hold_blank_line(path):
-            return None
-        for line, row, raw in _records_with_lines(path):
-            if raw is not None and len(row) == 1 and row[0] and not row[0].strip(" \t"):
-                if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
-                    return line
-    except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
-        return None  # the reading pass reports what is wrong with the file
-    return None
+def _blank_and_empty_lines(path: str) -> tuple[int | None, int | None, bool]:
+    """By Python's CSV reader, outside quoted cells: the first line of the file holding
+    nothing but spaces or tabs, the first empty line (None where there is none), and whether
+    some record starts with a space or a tab."""
+    empty, starts_blank = None, False
+    for line, row, raw, one_line in _records_with_lines(path):
+        if not row:
+            empty = line if empty is None else empty
+            continue
+        if one_line and len(row) == 1 and row[0] and not row[0].strip(" \t"):
+            if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
+                return line, empty, True
+        starts_blank = starts_blank or raw[:1] in (" ", "\t")
+    return None, empty, starts_blank
 
 
 def _unclosed_quote_line(path: str) -> int | None:
@@ -492,7 +519,7 @@ def _unclosed_quote_line(path: str) -> int | None:
     and it holds a quote."""
     last = None
     try:
-        for line, row, _ in _records_with_lines(path):
+        for line, row, _, _ in _records_with_lines(path):
             last = (line, row)
     except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
         return None
