@@ -169,12 +169,23 @@ def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypa
     assert any(name.endswith("-wal") for name in modes), modes  # the WAL was looked at too
 
 
-def test_a_ledger_in_a_missing_directory_is_a_clean_error(tmp_path, capsys):
-    where = tmp_path / "no" / "such" / "ledger.db"
-    assert main(["ledger", "init", str(where)]) != 0
+@pytest.mark.parametrize(
+    ("name", "secret", "message"),
+    [
+        ("no/such/ledger.db", None, "cannot create the ledger"),
+        ("b" * 250 + ".db", None, "cannot create the ledger"),  # no room for SQLite's files
+        ("short.db", "c" * 256 + ".key", "cannot create key file"),
+    ],
+    ids=["missing-directory", "long-name", "long-secret-name"],
+)
+def test_a_ledger_that_cannot_be_created_is_a_clean_error(tmp_path, capsys, name, secret, message):
+    """Nothing is left behind, and the message is the CLI's, not a traceback."""
+    args = ["ledger", "init", str(tmp_path / name)]
+    args += ["--ledger-secret", str(tmp_path / secret)] if secret else []
+    assert main(args) != 0
     err = capsys.readouterr().err
-    assert "cannot create the ledger" in err and "Traceback" not in err
-    assert not where.parent.exists()
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_init_open_and_secret(location, tmp_path):

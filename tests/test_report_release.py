@@ -234,3 +234,18 @@ def test_probabilities_print_readably_and_stay_exact(geo):
     assert f"{top.postcode}" in text.splitlines()[2]
     assert str(float(top.probability))[:6] in text.replace("E", "e")
     assert str(probs) == text
+
+
+def test_a_constant_prior_is_uniform_whatever_its_value():
+    """The mechanism sees only ratios of the prior, so every postcode at 5 is the uniform
+    prior: the report must say what it says of a uniform prior (a reviewer found it calling
+    such a graph's prior custom, and a true sentence false)."""
+    from postcode_privacy.graph.build import build_graph
+    from postcode_privacy.release.manifest import prior_kind
+
+    codes = [f"LS1 {i}A{chr(65 + j)}" for i in range(1, 4) for j in range(3)]
+    east = [430000.0 + 100 * (k % 3) for k in range(9)]
+    north = [433000.0 + 100 * (k // 3) for k in range(9)]
+    assert prior_kind(build_graph(codes, east, north)) == "uniform"
+    assert prior_kind(build_graph(codes, east, north, prior=[5] * 9)) == "uniform"
+    assert prior_kind(build_graph(codes, east, north, prior=[5] * 8 + [7])) == "custom"

@@ -77,8 +77,10 @@ def _read_pipe(fd: int) -> bytes:
         except BlockingIOError:  # a writer, nothing written yet: wait, but not for ever
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                what = "was not closed" if data else "sent nothing"
                 raise KeyFileError(
-                    f"nothing came through the key pipe for {_PIPE_WAIT_S:g} s"
+                    f"the key pipe {what} within {_PIPE_WAIT_S:g} s; a key must arrive whole "
+                    "and the pipe be closed"
                 ) from None
             continue
         if not chunk:

@@ -74,7 +74,9 @@ class Ledger:
         from ..keyfile import write_key_file
 
         path = secret_path_for(location, secret_path)
-        if path.exists():
+        # os.path: pathlib's exists() raises for a name too long, where creating the file
+        # below gives the clean error
+        if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
         store = open_store(location, create=True)

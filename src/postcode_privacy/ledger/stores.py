@@ -131,12 +131,22 @@ class SqliteStore(Store):
                 ) from None
         # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE for writers).
         self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("PRAGMA temp_store=MEMORY")
-        # Digests are random keys, so inserts touch pages all over the indexes: a page cache of
-        # up to 256 MiB (used only as needed) halves the time to record a large release.
-        self.conn.execute("PRAGMA cache_size=-262144")
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA temp_store=MEMORY")
+            # Digests are random keys, so inserts touch pages all over the indexes: a page
+            # cache of up to 256 MiB (used only as needed) halves the time to record a large
+            # release.
+            self.conn.execute("PRAGMA cache_size=-262144")
+        except sqlite3.Error as exc:  # e.g. a name leaving no room for SQLite's own files
+            self.conn.close()
+            if create:
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path + suffix)
+            doing = "create" if create else "open"
+            raise LedgerError(f"cannot {doing} the ledger: {exc}") from None
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)

@@ -229,7 +229,9 @@ def prior_kind(graph: Graph) -> str:
     kind = graph.params.get("prior")
     if isinstance(kind, str) and kind:
         return kind
-    return "uniform" if bool(np.all(graph.prior == 1)) else "custom"
+    # every value the same is uniform whatever the value: the mechanism sees only ratios
+    prior = graph.prior
+    return "uniform" if prior.size == 0 or bool(np.all(prior == prior[0])) else "custom"
 
 
 def provenance_summary(provenance: dict) -> dict:
