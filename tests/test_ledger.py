@@ -663,3 +663,55 @@ def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_
         recorder.commit()
     recorder.finish()  # nothing pending, so nothing to settle
     assert ledger.summary()["releases"] == []
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_unchanged(tmp_path, capsys):
+    """An empty file or another program's SQLite database is refused before anything writes
+    to it (opening it as the ledger would give it a header or switch it to WAL mode)."""
+    import sqlite3
+
+    Ledger.init(str(tmp_path / "real.db")).close()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE things (x)")
+    conn.close()
+    before = {p: p.read_bytes() for p in (empty, other)}
+    for path in (empty, other):
+        args = ["ledger", "show", str(path), "--ledger-secret", str(tmp_path / "real.db.key")]
+        assert main(args) != 0
+        err = capsys.readouterr().err
+        assert "not a postcode-privacy ledger" in err and "Traceback" not in err
+    assert {p: p.read_bytes() for p in (empty, other)} == before
+
+
+@pytest.mark.skipif(os.name != "posix", reason="resource limits are POSIX")
+def test_a_ledger_whose_creation_fails_part_way_leaves_nothing_and_no_traceback(tmp_path):
+    """A full disk (a file-size limit here) fails the schema's write: the database and the
+    key file this call made are both removed, so a second try is not blocked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (32768, 32768));"
+        "from postcode_privacy.cli import main; sys.exit(main(['ledger', 'init', 'L.db']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot create the ledger" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert main(["ledger", "init", str(tmp_path / "L.db")]) == 0  # a second try is not blocked
+
+
+def test_files_beside_a_new_ledger_that_were_there_before_are_left_alone(tmp_path, capsys):
+    """SQLite cannot make its write-ahead log where a directory has its name: the creation
+    fails cleanly, and the files that were there before it are still there."""
+    (tmp_path / "L.db-wal").mkdir()
+    (tmp_path / "L.db-shm").write_text("keep")
+    assert main(["ledger", "init", str(tmp_path / "L.db")]) != 0
+    assert "cannot create the ledger" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db-shm", "L.db-wal"]
+    assert (tmp_path / "L.db-shm").read_text() == "keep"

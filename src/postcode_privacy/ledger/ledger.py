@@ -6,6 +6,7 @@ import datetime as _dt
 import hashlib
 import os
 import socket
+import sqlite3
 from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
@@ -79,9 +80,13 @@ class Ledger:
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
+        # SQLite's files beside the database that were there before: never this call's to delete
+        before = {s for s in ("-wal", "-shm") if os.path.lexists(location + s)}
         store = open_store(location, create=True)
+        made_key = False
         try:
             write_key_file(secret, path)
+            made_key = True
             with store.write():
                 store.create_schema()
                 store.bulk_insert(
@@ -94,11 +99,16 @@ class Ledger:
                         ("created", now()),
                     ],
                 )
-        except BaseException:
+        except BaseException as exc:
             store.close()
-            if store.kind == "sqlite":
+            if store.kind == "sqlite":  # this call made the database (exclusively)
                 for suffix in ("", "-wal", "-shm"):
-                    Path(location + suffix).unlink(missing_ok=True)
+                    if suffix not in before:
+                        Path(location + suffix).unlink(missing_ok=True)
+            if made_key:  # a key without its ledger would only block the next try
+                path.unlink(missing_ok=True)
+            if isinstance(exc, sqlite3.Error):  # a full disk, say
+                raise LedgerError(f"cannot create the ledger: {exc}") from None
             raise
         return cls(store, Digester(secret))
 

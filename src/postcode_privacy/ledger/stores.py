@@ -102,6 +102,25 @@ class Store:
         self.bulk_insert(name, ("k",), ((k,) for k in set(keys)))
 
 
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _refuse_other_databases(path: str) -> None:
+    """Refuse, before anything writes to it, a file that is not a ledger (an empty file,
+    another program's SQLite database): opening it as the ledger would switch it to WAL
+    mode or give it a header.  Read-only: the file is not changed."""
+    from pathlib import Path
+
+    try:
+        probe = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
+        try:
+            probe.execute("SELECT value FROM ledger_meta WHERE name = 'format'").fetchone()
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        raise LedgerError("the database is not a postcode-privacy ledger") from None
+
+
 class SqliteStore(Store):
     kind = "sqlite"
     without_rowid = " WITHOUT ROWID"
@@ -115,6 +134,10 @@ class SqliteStore(Store):
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
             )
         self.location = path
+        # SQLite's own files that were there before: a failure here must not delete them
+        before = {s for s in _SIDE_FILES if os.path.lexists(path + s)}
+        if not create:
+            _refuse_other_databases(path)
         if create:
             # Owner-only from its creation (SQLite gives its journal and WAL files the
             # database's mode): a chmod after connecting would leave a moment in which
@@ -142,9 +165,10 @@ class SqliteStore(Store):
         except sqlite3.Error as exc:  # e.g. a name leaving no room for SQLite's own files
             self.conn.close()
             if create:
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path + suffix)
+                for suffix in ("", *_SIDE_FILES):
+                    if suffix not in before:
+                        with contextlib.suppress(OSError):
+                            os.unlink(path + suffix)
             doing = "create" if create else "open"
             raise LedgerError(f"cannot {doing} the ledger: {exc}") from None
 
