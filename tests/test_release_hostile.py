@@ -870,17 +870,39 @@ def test_leading_spaces_at_the_readers_buffer_edge_are_kept(setup, tmp_path, off
     assert back[1][1] == filler
 
 
-def test_an_empty_line_where_records_start_with_blanks_is_refused(setup, tmp_path, capsys):
-    """Such a file can only be read without skipping empty lines, which would turn the empty
-    line into a record: it is refused, naming the line, and nothing is written."""
+def test_empty_lines_are_skipped_only_where_pandas_skips_them_safely(setup, tmp_path, capsys):
+    """pandas' blank-line search loses the blanks a record starts with at its 256 KiB buffer's
+    end, and after an empty line ended by a lone CR drops the next record's leading comma.
+    Empty lines are skipped where neither can strike, and refused, naming the first, where
+    one could; a file without empty lines is read without the search at all."""
     codes = setup["codes"]
-    text = f"subject,postcode,visit\n  1,{codes[0]},a\n\n2,{codes[1]},b\n"
-    (tmp_path / "in.csv").write_text(text)
-    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
-    assert (
-        "line 3 of the file is empty, and some records start with spaces" in capsys.readouterr().err
-    )
-    assert names(tmp_path) == ["in.csv"]
-    plain = f"subject,postcode,visit\n1,{codes[0]},a\n\n2,{codes[1]},b\n"  # no blanks: skipped
-    (tmp_path / "plain.csv").write_text(plain)
-    assert perturb(setup, tmp_path / "plain.csv", tmp_path / "p_out.csv") == 0
+
+    def release(name, text):
+        (tmp_path / name).write_text(text, newline="")
+        code = perturb(setup, tmp_path / name, tmp_path / f"out-{name}")
+        return code, capsys.readouterr().err
+
+    small = f"subject,postcode,visit\n  1,{codes[0]},a\n\n2,{codes[1]},b\n\n"
+    assert release("small.csv", small)[0] == 0  # below the buffer: skipped safely
+    with open(tmp_path / "out-small.csv", newline="") as handle:
+        assert [row[0] for row in csv.reader(handle)] == ["subject", "  1", "2"]
+    filler = "z" * 300_000
+    large = f"subject,postcode,visit\n1,{codes[0]},{filler}\n  2,{codes[1]},b\n\n3,{codes[2]},c\n"
+    code, err = release("large.csv", large)
+    assert code == 3 and "line 4 of the file is empty" in err and "spaces or tabs" in err
+    shifted = f"visit,subject,postcode\ra,1,{codes[0]}\r\r,2,{codes[1]}\rc,3,{codes[2]}\r"
+    code, err = release("cr.csv", shifted)
+    assert code == 3 and "line 3 of the file is empty" in err and "lone CR" in err
+    trailing = f"visit,subject,postcode\ra,1,{codes[0]}\r,2,{codes[1]}\r\r"
+    assert release("cr-trailing.csv", trailing)[0] == 0  # no record after the empty line
+    with open(tmp_path / "out-cr-trailing.csv", newline="") as handle:
+        assert [row[:2] for row in csv.reader(handle)] == [
+            ["visit", "subject"],
+            ["a", "1"],
+            ["", "2"],
+        ]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out-")) == [
+        f"out-{n}{s}"
+        for n in ("cr-trailing.csv", "small.csv")
+        for s in ("", ".audit.json", ".manifest.json")
+    ]

@@ -33,7 +33,7 @@ import sys
 import warnings
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import pandas as pd
 
@@ -206,29 +206,34 @@ class TableReader:
         """Refuse the lines pandas would misread, before any record is read; return whether
         its reader may skip empty lines (``skip_blank_lines``).
 
-        pandas skips a line of nothing but spaces or tabs like an empty one, so a record
-        would vanish: such a line is refused, naming it.  And while it looks for such lines,
-        its reader loses the spaces or tabs a record starts with when they straddle the end
-        of its 256 KiB read buffer.  So where some line starts with one, it reads the file
-        without skipping empty lines, which it then reads as records: such a file must have
-        none (outside quoted cells), or it is refused naming the first."""
+        pandas' search for blank lines has three faults: it skips a line of nothing but
+        spaces or tabs like an empty one (a record vanishes); it loses the blanks a record
+        starts with when they straddle the end of its 256 KiB read buffer; and after an empty
+        line ended by a lone carriage return it drops the next record's leading comma (every
+        cell moves one column left).  So: a line of blanks is refused, naming it; a file with
+        no empty line is read without the search (the same records, none of its faults); one
+        with empty lines is read with it unless a fault could strike, and refused, naming
+        its first empty line, where one could."""
         try:
-            if not _could_hold_blank_line(self.path):
-                return True
-            blank, empty, starts_blank = _blank_and_empty_lines(self.path)
+            survey = _survey_lines(self.path)
+            if not (survey.could_start_blank or survey.could_be_empty):
+                return False
+            lines = _blank_and_empty_lines(self.path)
         except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
             return True  # the reading pass reports what is wrong with the file
-        if blank is not None:
-            raise InputDataError(_blank_line_message(blank))
-        if not starts_blank:  # only lines inside quoted cells start with blanks
+        if lines.blank is not None:
+            raise InputDataError(_blank_line_message(lines.blank))
+        if lines.empty is None:
+            return False
+        buffer_fault = lines.starts_blank and survey.size > _PANDAS_BUFFER
+        carriage_fault = survey.lone_cr and lines.empty_before_record
+        if not (buffer_fault or carriage_fault):
             return True
-        if empty is not None:
-            raise InputDataError(
-                f"line {empty} of the file is empty, and some records start with spaces or "
-                "tabs, which the reader can keep only where it skips no line: remove the "
-                "empty lines"
-            )
-        return False
+        why = "records start with spaces or tabs" if buffer_fault else "lines end in a lone CR"
+        raise InputDataError(
+            f"line {lines.empty} of the file is empty, and the CSV reader cannot skip empty "
+            f"lines safely in this file ({why}): remove the empty lines"
+        )
 
     def _csv_error(self, exc: BaseException) -> InputDataError:
         if isinstance(exc, UnicodeDecodeError):
@@ -446,6 +451,8 @@ def _csv_field_limit(at_least: int) -> Iterator[None]:
 # A line may hold only spaces or tabs only if some line starts with one: after a line break
 # (LF, CR or CRLF) or at the start of the file.  Four byte searches rule most files out.
 _LINE_STARTS_BLANK = (b"\n ", b"\n\t", b"\r ", b"\r\t")
+# An empty line: two line breaks in a row (LF LF, CR CR, or a CRLF's LF before a CR).
+_EMPTY_LINE = (b"\n\n", b"\r\r", b"\n\r")
 _SCAN_BLOCK = 1 << 22
 
 
@@ -456,20 +463,41 @@ def _blank_line_message(line: int) -> str:
     )
 
 
-def _could_hold_blank_line(path: str) -> bool:
-    """Whether some line of the file starts with a space or a tab (raw bytes, fast)."""
+class _Survey(NamedTuple):
+    could_start_blank: bool  # some line starts with a space or a tab
+    could_be_empty: bool  # some line is empty
+    lone_cr: bool  # some carriage return is not followed by a line feed
+    size: int  # bytes (after decompression)
+
+
+# The end of pandas' C reader's read buffer (its default chunk): where a line's leading blanks
+# can straddle it, its blank-line search loses them.
+_PANDAS_BUFFER = 262_144
+
+
+def _survey_lines(path: str) -> _Survey:
+    """What the raw bytes say the lines could hold, by byte searches (fast); lines inside
+    quoted cells count too, so a True here is only a "could"."""
+    start_blank = empty = lone_cr = False
+    size = 0
     with _open_binary(path) as raw:
-        tail = b""
+        tail = b"\n"  # as if a line break came before the file: its first line starts here
         first = True
         while block := raw.read(_SCAN_BLOCK):
-            data = tail + block
-            if first and data.removeprefix(b"\xef\xbb\xbf")[:1] in (b" ", b"\t"):
-                return True
-            first = False
-            if any(mark in data for mark in _LINE_STARTS_BLANK):
-                return True
-            tail = data[-1:]  # a line break at the end of one block, its space in the next
-    return False
+            if first:
+                block = block.removeprefix(b"\xef\xbb\xbf")
+                first = False
+            size += len(block)
+            for data in (tail + block[:1], block):  # the pair across the blocks' edge, then all
+                start_blank = start_blank or any(mark in data for mark in _LINE_STARTS_BLANK)
+                empty = empty or any(mark in data for mark in _EMPTY_LINE)
+            if not lone_cr and (tail == b"\r" or b"\r" in block):  # most files have no CR
+                # a CR at the very end waits for the next block to say what follows it
+                data = tail + block
+                lone_cr = data[:-1].count(b"\r") != data.count(b"\r\n")
+            tail = block[-1:]
+        lone_cr = lone_cr or tail == b"\r"
+    return _Survey(start_blank, empty, lone_cr, size)
 
 
 def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]:
@@ -497,20 +525,29 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]
             yield start, row, last[0] if last else "", len(last) == 1
 
 
-def _blank_and_empty_lines(path: str) -> tuple[int | None, int | None, bool]:
-    """By Python's CSV reader, outside quoted cells: the first line of the file holding
-    nothing but spaces or tabs, the first empty line (None where there is none), and whether
-    some record starts with a space or a tab."""
-    empty, starts_blank = None, False
+class _Lines(NamedTuple):
+    blank: int | None  # the first line of nothing but spaces or tabs
+    empty: int | None  # the first empty line
+    empty_before_record: bool  # some empty line has a record after it
+    starts_blank: bool  # some record starts with a space or a tab
+
+
+def _blank_and_empty_lines(path: str) -> _Lines:
+    """What the lines outside quoted cells hold, by Python's CSV reader (which splits lines
+    and quotes as pandas does)."""
+    empty = None
+    pending_empty = before_record = starts_blank = False
     for line, row, raw, one_line in _records_with_lines(path):
         if not row:
             empty = line if empty is None else empty
+            pending_empty = True
             continue
         if one_line and len(row) == 1 and row[0] and not row[0].strip(" \t"):
             if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
-                return line, empty, True
+                return _Lines(line, empty, before_record, True)
+        before_record = before_record or pending_empty
         starts_blank = starts_blank or raw[:1] in (" ", "\t")
-    return None, empty, starts_blank
+    return _Lines(None, empty, before_record, starts_blank)
 
 
 def _unclosed_quote_line(path: str) -> int | None:
