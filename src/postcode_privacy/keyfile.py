@@ -60,13 +60,14 @@ def _refuse_open_mode(mode: int) -> None:
 
 
 _MAX_KEY_FILE_BYTES = 4096  # a key file is a few lines of text
-_PIPE_WAIT_S = 10.0  # how long a key pipe may stay silent before it is given up
+_PIPE_WAIT_S = 10.0  # how long a key pipe may take, in all, to send a key and close
 
 
 def _read_pipe(fd: int) -> bytes:
     """All a pipe holds, read without blocking for ever: a FIFO nobody writes to ends at
-    once (no writer: end of file), one whose writer says nothing for ``_PIPE_WAIT_S`` seconds
-    is given up, and more than a key file holds is not read."""
+    once (no writer: end of file), one whose writer has not sent the key and closed within
+    ``_PIPE_WAIT_S`` seconds of the first read is given up, and more than a key file holds is
+    not read."""
     import select
 
     data = b""
