@@ -37,20 +37,8 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
         raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
 
 
-def check_owner_only(path: str | os.PathLike) -> None:
-    """Refuse a key file that group or others may read or write (POSIX permissions only)."""
-    if os.name != "posix":
-        return
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        raise KeyFileError("key file not found") from None
-    except OSError as exc:
-        raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
-    _refuse_open_mode(mode)
-
-
 def _refuse_open_mode(mode: int) -> None:
+    """Refuse a key file that group or others may read or write (POSIX permissions)."""
     if mode & 0o077:
         raise KeyFileError(
             f"the key file is open to group or others (mode {mode:04o}); anyone who can read it "
@@ -91,8 +79,8 @@ def _read_pipe(fd: int) -> bytes:
 
 
 def read_key_file(path: str | os.PathLike) -> Key:
-    """Read a key file, refusing one that is not a regular file or not owner-only (see
-    :func:`check_owner_only`).
+    """Read a key file, refusing one that is not a regular file or a pipe, or not owner-only
+    (``_refuse_open_mode``).
 
     The file is opened without blocking and checked through that one handle, so the mode
     checked is that of the file read, not of whatever the name pointed to a moment before.  A
