@@ -17,7 +17,14 @@ from ..mechanism.keys import Key
 from .accounting import distribution, spend_by
 from .digests import Digester
 from .errors import LedgerError
-from .stores import SCHEMA_VERSION, Store, is_url, open_store
+from .stores import (
+    SCHEMA_VERSION,
+    Store,
+    is_url,
+    open_store,
+    remove_made_files,
+    sqlite_side_files,
+)
 
 __all__ = ["Ledger", "secret_path_for", "LEDGER_FORMAT"]
 
@@ -80,8 +87,7 @@ class Ledger:
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
-        # SQLite's files beside the database that were there before: never this call's to delete
-        before = {s for s in ("-wal", "-shm") if os.path.lexists(location + s)}
+        before = sqlite_side_files(location)  # never this call's to delete
         store = open_store(location, create=True)
         made_key = False
         try:
@@ -102,9 +108,7 @@ class Ledger:
         except BaseException as exc:
             store.close()
             if store.kind == "sqlite":  # this call made the database (exclusively)
-                for suffix in ("", "-wal", "-shm"):
-                    if suffix not in before:
-                        Path(location + suffix).unlink(missing_ok=True)
+                remove_made_files(location, before)
             if made_key:  # a key without its ledger would only block the next try
                 path.unlink(missing_ok=True)
             if isinstance(exc, sqlite3.Error):  # a full disk, say

@@ -102,7 +102,23 @@ class Store:
         self.bulk_insert(name, ("k",), ((k,) for k in set(keys)))
 
 
-_SIDE_FILES = ("-wal", "-shm", "-journal")
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
+
+
+def sqlite_side_files(path: str) -> set[str]:
+    """The suffixes of SQLite's files that are beside ``path`` now (``remove_made_files``
+    leaves them alone)."""
+    return {s for s in _SIDE_FILES if os.path.lexists(path + s)}
+
+
+def remove_made_files(path: str, before: set[str]) -> None:
+    """Remove a database this call created and SQLite's files beside it, except those that
+    were there before it (``sqlite_side_files``): a failed creation leaves nothing it made and
+    deletes nothing it did not."""
+    for suffix in ("", *_SIDE_FILES):
+        if suffix not in before:
+            with contextlib.suppress(OSError):
+                os.unlink(path + suffix)
 
 
 def _refuse_other_databases(path: str) -> None:
@@ -134,8 +150,7 @@ class SqliteStore(Store):
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
             )
         self.location = path
-        # SQLite's own files that were there before: a failure here must not delete them
-        before = {s for s in _SIDE_FILES if os.path.lexists(path + s)}
+        before = sqlite_side_files(path)  # a failure here must not delete them
         if not create:
             _refuse_other_databases(path)
         if create:
@@ -165,10 +180,7 @@ class SqliteStore(Store):
         except sqlite3.Error as exc:  # e.g. a name leaving no room for SQLite's own files
             self.conn.close()
             if create:
-                for suffix in ("", *_SIDE_FILES):
-                    if suffix not in before:
-                        with contextlib.suppress(OSError):
-                            os.unlink(path + suffix)
+                remove_made_files(path, before)
             doing = "create" if create else "open"
             raise LedgerError(f"cannot {doing} the ledger: {exc}") from None
 
