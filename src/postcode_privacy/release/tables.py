@@ -110,8 +110,8 @@ class TableReader:
         self.chunk_size = int(chunk_size)
         self.num_rows: int | None = None
         self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
-        self._lines_checked = False  # the CSV's lines of spaces or tabs looked for (once)
-        self._skip_blank_lines = True  # pandas may skip empty lines (``_check_lines``)
+        # whether pandas may skip empty lines, once the lines are checked (``_check_lines``)
+        self._skip_blank_lines: bool | None = None
         if self.format == "csv":
             self.columns = self._csv_header()
         else:
@@ -130,7 +130,7 @@ class TableReader:
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
                 reader = csv.reader(_header_lines(text))
                 for row in reader:
-                    if len(row) == 1 and row[0] and not row[0].strip(" \t"):
+                    if _blanks_only(row):
                         raise InputDataError(_blank_line_message(reader.line_num))
                     if row:
                         return _bounded_columns(row)
@@ -156,9 +156,8 @@ class TableReader:
         return max(1, min(self.chunk_size, MAX_CELLS_PER_CHUNK // max(1, len(self.columns))))
 
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
-        if not self._lines_checked:
+        if self._skip_blank_lines is None:
             self._skip_blank_lines = self._check_lines()
-            self._lines_checked = True
         try:
             reader = pd.read_csv(
                 self.path,
@@ -456,6 +455,12 @@ _EMPTY_LINE = (b"\n\n", b"\r\r", b"\n\r")
 _SCAN_BLOCK = 1 << 22
 
 
+def _blanks_only(row: list[str]) -> bool:
+    """Whether a CSV row is one field of nothing but spaces or tabs (a line of blanks, unless
+    the field was quoted)."""
+    return len(row) == 1 and bool(row[0]) and not row[0].strip(" \t")
+
+
 def _blank_line_message(line: int) -> str:
     return (
         f"line {line} of the file holds only spaces or tabs: it is neither a record nor an "
@@ -542,7 +547,7 @@ def _blank_and_empty_lines(path: str) -> _Lines:
             empty = line if empty is None else empty
             pending_empty = True
             continue
-        if one_line and len(row) == 1 and row[0] and not row[0].strip(" \t"):
+        if one_line and _blanks_only(row):
             if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
                 return _Lines(line, empty, before_record, True)
         before_record = before_record or pending_empty
@@ -569,17 +574,12 @@ def _first_long_record(path: str, width: int) -> tuple[int, int, int] | None:
     """(record number, line of the file it starts on, fields) of the first record with more
     than ``width`` fields, by Python's CSV reader, which counts the lines inside quoted cells."""
     try:
-        with _open_binary(path) as raw:
-            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-            reader = csv.reader(text)
-            record = -1  # the header is not a record
-            start = 1
-            for row in reader:
-                if row:
-                    record += 1
-                    if record > 0 and len(row) > width:
-                        return record, start, len(row)
-                start = reader.line_num + 1
+        record = -1  # the header is not a record
+        for start, row, _, _ in _records_with_lines(path):
+            if row:
+                record += 1
+                if record > 0 and len(row) > width:
+                    return record, start, len(row)
     except (csv.Error, UnicodeDecodeError, *_READ_ERRORS):
         return None
     return None
