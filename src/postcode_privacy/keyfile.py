@@ -93,7 +93,7 @@ def read_key_file(path: str | os.PathLike) -> Key:
     except FileNotFoundError:
         raise KeyFileError("key file not found") from None
     except IsADirectoryError:
-        raise KeyFileError("the key file is not a regular file (a directory)") from None
+        raise KeyFileError("the key file is not a regular file or a pipe (a directory)") from None
     except OSError as exc:
         raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
     info = os.fstat(fd)
