@@ -159,23 +159,6 @@ class ExpectedIdentification:
     self_probability: Fraction  # K(x)(x): the release is the truth itself
 
 
-def _node_shell_masses(exact: ExactMechanism, dist) -> list[int]:
-    """Prior mass of the nodes at each capped node distance 0 .. R from x (R: the tail)."""
-    radius = exact.radius
-    masses = [0] * (radius + 1)
-    location_masses = exact.loc_mass[dist.locations].tolist()
-    for h, m in zip(dist.hops.tolist(), location_masses):
-        masses[h] += m
-    masses[0] -= dist.prior  # x's own location: x at 0, the postcodes sharing it at 1
-    if radius >= 2:
-        masses[1] += masses[0]
-    else:  # R = 1: they are in the tail
-        masses[radius] += masses[0]
-    masses[0] = dist.prior
-    masses[radius] += exact.total_prior - dist.ball_mass
-    return masses
-
-
 def expected_identification(
     exact: ExactMechanism, truth: int, hops: int = 6, limit: int = 64
 ) -> ExpectedIdentification:
@@ -194,7 +177,13 @@ def expected_identification(
     graph, powers, radius = exact.graph, exact.powers, exact.radius
     dist = exact.distribution(truth)
     z_x, pi_x, total = dist.normaliser, dist.prior, exact.total_prior
-    masses = _node_shell_masses(exact, dist)
+    nodes, node_hops = exact.ball_nodes(dist)
+    # M_h, the prior mass of x's node shell h (h = R: the tail), in exact int64 sums (the
+    # total prior is at most 2**62)
+    shell = np.zeros(radius + 1, dtype=np.int64)
+    np.add.at(shell, node_hops, graph.prior[nodes])
+    masses = shell.tolist()
+    masses[radius] += total - dist.ball_mass
     scale = powers[0] * z_x  # y is safe at distance d iff pi(y) * scale > pi_x P_d Zmax_d
 
     def threshold(d: int, z_max: int) -> int:
@@ -209,7 +198,6 @@ def expected_identification(
     self_p = Fraction(powers[0] * pi_x, z_x)
     low = self_p * posterior_outcome(exact, truth, [truth], hops).identified
     high = low
-    nodes, node_hops = exact.ball_nodes(dist)
     # ruled[d] as int64, capped where it is past any prior (then nothing there is ruled out)
     cap = int(graph.prior.max())
     ceilings = np.array([min(r, cap) for r in ruled], dtype=np.int64)
