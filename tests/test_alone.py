@@ -1,7 +1,7 @@
 """Records alone at their postcode, decided and drawn together (engine/alone.py).
 
 The compiled decision must be ``_sample_one``'s exactly: the same limb sums as Python's
-integers, the same answer as ``fast._decide_all`` on any bounds, the same records settled (no
+integers, the same answer as ``bounds.decide_all`` on any bounds, the same records settled (no
 fewer, no more) with the same shell, and through the engine the reference sampler's outputs,
 with a table or far-mass rows that disagree with the graph refused as before.  The national
 graph's records alone are checked against the reference in test_profiles.py
@@ -21,6 +21,7 @@ from test_profiles import loc_mass
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, cluster_balls, perturb_many
 from postcode_privacy.engine import alone as alone_module
+from postcode_privacy.engine import bounds as bounds_module
 from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.mechanism.sampler import MEMBER, SHELL
@@ -95,7 +96,7 @@ def test_limb_sums_products_and_comparisons_equal_python_integers():
 
 
 def test_the_compiled_decision_is_decide_alls():
-    """``alone._decide`` answers as ``fast._decide_all`` on random bounds and on U placed at
+    """``alone._decide`` answers as ``bounds.decide_all`` on random bounds and on U placed at
     and around every boundary C_i / Z, with the powers' sizes of real mechanisms."""
     rng = random.Random(12)
     top = 1 << 256
@@ -119,7 +120,7 @@ def test_the_compiled_decision_is_decide_alls():
             for z in (z_low, z_high):
                 edge = (c * top) // z
                 us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
-        shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        shells, undecided = bounds_module.decide_all(cumulative, us, z_low, z_high, radius)
         table = _rows(*cumulative, width=width)
         bounds = _rows(z_low, z_high, 0, 0, width=width)
         product = np.zeros((1, width + 9), dtype=np.uint64)
@@ -127,14 +128,14 @@ def test_the_compiled_decision_is_decide_alls():
             got = alone_module._decide(
                 table, depth, bounds, _rows(u, u + 1, width=9), product, radius
             )
-            want = fast_module._UNDECIDED if r in undecided else shells[r]
+            want = bounds_module.UNDECIDED if r in undecided else shells[r]
             assert got == want, (cumulative, z_low, z_high, u)
             seen["undecided" if got < 0 else "tail" if got == radius else "shell"] += 1
     assert all(seen.values()), seen
 
 
 def test_the_compiled_row_tail_is_row_tails():
-    """``alone._row_tail`` equals ``fast._row_tail`` (None: unusable) on random rows of every
+    """``alone._row_tail`` equals ``bounds.row_tail`` (None: unusable) on random rows of every
     depth against the start and the radius, non-decreasing or not, within [0, total] or
     not, and rows whose int64 differences would wrap past -2**63."""
     rng = random.Random(13)
@@ -158,9 +159,9 @@ def test_the_compiled_row_tail_is_row_tails():
         balls = np.array([row], dtype=np.int64)
         full = np.full(radius, total, dtype=np.int64)  # ClusterBalls.upper_row
         full[: min(radius, far_depth + 1)] = balls[0, : min(radius, far_depth + 1)]
-        want = fast_module._row_tail(full, start, tuple(powers), radius, total)
+        want = bounds_module.row_tail(full, start, tuple(powers), radius, total)
         if full[start - 1] < 0:  # a tail Python computes, but never uses: Q[D+1] is below any
-            want = None  # explored mass, so ``fast._z_high_from`` refuses the row
+            want = None  # explored mass, so ``bounds.z_high_by_tail`` refuses the row
         width = -(-(130 + 64 + 8) // 32)
         tails = np.zeros((1, width), dtype=np.uint64)
         digits_of_powers = _rows(*powers, width=5)
@@ -180,7 +181,7 @@ def _python_decision(sampler: FastSampler, node: int, block: int):
     ``block``, before drawing: (shell, stat), or None where it hands the record on."""
     sampler._forget_group_rows()
     for stat, bracket in sampler._brackets_for(node, with_floor=False):
-        (shell,), undecided = fast_module._decide_all(
+        (shell,), undecided = bounds_module.decide_all(
             bracket.cumulative, [block], bracket.z_low, bracket.z_high, sampler.radius
         )
         if not undecided:
@@ -383,7 +384,7 @@ def test_a_batch_of_distinct_postcodes_takes_the_compiled_path(monkeypatch):
 
 def test_rows_the_python_path_refuses_are_refused_here_too():
     """Hand-made far-mass rows: values near -2**63, whose differences would wrap in 64 bits,
-    are unusable here as they are for ``fast._row_tail`` (the outputs stay the reference's
+    are unusable here as they are for ``bounds.row_tail`` (the outputs stay the reference's
     or are refused alike), and cluster numbers past the rows raise the same error."""
     total = 2**62
     prior = [3 * total // 10, 2 * total // 10, 0] + [1] * 6

@@ -21,6 +21,7 @@ from scipy.spatial import Delaunay
 from postcode_privacy import Graph, Key, Mechanism
 from postcode_privacy.engine import FastSampler, ball_sweeps, perturb_many, perturb_nodes
 from postcode_privacy.engine import batch as engine_batch
+from postcode_privacy.engine import bounds as bounds_module
 from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
@@ -819,12 +820,12 @@ def test_decide_all_equals_decide_one_shell_at_a_time():
             for z in (z_low, z_high):
                 edge = (c * top) // z
                 us += [max(0, min(top - 1, edge + d)) for d in (-1, 0, 1)]
-        shells, undecided = fast_module._decide_all(cumulative, us, z_low, z_high, radius)
+        shells, undecided = bounds_module.decide_all(cumulative, us, z_low, z_high, radius)
         assert undecided == sorted(set(undecided))
         got = [None if r in undecided else h for r, h in enumerate(shells)]
-        assert all(shells[r] == fast_module._UNDECIDED for r in undecided)
+        assert all(shells[r] == bounds_module.UNDECIDED for r in undecided)
         for u, g in zip(us, got):
-            want = fast_module._decide(Walk(cumulative), Fixed(u), z_low, z_high, radius)
+            want = bounds_module.decide_one(Walk(cumulative), Fixed(u), z_low, z_high, radius)
             assert g == want
             checked[None if want is None else ("tail" if want == radius else "shell")] += 1
     assert all(checked.values())  # undecided, shell and tail answers all exercised

@@ -458,7 +458,7 @@ def test_the_floor_bounds_every_ball_and_its_z_low_bounds_z(seed, along_map):
     k hops away gives table[z, i] at k + i), never above the true ball, and ``_z_low`` from it
     lies between the core's lower bound and the exact Z at every depth, strictly above the
     core's where the floor knows more than the explored ball."""
-    from postcode_privacy.engine.fast import _z_low
+    from postcode_privacy.engine.bounds import z_low_by_floor as _z_low
     from postcode_privacy.engine.search import ShellSearch, location_distances
 
     rng = random.Random(900 + seed)
@@ -518,7 +518,7 @@ def test_z_low_is_its_recursion_on_any_floor():
     the same integer as the recursion of its docstring, for floors rising, flat, wild, above
     the total prior or below the explored mass, and an explored mass past the total (which no
     valid table gives, but the arithmetic must not depend on it)."""
-    from postcode_privacy.engine.fast import _z_low
+    from postcode_privacy.engine.bounds import z_low_by_floor as _z_low
 
     rng = random.Random(4242)
     for case in range(3000):

@@ -14,9 +14,9 @@ Why the output is the same as ``_sample_one``'s (docs/performance.md, "Records a
 * C_h = sum_{g <= h} P_g * pi(S_g) with the shell masses read from the table row exactly as
   ``BallProfiles.shell_masses`` reads them; z_low and z_high are ``FastSampler._bounds``'
   (the core's), then, if those do not settle, z_high is the far-mass row's
-  (``fast._z_high_from`` with ``fast._row_tail``) where it is smaller, with the same checks
+  (``bounds.z_high_by_tail`` with ``bounds.row_tail``) where it is smaller, with the same checks
   that make a row unusable;
-* the decision is ``fast._decide_all``'s: with U in [u / 2**256, (u + 1) / 2**256), the shell is
+* the decision is ``bounds.decide_all``'s: with U in [u / 2**256, (u + 1) / 2**256), the shell is
   the first i with C_i >= ceil((u + 1) z_high / 2**256), provided i = 0 or
   C_{i-1} <= floor(u z_low / 2**256); otherwise the record is undecided here;
 * any valid bounds that settle a record give the one shell the core defines, so a record
@@ -146,7 +146,7 @@ def _multiply(out, a, i, b, j):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _decide(cumulative, depth, bounds, u, product, radius):  # pragma: no cover - compiled
-    """``fast._decide_all`` for one record: its shell, or ``UNSETTLED``.
+    """``bounds.decide_all`` for one record: its shell, or ``UNSETTLED``.
 
     ``cumulative[0 .. depth]`` are C_0 .. C_depth, ``bounds[_LOW]`` and ``bounds[_HIGH]`` are
     z_low and z_high, ``u[0]`` is the block u and ``u[1]`` is u + 1; ``product`` is scratch
@@ -181,13 +181,13 @@ def _decide(cumulative, depth, bounds, u, product, radius):  # pragma: no cover 
 
 @njit(cache=True)
 def _row_tail(tails, cluster, balls, far_depth, start, radius, powers, total):  # pragma: no cover
-    """``fast._row_tail`` of the cluster's far-mass row (Q[j] = balls[cluster, j] to the rows'
+    """``bounds.row_tail`` of the cluster's far-mass row (Q[j] = balls[cluster, j] to the rows'
     depth, the total prior past it) into ``tails[cluster]``: True, or False for an unusable
     row."""
     tails[cluster, :] = _ZERO
     # Every Q[j] read is checked to lie in [0, total] (so no difference below can wrap): a row
-    # failing that is one ``fast._row_tail`` refuses too, or gives a first Q[D+1] below the
-    # explored mass, which ``fast._z_high_from`` refuses (a usable row is non-decreasing from
+    # failing that is one ``bounds.row_tail`` refuses too, or gives a first Q[D+1] below the
+    # explored mass, which ``bounds.z_high_by_tail`` refuses (a usable row is non-decreasing from
     # Q[D+1] >= 0 to Q[R-1] <= total).
     previous = np.int64(balls[cluster, start - 1]) if start - 1 <= far_depth else total
     last = np.int64(balls[cluster, radius - 1]) if radius - 1 <= far_depth else total

@@ -4,7 +4,7 @@ Why: the profile table (engine/profiles.py) knows C_0 .. C_D exactly (D = 44), b
 the mass beyond D hops is still a large enough share of Z that the core's bound (every
 unexplored node D + 1 hops away) leaves many records at ε = 0.5 undecided, and each of those
 explores tens of thousands of locations.  A row Q with Q[j] >= pi(B_j(x)) for every j bounds
-that far mass much more tightly (engine/fast.py, ``_z_high``); this module gives every location
+that far mass much more tightly (engine/bounds.py, ``z_high_by_row``); this module gives every location
 such a row at a small one-off cost.
 
 The bound (docs/performance.md, "Far-mass rows from clusters"): the locations are cut into
@@ -17,7 +17,7 @@ a node x at a location of K, every location within j hops of x is within j hops 
 
 (for j = 0, x alone weighs no more than its location, which is in K).  The row is
 non-decreasing and at most the total prior; past ``DEPTH`` it is the total prior, which is
-also an upper bound.  Those are exactly the preconditions ``_z_high`` checks before using a
+also an upper bound.  Those are exactly the preconditions ``bounds.z_high_by_row`` checks before using a
 row, so a row only ever tightens a valid bound; it never decides an output.
 
 Integrity: like the profile table, the rows and the cluster of every location are cached as

@@ -5,7 +5,7 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
 
 1. Each record's shell uniform U is read from its keyed stream (``LazyUniform``, first block).
 2. The shell of each record is decided exactly, with integers, by the core's ``decide_below``
-   rule against bounds z_low <= Z <= z_high on the normaliser (``_decide_all``).  The bounds
+   rule against bounds z_low <= Z <= z_high on the normaliser (``decide_all``).  The bounds
    come, in this order, from
    a. a bracket kept for this source by an earlier batch of the release (``Bracket``);
    b. the ball-mass profile table (engine/profiles.py), which gives C_0 .. C_D exactly without
@@ -13,7 +13,7 @@ same outputs as ``mechanism.sampler.sample`` does for each record alone:
       tighter bound of the upper rows (the far-mass row of engine/cluster_balls.py and, where
       they are built, the landmark rows; the smallest bound wins), then with a tighter lower
       bound too, from the floor the table rows of the locations within ``FLOOR_HOPS`` give
-      (``_z_low``);
+      (``z_low_by_floor``);
    c. exploring on from there until a floating-point estimate of every decision looks settled
       (``ShellSearch.explore_guided``; the float only sets how far to explore), with the
       core's or an upper row's bound (engine/landmarks.py, engine/cluster_balls.py) beyond the
@@ -39,7 +39,6 @@ Nothing is kept between groups except the fixed-size buffers of the search and t
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
@@ -49,9 +48,17 @@ from typing import NamedTuple
 import numpy as np
 
 from ..mechanism.mechanism import Mechanism
-from ..mechanism.sampler import MEMBER, SHELL, choose_shell, decide_below, pick_in_tail
+from ..mechanism.sampler import MEMBER, SHELL, choose_shell, pick_in_tail
 from ..mechanism.stream import BLOCK_BITS, LazyUniform, StreamContext, SubjectStream
 from .alone import AloneDecider, table_readable
+from .bounds import (
+    UNDECIDED,
+    decide_all,
+    row_tail,
+    z_high_by_row,
+    z_high_by_tail,
+    z_low_by_floor,
+)
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles
 from .search import ShellSearch, ball_disagreement
@@ -62,7 +69,6 @@ __all__ = ["Bracket", "Brackets", "FastSampler", "wants_bracket"]
 _TOP_BITS = 64  # bits of U handed to the float estimate
 BRACKET_MIN_RECORDS = 16  # a source this frequent in one batch is kept for later batches
 BRACKET_SOURCES = 16_384  # at most this many sources kept (a few kilobytes each)
-_UNDECIDED = -1  # placeholder shell in ``_decide_all``'s answer; never a real shell
 _NONE = np.zeros(0, dtype=np.int64)  # a row not given to ``ball_disagreement`` (checks none)
 # Location shells whose table rows give the floor under the far mass (``_ball_floor``): at
 # eps = 0.5, 12 hops (about 1,400 locations) settle about 40% of the records the rows leave
@@ -138,156 +144,6 @@ class _CompiledWalk:
     def explore(self) -> None:
         self._search.explore_to(self._search.n_shells + 1)
         self.sync()
-
-
-def _z_high(
-    cumulative: list[int],
-    explored: int,
-    bound: np.ndarray,
-    powers: tuple[int, ...],
-    radius: int,
-    total_prior: int,
-) -> int | None:
-    """Upper bound on Z from an upper row ``bound`` (Q[j] >= pi(B_j): a landmark row of
-    engine/landmarks.py or a far-mass row of engine/cluster_balls.py), or None if unusable.
-
-    ``cumulative`` is C_0 .. C_h and ``explored`` is E = pi(B_h), with h < R - 1.  A node
-    outside B_h is at least h + 1 hops from x, and at least j hops if it lies outside the
-    region counted by Q[j - 1]; weights do not increase with distance, so the unexplored
-    part of Z is at most
-    P_{h+1} (Q[h+1] - E) + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).
-    Every coefficient is checked non-negative; a row failing that is not used.  Only the j
-    where Q changes contribute (Q is constant once the landmark squares cover everything, and
-    a far-mass row past its depth).
-    """
-    h = len(cumulative) - 1
-    tail = _row_tail(bound, h + 2, powers, radius, total_prior)
-    return _z_high_from(cumulative, explored, int(bound[h + 1]), tail, powers)
-
-
-def _row_tail(
-    bound: np.ndarray, start: int, powers: tuple[int, ...], radius: int, total_prior: int
-) -> int | None:
-    """The part of ``_z_high``'s bound that depends on the row alone, for h = start - 2:
-    sum_{j=start}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]); None if some Q[j] < Q[j-1]
-    (j >= start) or Q[R-1] > Pi, which make the row unusable.  The same for every source
-    sharing the row, so the sampler keeps it by cluster (``FastSampler._far_z_high``)."""
-    rows = bound[start - 1 : radius].tolist()  # Q[start-1] .. Q[R-1] as Python integers
-    previous, last = rows[0], rows[-1]
-    if last > total_prior:
-        return None
-    z = 0
-    for j, q in enumerate(rows[1:], start=start):
-        step = q - previous  # Q[j] - Q[j-1]
-        if step < 0:
-            return None
-        if step:
-            z += powers[j] * step
-        previous = q
-    return z + powers[radius] * (total_prior - last)
-
-
-def _z_high_from(
-    cumulative: list[int], explored: int, first: int, tail: int | None, powers: tuple[int, ...]
-) -> int | None:
-    """``_z_high`` from Q[h+1] (``first``) and the row's ``_row_tail`` past it (None for an
-    unusable row): C_h + P_{h+1} (Q[h+1] - E) + tail, or None if Q[h+1] < E."""
-    if tail is None or first < explored:
-        return None
-    h = len(cumulative) - 1
-    return cumulative[h] + powers[h + 1] * (first - explored) + tail
-
-
-def _z_low(
-    cumulative: list[int],
-    explored: int,
-    floor: np.ndarray,
-    powers: tuple[int, ...],
-    radius: int,
-    total_prior: int,
-) -> int:
-    """Lower bound on Z from a floor F (``ShellSearch.ball_floor``: F[j] <= pi(B_j) for
-    h < j < R), once shells 0 .. h are known (``cumulative`` = C_0 .. C_h, ``explored`` =
-    E_h = pi(B_h)).
-
-    Z = C_h + sum_{j=h+1}^{R-1} P_j (E_j - E_{j-1}) + P_R (Pi - E_{R-1}) with E_j = pi(B_j);
-    summed by parts this is C_h - P_{h+1} E_h + sum_{j=h+1}^{R-1} (P_j - P_{j+1}) E_j
-    + P_R Pi, non-decreasing in every E_j (j > h) because the weights P do not increase.  So
-    any L_j <= E_j in their place gives a lower bound; here L_h = E_h and
-    L_j = min(max(L_{j-1}, F[j]), Pi) <= E_j (by induction: E_j >= E_{j-1}, F[j] and
-    Pi >= E_j).  With F all zero this is the core's z_low, C_h + P_R (Pi - E_h).
-
-    Unrolled, L_j = min(max(E_h, F[h+1], .., F[j]), Pi): a running maximum, capped.  Numpy
-    finds the L_j (all within [0, max(E_h, Pi)], so int64 is exact) and the few j where L
-    grows (the floor rises for FLOOR_HOPS past the table, then stays); only those terms are
-    multiplied, in Python integers.
-    """
-    h = len(cumulative) - 1
-    z = cumulative[h]
-    values = np.asarray(floor[h + 1 : radius], dtype=np.int64)
-    if values.size == 0:
-        return z + powers[radius] * (total_prior - explored)
-    lows = np.minimum(np.maximum.accumulate(np.maximum(values, explored)), total_prior)
-    known = explored
-    grows = np.flatnonzero(lows[1:] != lows[:-1]) + 1  # (np.diff's prepend copies: slower)
-    for k in ([0] if lows[0] != explored else []) + grows.tolist():
-        value = int(lows[k])
-        z += powers[h + 1 + k] * (value - known)
-        known = value
-    return z + powers[radius] * (total_prior - known)
-
-
-def _decide(
-    walk: _CompiledWalk, uniform: LazyUniform, z_low: int, z_high: int, radius: int
-) -> int | None:
-    """The shell choose_shell would return, if bounds z_low <= Z <= z_high settle it; else None.
-
-    The output is the smallest i < R with U * Z < C_i, or the tail (docs/spec.md, "Sampling").
-    ``decide_below`` is True only if U < C_i / Z for every admissible Z, and False only if
-    U >= C_i / Z for every one; C is non-decreasing, so the first True after a run of False is
-    that smallest i.  Any None means the bounds are too loose to tell.
-    """
-    h = walk.depth - 1
-    for i in range(h + 1):
-        verdict = decide_below(uniform, walk.cumulative[i], z_low, z_high)
-        if verdict is None:
-            return None
-        if verdict:
-            return i
-    return radius if h == radius - 1 else None
-
-
-def _decide_all(
-    cumulative: list[int], blocks: list[int], z_low: int, z_high: int, radius: int
-) -> tuple[list[int], list[int]]:
-    """``_decide`` for many records at once, from the first 256 bits u of each U.
-
-    Returns (shells, undecided): ``undecided`` lists, in increasing order, the records r for
-    which ``_decide`` has no answer (there ``shells[r]`` is ``_UNDECIDED``, for the caller to
-    replace); every other ``shells[r]`` is ``_decide``'s answer.
-
-    With U in [u / 2**256, (u + 1) / 2**256): ``decide_below`` at i is True iff
-    C_i * 2**256 >= (u + 1) * z_high, i.e. C_i >= t = ceil((u + 1) * z_high / 2**256), and False
-    iff C_i <= f = floor(u * z_low / 2**256).  C is non-decreasing, so the first True is at
-    i = bisect_left(C, t), and every earlier verdict is False exactly when C_{i-1} <= f; that is
-    ``_decide``'s answer (None where it has none), found with two products and one bisection
-    instead of one ``decide_below`` per shell.  All integer arithmetic.
-    """
-    h = len(cumulative) - 1
-    top = 1 << BLOCK_BITS
-    tail = radius if h == radius - 1 else _UNDECIDED  # past C_h: the tail once Z is exact
-    shells: list[int] = []
-    undecided: list[int] = []
-    for r, u in enumerate(blocks):
-        i = bisect_left(cumulative, -(-(u + 1) * z_high // top), 0, h + 1)
-        if i == 0 or cumulative[i - 1] <= (u * z_low) >> BLOCK_BITS:
-            shell = i if i <= h else tail
-        else:
-            shell = _UNDECIDED
-        if shell == _UNDECIDED:
-            undecided.append(r)
-        shells.append(shell)
-    return shells, undecided
 
 
 def _guard(
@@ -435,7 +291,7 @@ class FastSampler:
         self._table_masses: list[int] | None = None  # the group's shell masses from the table
         self._shared: SharedShells | None = None  # buffers of the shared sweeps, made on use
         self._alone: AloneDecider | None = None  # records alone (``sample_each``), made on use
-        # _row_tail of each far-mass row by (cluster, start), None for an unusable row
+        # row_tail of each far-mass row by (cluster, start), None for an unusable row
         self._far_tails: dict[tuple[int, int], int | None] = {}
         # The table whose rows give the floor (``_ball_floor``); ``floor=False`` goes without,
         # for measuring what it buys (docs/performance.md).
@@ -464,7 +320,7 @@ class FastSampler:
         floor: np.ndarray | None = None,
     ) -> tuple[int, int]:
         """z_low <= Z <= z_high once shells 0 .. h are known (``cumulative`` = C_0 .. C_h,
-        ``explored`` = their mass): the core's z_low, or the floor's (``_z_low``) when a
+        ``explored`` = their mass): the core's z_low, or the floor's (``z_low_by_floor``) when a
         ``floor`` is given, and the smaller of the core's z_high and the one from the upper
         row ``bound`` (all are valid bounds)."""
         radius, powers, total = self.radius, self.powers, self.total_prior
@@ -473,10 +329,10 @@ class FastSampler:
         if h == radius - 1:
             return z_low, z_low
         if floor is not None:
-            z_low = max(z_low, _z_low(cumulative, explored, floor, powers, radius, total))
+            z_low = max(z_low, z_low_by_floor(cumulative, explored, floor, powers, radius, total))
         z_high = cumulative[h] + powers[h + 1] * (total - explored)
         if bound is not None:
-            from_row = _z_high(cumulative, explored, bound, powers, radius, total)
+            from_row = z_high_by_row(cumulative, explored, bound, powers, radius, total)
             if from_row is not None and from_row < z_high:
                 z_high = from_row
         return z_low, z_high
@@ -519,7 +375,9 @@ class FastSampler:
         if self.landmarks is not None:
             for row in self.landmarks.bounds_for(location, self.radius):
                 bounds.append(
-                    _z_high(cumulative, explored, row, self.powers, self.radius, self.total_prior)
+                    z_high_by_row(
+                        cumulative, explored, row, self.powers, self.radius, self.total_prior
+                    )
                 )
         if self.far is not None:
             bounds.append(self._far_z_high(location, cumulative, explored))
@@ -527,8 +385,8 @@ class FastSampler:
         return min(usable) if usable else None
 
     def _far_z_high(self, location: int, cumulative: list[int], explored: int) -> int | None:
-        """``_z_high`` from the far-mass row of the location's cluster (kept for this group,
-        for ``_check_explored``).  The row's own part of the bound (``_row_tail``) is the same
+        """``z_high_by_row`` from the far-mass row of the location's cluster (kept for this group,
+        for ``_check_explored``).  The row's own part of the bound (``row_tail``) is the same
         for every source of the cluster at the same depth, so it is kept by cluster: a few
         megabytes at most for all the clusters, one Python sum of about R terms saved a
         source."""
@@ -540,11 +398,11 @@ class FastSampler:
             tail = self._far_tails[cluster, start]
         else:
             row = far.upper_row(location, radius)
-            tail = self._far_tails[cluster, start] = _row_tail(
+            tail = self._far_tails[cluster, start] = row_tail(
                 row, start, self.powers, radius, total
             )
         first = int(self._far_row[start - 1]) if start - 1 <= far.depth else total  # Q[h+1]
-        return _z_high_from(cumulative, explored, first, tail, self.powers)
+        return z_high_by_tail(cumulative, explored, first, tail, self.powers)
 
     def _ball_floor(self) -> np.ndarray | None:
         """The floor under the source's balls (``ShellSearch.ball_floor``) from the table rows
@@ -586,7 +444,7 @@ class FastSampler:
         floor = self._ball_floor()
         if floor is not None:
             powers, radius, total = self.powers, self.radius, self.total_prior
-            raised = _z_low(cumulative, explored, floor, powers, radius, total)
+            raised = z_low_by_floor(cumulative, explored, floor, powers, radius, total)
             if raised > z_low:
                 yield "floor_hits", Bracket(cumulative, raised, z_high)
 
@@ -600,13 +458,13 @@ class FastSampler:
     def _decide_shells(self, group: _Group, defer: bool = False) -> tuple[list[int], list[int]]:
         """Every record's shell: from the brackets of ``_brackets_for`` while they settle
         records, then by exploring for those still undecided (``_decide_by_exploring``);
-        with ``defer``, those are left undecided instead.  Returns the shells (``_UNDECIDED``
+        with ``defer``, those are left undecided instead.  Returns the shells (``UNDECIDED``
         for a record left so) and the records left undecided."""
         blocks = group.shell_blocks
-        shells = [_UNDECIDED] * len(blocks)
+        shells = [UNDECIDED] * len(blocks)
         pending = list(range(len(blocks)))
         for stat, bracket in self._brackets_for(group.node):
-            decided, undecided = _decide_all(
+            decided, undecided = decide_all(
                 bracket.cumulative,
                 [blocks[r] for r in pending],
                 bracket.z_low,
@@ -615,7 +473,7 @@ class FastSampler:
             )
             still = []
             for r, shell in zip(pending, decided):
-                if shell == _UNDECIDED:
+                if shell == UNDECIDED:
                     still.append(r)
                 else:
                     shells[r] = shell
@@ -653,7 +511,7 @@ class FastSampler:
         # explore_guided names a row (best >= 0) only when it was given rows
         bound = rows[best] if rows is not None and best >= 0 else None
         z_low, z_high = self._bounds(walk.cumulative, walk.explored_mass, bound, floor)
-        decided, undecided = _decide_all(walk.cumulative, mine, z_low, z_high, radius)
+        decided, undecided = decide_all(walk.cumulative, mine, z_low, z_high, radius)
         for r, shell in zip(pending, decided):
             shells[r] = shell
         for i in undecided:  # the bounds do not settle it: the core decides, exploring on
@@ -832,7 +690,7 @@ class FastSampler:
         block, member_block = context.first_blocks_of(subject_id, label, (SHELL, MEMBER))
         self._forget_group_rows()
         for stat, bracket in self._brackets_for(node, with_floor=False):
-            (shell,), undecided = _decide_all(
+            (shell,), undecided = decide_all(
                 bracket.cumulative, [block], bracket.z_low, bracket.z_high, radius
             )
             if not undecided:
@@ -949,7 +807,7 @@ class FastSampler:
             if tighter is not None and tighter < z_high:
                 z_high = tighter
             pending = decided.pending
-            settled, still = _decide_all(
+            settled, still = decide_all(
                 cumulative,
                 [group.shell_blocks[r] for r in pending],
                 z_low,
@@ -962,7 +820,7 @@ class FastSampler:
             if still:  # as sample_group: explore for them, then draw alone
                 self.search.start(group.node)
                 self._floor, self._far_row = decided.floor, decided.far_row
-                # (``_decide_all`` left their shells ``_UNDECIDED``)
+                # (``decide_all`` left their shells ``UNDECIDED``)
                 self._decide_by_exploring(group, shells, [pending[k] for k in still])
                 outputs[i] = self._draw_alone(decided._replace(shells=shells, pending=[]))
                 continue

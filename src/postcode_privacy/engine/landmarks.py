@@ -15,9 +15,9 @@ in fact hundreds of hops away, and a precomputed landmark table proves it cheapl
   upper bound Q[j] >= pi(B_j(x)) on the prior mass within j hops, non-decreasing in j.
 
 With Q, every node outside the explored ball B_h has weight at most P_{max(h+1, j)} times its
-prior if it lies outside the square of half-width j - 1, which bounds Z from above (the formula
-is in ``engine/fast.py``, ``_z_high``).  On the national graph this cuts the locations explored
-per record at epsilon = 1 by more than half (docs/performance.md).
+prior if it lies outside the square of half-width j - 1, which bounds Z from above (the
+formula is in ``engine/bounds.py``, ``z_high_by_row``).  On the national graph this cuts the
+locations explored per record at epsilon = 1 by more than half (docs/performance.md).
 
 Cost: k full breadth-first searches and k(k-1)/2 tables of about (diameter in hops)^2 int64
 entries; at k = 8 on the national graph about 3 s and 90 MB, built once per graph and kept

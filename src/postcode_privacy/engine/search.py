@@ -166,7 +166,7 @@ def _explore_guided(
     outside the explored ball B_h is at least h + 1 hops away, and at least j hops away if it
     lies outside the region Q[j - 1] covers, so Z <= C_h + P_{h+1} (Q[h+1] - pi(B_h))
     + sum_{j=h+2}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]).  The floor's bound is
-    ``fast._z_low``'s.
+    ``bounds.z_low_by_floor``'s.
     """
     masses = search.masses
     k = u.size
@@ -192,7 +192,7 @@ def _explore_guided(
         if h >= 0:
             remaining = float(total - explored)
             z_low = cf[h]
-            known = explored  # the floor's envelope, as fast._z_low builds it
+            known = explored  # the floor's envelope, as bounds.z_low_by_floor builds it
             for j in range(h + 1, radius):
                 q = min(max(known, floor[j]), total)
                 z_low += pf[j] * float(q - known)
