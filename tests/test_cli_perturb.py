@@ -793,10 +793,13 @@ def test_keep_source_postcode_is_not_called_a_release_nor_recorded(setup, tmp_pa
         out = tmp_path / f"other{len(extra)}.csv"
         code = main([*args[:3], str(out), *args[4:], "--ledger", where, *extra])
         assert code != 0 and not out.exists()
-        assert "cannot be recorded in a ledger" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "--keep-source-postcode keeps the true postcodes" in err
+        assert "cannot be recorded in a ledger" in err
     from postcode_privacy.ledger import LedgerRecorder
 
-    with Ledger.open(where, None) as ledger, pytest.raises(InvalidParameterError, match="ledger"):
+    refusal = "^keep_source_postcode keeps the true postcodes.*cannot be recorded in a ledger"
+    with Ledger.open(where, None) as ledger, pytest.raises(InvalidParameterError, match=refusal):
         release_file(
             src,
             tmp_path / "py.csv",

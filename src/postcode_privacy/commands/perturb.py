@@ -178,11 +178,9 @@ def perturb_command(
     options = pop_release_options(release_options)  # validated here, once
     if ledger_location is None and (budget is not None or dry_run or ledger_secret is not None):
         raise click.UsageError("--budget, --dry-run and --ledger-secret need --ledger")
-    if ledger_location is not None and options.keep_source_postcode:  # as release_file says
-        raise click.UsageError(
-            "--keep-source-postcode keeps the true postcodes, so the output is not a release "
-            "and cannot be recorded in a ledger"
-        )
+    refusal = None if ledger_location is None else options.ledger_refusal()
+    if refusal is not None:  # before the ledger opens: --dry-run is refused too
+        raise click.UsageError(refusal)
     if dry_run and ledger_location is not None:
         from .ledger import echo_check, run_check
 

@@ -216,13 +216,9 @@ def release_file(
     (docs/ledger.md).
     """
     options = ReleaseOptions.build(options, **option_kwargs)
-    if ledger is not None and options.keep_source_postcode:
-        # A file holding the true postcodes spends no finite epsilon: it is not a release, and
-        # a ledger that counted it as one would understate what was disclosed.
-        raise InvalidParameterError(
-            f"{options.flag('keep_source_postcode')} keeps the true postcodes, so the output is "
-            "not a release and cannot be recorded in a ledger"
-        )
+    refusal = None if ledger is None else options.ledger_refusal()
+    if refusal is not None:
+        raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)

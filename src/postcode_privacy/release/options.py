@@ -165,6 +165,20 @@ class ReleaseOptions:
                 f"choose another {self.flag('out_column')}"
             )
 
+    def ledger_refusal(self) -> str | None:
+        """Why a release with these options cannot be recorded in a ledger, or None if it can.
+
+        A file holding the true postcodes spends no finite epsilon: it is not a release, and a
+        ledger that counted it as one would understate what was disclosed (docs/ledger.md).
+        Both ``release_file`` and the ``perturb`` command (before its ledger opens, so that
+        ``--dry-run`` is refused too) refuse with this message."""
+        if self.keep_source_postcode:
+            return (
+                f"{self.flag('keep_source_postcode')} keeps the true postcodes, so the output "
+                "is not a release and cannot be recorded in a ledger"
+            )
+        return None
+
     def output_columns(self, columns: Iterable) -> list:
         """The output's columns, in order, for an input with ``columns``."""
         kept = [c for c in columns if self.keep_source_postcode or c != self.postcode_column]
