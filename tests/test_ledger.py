@@ -7,6 +7,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -641,6 +642,63 @@ def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_pa
     assert [r["state"] for r in summary["releases"]] == ["abandoned", "committed"]
     assert summary["draws"] == 2 and spends(summary["subjects"]) == {"1": 2}
     assert ledger.store.query("SELECT COUNT(*) FROM shared_draws") == [(0,)]
+    # the draw passed to the committed release, which now shows it among its new draws
+    assert [r["new_draws"] for r in summary["releases"]] == [1, 2]
+
+
+def _stopped_release(ledger, tmp_path, name, owner):
+    """A release left pending by a run that stopped after recording it, as if by ``owner``
+    (host:pid) two minutes ago; its output, manifest and audit file are written in place."""
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
+    )
+    recorder = LedgerRecorder(ledger).attach(plan)
+    plan.check_records(pd.DataFrame({"person": [name], "pc": [CODES[0]]}), 0)
+    out = tmp_path / f"{name}.csv"
+    out.write_text("person,pc_dp\n")
+    sha = hashlib.sha256(out.read_bytes()).hexdigest()
+    recorder.prepare(out, sha)
+    manifest = tmp_path / f"{name}.csv.manifest.json"
+    manifest.write_text(json.dumps({"output": {"sha256": sha}}))
+    ledger.store.execute(
+        "UPDATE releases SET owner = ?, created = ? WHERE output_path = ?",
+        (owner, "2000-01-01T00:00:00+00:00", os.path.abspath(out)),
+    )
+    return out, manifest
+
+
+def test_a_stopped_release_is_abandoned_only_where_this_machine_can_tell_it_was_not_written(
+    location, tmp_path
+):
+    """A pending release is abandoned only if it ran here and its manifest (renamed into place
+    first) is not there: one from another machine, whose files this machine may not see, or
+    one whose output was moved after its renames began, stays pending and keeps counting; a
+    release of this machine whose renames never began is abandoned (docs/ledger.md,
+    "Atomicity")."""
+    where, secret = location
+    here = f"{socket.gethostname()}:999999999"  # no such process
+    Ledger.init(where, secret).close()
+    with Ledger.open(where, secret) as ledger:
+        foreign, _ = _stopped_release(ledger, tmp_path, "a", "another-machine:1")
+        moved, _ = _stopped_release(ledger, tmp_path, "b", here)
+        never, never_manifest = _stopped_release(ledger, tmp_path, "c", here)
+        seen, _ = _stopped_release(ledger, tmp_path, "d", "another-machine:2")
+    foreign.unlink()  # not visible here
+    moved.rename(tmp_path / "elsewhere.csv")
+    never.unlink()
+    never_manifest.unlink()  # no rename had begun
+    with Ledger.open(where, secret) as ledger:
+        summary = ledger.summary()
+    states = {r["output"]: r["state"] for r in summary["releases"]}
+    assert states == {
+        "a.csv": "pending",
+        "b.csv": "pending",
+        "c.csv": "abandoned",
+        "d.csv": "committed",
+    }
+    assert spends(summary["subjects"]) == {"1": 3}  # a, b and d count; c does not
 
 
 def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_path):

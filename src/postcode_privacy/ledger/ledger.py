@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import os
 import socket
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 from ..errors import InvalidParameterError, KeyFileError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
+from ..release.manifest import manifest_path_for
 from .accounting import distribution, spend_by
 from .digests import Digester
 from .errors import LedgerError
@@ -155,9 +158,14 @@ class Ledger:
         """Settle releases left pending by runs that stopped; return ``(id, outcome)`` pairs.
 
         A pending release whose output exists at its recorded path with its recorded sha256
-        was written: it is committed.  Otherwise it was not: its draws are removed and it is
-        marked ``abandoned``.  A release still being made is left alone: one whose process is
-        alive on this machine, or one from another machine pending for under a minute.
+        was written: it is committed.  It is abandoned (its draws removed) only where this
+        machine can tell it was not written: its run was on this machine and has stopped, and
+        its manifest, the first of its files to be renamed into place, is not at its path
+        (``_renames_began``).  Anything else stays pending, and so keeps counting against
+        budgets: a run still going (alive on this machine, or from another machine and under
+        a minute old), a run of another machine, whose files this machine may not see, and a
+        run that stopped after its renames began without its output in place (stopped between
+        renames, or the output moved or edited since).  docs/ledger.md, "Atomicity".
         """
         outcomes = []
         host = socket.gethostname()
@@ -169,12 +177,12 @@ class Ledger:
             for rid, owner, created, path, sha in rows:
                 if _maybe_running(owner, created, host):
                     continue
-                written = os.path.isfile(path) and sha256_file(path) == sha
-                if written:
+                if os.path.isfile(path) and sha256_file(path) == sha:
                     self._commit_rows(rid)
-                else:
+                    outcomes.append((rid, "committed"))
+                elif _owner_host(owner) == host and not _renames_began(path, sha):
                     self._abandon_rows(rid)
-                outcomes.append((rid, "committed" if written else "abandoned"))
+                    outcomes.append((rid, "abandoned"))
         return outcomes
 
     # The write-side steps, each inside a write transaction the caller holds.  A release's new
@@ -230,6 +238,11 @@ class Ledger:
             for draw, _, _, heir in heirs:
                 store.execute(
                     "DELETE FROM shared_draws WHERE draw = ? AND release = ?", (draw, heir)
+                )
+            # each heir now holds those draws first: they are new draws of its release
+            for heir, count in Counter(heir for _, _, _, heir in heirs).items():
+                store.execute(
+                    "UPDATE releases SET new_draws = new_draws + ? WHERE id = ?", (count, heir)
                 )
         store.execute("UPDATE releases SET state = 'abandoned' WHERE id = ?", (rid,))
 
@@ -324,6 +337,25 @@ class Ledger:
             "subjects": per["subject"],
             "pairs": per["pair"],
         }
+
+
+def _owner_host(owner: str) -> str:
+    """The host name of a release's ``owner_tag``."""
+    return owner.rpartition(":")[0]
+
+
+def _renames_began(output_path: str, output_sha256: str) -> bool:
+    """Whether this release's manifest is in place: the first of its three files renamed into
+    place (manifest, audit file, output: atomic.py, ``OutputClaim.commit``).  A manifest at
+    that path describing another output (an earlier release that ``--force`` was replacing)
+    or none at all means no rename of this release happened."""
+    try:
+        manifest = json.loads(manifest_path_for(output_path).read_bytes())
+        return manifest["output"]["sha256"] == output_sha256
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, TypeError, KeyError):
+        return True  # unreadable: it cannot be ruled out
 
 
 def _maybe_running(owner: str, created: str, host: str) -> bool:

@@ -13,7 +13,9 @@ The protocol, around the release's final renames (``release.files.release_file``
 
 A crash after 2 and before 4 leaves a pending release that the next command opening the ledger
 resolves (:meth:`Ledger.resolve_pending`): committed if the output exists with the recorded
-sha256, abandoned (its draws removed, except those another live release also holds) if not.  A failure before the renames abandons it at once
+sha256, abandoned (its draws removed, except those another live release also holds) only where
+that machine can tell no rename began, else left pending.  A failure before the renames
+abandons it at once
 (:meth:`finish`).  Pending draws count towards every budget until then, so two releases
 recording at once can never both spend the same allowance.
 """
