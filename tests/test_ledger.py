@@ -773,3 +773,103 @@ def test_files_beside_a_new_ledger_that_were_there_before_are_left_alone(tmp_pat
     assert "cannot create the ledger" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db-shm", "L.db-wal"]
     assert (tmp_path / "L.db-shm").read_text() == "keep"
+
+
+def test_spend_text_keeps_every_digit_and_budgets_are_bounded():
+    """Spends and budgets print exactly (no 28-digit rounding, no exponent cut off), and a budget
+    outside 0.0001 .. 1,000,000 is refused at once, never turned into a huge integer."""
+    import random
+    from decimal import Decimal
+
+    from postcode_privacy.errors import InvalidParameterError
+    from postcode_privacy.ledger import parse_budget
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        value = Fraction(
+            rng.randrange(-(10**40), 10**40), 2 ** rng.randrange(0, 60) * 5 ** rng.randrange(0, 60)
+        )
+        text = spend_text(value)
+        assert Fraction(Decimal(text)) == value and "E" not in text.upper()
+    assert spend_text(Fraction(1, 3)) == "1/3"
+    assert (
+        spend_text(Fraction("3.00000000000000000000000000001")) == "3.00000000000000000000000000001"
+    )
+    assert spend_text(Fraction(10**30)) == "1" + "0" * 30
+    assert parse_budget("2.00000000000000000000000000001") == Fraction(
+        "2.00000000000000000000000000001"
+    )
+    for text in ("1e999999999", "1e-999999999", "1e5000", "1000001", "0.00001", "1" * 31):
+        with pytest.raises(InvalidParameterError, match="budget"):
+            parse_budget(text)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE releases SET created = 'yesterday', owner = 'elsewhere:1', state = 'pending'",
+        "UPDATE releases SET owner = 'somehost:abc', state = 'pending'",
+        "UPDATE releases SET budget = 'x'",
+        "UPDATE releases SET epsilon = 'abc'",
+        "DROP TABLE draws",
+    ],
+)
+def test_a_damaged_ledger_is_one_clear_error(tmp_path, capsys, damage):
+    """Values or tables a hand edit broke give exit code 1 and one line saying the ledger is
+    damaged, never a traceback or a message about an option the command does not have."""
+    import sqlite3
+
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where).close()
+    with Ledger.open(where) as ledger:
+        release(ledger, write_input(tmp_path / "in.csv", ["1"], [CODES[0]]), tmp_path / "o.csv")
+        ledger.store.execute("UPDATE releases SET budget = '1/2'")
+    connection = sqlite3.connect(where)
+    connection.execute(damage.replace("somehost", socket.gethostname()))
+    connection.commit()
+    connection.close()
+    assert main(["ledger", "show", where]) == 1
+    err = capsys.readouterr().err
+    assert "the ledger is damaged" in err and "Traceback" not in err and "--epsilon" not in err
+
+
+def test_ledger_show_prints_budgets_exactly_in_text_and_json(ledger, location, tmp_path, capsys):
+    release(ledger, write_input(tmp_path / "in.csv", ["1"], [CODES[0]]), tmp_path / "o.csv")
+    ledger.store.execute(
+        "UPDATE releases SET budget = ?", (str(Fraction(10**30) + Fraction(1, 2)),)
+    )
+    where, secret = location
+    extra = [] if secret is None else ["--ledger-secret", secret]
+    assert main(["ledger", "show", where, *extra]) == 0
+    assert "budget 1000000000000000000000000000000.5" in capsys.readouterr().out
+    assert main(["ledger", "show", where, *extra, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["releases"]
+    assert entry["budget"] == "1000000000000000000000000000000.5"
+
+
+def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_not_overwritten(
+    tmp_path, capsys
+):
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    write_key_file(KEY, tmp_path / "release.key")
+    args = ["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--epsilon", "1"]
+    args += [
+        "--key",
+        str(tmp_path / "release.key"),
+        "--id-column",
+        "person",
+        "--postcode-column",
+        "pc",
+        "--ledger",
+        str(tmp_path / "no.db"),
+    ]
+    assert main(args) == 8
+    assert "no ledger at that path" in capsys.readouterr().err
+    where = str(tmp_path / "ledger.db")
+    assert main(["ledger", "init", where]) == 0
+    (tmp_path / "ledger.db.key").rename(tmp_path / "elsewhere.key")
+    assert main(["ledger", "show", where]) == 4
+    assert "the ledger's secret: key file not found" in capsys.readouterr().err
+    (tmp_path / "elsewhere.key").rename(tmp_path / "ledger.db.key")
+    assert main(["ledger", "init", where]) == 5
+    assert "refusing to overwrite" in capsys.readouterr().err

@@ -58,8 +58,6 @@ def show_command(location, secret, as_json) -> None:
 
 
 def echo_summary(summary: dict) -> None:
-    from fractions import Fraction
-
     from ..ledger import spend_text
 
     releases = summary["releases"]
@@ -69,7 +67,7 @@ def echo_summary(summary: dict) -> None:
             f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
             f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
             f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
-            + (f"  budget {spend_text(Fraction(r['budget']))}" if r["budget"] else "")
+            + (f"  budget {spend_text(r['budget'])}" if r["budget"] is not None else "")
         )
     for label, key in (("subject", "subjects"), ("(subject, true postcode) pair", "pairs")):
         dist = summary[key]
@@ -183,6 +181,8 @@ def _jsonable(value):
 
     from ..ledger import spend_text
 
+    if isinstance(value, Fraction):  # a budget: the exact text ``ledger show`` prints
+        return spend_text(value)
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

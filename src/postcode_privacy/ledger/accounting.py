@@ -27,6 +27,8 @@ __all__ = [
 ]
 
 ZERO = Fraction(0)
+MIN_BUDGET = Decimal("0.0001")  # the smallest epsilon a release may use
+MAX_BUDGET = Decimal(1_000_000)  # ten thousand releases at the largest epsilon
 REPEAT, KNOWN_SUBJECT, NEW_SUBJECT = "repeat", "known_subject", "new_subject"
 
 
@@ -51,7 +53,7 @@ def distribution(values: Iterable[Fraction]) -> list[tuple[Fraction, int]]:
 
 def spend_text(value: Fraction) -> str:
     """Exact text: a plain decimal when the fraction has one (always, for sums of decimal
-    epsilons), otherwise ``n/d``."""
+    epsilons), otherwise ``n/d``.  Integer arithmetic throughout: every digit is kept."""
     den = value.denominator
     twos = fives = 0
     while den % 2 == 0:
@@ -63,24 +65,34 @@ def spend_text(value: Fraction) -> str:
     if den != 1:
         return f"{value.numerator}/{value.denominator}"
     places = max(twos, fives)
-    scaled = value * 10**places
-    text = str(Decimal(scaled.numerator).scaleb(-places))
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
+    scaled = value.numerator * (10**places // value.denominator)  # exact: value * 10**places
+    sign, digits = ("-" if scaled < 0 else ""), str(abs(scaled))
+    if not places:
+        return sign + digits
+    digits = digits.rjust(places + 1, "0")
+    whole, fraction = digits[:-places], digits[-places:].rstrip("0")
+    return sign + whole + ("." + fraction if fraction else "")
 
 
 def parse_budget(value: object) -> Fraction:
-    """A budget: an exact positive decimal, parsed like epsilon's text (never a float)."""
-    from ..errors import InvalidParameterError
-    from ..mechanism.epsilon import _DECIMAL_TEXT
+    """A budget: an exact positive decimal, parsed like epsilon's text (never a float), from
+    0.0001 to 1,000,000 with at most 30 significant digits (the range keeps the exact
+    arithmetic and its text small: ``1e999999999`` would be a billion-digit integer)."""
+    from ..errors import InvalidParameterError, option_name
+    from ..mechanism.epsilon import _DECIMAL_TEXT, MAX_DIGITS, MAX_TEXT, significant_digits
 
-    if not isinstance(value, str) or not _DECIMAL_TEXT.match(value.strip()):
-        raise InvalidParameterError("the budget must be a plain decimal number such as 4")
-    budget = Fraction(Decimal(value.strip()))
-    if budget <= 0:
-        raise InvalidParameterError("the budget must be greater than 0")
-    return budget
+    name = option_name("budget")
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or len(text) > MAX_TEXT or not _DECIMAL_TEXT.match(text):
+        raise InvalidParameterError(f"{name} must be a plain decimal number such as 4")
+    number = Decimal(text)  # exact: the constructor never rounds
+    if number <= 0:
+        raise InvalidParameterError(f"{name} must be greater than 0")
+    if not MIN_BUDGET <= number <= MAX_BUDGET:
+        raise InvalidParameterError(f"{name} must be from 0.0001 to 1000000")
+    if significant_digits(number) > MAX_DIGITS:
+        raise InvalidParameterError(f"{name} may have at most {MAX_DIGITS} significant digits")
+    return Fraction(number)
 
 
 class ReleaseAccount:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -9,11 +10,11 @@ import os
 import socket
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
-from ..errors import InvalidParameterError, KeyFileError
+from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
 from ..release.manifest import manifest_path_for
@@ -86,7 +87,11 @@ class Ledger:
 
         path = secret_path_for(location, secret_path)
         # os.path: pathlib's exists() raises for a name too long, where creating the file
-        # below gives the clean error
+        # below gives the clean error.  The ledger first: it is what the command names.
+        if not is_url(location) and os.path.lexists(location):
+            raise OutputExistsError(
+                "a ledger (or another file) already exists at that path; refusing to overwrite it"
+            )
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
@@ -125,9 +130,13 @@ class Ledger:
     ) -> Ledger:
         from ..keyfile import read_key_file
 
-        secret = read_key_file(secret_path_for(location, secret_path))
+        # The ledger first: a mistyped --ledger is "no ledger at that path", not a missing key.
         store = open_store(location)
         try:
+            try:
+                secret = read_key_file(secret_path_for(location, secret_path))
+            except KeyFileError as exc:
+                raise KeyFileError(f"the ledger's secret: {exc}") from None
             meta = dict(store.query("SELECT name, value FROM ledger_meta"))
             if meta.get("format") != LEDGER_FORMAT:
                 raise LedgerError("the database is not a postcode-privacy ledger")
@@ -140,7 +149,11 @@ class Ledger:
             raise
         ledger = cls(store, Digester(secret))
         if resolve:
-            ledger.resolve_pending()
+            try:
+                ledger.resolve_pending()
+            except BaseException:
+                store.close()
+                raise
         return ledger
 
     def close(self) -> None:
@@ -169,7 +182,7 @@ class Ledger:
         """
         outcomes = []
         host = socket.gethostname()
-        with self.store.write():
+        with self.store.write(), _damage_is_a_ledger_error(self.store):
             rows = self.store.query(
                 "SELECT id, owner, created, output_path, output_sha256 "
                 "FROM releases WHERE state = 'pending' ORDER BY id"
@@ -250,10 +263,11 @@ class Ledger:
 
     def epsilons(self) -> dict[int, Fraction]:
         """Epsilon of every release, exactly."""
-        return {
-            rid: parse_epsilon(text).fraction
-            for rid, text in self.store.query("SELECT id, epsilon FROM releases")
-        }
+        with _damage_is_a_ledger_error(self.store):
+            return {
+                rid: parse_epsilon(text).fraction
+                for rid, text in self.store.query("SELECT id, epsilon FROM releases")
+            }
 
     def lookup(
         self, draws: Iterable[bytes], subjects: Iterable[bytes]
@@ -261,7 +275,7 @@ class Ledger:
         """Which of ``draws`` the ledger holds, which of those only a pending release holds so
         far, and the spend of each of ``subjects`` (absent: none).  Pending releases count: a
         release being made may yet be committed."""
-        with self.store.read():
+        with self.store.read(), _damage_is_a_ledger_error(self.store):
             return self.lookup_in_transaction(draws, subjects)
 
     def lookup_in_transaction(
@@ -292,7 +306,7 @@ class Ledger:
         """Releases, and the distribution of cumulative spend over subjects and over (subject,
         true postcode) pairs; pending releases count (conservatively) and are flagged."""
         store = self.store
-        with store.read():
+        with store.read(), _damage_is_a_ledger_error(store):
             epsilon_of = self.epsilons()
             releases = [
                 dict(
@@ -329,14 +343,32 @@ class Ledger:
                 spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
                 per[group] = distribution(spend.values())
             draws = store.query("SELECT COUNT(*) FROM draws")[0][0]
-        for r in releases:
-            r["output"] = os.path.basename(r["output"])
+            for r in releases:
+                r["output"] = os.path.basename(r["output"])
+                r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
         return {
             "releases": releases,
             "draws": draws,
             "subjects": per["subject"],
             "pairs": per["pair"],
         }
+
+
+@contextlib.contextmanager
+def _damage_is_a_ledger_error(store: Store) -> Iterator[None]:
+    """A stored value this version cannot read (a release's epsilon, budget, owner or time), or
+    a table or column missing, means the ledger was damaged or edited by hand: one clear
+    :class:`LedgerError` (exit code 1) rather than a traceback."""
+    damage: tuple[type[BaseException], ...] = (ValueError, TypeError, *store.database_errors)
+    try:
+        yield
+    except (LedgerError, KeyFileError):
+        raise
+    except damage as exc:
+        raise LedgerError(
+            "the ledger is damaged: a value or table in it is not as postcode-privacy writes "
+            f"it ({type(exc).__name__}); restore it from a backup"
+        ) from None
 
 
 def _owner_host(owner: str) -> str:

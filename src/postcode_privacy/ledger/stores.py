@@ -17,7 +17,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerError
 
 __all__ = ["Store", "SqliteStore", "PostgresStore", "open_store", "is_url"]
@@ -37,6 +37,9 @@ class Store:
 
     blob = "BLOB"
     kind = ""
+    # The driver's errors for a statement that fails on the database's contents (a table
+    # dropped, a column missing): the ledger turns them into a LedgerError.
+    database_errors: tuple[type[BaseException], ...] = ()
 
     # -- connection-level -----------------------------------------------------------------------
 
@@ -139,6 +142,7 @@ def _refuse_other_databases(path: str) -> None:
 
 class SqliteStore(Store):
     kind = "sqlite"
+    database_errors = (sqlite3.DatabaseError,)
     without_rowid = " WITHOUT ROWID"
 
     def __init__(self, path: str, create: bool):
@@ -160,8 +164,9 @@ class SqliteStore(Store):
             try:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             except FileExistsError:
-                raise LedgerError(
-                    "a ledger (or another file) already exists at that path"
+                raise OutputExistsError(
+                    "a ledger (or another file) already exists at that path; refusing to "
+                    "overwrite it"
                 ) from None
             except OSError as exc:
                 raise LedgerError(
@@ -246,8 +251,11 @@ class PostgresStore(Store):
                 f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})"
             ) from None
         self._psycopg = psycopg
+        self.database_errors = (psycopg.DatabaseError,)
         if create and self.has_schema():
-            raise LedgerError("that database already holds a ledger")
+            raise OutputExistsError(
+                "that database already holds a ledger; refusing to overwrite it"
+            )
         if not create and not self.has_schema():
             raise InvalidParameterError(
                 "that database holds no ledger; create one with `postcode-privacy ledger init`"
