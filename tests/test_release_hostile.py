@@ -559,11 +559,27 @@ def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(
     write_key_file(Key.generate(), key)
     before = key.read_bytes()
     assert main(argv + ["-o", str(key), "--force"]) == 5
-    assert "key file is never replaced, even with --force" in capsys.readouterr().err
+    assert "is a postcode-privacy key file; it is never replaced, even with --force" in (
+        capsys.readouterr().err
+    )
     assert key.read_bytes() == before
+    # nor a ledger, whatever its name (a SQLite database is never a release)
+    ledger = tmp_path / "ledger.json"
+    assert main(["ledger", "init", str(ledger)]) == 0
+    before = ledger.read_bytes()
+    assert main(argv + ["-o", str(ledger), "--force"]) == 5
+    assert "is a SQLite database (a ledger?); it is never replaced, even with --force" in (
+        capsys.readouterr().err
+    )
+    assert ledger.read_bytes() == before
     # With --force an ordinary file may be replaced: the run goes on to load the graph.
     assert main(argv + ["-o", str(existing), "--force"]) == 6
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.json", "secret.key"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "existing.json",
+        "ledger.json",
+        "ledger.json.key",
+        "secret.key",
+    ]
 
 
 def test_perturb_never_replaces_a_key_file_even_with_force(setup, tmp_path):
@@ -766,7 +782,7 @@ def test_build_never_replaces_a_key_file_even_with_force(tmp_path, capsys):
         )
         == 5
     )
-    assert "key file is never replaced" in capsys.readouterr().err
+    assert "key file; it is never replaced" in capsys.readouterr().err
     assert key.read_bytes() == before
 
 

@@ -10,8 +10,8 @@ lost"):
 
 * the names are checked before any work: valid UTF-8, short enough for the file system together
   with the names derived from them, in an existing directory;
-* an existing file is refused unless ``force``; a postcode-privacy key file is never replaced,
-  even with ``force``;
+* an existing file is refused unless ``force``; a postcode-privacy key file or a SQLite
+  database (a ledger) is never replaced, even with ``force``;
 * the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
   place, so two runs writing the same output cannot both go ahead: the second one is refused;
 * the files of one claim (a release, its manifest, its audit file) are committed together, with
@@ -50,6 +50,7 @@ __all__ = [
 
 # The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
 _KEY_FILE_PREFIX = b"postcode-privacy key file"
+_SQLITE_PREFIX = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 # Temporary names keep at most this many bytes of the target's name, so that a long (but
 # valid) output name never makes its temporary file's name too long.
 _TEMP_STEM_BYTES = 160
@@ -140,9 +141,23 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 def is_key_file(path: str | os.PathLike) -> bool:
     """True if ``path`` is (or links to) a postcode-privacy key file."""
+    return _starts_with(path, _KEY_FILE_PREFIX)
+
+
+def _never_replaced(path: str | os.PathLike) -> str | None:
+    """What ``path`` is, if it is a file no output may replace even with ``force``: a key file,
+    or a SQLite database (a ledger, most likely: a release is never one), else None."""
+    if is_key_file(path):
+        return "a postcode-privacy key file"
+    if _starts_with(path, _SQLITE_PREFIX):
+        return "a SQLite database (a ledger?)"
+    return None
+
+
+def _starts_with(path: str | os.PathLike, prefix: bytes) -> bool:
     try:
         with open(path, "rb") as handle:
-            return handle.read(len(_KEY_FILE_PREFIX)) == _KEY_FILE_PREFIX
+            return handle.read(len(prefix)) == prefix
     except OSError:
         return False
 
@@ -235,10 +250,10 @@ class OutputClaim:
         for target in self.targets:
             if target.is_dir():
                 raise InvalidParameterError(f"the output path {target} is a directory")
-            if is_key_file(target):
+            kind = _never_replaced(target)
+            if kind is not None:
                 raise OutputExistsError(
-                    f"{target} is a postcode-privacy key file; a key file is never replaced, "
-                    f"even with {option('force')}"
+                    f"{target} is {kind}; it is never replaced, even with {option('force')}"
                 )
             if os.path.lexists(target) and not self.force:
                 raise OutputExistsError(f"{target} already exists; {option('force')} replaces it")
