@@ -922,3 +922,40 @@ def test_empty_lines_are_skipped_only_where_pandas_skips_them_safely(setup, tmp_
         for n in ("cr-trailing.csv", "small.csv")
         for s in ("", ".audit.json", ".manifest.json")
     ]
+
+
+def test_a_dropped_record_leaves_no_value_in_the_release_dictionaries(setup, tmp_path):
+    """Under --on-error drop a dropped record's cells must appear nowhere in the release: not in
+    a Parquet dictionary (Arrow wrote the input's whole dictionary) nor in a categorical's
+    categories (``perturb_frame``).  Found by a hostile review."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from postcode_privacy import perturb_frame
+
+    people = frame(setup["codes"], n=6)
+    people.loc[3, "postcode"] = "BT1 1AA"  # not in the graph: dropped
+    people.loc[3, "visit"] = "ZZ-DROPPED-VISIT"
+    table = pa.Table.from_pandas(people, preserve_index=False)
+    table = table.set_column(2, "visit", pa.compute.dictionary_encode(table.column("visit")))
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    assert perturb(setup, src, out, "--on-error", "drop") == 0
+    released = pq.read_table(out)
+    assert pa.types.is_dictionary(released.schema.field("visit").type)  # still a dictionary
+    assert released.column("visit").to_pylist() == [
+        v for i, v in enumerate(people["visit"]) if i != 3
+    ]
+    assert b"ZZ-DROPPED-VISIT" not in out.read_bytes()
+    categorical = people.astype({"visit": "category"})
+    result = perturb_frame(
+        categorical,
+        key=setup["key_obj"],
+        epsilon=1,
+        id_column="subject",
+        postcode_column="postcode",
+        graph=setup["graph_obj"],
+        on_error="drop",
+    )
+    assert "ZZ-DROPPED-VISIT" not in list(result["visit"].cat.categories)
+    assert list(result["visit"]) == [v for i, v in enumerate(people["visit"]) if i != 3]

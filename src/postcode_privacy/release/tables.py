@@ -805,7 +805,8 @@ class _ParquetWriter:
         full = (table.num_rows // self.ROW_GROUP_ROWS) * self.ROW_GROUP_ROWS
         cut = table.num_rows if final else full
         if cut:
-            self._writer.write_table(table.slice(0, cut), row_group_size=self.ROW_GROUP_ROWS)
+            written = _dictionaries_of_their_own(table.slice(0, cut))
+            self._writer.write_table(written, row_group_size=self.ROW_GROUP_ROWS)
         rest = table.slice(cut)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
@@ -820,6 +821,28 @@ class _ParquetWriter:
             self._writer.close()
         except Exception:  # best effort: the file is about to be deleted
             pass
+
+
+def _dictionaries_of_their_own(table):
+    """``table`` with each dictionary column encoded afresh from its own values, in order of
+    first appearance: a dictionary read from the input holds every value of the input's
+    column, the dropped records' (``--on-error drop``) among them, and Arrow writes it into
+    the Parquet file whole.  The index type is kept, so the column's Arrow type is the
+    input's; the dictionary depends only on the values written, so the file's bytes do not
+    depend on the chunk size."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for column in table.columns:
+        kind = column.type
+        if pa.types.is_dictionary(kind):
+            encoded = pc.dictionary_encode(column.cast(kind.value_type)).combine_chunks()
+            column = pa.DictionaryArray.from_arrays(
+                encoded.indices.cast(kind.index_type), encoded.dictionary, ordered=kind.ordered
+            )
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def open_writer(handle, name: str, schema=None):
