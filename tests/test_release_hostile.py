@@ -959,3 +959,31 @@ def test_a_dropped_record_leaves_no_value_in_the_release_dictionaries(setup, tmp
     )
     assert "ZZ-DROPPED-VISIT" not in list(result["visit"].cat.categories)
     assert list(result["visit"]) == [v for i, v in enumerate(people["visit"]) if i != 3]
+
+
+def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_type(
+    setup, tmp_path, capsys
+):
+    """Spark's INT96 timestamps are read in microseconds, so 9999-12-31 (a common "valid to")
+    comes back as itself instead of wrapping round to 1816; and a value invalid for a column
+    that is not text is not called bad UTF-8.  Both found by a hostile review."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    people = frame(setup["codes"], n=3)
+    when = [dt.datetime(9999, 12, 31), dt.datetime(1, 1, 1), dt.datetime(2024, 5, 1, 12, 0, 0, 7)]
+    table = pa.Table.from_pandas(people, preserve_index=False).append_column(
+        "valid_to", pa.array(when, pa.timestamp("us"))
+    )
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src, use_deprecated_int96_timestamps=True, store_schema=False)
+    assert perturb(setup, src, out) == 0
+    assert pq.read_table(out).column("valid_to").to_pylist() == when
+    bad = pa.Array.from_buffers(pa.time32("s"), 3, pa.array([5, 100_000, 7], pa.int32()).buffers())
+    pq.write_table(pa.Table.from_pandas(people, preserve_index=False).append_column("t", bad), src)
+    assert perturb(setup, src, tmp_path / "other.parquet") == 3
+    err = capsys.readouterr().err
+    assert "record 2, column 4 ('t') holds a value that is not valid for its type" in err
+    assert "UTF-8" not in err

@@ -281,7 +281,10 @@ class TableReader:
         if os.path.getsize(self.path) == 0:
             raise InputDataError("the input file is empty")
         try:
-            return pq.ParquetFile(self.path)
+            # INT96 timestamps (Spark's and Hive's older format) are read in microseconds:
+            # in nanoseconds, pyarrow's default, a date past 2262 or before 1677 (9999-12-31,
+            # a common "valid to") wraps round silently.
+            return pq.ParquetFile(self.path, coerce_int96_timestamp_unit="us")
         except (pa.ArrowException, OSError, ValueError):
             raise InputDataError("the input is not a readable Parquet file") from None
 
@@ -601,7 +604,7 @@ def _check_utf8(batch, offset: int) -> None:
             continue
         except pa.ArrowInvalid:
             pass
-        if pa.types.is_dictionary(column.type):
+        if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
             # The bad text is in the column's dictionary, shared by many records.
             raise InputDataError(
                 f"column {position + 1} ({name!r}), from record {offset + 1} on, holds "
@@ -611,11 +614,23 @@ def _check_utf8(batch, offset: int) -> None:
             try:
                 column.slice(row, 1).validate(full=True)
             except pa.ArrowInvalid:
+                what = (
+                    "text that is not valid UTF-8"
+                    if _is_text(column.type)
+                    else f"a value that is not valid for its type ({column.type})"
+                )
                 raise InputDataError(
-                    f"record {offset + row + 1}, column {position + 1} ({name!r}) holds text "
-                    "that is not valid UTF-8"
+                    f"record {offset + row + 1}, column {position + 1} ({name!r}) holds {what}"
                 ) from None
     raise InputDataError("the input Parquet file holds invalid data")
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
+        getattr(pa.types, "is_string_view", lambda _: False)(kind)
+    )
 
 
 def _os_reason(exc: BaseException) -> str:
