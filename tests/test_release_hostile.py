@@ -987,3 +987,23 @@ def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_typ
     err = capsys.readouterr().err
     assert "record 2, column 4 ('t') holds a value that is not valid for its type" in err
     assert "UTF-8" not in err
+
+
+def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup, tmp_path, capsys):
+    """A date32 past year 9999, or a time zone Python does not know, cannot become CSV text:
+    exit code 3 naming the column (never the value), no output, no traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    people = pa.Table.from_pandas(frame(setup["codes"], n=2), preserve_index=False)
+    for name, values in {
+        "far": pa.array([10**7, 0], pa.date32()),
+        "zone": pa.array([0, 1], pa.timestamp("s", tz="Invalid/Zone")),
+    }.items():
+        src, out = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+        pq.write_table(people.append_column("when", values), src)
+        assert perturb(setup, src, out) == 3
+        err = capsys.readouterr().err
+        assert "column 3 ('when') holds a value CSV output cannot show" in err
+        assert "Traceback" not in err and not out.exists()
+        assert perturb(setup, src, tmp_path / f"{name}-out.parquet") == 0  # Parquet keeps it

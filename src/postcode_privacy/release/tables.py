@@ -743,6 +743,22 @@ def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lz
     return None
 
 
+def _unwritable_cell(frame: pd.DataFrame, error: Exception) -> InputDataError:
+    """The error for a chunk pandas could not turn into CSV text (a Parquet date past year
+    9999, say, or a time zone Python does not know): the first column that fails alone is
+    named, never its value."""
+    for position in range(frame.shape[1]):
+        try:
+            frame.iloc[:, [position]].to_csv(io.StringIO(), index=False)
+        except (OverflowError, ValueError, KeyError):
+            return InputDataError(
+                f"column {position + 1} ({frame.columns[position]!r}) holds a value CSV output "
+                "cannot show (a date outside years 1 to 9999, or a time zone Python does not "
+                "know); release to a .parquet output instead, which keeps it"
+            )
+    return InputDataError(f"the output could not be written as CSV ({type(error).__name__})")
+
+
 class _CsvWriter:
     """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical)."""
 
@@ -755,11 +771,17 @@ class _CsvWriter:
         self._header_written = False
 
     def write(self, frame: pd.DataFrame) -> None:
+        try:
+            self._write(frame)
+        except (OverflowError, ValueError, KeyError) as exc:
+            raise _unwritable_cell(frame, exc) from None
+
+    def _write(self, frame: pd.DataFrame) -> None:
         header = not self._header_written
         plain = _plain_csv_rows(frame)
         if plain is not None:
             if header:
-                self.write(frame.iloc[:0])  # the header line, as pandas writes it
+                self._write(frame.iloc[:0])  # the header line, as pandas writes it
             self._text.write(plain)
         elif _holds_carriage_return(frame, header):
             # The csv module (behind pandas) quotes a cell holding "\n" but not one holding a
