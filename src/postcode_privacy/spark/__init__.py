@@ -1,4 +1,4 @@
-"""Releasing a Spark DataFrame: the release recipe run on every partition with ``mapInPandas``.
+"""Releasing a Spark DataFrame: the release recipe run on every partition with ``mapInArrow``.
 
 The user guide is docs/spark.md.  Nothing here decides an output.  Each partition is handed, in
 chunks of its Arrow batches, to :meth:`ReleasePlan.process_chunk`, the function behind
@@ -86,6 +86,9 @@ RELEASE_CHUNK = 50_000  # records handed to process_chunk at once (Arrow batches
 # Schema of the check pass: one row per partition (summary ``s`` set) and one row per distinct
 # (identifier hash, true postcode) pair of a partition (``h``, ``c`` and its first record ``r``).
 _CHECK_SCHEMA = "p int, r long, h long, c long, s string"
+_CHECK_ARROW = pa.schema(
+    [("p", pa.int32()), ("r", pa.int64()), ("h", pa.int64()), ("c", pa.int64()), ("s", pa.string())]
+)
 _CHECK_ID, _CHECK_POSTCODE = "id", "postcode"  # the two columns the check pass reads, renamed
 _CHECK_OUT = "released"
 
@@ -499,14 +502,22 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
     )
 
     def postcode_privacy_check(batches):
-        return _check_partition(renamed, batches)
+        # Arrow in and out (``mapInArrow``), the records read as the release pass reads them
+        # (``_records_frame``), so that both passes judge every record alike.
+        names = [_CHECK_ID, _CHECK_POSTCODE]
+        frames = (
+            _records_frame(pa.Table.from_batches([batch]), names, renamed.options)
+            for batch in batches
+        )
+        for found in _check_partition(renamed, frames):
+            yield pa.RecordBatch.from_pandas(found, schema=_CHECK_ARROW, preserve_index=False)
 
-    # Plain aliases: Spark parses the names of a ``mapInPandas`` input, so a name holding a dot
+    # Plain aliases: Spark parses the names of a ``mapInArrow`` input, so a name holding a dot
     # or a backtick would fail there even though the select quoted it.
     pre = df.select(
         _quoted(options.id_column).alias(_CHECK_ID),
         _quoted(options.postcode_column).alias(_CHECK_POSTCODE),
-    ).mapInPandas(postcode_privacy_check, _CHECK_SCHEMA)
+    ).mapInArrow(postcode_privacy_check, _CHECK_SCHEMA)
     # One shuffle, by identifier hash.  Each identifier's (partition, record, postcode) triples
     # sort into record order; the conflict shows at the first record whose postcode differs from
     # the first one's, as in perturb_frame.  The partition summaries all fall in the null group.
@@ -556,36 +567,36 @@ def _rows_text(error: InputDataError) -> str:
 
 
 def _chunks(batches, size: int):
-    """Arrow batches regrouped into frames of at least ``size`` records (the last may be
+    """Arrow record batches regrouped into tables of at least ``size`` records (the last may be
     smaller), in order.  Larger chunks change no output, only the engine's speed: it shares
     work between records of one postcode and, above a few thousand distinct postcodes per
     call, uses its landmark tables (docs/spark.md, "Performance")."""
     pending, count = [], 0
     for batch in batches:
         pending.append(batch)
-        count += len(batch)
+        count += batch.num_rows
         if count >= size:
-            yield _joined(pending)
+            yield pa.Table.from_batches(pending)
             pending, count = [], 0
     if pending:
-        yield _joined(pending)
+        yield pa.Table.from_batches(pending)
 
 
-def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """One frame from several, with every Arrow-backed column in a single chunk.
+def _records_frame(table: pa.Table, names: list[str], options: ReleaseOptions) -> pd.DataFrame:
+    """The two columns a release reads (identifier and true postcode), under their own names,
+    as pandas, with a 0-based index: only these cross into pandas.  Integers keep every digit
+    (pandas' nullable integers, not float64) and text stays text."""
+    columns = {}
+    for name in (options.id_column, options.postcode_column):
+        column = table.column(names.index(name))
+        columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
+    return pd.DataFrame(columns)
 
-    ``pd.concat`` keeps each batch's chunk in Arrow-backed columns (pandas 3 strings among them),
-    and PySpark cannot send a multi-chunk column back to the JVM; the values are unchanged.
-    """
-    if len(frames) == 1:
-        return frames[0]
-    frame = pd.concat(frames, ignore_index=True)
-    for position, dtype in enumerate(frame.dtypes):
-        array = frame.iloc[:, position].array
-        if isinstance(array, pd.arrays.ArrowExtensionArray):
-            combined = pa.chunked_array(array.__arrow_array__()).combine_chunks()
-            frame.isetitem(position, pd.array(combined, dtype=dtype))
-    return frame
+
+def _exact_pandas_type(kind: pa.DataType):
+    if pa.types.is_integer(kind):
+        return pd.ArrowDtype(kind)
+    return None  # pyarrow's own conversion (text as str, the rest as it always is)
 
 
 def _release_partition(
@@ -598,20 +609,31 @@ def _release_partition(
 ):
     """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``.
 
-    With ``names``, the batches arrive under positional names (:func:`_release_frame`): they get
-    their real names back for ``process_chunk``, and its output leaves under positional names.
+    The batches arrive as Arrow record batches under positional names (:func:`_release_frame`),
+    and leave as Arrow: only the identifier and the true postcode are handed to
+    ``process_chunk`` as pandas; every other column goes from input to output as Arrow, never
+    through pandas, which would turn a NaN into a null and refuse a timestamp outside
+    1677-2262.  The output holds the rows ``process_chunk`` kept, in order, each column but
+    the true postcode (kept with ``keep_source_postcode``), then the released postcode.
     """
+    assert names is not None, "the release pass always passes the column names"
+    options = spec.options
     plan = _worker_plan(spec, sealed.open())
     partition = _partition_id()
     offset = offsets[partition] if partition < len(offsets) else 0
     cpus = _task_cpus()
+    kept_columns = [
+        i
+        for i, name in enumerate(names)
+        if options.keep_source_postcode or name != options.postcode_column
+    ]
+    out_names = _positional("o", len(kept_columns) + 1)
     seen = 0
-    for frame in _chunks(batches, chunk):
-        if names is not None:
-            frame.columns = names
+    for table in _chunks(batches, chunk):
+        records = _records_frame(table, names, options)
         try:
             with _engine_workers(cpus):
-                out, _ = plan.process_chunk(frame, offset + seen, warn=False)
+                out, _ = plan.process_chunk(records, offset + seen, warn=False)
         except InputDataError as exc:
             # Only reachable if the input changed after the check pass had accepted it; the
             # message crosses to the driver as text, so it carries the listed records itself.
@@ -622,10 +644,11 @@ def _release_partition(
                 exc.row_errors,
                 exc.total_errors,
             ) from None
-        seen += len(frame)
-        if names is not None:
-            out.columns = _positional("o", len(out.columns))
-        yield out
+        seen += table.num_rows
+        rows = pa.array(out.index.to_numpy(dtype=np.int64))  # kept rows (all but dropped)
+        released = pa.array(out[options.out_column].tolist(), type=pa.string())
+        columns = [table.column(i).take(rows) for i in kept_columns] + [released]
+        yield from pa.Table.from_arrays(columns, names=out_names).to_batches()
 
 
 def _positional(prefix: str, count: int) -> list[str]:
@@ -727,7 +750,7 @@ def _release_function(
     chunk: int = RELEASE_CHUNK,
     names: list[str] | None = None,
 ):
-    """The function ``mapInPandas`` runs; its closure holds only small values (no graph)."""
+    """The function ``mapInArrow`` runs; its closure holds only small values (no graph)."""
 
     def postcode_privacy_release(batches):
         return _release_partition(spec, sealed, offsets, batches, chunk, names)
@@ -742,7 +765,7 @@ def _release_frame(
     offsets: list[int],
     chunk: int = RELEASE_CHUNK,
 ) -> DataFrame:
-    """The release pass, lazily.  Spark parses the column names at a ``mapInPandas``, so a
+    """The release pass, lazily.  Spark parses the column names at a ``mapInArrow``, so a
     name holding a dot or a backtick would fail there: the columns cross it under positional
     names and get their own back on both sides (issue 14, item 4)."""
     names = list(df.columns)
@@ -756,9 +779,7 @@ def _release_frame(
             for f, alias in zip(fields, _positional("o", len(fields)))
         ]
     )
-    released = positional.mapInPandas(
-        _release_function(spec, sealed, offsets, chunk, names), schema
-    )
+    released = positional.mapInArrow(_release_function(spec, sealed, offsets, chunk, names), schema)
     return released.select(
         *[F.col(alias).alias(f.name) for f, alias in zip(fields, _positional("o", len(fields)))]
     )
