@@ -80,6 +80,17 @@ def _run(argv: list[str] | None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except OSError as exc:
+        if not _raised_printing(exc):
+            raise
+        # The command's files are written (each command writes its files before it reports
+        # them); only what it prints was lost, e.g. a full disk behind `> file`.
+        click.echo(
+            f"error: standard output could not be written ({exc.strerror or type(exc).__name__})"
+            "; the files the command writes are in place, but what it printed is lost",
+            err=True,
+        )
+        return 1
     except errors.PostcodePrivacyError as exc:
         click.echo(f"error: {exc}", err=True)
         for row, reason in getattr(exc, "row_errors", []):
@@ -90,6 +101,23 @@ def _run(argv: list[str] | None) -> int:
             click.echo(f"  ... and {total - shown} more rows", err=True)
         return _exit_code(exc)
     return 0
+
+
+def _raised_printing(exc: OSError) -> bool:
+    """Whether ``exc`` came from ``click.echo`` writing to standard output (a full disk behind
+    ``> file``, say), not from the command's work: the innermost frame is click's ``echo``,
+    writing to stdout."""
+    trace = exc.__traceback__
+    if trace is None:
+        return False
+    while trace.tb_next is not None:
+        trace = trace.tb_next
+    frame = trace.tb_frame
+    return (
+        frame.f_code.co_name == "echo"
+        and frame.f_globals.get("__name__") == "click.utils"
+        and not frame.f_locals.get("err", False)
+    )
 
 
 def echo_status(message: str) -> None:
