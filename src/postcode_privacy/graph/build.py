@@ -37,7 +37,7 @@ from importlib import metadata
 
 import numpy as np
 
-from ..errors import GraphError, InvalidParameterError
+from ..errors import GraphError, InvalidParameterError, option_name
 from .graph import Graph, _label
 
 __all__ = ["build_graph", "BUILDER", "BUILD_FORMAT"]
@@ -135,10 +135,12 @@ def _params(max_edge_km: float, params_extra: dict | None) -> dict:
     if isinstance(max_edge_km, bool) or not isinstance(
         max_edge_km, (int, float, np.integer, np.floating)
     ):
-        raise InvalidParameterError("max_edge_km must be a number")
+        raise InvalidParameterError(f"{option_name('max_edge_km')} must be a number")
     max_edge_km = float(max_edge_km)
     if not math.isfinite(max_edge_km) or max_edge_km <= 0:
-        raise InvalidParameterError("max_edge_km must be a positive finite number of kilometres")
+        raise InvalidParameterError(
+            f"{option_name('max_edge_km')} must be a positive finite number of kilometres"
+        )
     params = {"builder": BUILDER, "max_edge_km": max_edge_km, "format": BUILD_FORMAT}
     for key, value in (params_extra or {}).items():
         if key in _RESERVED:

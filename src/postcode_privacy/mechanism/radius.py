@@ -16,7 +16,7 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from functools import lru_cache
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, option_name
 from .powers import MAX_RADIUS, Q_HAT_BITS, powers, q_hat_numerator
 
 TELEPORT_TARGET = Fraction(1, 10**6)
@@ -59,7 +59,8 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     start = min(max(int(estimate) - 3, 0), MAX_RADIUS)
     if start == MAX_RADIUS:
         raise InvalidParameterError(
-            f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius"
+            f"{option_name('epsilon')} is too small for a default radius within {MAX_RADIUS} hops; "
+            f"give {option_name('radius')} too, or a larger {option_name('epsilon')}"
         )
     lo = start
     if lo and not _lower_bound_exceeds_target(a, lo, min_prior, outside):
@@ -76,6 +77,7 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
         radius += 1
         if radius > MAX_RADIUS:
             raise InvalidParameterError(
-                f"epsilon is too small for a default radius within {MAX_RADIUS} hops; give a radius"
+                f"{option_name('epsilon')} is too small for a default radius within {MAX_RADIUS} hops; "
+                f"give {option_name('radius')} too, or a larger {option_name('epsilon')}"
             )
     return radius
