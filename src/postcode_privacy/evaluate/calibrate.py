@@ -11,8 +11,9 @@ Targets (``--target NAME=VALUE``):
 
 The search runs over the grid of two-significant-figure values 0.010, 0.011, ..., 9.9, 10, which
 is evenly spaced on a log scale within each decade, by bisection on the grid index (each
-measure is assumed monotone in epsilon, which holds on every graph we have measured; the
-endpoints are always evaluated).  The answer is the smallest grid epsilon meeting every target
+measure is assumed monotone in epsilon, which holds on every graph we have measured; the end
+of the range most likely to meet the target is evaluated first, and where it fails the search
+stops, since no epsilon in the range can meet it; otherwise the other end, then the bisection).  The answer is the smallest grid epsilon meeting every target
 (the most privacy for the utility asked for), or, when only upper-bound targets are given, the
 largest.  When no epsilon in [0.01, 10] meets the targets the result says why, in ``warnings``.
 """
