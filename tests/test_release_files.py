@@ -789,3 +789,18 @@ def test_parquet_to_csv_keeps_the_scalar_types_that_read_back_unchanged(grid, ke
     assert back["stamp_ns"][1] == "1970-01-01 01:00:00.000000002+01:00"
     assert back["big"].tolist()[:2] == [str(2**62), ""]
     assert back["json"].tolist()[:2] == ['{"a": 1}', "[]"] and back["words"][1] == "y"
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])
+def test_a_bad_workers_variable_fails_every_batch_alike(monkeypatch, value):
+    """$POSTCODE_PRIVACY_WORKERS is checked whatever the batch's size: it used to be ignored
+    below PARALLEL_MIN records and fail only larger files (a hostile review)."""
+    from postcode_privacy.engine.batch import PARALLEL_MIN, default_workers
+    from postcode_privacy.errors import InvalidParameterError
+
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", value)
+    for records in (1, PARALLEL_MIN - 1, PARALLEL_MIN):
+        with pytest.raises(InvalidParameterError, match="POSTCODE_PRIVACY_WORKERS"):
+            default_workers(records)
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "3")
+    assert default_workers(PARALLEL_MIN - 1) == 1 and default_workers(PARALLEL_MIN) == 3

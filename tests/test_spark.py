@@ -307,6 +307,21 @@ def test_release_does_not_fork_engine_processes_inside_spark_workers(spark, smal
 # -- input rules and error policies ---------------------------------------------------------------
 
 
+def test_columns_spark_takes_for_one_are_refused_up_front(spark, small_graph):
+    """Spark ignores case in column names by default: an input column POSTCODE_DP would clash
+    with the released postcode_dp, and pc with PC; both are refused before any job, naming
+    the columns (a hostile review found an unusable result and a raw AnalysisException)."""
+    _, path = small_graph
+    pdf = small_records(10, seed=4)
+    common = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc")
+    clash = spark.createDataFrame(pdf.assign(POSTCODE_DP="x"))
+    with pytest.raises(InputDataError, match="'POSTCODE_DP', which Spark takes for 'postcode_dp'"):
+        pps.perturb(clash, graph=path, **common)
+    twins = spark.createDataFrame(pdf.assign(PC="x"))
+    with pytest.raises(InputDataError, match="'pc' and 'PC' differ only in case"):
+        pps.perturb(twins, graph=path, **common)
+
+
 def test_error_policy_names_global_records_like_perturb_frame(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(900, seed=5)

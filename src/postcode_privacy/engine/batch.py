@@ -128,14 +128,13 @@ def _fork_available() -> bool:
 
 def default_workers(records: int) -> int:
     """Workers used when none are given: $POSTCODE_PRIVACY_WORKERS, else all usable CPUs."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    # checked whatever the batch's size, so that a bad value fails every run alike
+    if text and (not text.isdigit() or int(text) < 1):
+        raise InvalidParameterError(f"{WORKERS_ENV} must be a positive whole number")
     if records < PARALLEL_MIN:
         return 1
-    text = os.environ.get(WORKERS_ENV, "").strip()
-    if text:
-        if not text.isdigit() or int(text) < 1:
-            raise InvalidParameterError(f"{WORKERS_ENV} must be a positive whole number")
-        return int(text)
-    return usable_cpus()
+    return int(text) if text else usable_cpus()
 
 
 def _tasks(sorted_nodes: np.ndarray) -> list[tuple[int, int]]:

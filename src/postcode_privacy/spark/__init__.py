@@ -683,12 +683,34 @@ def _prepare(
     # Cheap checks first, so that a typo fails before the graph is loaded.
     options = ReleaseOptions.build(options, **option_kwargs)
     options.check_columns(df.columns)
+    session = df.sparkSession
+    if str(session.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
+        _check_columns_ignoring_case(df.columns, options)
     resolved, path = _resolve_graph(graph)
     plan = ReleasePlan(key=key, options=options, graph=resolved)
-    session = df.sparkSession
     _probe_executors(session)
     ref = _ship_graph(session, resolved, path)
     return _TaskSpec(graph=ref, options=options, expected_radius=plan.mechanism.radius)
+
+
+def _check_columns_ignoring_case(columns: list[str], options: ReleaseOptions) -> None:
+    """Spark compares column names ignoring case unless ``spark.sql.caseSensitive`` is set:
+    refuse, as ``check_columns`` does, two columns it would take for one, or an output column
+    it would take for an input one (the release would fail later, or be unusable)."""
+    seen: dict[str, str] = {}
+    for name in columns:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise InputDataError(
+                f"columns {other!r} and {name!r} differ only in case, and Spark takes them for "
+                "one (spark.sql.caseSensitive is off); rename one"
+            )
+    if options.out_column.lower() in seen:
+        raise InputDataError(
+            f"the input already has a column named {seen[options.out_column.lower()]!r}, which "
+            f"Spark takes for {options.out_column!r} (it ignores case); choose another "
+            f"{options.flag('out_column')}"
+        )
 
 
 def check(
