@@ -389,17 +389,7 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
         )
         code, err = proc.returncode, proc.stderr
     elif stdout == "full":
-        if not os.path.exists("/dev/full"):
-            pytest.skip("no /dev/full here")
-        with open("/dev/full", "w") as full:
-            proc = subprocess.run(
-                [sys.executable, "-c", RUN_CLI, *argv],
-                env=env,
-                stdout=full,
-                stderr=subprocess.PIPE,
-                timeout=120,
-            )
-        code, err = proc.returncode, proc.stderr
+        code, err = _on_a_full_stdout(argv)
     else:
         proc = subprocess.Popen(
             [sys.executable, "-c", RUN_CLI, *argv],
@@ -414,6 +404,33 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
     assert code == 0, err.decode()
     assert b"Traceback" not in err and b"Exception ignored" not in err
     assert_bundle(out)
+
+
+def _on_a_full_stdout(argv, cwd=None):
+    """Exit code and stderr (bytes) of the CLI run with its stdout on a full disk."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_CLI, *argv],
+            cwd=cwd,
+            env=env,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["keygen", "-o", "k.key"], ["ledger", "init", "l.db"]])
+def test_a_stdout_that_cannot_be_written_is_one_clear_error_not_a_traceback(tmp_path, command):
+    """With stdout on a full disk the command's files are written and it says so, exit code 1,
+    without a traceback (a hostile review found tracebacks from every command but perturb)."""
+    code, err = _on_a_full_stdout(command, cwd=tmp_path)
+    assert code == 1
+    assert b"standard output could not be written" in err and b"Traceback" not in err
+    assert (tmp_path / command[-1]).exists()
 
 
 @pytest.mark.parametrize("argv, expected", [(["--version"], 0), (["perturb", "missing.csv"], 2)])
