@@ -122,10 +122,10 @@ def test_the_engine_settles_records_with_the_rows_and_equals_the_reference(monke
 def test_the_rows_bound_kept_by_cluster_is_the_bound_from_the_whole_row(monkeypatch):
     """``FastSampler`` keeps the part of a far-mass row's bound on Z that depends on the row
     alone, by cluster: for every node, at several depths, asked first and again (kept), the
-    bound is ``_z_high``'s from the node's whole row, and None where that is None (here a
+    bound is ``bounds.z_high_by_row``'s from the node's whole row, and None where that is None (here a
     row made unusable by a step down, and one whose first entry is below the explored
     mass)."""
-    from postcode_privacy.engine import fast
+    from postcode_privacy.engine import bounds, fast
 
     small_clusters(monkeypatch, 6, 2, 12)
     rng = random.Random(17)
@@ -150,7 +150,9 @@ def test_the_rows_bound_kept_by_cluster_is_the_bound_from_the_whole_row(monkeypa
                 for explored in (walk.explored_mass, walk.explored_mass + 10**6):
                     got = sampler._rows_z_high(node, walk.cumulative, explored)
                     row = table.far.upper_row(int(graph.node_location[node]), radius)
-                    want = fast._z_high(walk.cumulative, explored, row, powers, radius, total)
+                    want = bounds.z_high_by_row(
+                        walk.cumulative, explored, row, powers, radius, total
+                    )
                     assert got == want, (node, depth, explored)
                     seen.add(want is None)
     assert seen == {True, False}
