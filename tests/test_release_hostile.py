@@ -1024,3 +1024,84 @@ def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup,
         assert "column 3 ('when') holds a value CSV output cannot show" in err
         assert "Traceback" not in err and not out.exists()
         assert perturb(setup, src, tmp_path / f"{name}-out.parquet") == 0  # Parquet keeps it
+
+
+def test_dictionaries_nested_or_ordered_are_rewritten_from_the_rows_alone(setup, tmp_path):
+    """A review of the fix above: a dictionary inside a struct or a list leaked the dropped
+    value too; an ordered dictionary lost its order; and a flush spanning two row groups
+    made the bytes depend on the chunk size.  Now every dictionary is rewritten row group by
+    row group, an ordered one in the input's order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from postcode_privacy import Key
+    from postcode_privacy.release import release_file
+
+    n = 140_000  # past two row groups of 65,536
+    codes = setup["codes"]
+    people = frame(codes, n=n)
+    people.loc[3, "postcode"] = "BT1 1AA"  # dropped
+    level = pa.dictionary(pa.int8(), pa.string(), ordered=True)
+    grades = ["low", "mid", "high"]
+    notes = pa.array(["ok"] * n).dictionary_encode()
+    notes = pa.DictionaryArray.from_arrays(
+        notes.indices, ["ok", "SECRET"]
+    )  # an entry no released row uses
+    table = pa.Table.from_pandas(people, preserve_index=False)
+    table = table.append_column("st", pa.StructArray.from_arrays([notes], names=["n"]))
+    table = table.append_column(
+        "li", pa.ListArray.from_arrays(pa.array(range(n + 1), pa.int32()), notes)
+    )
+    table = table.append_column(
+        "grade",
+        pa.DictionaryArray.from_arrays(
+            pa.array([2 if i % 3 else 0 for i in range(n)], pa.int8()), grades
+        ).cast(level),
+    )
+    src = tmp_path / "in.parquet"
+    pq.write_table(table, src)
+    outputs = []
+    for chunk in (50_000, 100_000):
+        out = tmp_path / f"out{chunk}.parquet"
+        release_file(
+            src,
+            out,
+            key=Key.from_bytes(b"h" * 32),
+            epsilon=1,
+            id_column="subject",
+            postcode_column="postcode",
+            graph=setup["graph_obj"],
+            on_error="drop",
+            chunk_size=chunk,
+        )
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    assert b"SECRET" not in outputs[0]
+    released = pq.read_table(tmp_path / "out50000.parquet")
+    assert released.num_rows == n - 1
+    grade = released.column("grade").chunk(0)
+    assert grade.type.ordered and grade.dictionary.to_pylist() == ["low", "high"]
+    assert released.column("grade").to_pylist() == [
+        grades[2 if i % 3 else 0] for i in range(n) if i != 3
+    ]
+
+
+def test_perturb_frame_prunes_dropped_categories_whatever_the_index_or_chunks(setup):
+    from postcode_privacy import perturb_frame
+
+    n = 10_005  # two chunks of perturb_frame's progress bar
+    notes = ["SECRET" if i == 1 else "ok" for i in range(n)]
+    people = frame(setup["codes"], n=n).assign(note=pd.Categorical(notes))
+    people.loc[1, "postcode"] = "BT1 1AA"  # dropped
+    people.index = [i // 2 for i in range(n)]  # labels shared with kept rows
+    common = dict(
+        key=setup["key_obj"],
+        epsilon=1,
+        id_column="subject",
+        postcode_column="postcode",
+        graph=setup["graph_obj"],
+        on_error="drop",
+    )
+    result = perturb_frame(people, **common)
+    assert list(result["note"].cat.categories) == ["ok"]
+    assert perturb_frame(people, progress=True, **common)["note"].dtype == result["note"].dtype

@@ -106,7 +106,25 @@ def perturb_frame(
         if bar is not None:
             bar.close()
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
+    if plan.on_error == "drop" and len(result) < len(df):
+        result = _without_dropped_categories(result, df)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
     plan.warn_subjects(stacklevel=2)
     result.attrs["postcode_privacy"] = plan.describe()
     return (result, counts) if with_counts else result
+
+
+def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """``result`` with each categorical column's categories that only dropped records held
+    removed (categories the input did not use stay, as the caller's own): a category is a
+    value, and keeping it would publish a dropped record's cell in the release's dtype and in
+    any Parquet file written from it.  Done once, on the joined result, so that the dtype does
+    not depend on the chunks (``progress``)."""
+    result = result.copy()
+    for name in result.columns:
+        column = result[name]
+        if isinstance(column.dtype, pd.CategoricalDtype) and name in df.columns:
+            gone = set(df[name].dropna().unique()) - set(column.dropna().unique())
+            if gone:
+                result[name] = column.cat.remove_categories(sorted(gone, key=repr))
+    return result

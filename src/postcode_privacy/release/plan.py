@@ -240,10 +240,7 @@ class ReleasePlan:
         values[ok] = released
         out = df if self.keep_source_postcode else df.drop(columns=[self.postcode_column])
         if self.on_error == "drop":
-            dropped = out.drop(index=out.index[ok]) if ok.size < len(out) else None
             out, values = out.iloc[ok], values[ok]
-            if dropped is not None:
-                out = _without_dropped_categories(out, dropped)
         out = out.copy()
         out.insert(
             len(out.columns), self.out_column, pd.Series(values, index=out.index, dtype=object)
@@ -323,18 +320,3 @@ class PendingChunk:
         draws, self._draws = self._draws, None
         if draws is not None:
             draws.cancel()
-
-
-def _without_dropped_categories(out: pd.DataFrame, dropped: pd.DataFrame) -> pd.DataFrame:
-    """``out`` with each categorical column's categories that only dropped records held
-    removed: a category is a value, and keeping it would publish a dropped record's cell in
-    the release's dtype (and in any Parquet file written from it)."""
-    out = out.copy()
-    for position in range(out.shape[1]):
-        column = out.iloc[:, position]
-        if isinstance(column.dtype, pd.CategoricalDtype):
-            kept = set(column.dropna().unique())
-            gone = set(dropped.iloc[:, position].dropna().unique()) - kept
-            if gone:
-                out.isetitem(position, column.cat.remove_categories(sorted(gone, key=repr)).array)
-    return out

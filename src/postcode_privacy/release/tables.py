@@ -841,9 +841,11 @@ class _ParquetWriter:
         table = pa.concat_tables(self._pending)
         full = (table.num_rows // self.ROW_GROUP_ROWS) * self.ROW_GROUP_ROWS
         cut = table.num_rows if final else full
-        if cut:
-            written = _dictionaries_of_their_own(table.slice(0, cut))
-            self._writer.write_table(written, row_group_size=self.ROW_GROUP_ROWS)
+        for start in range(0, cut, self.ROW_GROUP_ROWS):  # one row group at a time
+            group = table.slice(start, min(self.ROW_GROUP_ROWS, cut - start))
+            self._writer.write_table(
+                _dictionaries_of_their_own(group), row_group_size=self.ROW_GROUP_ROWS
+            )
         rest = table.slice(cut)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
@@ -861,25 +863,75 @@ class _ParquetWriter:
 
 
 def _dictionaries_of_their_own(table):
-    """``table`` with each dictionary column encoded afresh from its own values, in order of
-    first appearance: a dictionary read from the input holds every value of the input's
-    column, the dropped records' (``--on-error drop``) among them, and Arrow writes it into
-    the Parquet file whole.  The index type is kept, so the column's Arrow type is the
-    input's; the dictionary depends only on the values written, so the file's bytes do not
-    depend on the chunk size."""
+    """``table`` (one row group) with every dictionary, top-level or nested in a struct, list
+    or map, encoded afresh from the values of these rows: a dictionary read from the input
+    holds every value of the input's column, the dropped records' (``--on-error drop``) among
+    them, and Arrow writes it into the Parquet file whole.  The column's Arrow type is kept.
+    An unordered dictionary lists its values in order of first appearance; an ordered one
+    keeps the input's order, less the values these rows do not hold.  Either way it depends
+    only on the rows written, so the file's bytes do not depend on the chunk size."""
+    import pyarrow as pa
+
+    columns = []
+    for position, column in enumerate(table.columns):
+        kind = column.type
+        plain = _without_dictionaries(kind)
+        if plain != kind:
+            values = column.cast(plain).combine_chunks()
+            # take() compacts: a slice of a nested array still holds its parent's children
+            values = values.take(pa.array(range(len(values)), pa.int64()))
+            try:
+                column = (
+                    _ordered_afresh(column, values)
+                    if pa.types.is_dictionary(kind) and kind.ordered
+                    else values.cast(kind)
+                )
+            except pa.ArrowNotImplementedError:
+                raise InputDataError(
+                    f"column {position + 1} ({table.schema.names[position]!r}) is "
+                    "dictionary-encoded in a way this release cannot rewrite; decode it "
+                    "(store its plain values) and release again"
+                ) from None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _without_dictionaries(kind):
+    """``kind`` with every dictionary type in it replaced by its value type."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        return _without_dictionaries(kind.value_type)
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_without_dictionaries(f.type)) for f in kind])
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_without_dictionaries(kind.key_type)),
+            kind.item_field.with_type(_without_dictionaries(kind.item_type)),
+            kind.keys_sorted,
+        )
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_without_dictionaries(kind.value_type)))
+    if pa.types.is_fixed_size_list(kind):
+        field = kind.value_field.with_type(_without_dictionaries(kind.value_type))
+        return pa.list_(field, kind.list_size)
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_without_dictionaries(kind.value_type)))
+    return kind
+
+
+def _ordered_afresh(column, values):
+    """An ordered dictionary column re-encoded from ``values`` (its plain values), keeping the
+    order of its own dictionary (the input's categories, the same in every chunk) and only the
+    entries these rows hold."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    columns = []
-    for column in table.columns:
-        kind = column.type
-        if pa.types.is_dictionary(kind):
-            encoded = pc.dictionary_encode(column.cast(kind.value_type)).combine_chunks()
-            column = pa.DictionaryArray.from_arrays(
-                encoded.indices.cast(kind.index_type), encoded.dictionary, ordered=kind.ordered
-            )
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=table.schema)
+    kind = column.type
+    order = column.chunk(0).dictionary if column.num_chunks else pa.array([], kind.value_type)
+    kept = order.filter(pc.is_in(order, value_set=values.unique()))
+    indices = pc.index_in(values, value_set=kept).cast(kind.index_type)
+    return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
 
 
 def open_writer(handle, name: str, schema=None):
