@@ -83,11 +83,11 @@ def _run(argv: list[str] | None) -> int:
     except OSError as exc:
         if not _raised_printing(exc):
             raise
-        # The command's files are written (each command writes its files before it reports
-        # them); only what it prints was lost, e.g. a full disk behind `> file`.
+        # Each command writes its files before it reports them, so only what it prints was
+        # lost, e.g. to a full disk behind `> file`.
         click.echo(
             f"error: standard output could not be written ({exc.strerror or type(exc).__name__})"
-            "; the files the command writes are in place, but what it printed is lost",
+            "; what the command printed is lost (any file it writes was written first)",
             err=True,
         )
         return 1
