@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 
+from ..mechanism.epsilon import MIN_EPSILON
+
 __all__ = [
     "ZERO",
     "spend_by",
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 ZERO = Fraction(0)
-MIN_BUDGET = Decimal("0.0001")  # the smallest epsilon a release may use
+MIN_BUDGET = MIN_EPSILON  # the smallest epsilon a release may use
 MAX_BUDGET = Decimal(1_000_000)  # ten thousand releases at the largest epsilon
 REPEAT, KNOWN_SUBJECT, NEW_SUBJECT = "repeat", "known_subject", "new_subject"
 
@@ -79,17 +81,14 @@ def parse_budget(value: object) -> Fraction:
     0.0001 to 1,000,000 with at most 30 significant digits (the range keeps the exact
     arithmetic and its text small: ``1e999999999`` would be a billion-digit integer)."""
     from ..errors import InvalidParameterError, option_name
-    from ..mechanism.epsilon import _DECIMAL_TEXT, MAX_DIGITS, MAX_TEXT, significant_digits
+    from ..mechanism.epsilon import MAX_DIGITS, decimal_from_text, significant_digits
 
     name = option_name("budget")
-    text = value.strip() if isinstance(value, str) else None
-    if text is None or len(text) > MAX_TEXT or not _DECIMAL_TEXT.match(text):
-        raise InvalidParameterError(f"{name} must be a plain decimal number such as 4")
-    number = Decimal(text)  # exact: the constructor never rounds
+    number = decimal_from_text(value, name, "4")
     if number <= 0:
         raise InvalidParameterError(f"{name} must be greater than 0")
     if not MIN_BUDGET <= number <= MAX_BUDGET:
-        raise InvalidParameterError(f"{name} must be from 0.0001 to 1000000")
+        raise InvalidParameterError(f"{name} must be from {MIN_BUDGET} to {MAX_BUDGET}")
     if significant_digits(number) > MAX_DIGITS:
         raise InvalidParameterError(f"{name} may have at most {MAX_DIGITS} significant digits")
     return Fraction(number)

@@ -82,11 +82,7 @@ def parse_epsilon(value: object) -> Epsilon:
         elif isinstance(value, (numbers.Integral, Decimal)):
             dec = Decimal(value if isinstance(value, Decimal) else int(value))
         elif isinstance(value, str):
-            # Plain ASCII decimal notation only: Decimal() alone also takes "1_0" (= 10) and
-            # non-ASCII digits, and a typo must not silently multiply the privacy loss.
-            if len(value) > MAX_TEXT or not _DECIMAL_TEXT.match(value.strip()):
-                raise InvalidParameterError(f"{name} must be a plain decimal number such as 0.5")
-            dec = Decimal(value.strip())  # exact: the constructor never rounds
+            dec = decimal_from_text(value, name, "0.5")
         else:
             raise InvalidParameterError(
                 f"{name} must be a number (an int, a float, a Decimal or decimal text)"
@@ -105,6 +101,20 @@ def parse_epsilon(value: object) -> Epsilon:
     if significant_digits(dec) > MAX_DIGITS:
         raise InvalidParameterError(f"{name} may have at most 30 significant digits")
     return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+
+
+def decimal_from_text(value: object, name: str, example: str) -> Decimal:
+    """The exact Decimal of plain ASCII decimal text (``--epsilon``, ``--budget``), or
+    InvalidParameterError naming the option ``name`` with an ``example``.  Decimal() alone
+    also takes "1_0" (= 10) and non-ASCII digits, and a typo must not silently multiply the
+    privacy loss; text over ``MAX_TEXT`` characters is refused unread."""
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_TEXT
+        or not _DECIMAL_TEXT.match(value.strip())
+    ):
+        raise InvalidParameterError(f"{name} must be a plain decimal number such as {example}")
+    return Decimal(value.strip())  # exact: the constructor never rounds
 
 
 def significant_digits(value: Decimal) -> int:
