@@ -100,6 +100,18 @@ def args(setup, src, out, *extra):
     ]
 
 
+def python_options(setup, **extra):
+    """The Python API's keywords for the release ``args`` makes on the command line."""
+    return dict(
+        key=setup["key_obj"],
+        epsilon=1,
+        id_column="subject",
+        postcode_column="postcode",
+        graph=setup["graph_obj"],
+        **extra,
+    )
+
+
 def perturb(setup, src, out, *extra):
     return main(args(setup, src, out, *extra))
 
@@ -695,14 +707,7 @@ def test_a_lone_surrogate_identifier_is_refused_without_quoting_it(setup, tmp_pa
 
     df = pd.DataFrame({"subject": ["ok", "x\ud800y"], "postcode": setup["codes"][:2]}, dtype=object)
     with pytest.raises(InputDataError) as caught:
-        perturb_frame(
-            df,
-            key=setup["key_obj"],
-            epsilon=1,
-            id_column="subject",
-            postcode_column="postcode",
-            graph=setup["graph_obj"],
-        )
+        perturb_frame(df, **python_options(setup))
     text = str(caught.value) + repr(caught.value.row_errors)
     assert "\ud800" not in text and "d800" not in text.lower()
     assert caught.value.row_errors == [
@@ -742,15 +747,7 @@ def test_library_messages_keep_python_names(setup, tmp_path):
     frame(setup["codes"]).to_csv(src, index=False)
     (tmp_path / "taken.csv").write_text("x")
     with pytest.raises(OutputExistsError, match="taken.csv already exists; force=True replaces"):
-        release_file(
-            src,
-            tmp_path / "taken.csv",
-            key=setup["key_obj"],
-            epsilon=1,
-            id_column="subject",
-            postcode_column="postcode",
-            graph=setup["graph_obj"],
-        )
+        release_file(src, tmp_path / "taken.csv", **python_options(setup))
 
 
 def test_report_postcode_that_is_not_a_postcode_says_so(setup, tmp_path, capsys):
@@ -965,15 +962,7 @@ def test_a_dropped_record_leaves_no_value_in_the_release_dictionaries(setup, tmp
     ]
     assert b"ZZ-DROPPED-VISIT" not in out.read_bytes()
     categorical = people.astype({"visit": "category"})
-    result = perturb_frame(
-        categorical,
-        key=setup["key_obj"],
-        epsilon=1,
-        id_column="subject",
-        postcode_column="postcode",
-        graph=setup["graph_obj"],
-        on_error="drop",
-    )
+    result = perturb_frame(categorical, **python_options(setup, on_error="drop"))
     assert "ZZ-DROPPED-VISIT" not in list(result["visit"].cat.categories)
     assert list(result["visit"]) == [v for i, v in enumerate(people["visit"]) if i != 3]
 
@@ -1034,7 +1023,6 @@ def test_dictionaries_nested_or_ordered_are_rewritten_from_the_rows_alone(setup,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from postcode_privacy import Key
     from postcode_privacy.release import release_file
 
     n = 140_000  # past two row groups of 65,536
@@ -1063,17 +1051,7 @@ def test_dictionaries_nested_or_ordered_are_rewritten_from_the_rows_alone(setup,
     outputs = []
     for chunk in (50_000, 100_000):
         out = tmp_path / f"out{chunk}.parquet"
-        release_file(
-            src,
-            out,
-            key=Key.from_bytes(b"h" * 32),
-            epsilon=1,
-            id_column="subject",
-            postcode_column="postcode",
-            graph=setup["graph_obj"],
-            on_error="drop",
-            chunk_size=chunk,
-        )
+        release_file(src, out, **python_options(setup, on_error="drop", chunk_size=chunk))
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
     assert b"SECRET" not in outputs[0]
@@ -1094,14 +1072,7 @@ def test_perturb_frame_prunes_dropped_categories_whatever_the_index_or_chunks(se
     people = frame(setup["codes"], n=n).assign(note=pd.Categorical(notes))
     people.loc[1, "postcode"] = "BT1 1AA"  # dropped
     people.index = [i // 2 for i in range(n)]  # labels shared with kept rows
-    common = dict(
-        key=setup["key_obj"],
-        epsilon=1,
-        id_column="subject",
-        postcode_column="postcode",
-        graph=setup["graph_obj"],
-        on_error="drop",
-    )
+    common = python_options(setup, on_error="drop")
     result = perturb_frame(people, **common)
     assert list(result["note"].cat.categories) == ["ok"]
     assert perturb_frame(people, progress=True, **common)["note"].dtype == result["note"].dtype
