@@ -295,7 +295,7 @@ def test_release_does_not_fork_engine_processes_inside_spark_workers(spark, smal
 
         forks = []
         os.register_at_fork(before=lambda: forks.append(1))
-        released = pps._release_partition(options, sealed, [0], batches, names=names)
+        released = pps._release_partition(options, sealed, [0], batches, names)
         rows = sum(out.num_rows for out in released)
         yield pa.RecordBatch.from_pydict({"rows": [rows], "forks": [len(forks)]})
 
@@ -485,7 +485,7 @@ def test_closure_is_small_and_carries_no_graph(small_graph):
     assert pickle.loads(pickle.dumps(options)) == options  # plain values, no key
     spec = pps._TaskSpec(graph=ref, options=options, expected_radius=3)
     pickled = cloudpickle.dumps(
-        pps._release_function(spec, pps._SealedKey(Key.generate()), [0, 10, 20])
+        pps._release_function(spec, pps._SealedKey(Key.generate()), [0, 10, 20], ["sid", "pc"])
     )
     assert len(pickled) < 16_000
     assert graph.label(5).encode() not in pickled  # no node label, so no graph, in the closure

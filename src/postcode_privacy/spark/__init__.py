@@ -604,8 +604,8 @@ def _release_partition(
     sealed: _SealedKey,
     offsets: list[int],
     batches,
+    names: list[str],
     chunk: int = RELEASE_CHUNK,
-    names: list[str] | None = None,
 ):
     """Release one partition, chunk by chunk, through ``ReleasePlan.process_chunk``.
 
@@ -616,7 +616,6 @@ def _release_partition(
     1677-2262.  The output holds the rows ``process_chunk`` kept, in order, each column but
     the true postcode (kept with ``keep_source_postcode``), then the released postcode.
     """
-    assert names is not None, "the release pass always passes the column names"
     options = spec.options
     plan = _worker_plan(spec, sealed.open())
     partition = _partition_id()
@@ -769,13 +768,13 @@ def _release_function(
     spec: _TaskSpec,
     sealed: _SealedKey,
     offsets: list[int],
+    names: list[str],
     chunk: int = RELEASE_CHUNK,
-    names: list[str] | None = None,
 ):
     """The function ``mapInArrow`` runs; its closure holds only small values (no graph)."""
 
     def postcode_privacy_release(batches):
-        return _release_partition(spec, sealed, offsets, batches, chunk, names)
+        return _release_partition(spec, sealed, offsets, batches, names, chunk)
 
     return postcode_privacy_release
 
@@ -801,7 +800,7 @@ def _release_frame(
             for f, alias in zip(fields, _positional("o", len(fields)))
         ]
     )
-    released = positional.mapInArrow(_release_function(spec, sealed, offsets, chunk, names), schema)
+    released = positional.mapInArrow(_release_function(spec, sealed, offsets, names, chunk), schema)
     return released.select(
         *[F.col(alias).alias(f.name) for f, alias in zip(fields, _positional("o", len(fields)))]
     )
