@@ -489,6 +489,31 @@ def test_missing_key_file_and_corrupt_graph(setup, tmp_path, capsys):
     assert only(tmp_path, "in.csv", "junk.ppgraph")
 
 
+# The CLI, paused once its first chunk is in the temporary output: the test signals it there, so
+# the signal always lands mid-release (an earlier version polled the file's size and, on a loaded
+# machine, sometimes signalled during the final renames, when the release is rightly completed).
+RUN_CLI_PAUSED_AFTER_FIRST_CHUNK = """
+import sys, time
+from pathlib import Path
+from postcode_privacy.cli import main
+from postcode_privacy.release import tables
+
+paused = Path(sys.argv[1])
+write = tables._CsvWriter.write
+
+def write_then_pause(self, frame):
+    write(self, frame)
+    self._text.flush()
+    if not paused.exists():
+        paused.touch()
+        while True:
+            time.sleep(0.1)  # until signalled
+
+tables._CsvWriter.write = write_then_pause
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 @pytest.mark.slow  # a CLI process, signalled mid-release
 def test_sigterm_leaves_no_partial_output(setup, tmp_path):
     codes = setup["codes"]
@@ -501,12 +526,13 @@ def test_sigterm_leaves_no_partial_output(setup, tmp_path):
     ).to_csv(tmp_path / "in.csv", index=False)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    script = "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))"
+    paused = tmp_path / "paused"
     proc = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            script,
+            RUN_CLI_PAUSED_AFTER_FIRST_CHUNK,
+            str(paused),
             "perturb",
             str(tmp_path / "in.csv"),
             "-o",
@@ -530,12 +556,12 @@ def test_sigterm_leaves_no_partial_output(setup, tmp_path):
     )
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            temps = [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
-            if temps and temps[0].stat().st_size > 0:  # releasing, part of the output written
-                break
+        while not paused.exists():
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "the run never wrote its first chunk"
             time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be interrupted"
+        temps = [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
+        assert len(temps) == 1 and temps[0].stat().st_size > 0  # part of the output written
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
