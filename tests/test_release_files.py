@@ -177,6 +177,42 @@ def test_formats_by_extension(grid, key, tmp_path, suffix_in, suffix_out):
         assert gzip.decompress(out.read_bytes()).decode().startswith("person,note,postcode_dp\n")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".parquet"])
+def test_the_manifest_names_what_shapes_the_bytes_beyond_the_records(grid, key, tmp_path, suffix):
+    """The text of a compressed CSV release has its own digest (the compressed bytes depend on
+    the compressor library), and the libraries whose versions shape the file are recorded."""
+    import bz2
+    import lzma
+    import zlib
+
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    out = tmp_path / f"out{suffix}"
+    output = run(src, out, graph, key)["output"]
+    plain = tmp_path / "plain.csv"
+    assert output["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    if suffix == ".parquet":
+        assert "uncompressed_sha256" not in output
+        assert output["written_with"] == {"pyarrow": pa.__version__}
+        metadata = pq.ParquetFile(out).metadata
+        assert pa.__version__ in metadata.created_by  # the version pyarrow writes into the file
+        assert metadata.format_version == "2.6"
+        assert metadata.row_group(0).column(0).compression == "SNAPPY"
+        return
+    run(src, plain, graph, key)
+    text = {".csv": bytes, ".csv.gz": gzip.decompress, ".csv.bz2": bz2.decompress,
+            ".csv.xz": lzma.decompress}[suffix](out.read_bytes())  # fmt: skip
+    assert text == plain.read_bytes()
+    if suffix == ".csv":
+        assert "uncompressed_sha256" not in output
+    else:
+        assert output["uncompressed_sha256"] == hashlib.sha256(text).hexdigest()
+    expected = {"pandas": pd.__version__}
+    if suffix == ".csv.gz":
+        expected["zlib"] = zlib.ZLIB_RUNTIME_VERSION
+    assert output["written_with"] == expected
+
+
 def test_parquet_types_and_nulls_survive(grid, key, tmp_path):
     graph, codes = grid
     table = pa.table(

@@ -70,6 +70,8 @@ from .tables import (
     read_failure,
     refuse_columns_csv_cannot_hold,
     table_format,
+    uncompressed_sha256,
+    written_with,
 )
 
 __all__ = [
@@ -417,6 +419,8 @@ def _release(
             output_format=table_format(output_path),
             output_sha256=_sha256_file(out_tmp.path),
             rows=counts["rows_out"],
+            written_with=written_with(output_path.name),
+            uncompressed_sha256=uncompressed_sha256(out_tmp.path, output_path.name),
         )
         audit = build_audit(
             manifest,

@@ -113,12 +113,16 @@ def build_manifest(
     output_format: str,
     output_sha256: str,
     rows: int,
+    written_with: dict[str, str],
+    uncompressed_sha256: str | None = None,
     created: str | None = None,
 ) -> dict:
     """The publishable manifest of a release.
 
-    ``description`` is :meth:`ReleasePlan.describe` (parameters only); ``output_sha256`` and
-    ``rows`` describe the released file, which anyone holding it can recompute.
+    ``description`` is :meth:`ReleasePlan.describe` (parameters only); ``output_sha256``,
+    ``rows`` and ``uncompressed_sha256`` (compressed CSV only) describe the released file, which
+    anyone holding it can recompute; ``written_with`` names the libraries, with their versions,
+    that shaped its bytes beyond its records (docs/release.md, "Byte for byte").
     Postcondition: the keys are exactly :data:`PUBLISHABLE_FIELDS`.
     """
     manifest = {
@@ -131,7 +135,9 @@ def build_manifest(
             "path": output_path.name,
             "format": output_format,
             "sha256": output_sha256,
+            **({} if uncompressed_sha256 is None else {"uncompressed_sha256": uncompressed_sha256}),
             "rows": int(rows),
+            "written_with": dict(written_with),
         },
         **{name: description[name] for name in _DESCRIPTION_FIELDS},
         "audit_file": audit_path_for(output_path).name,

@@ -25,6 +25,7 @@ import bz2
 import contextlib
 import csv
 import gzip
+import hashlib
 import io
 import lzma
 import os
@@ -43,6 +44,8 @@ __all__ = [
     "table_format",
     "TableReader",
     "open_writer",
+    "written_with",
+    "uncompressed_sha256",
     "read_failure",
     "MAX_COLUMNS",
     "MAX_HEADER_CHARS",
@@ -75,8 +78,11 @@ def table_format(path: str | os.PathLike) -> str:
     )
 
 
-def _open_binary(path: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedReader:
-    lower = path.lower()
+def _open_binary(
+    path: str, name: str | None = None
+) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | io.BufferedReader:
+    """``path`` opened for reading, decompressed as the file name (or ``name``) says."""
+    lower = (path if name is None else name).lower()
     if lower.endswith(".gz"):
         return gzip.open(path, "rb")
     if lower.endswith(".bz2"):
@@ -810,6 +816,22 @@ class _CsvWriter:
             pass
 
 
+# The Parquet layout, spelled out instead of left to pyarrow's defaults: a pyarrow release that
+# changed a default would otherwise change the bytes of a release (these were the defaults of
+# pyarrow 15 to 26).
+_PARQUET_LAYOUT = {
+    "version": "2.6",
+    "compression": "snappy",
+    "use_dictionary": True,
+    "write_statistics": True,
+    "data_page_version": "1.0",
+    "use_compliant_nested_type": True,
+    "store_schema": True,
+    "write_page_index": False,
+    "write_page_checksum": False,
+}
+
+
 class _ParquetWriter:
     """Writes row groups of exactly ``ROW_GROUP_ROWS`` records (the last may be shorter), so the
     output file's bytes do not depend on the chunk size the input was read with."""
@@ -820,7 +842,7 @@ class _ParquetWriter:
         import pyarrow.parquet as pq
 
         self._schema = schema
-        self._writer = pq.ParquetWriter(handle, schema)
+        self._writer = pq.ParquetWriter(handle, schema, **_PARQUET_LAYOUT)
         self._pending: list = []
         self._pending_rows = 0
 
@@ -932,6 +954,36 @@ def _ordered_afresh(column, values):
     kept = order.filter(pc.is_in(order, value_set=values.unique()))
     indices = pc.index_in(values, value_set=kept).cast(kind.index_type)
     return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
+
+
+def written_with(name: str) -> dict[str, str]:
+    """The libraries whose version can change the bytes of an output named ``name`` while its
+    records stay the same, with their versions (the manifest records them; docs/release.md,
+    "Byte for byte").  pandas turns a Parquet input's typed cells into CSV text; pyarrow lays
+    out a Parquet file (its version is also written into the file); zlib compresses ``.gz``.
+    """
+    if table_format(name) == "parquet":
+        import pyarrow
+
+        return {"pyarrow": pyarrow.__version__}
+    versions = {"pandas": pd.__version__}
+    if name.lower().endswith(".gz"):
+        versions["zlib"] = zlib.ZLIB_RUNTIME_VERSION
+    return versions
+
+
+def uncompressed_sha256(path: str | os.PathLike, name: str) -> str | None:
+    """SHA-256 of the CSV text of the compressed output at ``path`` that will be named
+    ``name``: the same on every machine, whereas the compressed bytes depend on the compressor
+    library.  ``None`` for an output that is not compressed CSV."""
+    lower = name.lower()
+    if table_format(name) != "csv" or lower.endswith(".csv"):
+        return None
+    digest = hashlib.sha256()
+    with _open_binary(os.fspath(path), name) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def open_writer(handle, name: str, schema=None):
