@@ -840,3 +840,79 @@ def test_a_bad_workers_variable_fails_every_batch_alike(monkeypatch, value):
             default_workers(records)
     monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "3")
     assert default_workers(PARALLEL_MIN - 1) == 1 and default_workers(PARALLEL_MIN) == 3
+
+
+def test_parquet_bytes_do_not_depend_on_the_chunk_size_with_long_text(grid, key, tmp_path):
+    """pyarrow's dictionary page limit (1 MiB) is checked at the edges of Arrow chunks, which
+    follow the input's chunks: each row group is written as one chunk a column."""
+    graph, codes = grid
+    n = 40_000
+    df = records(codes, n)
+    df["note"] = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(n)]  # ~2.6 MB
+    src = write_csv(df, tmp_path / "in.csv")
+    digests = set()
+    for size in (997, 40_000):
+        out = tmp_path / f"out{size}.parquet"
+        digests.add(run(src, out, graph, key, chunk_size=size)["output"]["sha256"])
+    assert len(digests) == 1
+
+
+def _two_row_groups(path, first, second, index_type=None):
+    kind = pa.dictionary(index_type or pa.int32(), pa.string(), ordered=True)
+    schema = pa.schema([("person", pa.string()), ("pc", pa.string()), ("level", kind)])
+    with pq.ParquetWriter(path, schema) as writer:
+        for ids, codes, values in (first, second):
+            level = pa.array(values).dictionary_encode().cast(kind)
+            writer.write_table(pa.table([pa.array(ids), pa.array(codes), level], schema=schema))
+
+
+def test_an_ordered_dictionary_that_differs_between_row_groups_keeps_every_value(
+    grid, key, tmp_path
+):
+    graph, codes = grid
+    src = tmp_path / "in.parquet"
+    _two_row_groups(
+        src,
+        (["1", "2"], codes[:2], ["a", "b"]),
+        (["3", "4"], codes[2:4], ["c", "a"]),
+    )
+    run(src, tmp_path / "out.parquet", graph, key)
+    released = pq.read_table(tmp_path / "out.parquet").column("level")
+    assert released.to_pylist() == ["a", "b", "c", "a"]
+    assert released.type.ordered
+
+
+def test_a_dictionary_index_too_small_for_the_row_groups_together_is_refused(grid, key, tmp_path):
+    graph, codes = grid
+    src = tmp_path / "in.parquet"
+    n = 100
+    _two_row_groups(
+        src,
+        ([f"a{i}" for i in range(n)], [codes[i % 36] for i in range(n)], [f"x{i}" for i in range(n)]),
+        ([f"b{i}" for i in range(n)], [codes[i % 36] for i in range(n)], [f"y{i}" for i in range(n)]),
+        index_type=pa.int8(),
+    )  # fmt: skip
+    with pytest.raises(InputDataError, match=r"\('level'\) is dictionary-encoded"):
+        run(src, tmp_path / "out.parquet", graph, key, chunk_size=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+
+def test_a_fifo_where_an_output_goes_is_refused_without_opening_it(grid, key, tmp_path):
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    for name in ("out.csv", "out.csv.manifest.json", "out.csv.audit.json"):
+        for force in (False, True):
+            for path in tmp_path.iterdir():
+                if path != src:
+                    path.unlink()
+            os.mkfifo(tmp_path / name)
+            child = multiprocessing.get_context("fork").Process(
+                target=run, args=(src, tmp_path / "out.csv", graph, key), kwargs={"force": force}
+            )
+            child.start()
+            child.join(timeout=30)
+            hung = child.is_alive()
+            if hung:
+                child.kill()
+                child.join()
+            assert not hung, f"{name}: the release waited on a FIFO"

@@ -27,6 +27,7 @@ import importlib.util
 import os
 import secrets
 import signal
+import stat
 import threading
 import warnings
 from collections.abc import Iterable
@@ -155,7 +156,11 @@ def _never_replaced(path: str | os.PathLike) -> str | None:
 
 
 def _starts_with(path: str | os.PathLike, prefix: bytes) -> bool:
+    """Whether the regular file at ``path`` starts with ``prefix`` (anything else is never
+    opened: opening a FIFO to read would wait for a writer forever)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as handle:
             return handle.read(len(prefix)) == prefix
     except OSError:

@@ -864,10 +864,12 @@ class _ParquetWriter:
         full = (table.num_rows // self.ROW_GROUP_ROWS) * self.ROW_GROUP_ROWS
         cut = table.num_rows if final else full
         for start in range(0, cut, self.ROW_GROUP_ROWS):  # one row group at a time
-            group = table.slice(start, min(self.ROW_GROUP_ROWS, cut - start))
-            self._writer.write_table(
-                _dictionaries_of_their_own(group), row_group_size=self.ROW_GROUP_ROWS
-            )
+            # One Arrow chunk a column: pyarrow's encoders (the dictionary page's size limit)
+            # look at chunk edges, which follow the input's chunks, and the bytes must not.
+            group = _dictionaries_of_their_own(
+                table.slice(start, min(self.ROW_GROUP_ROWS, cut - start))
+            ).combine_chunks()
+            self._writer.write_table(group, row_group_size=self.ROW_GROUP_ROWS)
         rest = table.slice(cut)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
@@ -889,8 +891,9 @@ def _dictionaries_of_their_own(table):
     or map, encoded afresh from the values of these rows: a dictionary read from the input
     holds every value of the input's column, the dropped records' (``--on-error drop``) among
     them, and Arrow writes it into the Parquet file whole.  The column's Arrow type is kept.
-    An unordered dictionary lists its values in order of first appearance; an ordered one
-    keeps the input's order, less the values these rows do not hold.  Either way it depends
+    An unordered dictionary, and an ordered one nested in another type, lists its values in
+    order of first appearance; an ordered one at the top level keeps the input's order, less
+    the values these rows do not hold.  Either way it depends
     only on the rows written, so the file's bytes do not depend on the chunk size."""
     import pyarrow as pa
 
@@ -908,7 +911,8 @@ def _dictionaries_of_their_own(table):
                     if pa.types.is_dictionary(kind) and kind.ordered
                     else values.cast(kind)
                 )
-            except pa.ArrowNotImplementedError:
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. an index type too
+                # small for the values of several input row groups together
                 raise InputDataError(
                     f"column {position + 1} ({table.schema.names[position]!r}) is "
                     "dictionary-encoded in a way this release cannot rewrite; decode it "
@@ -950,9 +954,15 @@ def _ordered_afresh(column, values):
     import pyarrow.compute as pc
 
     kind = column.type
-    order = column.chunk(0).dictionary if column.num_chunks else pa.array([], kind.value_type)
+    # Input row groups may carry different dictionaries: the first one's order, then the
+    # values only later ones hold, so that no value is left without an entry.
+    dictionaries = [chunk.dictionary for chunk in column.chunks]
+    order = pa.concat_arrays(dictionaries) if dictionaries else pa.array([], kind.value_type)
+    order = order.unique()
     kept = order.filter(pc.is_in(order, value_set=values.unique()))
     indices = pc.index_in(values, value_set=kept).cast(kind.index_type)
+    if indices.null_count != values.null_count:  # never release a value as null
+        raise pa.ArrowInvalid("a value has no dictionary entry")
     return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
 
 
