@@ -292,3 +292,34 @@ def test_chromium_loads_every_figure(report, tmp_path):
     )
     assert "IMAGES 5 LOADED 5" in result.stdout, result.stderr[-2000:]
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_bounds_in_the_report_are_rounded_up_never_down():
+    """The report prints "at most" figures: the teleport bound and e^(eps*h) are rounded up in
+    exact arithmetic (7.2931e-7 printed as 7.29e-7 understated the bound)."""
+    import re
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from postcode_privacy.report._data import _exp_upper
+    from postcode_privacy.report._render import number_up
+
+    def value(markup) -> Fraction:
+        text = str(markup).replace(",", "")
+        m = re.fullmatch(r"([\d.]+) &times; 10<sup>(-?\d+)</sup>", text)
+        if m:
+            return Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))
+        return Fraction(text)
+
+    import random
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        x = Fraction(rng.randrange(1, 10**12), rng.randrange(1, 10**12)) * Fraction(10) ** rng.randrange(-12, 9)  # fmt: skip
+        shown = value(number_up(x))
+        assert x <= shown <= x * Fraction(101, 100) + 1, x
+    bound = Fraction(3877703155313451367156129768875, 5316915860842818805066595397251147179)
+    assert value(number_up(bound)) == Fraction("7.30e-7")
+    assert str(number_up(_exp_upper(Decimal(5)))) == "149"  # e^5 = 148.41
+    assert str(number_up(_exp_upper(Decimal(10)))) == "22,027"  # e^10 = 22,026.47
+    assert str(number_up(_exp_upper(Decimal(1000)))) == "more than 10<sup>307</sup>"

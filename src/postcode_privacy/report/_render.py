@@ -8,6 +8,7 @@ nothing to a server when opened.  Autoescaping is on; only the number formatter 
 from __future__ import annotations
 
 import base64
+from fractions import Fraction
 
 from markupsafe import Markup, escape
 
@@ -26,6 +27,43 @@ def number(x: float | None, digits: int = 3) -> Markup:
     if abs(x) >= 1000:
         return Markup(f"{x:,.0f}")
     return Markup(f"{x:.{digits}g}")
+
+
+def _fraction(value: Fraction | dict) -> Fraction:
+    if isinstance(value, dict):  # fraction_json's form
+        return Fraction(int(value["numerator"]), int(value["denominator"]))
+    return Fraction(value)
+
+
+def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
+    """A positive bound as readable text, rounded *up* to ``digits`` significant digits in
+    exact arithmetic, so that "at most" stays true of the printed figure (``None``: a bound
+    past 10^307, ``_data._exp_upper``)."""
+    if value is None:
+        return Markup("more than 10<sup>307</sup>")
+    x = _fraction(value)
+    if x <= 0:
+        return Markup("0")
+    if 1000 <= x < 10**6:  # a whole number, rounded up
+        return Markup(f"{-(-x.numerator // x.denominator):,}")
+    exponent = len(str(x.numerator)) - len(str(x.denominator))  # 10^exponent within 10x of x
+    while Fraction(10) ** exponent > x:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= x:
+        exponent += 1
+    scale = Fraction(10) ** (digits - 1 - exponent)
+    scaled = x * scale
+    mantissa = -(-scaled.numerator // scaled.denominator)  # ceiling
+    if mantissa == 10**digits:
+        mantissa, exponent = 10 ** (digits - 1), exponent + 1
+    rounded = Fraction(mantissa) / Fraction(10) ** (digits - 1 - exponent)
+    if exponent >= 6 or exponent < -3:
+        text = f"{mantissa}"
+        mantissa_text = text[0] + ("." + text[1:] if digits > 1 else "")
+        return Markup(f"{escape(mantissa_text)} &times; 10<sup>{exponent}</sup>")
+    if rounded >= 1000:  # 999.9 rounded up
+        return Markup(f"{int(rounded):,}")
+    return Markup(escape(f"{float(rounded):.{digits}g}"))
 
 
 def percent(x: float | None) -> str:
@@ -50,7 +88,7 @@ def _environment():
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(number=number, percent=percent, data_uri=data_uri)
+    env.filters.update(number=number, number_up=number_up, percent=percent, data_uri=data_uri)
     return env
 
 
