@@ -151,3 +151,34 @@ def test_cli_calibrate(setup, tmp_path, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out)["met"] is False and "error: no epsilon" in captured.err
     assert main(["calibrate", "--graph", str(path), "--target", "bogus=1"]) == 8
+
+
+def test_a_self_probability_target_is_compared_exactly(setup):
+    """A target just below the exact largest self-probability at some epsilon must not be met
+    there, however many digits it takes (a float comparison met it)."""
+    from fractions import Fraction
+
+    graph, nodes = setup
+    eps = Decimal("0.5")
+    summary = measure_utility(ExactMechanism(Mechanism(graph, eps)), nodes)
+    exact = max(r.self_probability for r in summary.per_postcode)
+    below = exact - Fraction(1, 10**40)
+    digits = below.numerator * 10**60 // below.denominator  # rounded down to 60 places
+    text = f"0.{digits:060d}"
+    assert Fraction(Decimal(text)) < exact and float(Fraction(Decimal(text))) == float(exact)
+    name, value = parse_target(f"max-self-probability={text}")
+    result = calibrate(graph, {name: value}, nodes)
+    assert result.epsilon is None or result.epsilon < eps
+    assert calibrate(graph, {name: exact}, nodes).epsilon >= eps
+
+
+def test_a_target_named_twice_keeps_its_strictest_value(setup, capsys):
+    graph, nodes = setup
+    from postcode_privacy.evaluate.calibrate import combine_targets
+
+    both = combine_targets(
+        [parse_target("median-displacement-km=0.2"), parse_target("median-displacement-km=50")]
+    )
+    assert both == dict([parse_target("median-displacement-km=0.2")])
+    with pytest.raises(InvalidParameterError, match="plain decimal"):
+        parse_target("median-displacement-km=1_0")

@@ -48,9 +48,10 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     from .._progress import stage_progress
     from ..errors import PostcodePrivacyError
     from ..evaluate import calibrate, parse_target, select_sample
+    from ..evaluate.calibrate import combine_targets
     from ..version import OUTPUT_STABILITY_VERSION, __version__
 
-    parsed = dict(parse_target(t) for t in targets)
+    parsed = combine_targets(parse_target(t) for t in targets)
     with claim_output(output, force):  # before the work: refuse early, one run at a time
         graph = load_graph(graph_path, quiet)
         nodes = select_sample(graph, sample, seed)

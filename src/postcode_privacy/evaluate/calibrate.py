@@ -21,13 +21,14 @@ largest.  When no epsilon in [0.01, 10] meets the targets the result says why, i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
-from ..mechanism.epsilon import canonical_text
+from ..mechanism.epsilon import canonical_text, decimal_from_text
 from ..mechanism.mechanism import Mechanism
 from .exact import ExactMechanism
 from .utility import measure_utility
@@ -44,7 +45,7 @@ TARGETS = {"median-displacement-km": True, "max-self-probability": False}
 class CalibrationResult:
     epsilon: Decimal | None
     met: bool
-    targets: dict[str, float]
+    targets: dict[str, Fraction]
     achieved: dict[str, float]
     bounds: dict[str, Decimal | None]  # per target: the admissible limit it sets on epsilon
     warnings: list[str] = field(default_factory=list)
@@ -54,7 +55,7 @@ class CalibrationResult:
         return {
             "epsilon": None if self.epsilon is None else canonical_text(self.epsilon),
             "met": self.met,
-            "targets": self.targets,
+            "targets": {k: float(v) for k, v in self.targets.items()},
             "achieved": self.achieved,
             "bounds": {k: None if v is None else canonical_text(v) for k, v in self.bounds.items()},
             "warnings": list(self.warnings),
@@ -62,23 +63,30 @@ class CalibrationResult:
         }
 
 
-def parse_target(text: str) -> tuple[str, float]:
-    """``"median-displacement-km=2"`` -> ("median-displacement-km", 2.0)."""
+def parse_target(text: str) -> tuple[str, Fraction]:
+    """``"median-displacement-km=2"`` -> ("median-displacement-km", Fraction(2)): the exact
+    value of plain decimal text, as ``--epsilon`` is read (no "1_0", no non-ASCII digits)."""
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or name not in TARGETS:
         raise InvalidParameterError(
             f"a target must be NAME=VALUE with NAME one of {', '.join(sorted(TARGETS))}"
         )
-    try:
-        number = float(value)
-    except ValueError:
-        raise InvalidParameterError(f"target {name} needs a number") from None
-    if not number > 0 or number != number or number == float("inf"):
+    number = Fraction(decimal_from_text(value, f"target {name}", "2"))
+    if not number > 0:
         raise InvalidParameterError(f"target {name} must be a positive finite number")
     if name == "max-self-probability" and number > 1:
         raise InvalidParameterError("target max-self-probability must be at most 1")
     return name, number
+
+
+def combine_targets(parsed) -> dict[str, Fraction]:
+    """Targets given as (name, value) pairs, a name given twice kept at its strictest value
+    (every target is an upper limit, so the smallest)."""
+    combined: dict[str, Fraction] = {}
+    for name, value in parsed:
+        combined[name] = min(value, combined.get(name, value))
+    return combined
 
 
 class _Measures:
@@ -87,7 +95,16 @@ class _Measures:
     def __init__(self, graph: Graph, nodes, progress=None, budget: int = 1):
         self.graph, self.nodes = graph, list(nodes)
         self.cache: dict[Decimal, dict[str, float]] = {}
+        self.exact_self: dict[Decimal, Fraction] = {}  # the largest self-probability, exactly
         self.progress, self.budget = progress, budget
+
+    def meets(self, epsilon: Decimal, name: str, limit: Fraction) -> bool:
+        """Whether the measure ``name`` at ``epsilon`` is at most ``limit``, compared exactly
+        (a self-probability is a privacy figure: never compared in floats)."""
+        measured = self(epsilon)[name]
+        if name == "max-self-probability":
+            return self.exact_self[epsilon] <= limit
+        return Fraction(measured) <= limit
 
     def __call__(self, epsilon: Decimal) -> dict[str, float]:
         if epsilon not in self.cache:
@@ -99,6 +116,7 @@ class _Measures:
                 "median-displacement-km": summary.median_displacement_km,
                 "max-self-probability": summary.max_self_probability,
             }
+            self.exact_self[epsilon] = max(r.self_probability for r in summary.per_postcode)
         return self.cache[epsilon]
 
 
@@ -127,7 +145,7 @@ def _search(ok, decreasing: bool) -> int | None:
 
 def calibrate(
     graph: Graph,
-    targets: dict[str, float],
+    targets: Mapping[str, float | Fraction],
     nodes,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> CalibrationResult:
@@ -147,11 +165,12 @@ def calibrate(
     bounds: dict[str, Decimal | None] = {}
     warnings: list[str] = []
     found: dict[str, int] = {}  # target -> grid index of its limit, for targets that have one
-    for name, value in targets.items():
+    exact_targets = {name: Fraction(value) for name, value in targets.items()}
+    for name, value in exact_targets.items():
         decreasing = TARGETS[name]
 
         def ok(i, name=name, value=value):
-            return measures(GRID[i])[name] <= value
+            return measures.meets(GRID[i], name, value)
 
         index = _search(ok, decreasing)
         if index is not None:
@@ -160,16 +179,18 @@ def calibrate(
         if index is None:
             edge = GRID[-1] if decreasing else GRID[0]
             warnings.append(
-                f"{name} <= {value:g} cannot be met for epsilon in [0.01, 10]: at epsilon "
+                f"{name} <= {float(value):g} cannot be met for epsilon in [0.01, 10]: at epsilon "
                 f"{canonical_text(edge)} it is {measures(edge)[name]:.4g}"
             )
         elif decreasing and index == 0:
             warnings.append(
-                f"{name} <= {value:g} is met already at epsilon 0.01, the smallest "
+                f"{name} <= {float(value):g} is met already at epsilon 0.01, the smallest "
                 "searched; a smaller epsilon may also meet it"
             )
         elif not decreasing and index == len(GRID) - 1:
-            warnings.append(f"{name} <= {value:g} is met even at epsilon 10, the largest searched")
+            warnings.append(
+                f"{name} <= {float(value):g} is met even at epsilon 10, the largest searched"
+            )
     epsilon: Decimal | None = None
     if len(found) == len(targets):
         lower = [found[n] for n in targets if TARGETS[n]]
@@ -191,7 +212,7 @@ def calibrate(
     return CalibrationResult(
         epsilon=epsilon,
         met=epsilon is not None,
-        targets=dict(targets),
+        targets=exact_targets,
         achieved={k: achieved[k] for k in achieved},
         bounds=bounds,
         warnings=warnings,
