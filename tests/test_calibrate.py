@@ -182,3 +182,15 @@ def test_a_target_named_twice_keeps_its_strictest_value(setup, capsys):
     assert both == dict([parse_target("median-displacement-km=0.2")])
     with pytest.raises(InvalidParameterError, match="plain decimal"):
         parse_target("median-displacement-km=1_0")
+
+
+@pytest.mark.parametrize("output", ["", ".", "/", ".."])
+def test_an_output_that_names_no_file_and_a_negative_seed_are_refused(setup, tmp_path, output):
+    graph, _ = setup
+    graph.save(tmp_path / "g.ppgraph")
+    base = ["calibrate", "--graph", str(tmp_path / "g.ppgraph"), "--target",
+            "median-displacement-km=1", "-q"]  # fmt: skip
+    assert main([*base, "-o", output]) == 8
+    assert main([*base, "--seed", "-1"]) == 2
+    assert main(["report", "--epsilon", "1", "--graph", str(tmp_path / "g.ppgraph"), "-q",
+                 "-o", output]) == 8  # fmt: skip

@@ -476,6 +476,9 @@ def test_output_directory_problems(grid, key, tmp_path):
         run(src, tmp_path / "in.csv" / "out.csv", graph, key)
     with pytest.raises(InvalidParameterError, match="table format"):
         run(src, tmp_path / "out.xlsx", graph, key)
+    for nameless in ("", ".", "/", ".."):
+        with pytest.raises(InvalidParameterError, match="must name a file"):
+            run(src, nameless, graph, key)
 
 
 def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch, chunk_by_chunk):

@@ -965,6 +965,16 @@ def test_a_dropped_record_leaves_no_value_in_the_release_dictionaries(setup, tmp
     result = perturb_frame(categorical, **python_options(setup, on_error="drop"))
     assert "ZZ-DROPPED-VISIT" not in list(result["visit"].cat.categories)
     assert list(result["visit"]) == [v for i, v in enumerate(people["visit"]) if i != 3]
+    # The same frame read with dtype_backend="pyarrow": an Arrow dictionary column.
+    arrow = pd.read_parquet(src, dtype_backend="pyarrow")
+    result = perturb_frame(arrow, **python_options(setup, on_error="drop"))
+    kept = pa.array(result["visit"].array)
+    assert pa.types.is_dictionary(kept.type)
+    assert "ZZ-DROPPED-VISIT" not in kept.dictionary.to_pylist()
+    assert list(result["visit"]) == [v for i, v in enumerate(people["visit"]) if i != 3]
+    written = tmp_path / "frame.parquet"
+    result.to_parquet(written)
+    assert b"ZZ-DROPPED-VISIT" not in written.read_bytes()
 
 
 def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_type(

@@ -217,6 +217,8 @@ class OutputClaim:
         self.targets = [Path(t) for t in targets]
         if not self.targets:
             raise ValueError("nothing to claim")
+        if any(t.name in ("", ".", "..") for t in self.targets):  # "", ".", "/", "a/.."
+            raise InvalidParameterError("the output path must name a file, not a directory")
         self.force = bool(force)
         self.directory = self.targets[0].parent
         if any(t.parent != self.directory for t in self.targets):

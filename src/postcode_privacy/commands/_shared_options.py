@@ -46,7 +46,9 @@ def sample_option(*, default: int, help: str):
 
 
 def seed_option(help: str):
-    return click.option("--seed", type=int, default=0, show_default=True, metavar="S", help=help)
+    return click.option(
+        "--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="S", help=help
+    )
 
 
 def releases_option(help: str):

@@ -11,6 +11,7 @@ from ._shared_options import (
     output_file_option,
     progress_quiet_option,
     sample_option,
+    seed_option,
 )
 from .evaluate import claim_output, emit_json, load_graph
 
@@ -27,9 +28,7 @@ from .evaluate import claim_output, emit_json, load_graph
 )
 @graph_option
 @sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
-@click.option(
-    "--seed", type=int, default=0, show_default=True, metavar="S", help="Seed of the sample."
-)
+@seed_option("Seed of the sample.")
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
 @output_file_option(
     required=False,

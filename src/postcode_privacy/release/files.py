@@ -224,6 +224,8 @@ def release_file(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.name in ("", ".", ".."):  # "", ".", "/": no file name to write to
+        raise InvalidParameterError("the output path must name a file, not a directory")
     manifest_path = manifest_path_for(output_path)
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)

@@ -127,4 +127,25 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
             gone = set(df[name].dropna().unique()) - set(column.dropna().unique())
             if gone:
                 result[name] = column.cat.remove_categories(sorted(gone, key=repr))
+        elif isinstance(column.dtype, pd.ArrowDtype) and _holds_dictionary(column.dtype):
+            result[name] = _arrow_dictionaries_afresh(column)
     return result
+
+
+def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:
+    from .tables import _without_dictionaries
+
+    return _without_dictionaries(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
+
+
+def _arrow_dictionaries_afresh(column: pd.Series) -> pd.Series:
+    """An Arrow-backed column (``dtype_backend="pyarrow"``) whose dictionaries, top-level or
+    nested, are encoded afresh from the values the released rows hold, as a Parquet release's
+    are (``tables._dictionaries_of_their_own``): the input's dictionary held dropped cells."""
+    import pyarrow as pa
+
+    from .tables import _dictionaries_of_their_own
+
+    table = pa.table({"column": pa.chunked_array([pa.array(column.array)])})
+    fresh = _dictionaries_of_their_own(table).column(0).combine_chunks()
+    return pd.Series(pd.arrays.ArrowExtensionArray(fresh), index=column.index, name=column.name)
