@@ -249,3 +249,24 @@ def test_a_constant_prior_is_uniform_whatever_its_value():
     assert prior_kind(build_graph(codes, east, north)) == "uniform"
     assert prior_kind(build_graph(codes, east, north, prior=[5] * 9)) == "uniform"
     assert prior_kind(build_graph(codes, east, north, prior=[5] * 8 + [7])) == "custom"
+
+
+def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
+    """Found by a hostile review: another output-stability version was reported as this one's,
+    format version 2.0 passed as 2, negative row counts were printed, and a huge integer or
+    deep nesting gave a traceback."""
+    for bad, match in (
+        ({"output_stability_version": "99"}, "another output-stability version"),
+        ({"output_stability_version": None}, "another output-stability version"),
+        ({"format_version": 2.0}, "unknown manifest format version"),
+        ({"output": {"path": "a.csv", "format": "csv", "sha256": "ab" * 32, "rows": -5}},
+         "output.rows is negative"),
+    ):  # fmt: skip
+        with pytest.raises(InvalidParameterError, match=match):
+            read_manifest(_manifest(geo, tmp_path, **bad))
+    path = tmp_path / "hostile.json"
+    for text in ('{"radius": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000):
+        path.write_text(text)
+        with pytest.raises(InvalidParameterError, match="not a JSON file"):
+            read_manifest(path)
+    assert read_manifest(_manifest(geo, tmp_path)).output_stability_version == "1"

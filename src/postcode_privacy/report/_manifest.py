@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import InvalidParameterError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.powers import MAX_RADIUS
+from ..version import OUTPUT_STABILITY_VERSION
 
 FORMAT = "postcode-privacy-manifest"
 KNOWN_VERSIONS = (1, 2)
@@ -65,12 +66,13 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         raise InvalidParameterError(
             f"cannot read the manifest: {exc.strerror or type(exc).__name__}"
         ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError;
+        # so is an integer of more digits than Python converts
         raise InvalidParameterError("the manifest is not a JSON file") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InvalidParameterError(f"this is not a release manifest (format {FORMAT!r} expected)")
     version = data.get("format_version")
-    if isinstance(version, bool) or version not in KNOWN_VERSIONS:
+    if isinstance(version, bool) or not isinstance(version, int) or version not in KNOWN_VERSIONS:
         raise InvalidParameterError(
             "unknown manifest format version (this postcode-privacy reads versions "
             f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy"
@@ -83,6 +85,14 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         raise InvalidParameterError("the manifest's epsilon is not a valid epsilon") from None
     if not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"the manifest's radius is not from 1 to {MAX_RADIUS}")
+    stability = _field(data, "output_stability_version", kind=object)
+    if isinstance(stability, bool) or str(stability) != OUTPUT_STABILITY_VERSION:
+        raise InvalidParameterError(
+            "the release was drawn under another output-stability version than this "
+            f"postcode-privacy's ({OUTPUT_STABILITY_VERSION}): this report would not describe it"
+        )
+    if _field(data, "output", "rows", kind=int) < 0:
+        raise InvalidParameterError("the manifest field output.rows is negative")
     return ReleaseFacts(
         epsilon=epsilon,
         radius=radius,
@@ -93,6 +103,6 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         output_sha256=_field(data, "output", "sha256", kind=str),
         created=_field(data, "created", kind=str),
         library_version=_field(data, "library_version", kind=str),
-        output_stability_version=str(_field(data, "output_stability_version", kind=object)),
+        output_stability_version=OUTPUT_STABILITY_VERSION,
         format_version=int(version),
     )
