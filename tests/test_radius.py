@@ -66,3 +66,21 @@ def test_default_radius_bound_uses_public_information_only():
     b = Mechanism(path(10, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]), "1")
     assert a.radius == b.radius
     assert a.radius == default_radius(Decimal(1), 1, 10)
+
+
+def test_printed_teleport_bounds_are_rounded_up():
+    """The CLI's closing lines say "teleport bound X": X is never below the exact bound (a
+    float's %.3g printed 7.29e-07 for 7.2931e-07)."""
+    import random
+    from fractions import Fraction
+
+    from postcode_privacy.mechanism.radius import bound_text
+
+    rng = random.Random(3)
+    for _ in range(3000):
+        x = Fraction(rng.randrange(1, 10**15), rng.randrange(1, 10**15)) * Fraction(10) ** rng.randrange(-20, 5)  # fmt: skip
+        shown = Fraction(bound_text(x))
+        assert x <= shown <= x * Fraction(101, 100)
+        assert Fraction(bound_text(f"{x.numerator}/{x.denominator}")) == shown
+    exact = "3877703155313451367156129768875/5316915860842818805066595397251147179"
+    assert bound_text(exact) == "7.30e-07"

@@ -109,6 +109,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         truth = pd.read_csv(source, dtype=str, keep_default_na=False)[options.postcode_column]
     released = pd.read_csv(output, dtype=str, keep_default_na=False)[options.out_column]
     median, same = median_displacement(graph, truth.tolist(), released.tolist())
+    from ..mechanism.radius import bound_text
     from ..release.manifest import read_audit
 
     counts = read_audit(output)["counts"]
@@ -121,7 +122,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     click.echo(f"  audit      {click.format_filename(str(output))}.audit.json (private)")
     click.echo(
         f"  epsilon    {manifest['epsilon']} per hop, radius {manifest['radius']} hops, "
-        f"teleport bound {manifest['teleport_bound']['approx']:.3g}"
+        f"teleport bound {bound_text(manifest['teleport_bound']['exact'])}"
     )
     click.echo(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")
     click.echo(

@@ -73,9 +73,12 @@ def _pct(x) -> str:
 
 
 def _text(r: dict) -> str:
+    from ..mechanism.radius import bound_text
+
     u, a, c = r["utility"], r["adversary"], r["key_compromise"]
     lines = [
-        f"epsilon {r['epsilon']}, radius {r['radius']}, teleport bound {r['teleport_bound']:.3g}",
+        f"epsilon {r['epsilon']}, radius {r['radius']}, teleport bound "
+        f"{bound_text(r['teleport_bound_exact'])}",
         f"graph {r['graph_sha256']} ({r['graph_postcodes']:,} postcodes); "
         f"sample {r['sample_size']} (seed {r['seed']}), releases {r['releases']}",
         "",

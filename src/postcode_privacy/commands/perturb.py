@@ -260,6 +260,7 @@ def echo_run_line(audit: dict, counts: dict) -> None:
 
 
 def echo_summary(manifest: dict, output_path: str) -> None:
+    from ..mechanism.radius import bound_text
     from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
     audit = read_audit(output_path)  # private: shown to the operator only
@@ -283,7 +284,7 @@ def echo_summary(manifest: dict, output_path: str) -> None:
         )
     echo_status(
         f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "
-        f"{manifest['teleport_bound']['approx']:.3g}"
+        f"{bound_text(manifest['teleport_bound']['exact'])}"
     )
     echo_status(f"  graph sha256 {manifest['graph']['sha256']}")
     echo_status(f"  key fingerprint {manifest['key_fingerprint']}")

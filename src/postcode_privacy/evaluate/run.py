@@ -202,6 +202,9 @@ def evaluate_release(
         "format_version": FORMAT_VERSION,
         **identify_mechanism(mechanism),
         "teleport_bound": float(mechanism.teleport_bound),
+        "teleport_bound_exact": (
+            f"{mechanism.teleport_bound.numerator}/{mechanism.teleport_bound.denominator}"
+        ),
         "seed": int(seed),
         "sample_size": len(nodes),
         "releases": int(releases),

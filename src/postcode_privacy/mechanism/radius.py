@@ -29,6 +29,26 @@ def teleport_bound(epsilon: Decimal, radius: int, min_prior: int, total_prior: i
     return Fraction(p[radius] * outside, p[0] * min_prior + p[radius] * outside)
 
 
+def bound_text(bound: Fraction | str, digits: int = 3) -> str:
+    """A positive bound (a Fraction, or its ``"numerator/denominator"`` text) in scientific
+    notation rounded *up* to ``digits`` significant digits, exactly: "at most 8.80e-07" must
+    not print less than the bound, as a float's "%.3g" can."""
+    x = Fraction(bound)
+    if x <= 0:
+        return "0"
+    exponent = len(str(x.numerator)) - len(str(x.denominator))
+    while Fraction(10) ** exponent > x:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= x:
+        exponent += 1
+    scaled = x * Fraction(10) ** (digits - 1 - exponent)
+    mantissa = -(-scaled.numerator // scaled.denominator)  # ceiling
+    if mantissa == 10**digits:
+        mantissa, exponent = 10 ** (digits - 1), exponent + 1
+    text = str(mantissa)
+    return f"{text[0]}.{text[1:]}e{exponent:+03d}" if digits > 1 else f"{text}e{exponent:+03d}"
+
+
 def _lower_bound_exceeds_target(a: int, radius: int, min_prior: int, outside: int) -> bool:
     """True if even q_hat**R (<= P_R / P_0) leaves the bound above the target.
 
