@@ -270,3 +270,20 @@ def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
         with pytest.raises(InvalidParameterError, match="not a JSON file"):
             read_manifest(path)
     assert read_manifest(_manifest(geo, tmp_path)).output_stability_version == "1"
+
+
+def test_the_same_report_twice_is_the_same_bytes(geo, tmp_path, monkeypatch):
+    """With SOURCE_DATE_EPOCH fixed, nothing in the written report depends on the run (it
+    printed how many seconds the computation took, in the JSON and in the page)."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    graph_path = tmp_path / "g.ppg"
+    geo.save(graph_path)
+    written = []
+    for i, (suffix, flag) in enumerate([(".json", ["--json"])] * 2 + [(".html", [])] * 2):
+        out = tmp_path / f"r{i}{suffix}"
+        argv = ["report", "--epsilon", "0.9", "--graph", str(graph_path), "--sample", "3",
+                "--releases", "2", "-q", "-o", str(out), *flag]  # fmt: skip
+        assert main(argv) == 0
+        written.append(out.read_bytes())
+    assert written[0] == written[1] and written[2] == written[3]
+    assert b"seconds" not in written[0]

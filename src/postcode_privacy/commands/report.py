@@ -101,6 +101,4 @@ def report_command(
             )
         write_report(result, output, as_json=as_json)
     if not quiet:
-        echo_status(
-            f"wrote {click.format_filename(output)} (computed in {result.data['seconds']} s)"
-        )
+        echo_status(f"wrote {click.format_filename(output)} (computed in {result.seconds} s)")

@@ -57,6 +57,8 @@ class Report:
 
     data: dict
     figures: dict[str, bytes] = field(default_factory=dict)
+    # Kept out of ``data``: the written report must be the same bytes for the same inputs.
+    seconds: float = 0.0
 
 
 def fraction_json(value: Fraction) -> dict:
@@ -291,8 +293,7 @@ def build_report(
         data["attacker"] = attacker_figures(
             graph, mechanism, exact, nodes, releases, seed, adversary_hops, progress
         )
-    data["seconds"] = round(time.perf_counter() - started, 1)
-    return Report(data, figures)
+    return Report(data, figures, seconds=round(time.perf_counter() - started, 1))
 
 
 def _exp_upper(x: Decimal) -> dict | None:
