@@ -272,6 +272,7 @@ def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
     assert read_manifest(_manifest(geo, tmp_path)).output_stability_version == "1"
 
 
+@pytest.mark.slow  # four reports through the CLI
 def test_the_same_report_twice_is_the_same_bytes(geo, tmp_path, monkeypatch):
     """With SOURCE_DATE_EPOCH fixed, nothing in the written report depends on the run (it
     printed how many seconds the computation took, in the JSON and in the page)."""
