@@ -29,14 +29,11 @@ def teleport_bound(epsilon: Decimal, radius: int, min_prior: int, total_prior: i
     return Fraction(p[radius] * outside, p[0] * min_prior + p[radius] * outside)
 
 
-def bound_text(bound: Fraction | str, digits: int = 3) -> str:
-    """A positive bound (a Fraction, or its ``"numerator/denominator"`` text) in scientific
-    notation rounded *up* to ``digits`` significant digits, exactly: "at most 8.80e-07" must
-    not print less than the bound, as a float's "%.3g" can."""
-    x = Fraction(bound)
-    if x <= 0:
-        return "0"
-    exponent = len(str(x.numerator)) - len(str(x.denominator))
+def round_up(x: Fraction, digits: int = 3) -> tuple[int, int]:
+    """``(mantissa, exponent)`` with ``mantissa`` of exactly ``digits`` digits and
+    ``mantissa * 10^(exponent - digits + 1)`` the smallest such number at or above ``x > 0``
+    (exact: a printed bound must never be below the bound)."""
+    exponent = len(str(x.numerator)) - len(str(x.denominator))  # within one of log10(x)
     while Fraction(10) ** exponent > x:
         exponent -= 1
     while Fraction(10) ** (exponent + 1) <= x:
@@ -45,6 +42,17 @@ def bound_text(bound: Fraction | str, digits: int = 3) -> str:
     mantissa = -(-scaled.numerator // scaled.denominator)  # ceiling
     if mantissa == 10**digits:
         mantissa, exponent = 10 ** (digits - 1), exponent + 1
+    return mantissa, exponent
+
+
+def bound_text(bound: Fraction | str, digits: int = 3) -> str:
+    """A positive bound (a Fraction, or its ``"numerator/denominator"`` text) in scientific
+    notation rounded *up* to ``digits`` significant digits (``round_up``): "at most 8.80e-07"
+    must not print less than the bound, as a float's "%.3g" can."""
+    x = Fraction(bound)
+    if x <= 0:
+        return "0"
+    mantissa, exponent = round_up(x, digits)
     text = str(mantissa)
     return f"{text[0]}.{text[1:]}e{exponent:+03d}" if digits > 1 else f"{text}e{exponent:+03d}"
 

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from markupsafe import Markup, escape
 
+from ..mechanism.radius import round_up
 from ._data import Report
 
 
@@ -46,16 +47,7 @@ def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
         return Markup("0")
     if 1000 <= x < 10**6:  # a whole number, rounded up
         return Markup(f"{-(-x.numerator // x.denominator):,}")
-    exponent = len(str(x.numerator)) - len(str(x.denominator))  # 10^exponent within 10x of x
-    while Fraction(10) ** exponent > x:
-        exponent -= 1
-    while Fraction(10) ** (exponent + 1) <= x:
-        exponent += 1
-    scale = Fraction(10) ** (digits - 1 - exponent)
-    scaled = x * scale
-    mantissa = -(-scaled.numerator // scaled.denominator)  # ceiling
-    if mantissa == 10**digits:
-        mantissa, exponent = 10 ** (digits - 1), exponent + 1
+    mantissa, exponent = round_up(x, digits)
     rounded = Fraction(mantissa) / Fraction(10) ** (digits - 1 - exponent)
     if exponent >= 6 or exponent < -3:
         text = f"{mantissa}"
