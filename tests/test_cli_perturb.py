@@ -667,9 +667,15 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
         "records_dp.csv.audit.json",
     )
     assert (out_dir / "records.csv").read_bytes() == example.read_bytes()
+    # The terminal's median is the audit file's (10 m bins), not a second, different figure.
+    median = audit["run"]["displacement_m"]["median"]
+    assert f"median displacement {median:,} m between" in stdout
     before = (out_dir / "records_dp.csv").read_bytes()
-    assert main(["demo", "-o", str(out_dir), "-q"]) == 5  # an earlier demo is not replaced
+    assert main(["demo", "-o", str(out_dir)]) == 5  # an earlier demo is not replaced ...
     assert (out_dir / "records_dp.csv").read_bytes() == before
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--force" in err
+    assert "loading the national graph" not in err  # ... and refused before the graph loads
 
 
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------

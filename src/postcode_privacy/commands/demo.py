@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-import statistics
+import os
 import tempfile
 from pathlib import Path
 
@@ -15,19 +14,33 @@ EXAMPLE = "examples/records.csv"
 DEMO_EPSILON = "1"
 
 
-def median_displacement(graph, true_postcodes, released_postcodes) -> tuple[float, int]:
-    """Median distance in metres between true and released centroids, and how many are equal.
+def unchanged_count(graph, true_postcodes, released_postcodes) -> int:
+    """How many records were released as their own true postcode (display only).
 
-    For display only; nothing privacy-relevant depends on these floats.
+    The median displacement is not computed here: the line prints the audit file's figure, so
+    the terminal and the audit file never disagree (release/displacement.py).
     """
-    distances, same = [], 0
-    for truth, released in zip(true_postcodes, released_postcodes):
-        if not isinstance(released, str) or not released:
-            continue
-        (e1, n1), (e2, n2) = graph.coordinates(truth), graph.coordinates(released)
-        distances.append(math.hypot(e2 - e1, n2 - n1))
-        same += graph.find(truth) == graph.find(released)
-    return (statistics.median(distances) if distances else float("nan")), same
+    return sum(
+        graph.find(truth) == graph.find(released)
+        for truth, released in zip(true_postcodes, released_postcodes)
+        if isinstance(released, str) and released
+    )
+
+
+def _refuse_an_earlier_release(output: Path, *, force: bool) -> None:
+    """Refuse before the graph is loaded, not after, when the release would be refused anyway.
+
+    ``release_file`` makes the same check when it claims the files; this one only saves the
+    newcomer the wait for a graph that would not be used.
+    """
+    from ..errors import OutputExistsError, option
+    from ..release.manifest import audit_path_for, manifest_path_for
+
+    if force:
+        return
+    for path in (output, manifest_path_for(output), audit_path_for(output)):
+        if os.path.lexists(path):
+            raise OutputExistsError(f"{path} already exists; {option('force')} replaces it")
 
 
 def _copy_example(target: Path, *, force: bool) -> None:
@@ -89,6 +102,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
             f"cannot create the output directory: {exc.strerror or type(exc).__name__}"
         ) from None
     output = out_dir / "records_dp.csv"
+    _refuse_an_earlier_release(output, force=force)
 
     with sigterm_as_interrupt(), echo_library_warnings():
         with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
@@ -108,11 +122,12 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         )
         truth = pd.read_csv(source, dtype=str, keep_default_na=False)[options.postcode_column]
     released = pd.read_csv(output, dtype=str, keep_default_na=False)[options.out_column]
-    median, same = median_displacement(graph, truth.tolist(), released.tolist())
+    same = unchanged_count(graph, truth.tolist(), released.tolist())
     from ..mechanism.radius import bound_text
     from ..release.manifest import read_audit
 
-    counts = read_audit(output)["counts"]
+    audit = read_audit(output)
+    counts, displacement = audit["counts"], audit["run"]["displacement_m"]
     click.echo(f"released {counts['released']} invented example records (real postcodes)")
     click.echo(
         f"  input      {click.format_filename(str(source))} (true postcodes, for comparison)"
@@ -125,8 +140,9 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         f"teleport bound {bound_text(manifest['teleport_bound']['exact'])}"
     )
     click.echo(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")
+    median = "not measured" if displacement is None else f"{displacement['median']:,} m"
     click.echo(
-        f"  median displacement {median:,.0f} m between true and released postcodes "
-        f"({same} of {counts['released']} released unchanged)"
+        f"  median displacement {median} between true and released postcodes "
+        f"(audit file; {same} of {counts['released']} released unchanged)"
     )
     click.echo("  the key was a throwaway and has been deleted: this release cannot be repeated")
