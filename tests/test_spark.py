@@ -404,6 +404,26 @@ def test_bad_options_fail_on_the_driver_before_any_job(spark, small_graph):
     spark.sparkContext.setJobGroup("after", "")
 
 
+def test_streaming_frames_are_refused_on_the_driver_before_any_job(spark, small_graph, tmp_path):
+    """A streaming DataFrame cannot be checked whole first, so it is refused with a clear
+    error (not Spark's own about queries on streaming sources), and no job runs."""
+    _, path = small_graph
+    small_records(30, seed=7).to_csv(tmp_path / "part.csv", index=False)
+    stream = spark.readStream.schema("sid string, pc string").csv(str(tmp_path))
+    assert stream.isStreaming
+    tracker = spark.sparkContext.statusTracker()
+    group = f"streaming-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "streaming")
+    options = dict(epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path)
+    with pytest.raises(InvalidParameterError, match="streaming DataFrame") as raised:
+        pps.perturb(stream, key=Key.generate(), **options)
+    assert "foreachBatch" in str(raised.value)
+    with pytest.raises(InvalidParameterError, match="streaming DataFrame"):
+        pps.check(stream, **options)
+    assert tracker.getJobIdsForGroup(group) == []
+    spark.sparkContext.setJobGroup("after", "")
+
+
 def test_duplicate_subjects_warn_like_perturb_frame(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(300, seed=8)

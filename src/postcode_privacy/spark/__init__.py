@@ -679,6 +679,14 @@ def _prepare(
         raise TypeError("df must be a pyspark.sql.DataFrame")
     if not isinstance(key, Key):
         raise TypeError("key must be a postcode_privacy.Key")
+    if df.isStreaming:
+        # The check pass reads every record before anything is released (global record
+        # numbers, no partial output), which a stream that never ends cannot give.
+        raise InvalidParameterError(
+            "a streaming DataFrame cannot be released: every record is checked before any is "
+            "released; write the stream to a table first, or release each micro-batch inside "
+            "writeStream.foreachBatch"
+        )
     # Cheap checks first, so that a typo fails before the graph is loaded.
     options = ReleaseOptions.build(options, **option_kwargs)
     options.check_columns(df.columns)
