@@ -386,6 +386,19 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
     assert calls[0][1] == [graph.index_of(codes[i]) for i in (0, 2, 3)]
 
 
+@pytest.mark.parametrize("on_error", ["error", "null", "drop"])
+def test_the_callers_attrs_are_neither_carried_nor_modified(small, key, on_error):
+    """pandas copies ``attrs`` through every slice and concat; the caller's may describe the
+    true data (here, a count of true postcodes), so the release holds only its own description,
+    and the caller's frame keeps its attrs untouched."""
+    graph, codes = small
+    df = pd.DataFrame({"id": ["1", "2", "3"], "postcode": codes[:3]})
+    df.attrs["true_postcode_counts"] = {codes[0]: 1}
+    out = release(df, graph, key, on_error=on_error)
+    assert set(out.attrs) == {"postcode_privacy"}
+    assert df.attrs == {"true_postcode_counts": {codes[0]: 1}}
+
+
 def test_the_private_counts_never_reach_attrs_nor_a_parquet_file(small, key, tmp_path):
     """pandas carries ``attrs`` into copies and writes them into Parquet files, so the counts
     (exact statistics of the true records) are returned apart, only when asked for; what

@@ -73,6 +73,8 @@ def perturb_frame(
     ``with_counts=True``, as ``(result, counts)``: they are PRIVATE, exact statistics of the
     true records for the custodian only (docs/release.md, "The manifest"), so they are kept
     out of ``attrs``, which pandas carries into every copy and every Parquet file it writes.
+    For the same reason ``df.attrs`` is not carried over (it may describe the true records):
+    the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was.
     An identifier seen with two different postcodes gives one
     :class:`DuplicateSubjectWarning`.
     """
@@ -110,7 +112,9 @@ def perturb_frame(
         result = _without_dropped_categories(result, df)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
     plan.warn_subjects(stacklevel=2)
-    result.attrs["postcode_privacy"] = plan.describe()
+    # A new dict, not an update: pandas copied the caller's attrs into every slice, and they
+    # may describe the true records; the release carries only its own description.
+    result.attrs = {"postcode_privacy": plan.describe()}
     return (result, counts) if with_counts else result
 
 
