@@ -272,7 +272,7 @@ def test_key_must_be_a_key(small):
 
 def test_missing_and_duplicate_columns(small, key):
     graph, codes = small
-    with pytest.raises(InputDataError, match="no column 'postcode'"):
+    with pytest.raises(InputDataError, match="no column 'postcode'") as raised:
         perturb_frame(
             pd.DataFrame({"id": ["1"], "pc": [codes[0]]}),
             key=key,
@@ -281,6 +281,7 @@ def test_missing_and_duplicate_columns(small, key):
             postcode_column="postcode",
             graph=graph,
         )
+    assert "file" not in str(raised.value)  # a frame has no header line to ask about
     dup = pd.DataFrame([["1", codes[0], "a"]], columns=["id", "postcode", "id"])
     with pytest.raises(InputDataError, match=r"duplicate column names \(columns 1 and 3\)"):
         release(dup, graph, key)

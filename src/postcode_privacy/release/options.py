@@ -141,10 +141,10 @@ class ReleaseOptions:
         its keyword (``on_error``) from Python (``errors.SURFACE``)."""
         return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
 
-    def check_columns(self, columns: Iterable) -> None:
+    def check_columns(self, columns: Iterable, *, from_file: bool = False) -> None:
         """Refuse an input whose columns cannot be released: duplicate names, no identifier or
         postcode column, or a column already named like the output.  Messages name columns,
-        never cell values."""
+        never cell values; only a file's (``from_file``) asks about a header line."""
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
@@ -157,7 +157,8 @@ class ReleaseOptions:
             raise InputDataError(
                 "the input has no column "
                 + " or ".join(repr(c) for c in missing)
-                + f" (it has {len(names)} columns; does the file start with a header line?)"
+                + f" (it has {len(names)} columns"
+                + ("; does the file start with a header line?)" if from_file else ")")
             )
         if self.out_column in seen:
             raise InputDataError(
