@@ -134,12 +134,14 @@ class TableReader:
                     raise InputDataError("the input file is empty")
             with _open_binary(self.path) as raw, _csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-                reader = csv.reader(_header_lines(text))
+                lines = _HeaderLines(text)
+                reader = csv.reader(lines)
                 for row in reader:
                     if _blanks_only(row):
                         raise InputDataError(_blank_line_message(reader.line_num))
                     if row:
                         return _bounded_columns(row)
+                    lines.next_record()  # an empty line before the header
         except UnicodeDecodeError:
             raise InputDataError(self._encoding_message()) from None
         except csv.Error:
@@ -406,20 +408,40 @@ def duplicate_columns_message(columns: list) -> str:
     )
 
 
-def _header_lines(text) -> Iterator[str]:
-    """Lines of ``text`` for the header's CSV reader, refusing more than MAX_HEADER_CHARS."""
-    total = 0
-    while True:
-        line = text.readline(MAX_HEADER_CHARS + 1 - total)
+class _HeaderLines:
+    """Lines of ``text`` for the header's CSV reader, refusing a header of more than
+    MAX_HEADER_CHARS characters before reading more of it than that.
+
+    What counts is the header's own text: the line break that ends it is not part of it (nor
+    is a byte-order mark, which the decoder drops), while a line break inside a quoted name
+    is.  Empty lines before the header are not the header: :meth:`next_record` starts the
+    count again after each one."""
+
+    # Read at most this many characters past the limit: room for the longest line break, CRLF.
+    _BREAK = 2
+
+    def __init__(self, text):
+        self._text = text
+        self._chars = 0  # characters of the record being read so far, line breaks included
+
+    def next_record(self) -> None:
+        self._chars = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = self._text.readline(MAX_HEADER_CHARS + self._BREAK - self._chars)
         if not line:
-            return
-        total += len(line)
-        if total > MAX_HEADER_CHARS:
+            raise StopIteration
+        self._chars += len(line)
+        ending = 2 if line.endswith("\r\n") else 1 if line.endswith(("\r", "\n")) else 0
+        if self._chars - ending > MAX_HEADER_CHARS:
             raise InputDataError(
                 f"the input's header line is longer than {MAX_HEADER_CHARS:,} "
                 "characters; this is not a record file the release can read"
             )
-        yield line
+        return line
 
 
 def _too_many_columns(count: int) -> str:
