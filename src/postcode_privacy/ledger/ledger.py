@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
@@ -14,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
+from .._digest import sha256_of_file
 from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
@@ -56,14 +56,6 @@ def now() -> str:
 
 def owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Ledger:
@@ -190,7 +182,7 @@ class Ledger:
             for rid, owner, created, path, sha in rows:
                 if _maybe_running(owner, created, host):
                     continue
-                if os.path.isfile(path) and sha256_file(path) == sha:
+                if os.path.isfile(path) and sha256_of_file(path) == sha:
                     self._commit_rows(rid)
                     outcomes.append((rid, "committed"))
                 elif _owner_host(owner) == host and not _renames_began(path, sha):

@@ -31,7 +31,6 @@ The outputs are the same either way.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal
 from ..atomic import OutputClaim, write_failure
 from ..engine.batch import prepare_in_background
@@ -86,18 +86,10 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 100_000
 
 
-def _sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _input_sha256(path: Path) -> str:
     """The input's SHA-256; an input that cannot be read (gone, say) is the input's error."""
     try:
-        return _sha256_file(path)
+        return sha256_of_file(path)
     except OSError as exc:
         raise InputDataError(read_failure(str(path), exc)) from None
 
@@ -419,7 +411,7 @@ def _release(
             plan.describe(),
             output_path=output_path,
             output_format=table_format(output_path),
-            output_sha256=_sha256_file(out_tmp.path),
+            output_sha256=sha256_of_file(out_tmp.path),
             rows=counts["rows_out"],
             written_with=written_with(output_path.name),
             uncompressed_sha256=uncompressed_sha256(out_tmp.path, output_path.name),

@@ -25,7 +25,6 @@ import bz2
 import contextlib
 import csv
 import gzip
-import hashlib
 import io
 import lzma
 import os
@@ -38,6 +37,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import pandas as pd
 
+from .._digest import sha256_of_stream
 from ..errors import InputDataError, InvalidParameterError
 
 __all__ = [
@@ -1011,11 +1011,8 @@ def uncompressed_sha256(path: str | os.PathLike, name: str) -> str | None:
     lower = name.lower()
     if table_format(name) != "csv" or lower.endswith(".csv"):
         return None
-    digest = hashlib.sha256()
     with _open_binary(os.fspath(path), name) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha256_of_stream(handle)
 
 
 def open_writer(handle, name: str, schema=None):
