@@ -28,6 +28,7 @@ import gzip
 import io
 import lzma
 import os
+import platform
 import re
 import sys
 import warnings
@@ -988,18 +989,30 @@ def _ordered_afresh(column, values):
     return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
 
 
-def written_with(name: str) -> dict[str, str]:
+def written_with(name: str, input_format: str) -> dict[str, str]:
     """The libraries whose version can change the bytes of an output named ``name`` while its
     records stay the same, with their versions (the manifest records them; docs/release.md,
-    "Byte for byte").  pandas turns a Parquet input's typed cells into CSV text; pyarrow lays
-    out a Parquet file (its version is also written into the file); zlib compresses ``.gz``.
+    "Byte for byte").  Only what shapes the bytes is named:
+
+    * a Parquet output is laid out by pyarrow (its version is also written into the file);
+    * in a CSV output, pandas writes a Parquet input's typed cells (numbers, dates) as text;
+      a CSV input's cells are text, copied as they are, so pandas does not shape them;
+    * a compressed CSV is compressed by Python's ``gzip``, ``bz2`` or ``lzma`` module over
+      zlib, libbz2 or liblzma.  Python exposes zlib's version but not libbz2's or liblzma's,
+      so Python's own version stands for those (the library it was built with, and the
+      module's defaults: the container's header, the check).
     """
     if table_format(name) == "parquet":
         import pyarrow
 
         return {"pyarrow": pyarrow.__version__}
-    versions = {"pandas": pd.__version__}
-    if name.lower().endswith(".gz"):
+    versions = {}
+    if input_format == "parquet":
+        versions["pandas"] = pd.__version__
+    lower = name.lower()
+    if lower.endswith((".gz", ".bz2", ".xz")):
+        versions["python"] = platform.python_version()
+    if lower.endswith(".gz"):
         versions["zlib"] = zlib.ZLIB_RUNTIME_VERSION
     return versions
 
