@@ -379,7 +379,7 @@ def _release(
             if table_format(output_path) == "parquet"
             else None
         )
-        writer = open_writer(out_tmp.handle, output_path.name, schema)
+        writer = open_writer(out_tmp.handle, output_path.name, reader.columns, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now

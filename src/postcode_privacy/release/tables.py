@@ -393,6 +393,17 @@ def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
             )
 
 
+def column_label(name, columns) -> str:
+    """How a message names the column ``name``: its 1-based place among the input's
+    ``columns`` (the column the user sees in the file, wherever the output puts it) and its
+    header name, which is not a cell value.  A name the input lacks (the released column) is
+    named alone."""
+    position = next((i for i, c in enumerate(columns, start=1) if c == name), None)
+    if position is None:
+        return f"column {name!r}"
+    return f"column {position} ({name!r})"
+
+
 def duplicate_columns_message(columns: list) -> str:
     """Name duplicated columns by position: a file without a header line would otherwise have
     its first record (identifiers, postcodes) echoed as "column names"."""
@@ -772,16 +783,16 @@ def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lz
     return None
 
 
-def _unwritable_cell(frame: pd.DataFrame, error: Exception) -> InputDataError:
+def _unwritable_cell(frame: pd.DataFrame, error: Exception, columns: list) -> InputDataError:
     """The error for a chunk pandas could not turn into CSV text (a Parquet date past year
     9999, say, or a time zone Python does not know): the first column that fails alone is
-    named, never its value."""
+    named as the input's ``columns`` place it (:func:`column_label`), never its value."""
     for position in range(frame.shape[1]):
         try:
             frame.iloc[:, [position]].to_csv(io.StringIO(), index=False)
         except (OverflowError, ValueError, KeyError):
             return InputDataError(
-                f"column {position + 1} ({frame.columns[position]!r}) holds a value CSV output "
+                f"{column_label(frame.columns[position], columns)} holds a value CSV output "
                 "cannot show (a date outside years 1 to 9999, or a time zone Python does not "
                 "know); release to a .parquet output instead, which keeps it"
             )
@@ -791,7 +802,8 @@ def _unwritable_cell(frame: pd.DataFrame, error: Exception) -> InputDataError:
 class _CsvWriter:
     """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical)."""
 
-    def __init__(self, handle: BinaryIO, name: str):
+    def __init__(self, handle: BinaryIO, name: str, input_columns: list):
+        self._input_columns = input_columns  # messages name a column where the input has it
         # The compressing layer the name asks for (None: plain CSV); closed here, since closing
         # it writes the compressed stream's trailer.
         self._inner = _compressor(handle, name)
@@ -803,7 +815,7 @@ class _CsvWriter:
         try:
             self._write(frame)
         except (OverflowError, ValueError, KeyError) as exc:
-            raise _unwritable_cell(frame, exc) from None
+            raise _unwritable_cell(frame, exc, self._input_columns) from None
 
     def _write(self, frame: pd.DataFrame) -> None:
         header = not self._header_written
@@ -861,10 +873,11 @@ class _ParquetWriter:
 
     ROW_GROUP_ROWS = 65_536
 
-    def __init__(self, handle, schema):
+    def __init__(self, handle, schema, input_columns: list):
         import pyarrow.parquet as pq
 
         self._schema = schema
+        self._labels = [column_label(name, input_columns) for name in schema.names]
         self._writer = pq.ParquetWriter(handle, schema, **_PARQUET_LAYOUT)
         self._pending: list = []
         self._pending_rows = 0
@@ -890,7 +903,7 @@ class _ParquetWriter:
             # One Arrow chunk a column: pyarrow's encoders (the dictionary page's size limit)
             # look at chunk edges, which follow the input's chunks, and the bytes must not.
             group = _dictionaries_of_their_own(
-                table.slice(start, min(self.ROW_GROUP_ROWS, cut - start))
+                table.slice(start, min(self.ROW_GROUP_ROWS, cut - start)), self._labels
             ).combine_chunks()
             self._writer.write_table(group, row_group_size=self.ROW_GROUP_ROWS)
         rest = table.slice(cut)
@@ -909,7 +922,7 @@ class _ParquetWriter:
             pass
 
 
-def _dictionaries_of_their_own(table):
+def _dictionaries_of_their_own(table, labels: list[str]):
     """``table`` (one row group) with every dictionary, top-level or nested in a struct, list
     or map, encoded afresh from the values of these rows: a dictionary read from the input
     holds every value of the input's column, the dropped records' (``--on-error drop``) among
@@ -917,7 +930,8 @@ def _dictionaries_of_their_own(table):
     An unordered dictionary, and an ordered one nested in another type, lists its values in
     order of first appearance; an ordered one at the top level keeps the input's order, less
     the values these rows do not hold.  Either way it depends
-    only on the rows written, so the file's bytes do not depend on the chunk size."""
+    only on the rows written, so the file's bytes do not depend on the chunk size.
+    ``labels[i]`` names the table's i-th column in a message (:func:`column_label`)."""
     import pyarrow as pa
 
     columns = []
@@ -937,8 +951,7 @@ def _dictionaries_of_their_own(table):
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. an index type too
                 # small for the values of several input row groups together
                 raise InputDataError(
-                    f"column {position + 1} ({table.schema.names[position]!r}) is "
-                    "dictionary-encoded in a way this release cannot rewrite; decode it "
+                    f"{labels[position]} is dictionary-encoded in a way this release cannot rewrite; decode it "
                     "(store its plain values) and release again"
                 ) from None
         columns.append(column)
@@ -1028,12 +1041,14 @@ def uncompressed_sha256(path: str | os.PathLike, name: str) -> str | None:
         return sha256_of_stream(handle)
 
 
-def open_writer(handle, name: str, schema=None):
+def open_writer(handle, name: str, input_columns: list, schema=None):
     """A writer for the output format of ``name`` over the open binary ``handle``.
 
+    ``input_columns`` are the input's columns, in order: a message names a column by its
+    place there, the column the user sees in the file, not by its place in the output.
     ``schema`` (an Arrow schema) is required for Parquet.  Call ``write(frame)`` per chunk and
     ``close(columns)`` once, or ``abort()`` on failure; the caller closes ``handle``.
     """
     if table_format(name) == "csv":
-        return _CsvWriter(handle, name)
-    return _ParquetWriter(handle, schema)
+        return _CsvWriter(handle, name, input_columns)
+    return _ParquetWriter(handle, schema, input_columns)
