@@ -492,7 +492,7 @@ def test_output_directory_problems(grid, key, tmp_path):
     with pytest.raises(InvalidParameterError, match="table format"):
         run(src, tmp_path / "out.xlsx", graph, key)
     for nameless in ("", ".", "/", ".."):
-        with pytest.raises(InvalidParameterError, match="must name a file"):
+        with pytest.raises(InvalidParameterError, match="names a directory, not a file"):
             run(src, nameless, graph, key)
 
 

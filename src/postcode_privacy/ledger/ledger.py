@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .._digest import sha256_of_file
+from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
@@ -41,6 +42,8 @@ _FOREIGN_GRACE_S = 60
 def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Path:
     """The ledger secret's key file: given, or ``LEDGER.key`` beside a SQLite ledger."""
     if secret_path is not None:
+        # As given: Path("s.key/") would be "s.key", a file the user did not name.
+        refuse_directory_path(secret_path, "key file", KeyFileError)
         return Path(secret_path)
     if is_url(location):
         raise InvalidParameterError(

@@ -43,7 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal
-from ..atomic import OutputClaim, write_failure
+from ..atomic import OutputClaim, refuse_directory_path, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background
@@ -215,9 +215,10 @@ def release_file(
         raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
+    # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
+    refuse_directory_path(input_path, "input", InputDataError)
+    refuse_directory_path(output_path)
     input_path, output_path = Path(input_path), Path(output_path)
-    if output_path.name in ("", ".", ".."):  # "", ".", "/": no file name to write to
-        raise InvalidParameterError("the output path must name a file, not a directory")
     manifest_path = manifest_path_for(output_path)
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)

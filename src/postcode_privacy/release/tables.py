@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, NamedTuple
 import pandas as pd
 
 from .._digest import sha256_of_stream
+from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
 
 __all__ = [
@@ -112,6 +113,7 @@ class TableReader:
     """
 
     def __init__(self, path: str | os.PathLike, chunk_size: int):
+        refuse_directory_path(path, "input", InputDataError)  # "in.csv/" is not "in.csv"
         self.path = os.fspath(path)
         self.format = table_format(self.path)
         self.chunk_size = int(chunk_size)
