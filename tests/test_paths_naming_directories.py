@@ -73,7 +73,7 @@ CASES = {
 
 
 def tree(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in directory.iterdir()}
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
 
 
 @pytest.mark.parametrize("end", ["/", "/."], ids=["slash", "slash-dot"])
@@ -97,3 +97,13 @@ def test_the_checks_see_the_path_as_given_not_as_pathlib_makes_it(tmp_path):
             refuse_directory_path(named)
     for fine in ("a", "a.csv", "./a.csv", "../a.csv", "a/b.csv", ".a", "a."):
         refuse_directory_path(fine)
+
+
+def test_an_output_that_is_a_directory_is_named_so_before_its_missing_extension(place, capsys):
+    (place / "results").mkdir()
+    argv = f"perturb {place}/in.csv -o {place}/results --key {place}/a.key --graph "
+    argv += f"{place}/g.ppgraph {RELEASE} -q"
+    before = tree(place)
+    assert main(argv.split()) == 8
+    assert f"the output path {place}/results is a directory" in capsys.readouterr().err
+    assert tree(place) == before

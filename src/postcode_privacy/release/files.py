@@ -116,6 +116,8 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)
+    if os.path.isdir(output_path):  # before its format: "-o results" meant "into results"
+        raise InvalidParameterError(f"the output path {output_path} is a directory")
     table_format(output_path)
     for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
         if _same_file(input_path, target):

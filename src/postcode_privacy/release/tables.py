@@ -22,6 +22,7 @@ keep_default_na=False)`` gives every cell exactly as it went in, carriage return
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import csv
 import gzip
@@ -133,8 +134,13 @@ class TableReader:
     def _csv_header(self) -> list[str]:
         try:
             with _open_binary(self.path) as raw:
-                if not raw.read(1):
+                start = raw.read(len(codecs.BOM_UTF8))
+                if not start:
                     raise InputDataError("the input file is empty")
+                if start == codecs.BOM_UTF8 and not raw.read(1):
+                    raise InputDataError(
+                        "the input file is empty (it holds only a byte-order mark)"
+                    )
             with _open_binary(self.path) as raw, _csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
                 lines = _HeaderLines(text)
