@@ -268,7 +268,7 @@ def test_an_input_changed_and_changed_back_is_refused(
         os.replace(f"{src}.tmp", src)
 
     put(a)
-    original_draw, original_hash = draw_ahead.DrawAhead.draw, files._sha256_file
+    original_draw, original_hash = draw_ahead.DrawAhead.draw, files.sha256_of_file
     hashed = []
 
     def draw_then_replace(self, *args):
@@ -282,7 +282,7 @@ def test_an_input_changed_and_changed_back_is_refused(
         return original_hash(path)
 
     monkeypatch.setattr(draw_ahead.DrawAhead, "draw", draw_then_replace)
-    monkeypatch.setattr(files, "_sha256_file", hash_after_putting_back)
+    monkeypatch.setattr(files, "sha256_of_file", hash_after_putting_back)
     with pytest.raises(InputDataError, match="changed"):
         release(src, tmp_path / "out.csv", graph, chunk_size=1000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]

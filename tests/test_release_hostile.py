@@ -1020,9 +1020,35 @@ def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup,
         pq.write_table(people.append_column("when", values), src)
         assert perturb(setup, src, out) == 3
         err = capsys.readouterr().err
-        assert "column 3 ('when') holds a value CSV output cannot show" in err
+        # column 4 of the input, where the user sees it (3rd of the output, without postcode)
+        assert "column 4 ('when') holds a value CSV output cannot show" in err
         assert "Traceback" not in err and not out.exists()
         assert perturb(setup, src, tmp_path / f"{name}-out.parquet") == 0  # Parquet keeps it
+
+
+def test_a_dictionary_the_release_cannot_rewrite_is_named_by_its_input_column(
+    setup, tmp_path, capsys
+):
+    """Two input row groups of 100 values each, under an int8 dictionary: one output row
+    group cannot hold both.  The message names column 4, where the user sees it in the
+    input, not 3, its place in the output once the true postcode is dropped."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    codes, n = setup["codes"], 200
+    small = pa.dictionary(pa.int8(), pa.string())
+    notes = [
+        pa.array([f"v{i}" for i in range(k * 100, k * 100 + 100)]).dictionary_encode().cast(small)
+        for k in range(2)
+    ]
+    table = pa.Table.from_pandas(frame(codes, n=n), preserve_index=False)
+    table = table.append_column("notes", pa.chunked_array(notes))
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=100)
+    assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.parquet") == 3
+    err = capsys.readouterr().err
+    assert "column 4 ('notes') is dictionary-encoded in a way this release cannot rewrite" in err
+    assert "v1" not in err and "Traceback" not in err
+    assert names(tmp_path) == ["in.parquet"]
 
 
 def test_dictionaries_nested_or_ordered_are_rewritten_from_the_rows_alone(setup, tmp_path):

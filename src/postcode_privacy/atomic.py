@@ -47,6 +47,7 @@ __all__ = [
     "write_atomic",
     "fsync_directory",
     "is_key_file",
+    "refuse_directory_path",
 ]
 
 # The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
@@ -60,6 +61,22 @@ _TEMP_STEM_BYTES = 160
 class LateSignalWarning(UserWarning):
     """A stop signal arrived while finished files were being moved into place; they were all
     moved, and the run is complete."""
+
+
+def refuse_directory_path(
+    path: str | os.PathLike, what: str = "output", error: type[Exception] = InvalidParameterError
+) -> None:
+    """Refuse a path that, as written, names a directory rather than a file: one that is
+    empty, ends in a path separator (``out.csv/``) or ends in ``.`` or ``..``.  The check is on
+    the text as given, before any :class:`~pathlib.Path` is made of it: pathlib drops a
+    trailing separator and ``.`` components, so ``Path("out.csv/")`` would be ``out.csv``."""
+    text = os.fsdecode(os.fspath(path))
+    separators = os.sep + (os.altsep or "")
+    last = text
+    for separator in separators:
+        last = last.rsplit(separator, 1)[-1]
+    if last in ("", ".", ".."):
+        raise error(f"the {what} path names a directory, not a file; give a file name")
 
 
 def _temp_name(target: Path) -> str:
@@ -214,11 +231,12 @@ class OutputClaim:
     """
 
     def __init__(self, targets: Iterable[str | os.PathLike], *, force: bool = False):
-        self.targets = [Path(t) for t in targets]
-        if not self.targets:
+        targets = list(targets)
+        if not targets:
             raise ValueError("nothing to claim")
-        if any(t.name in ("", ".", "..") for t in self.targets):  # "", ".", "/", "a/.."
-            raise InvalidParameterError("the output path must name a file, not a directory")
+        for target in targets:  # "", ".", "/", "a/..", "out.csv/": as given, not as a Path
+            refuse_directory_path(target)
+        self.targets = [Path(t) for t in targets]
         self.force = bool(force)
         self.directory = self.targets[0].parent
         if any(t.parent != self.directory for t in self.targets):

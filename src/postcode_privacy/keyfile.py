@@ -12,6 +12,7 @@ import stat
 import time
 from pathlib import Path
 
+from .atomic import refuse_directory_path
 from .errors import KeyFileError
 from .mechanism.keys import Key
 
@@ -20,6 +21,7 @@ ENV_VAR = "POSTCODE_PRIVACY_KEY"
 
 def write_key_file(key: Key, path: str | os.PathLike) -> None:
     """Create ``path`` exclusively with owner-only permissions; never overwrite."""
+    refuse_directory_path(path, "key file", KeyFileError)
     data = key.to_file_bytes()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -88,6 +90,7 @@ def read_key_file(path: str | os.PathLike) -> Key:
     FIFO nobody writes to is an empty key file at once (``_read_pipe``).  A device or a
     directory is refused as not a key file (``/dev/null`` or a directory would be judged by a
     mode that means nothing for them)."""
+    refuse_directory_path(path, "key file", KeyFileError)  # "a.key/" is not "a.key"
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:

@@ -27,6 +27,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from .._digest import sha256_of_file
 from ..errors import ArtefactError, GraphError, InvalidParameterError, SourceDataError
 from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .artefact import FORMAT_VERSION, load_graph, save_graph
@@ -77,7 +78,6 @@ def build_from_sources(
     """
     from .._progress import stderr_is_terminal
     from ..sources.codepoint import read_codepoint
-    from ..sources.table import file_sha256
 
     if codepoint is not None and onspd is not None:
         raise InvalidParameterError(
@@ -107,7 +107,7 @@ def build_from_sources(
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": os.path.abspath(os.fspath(population)),
-            "sha256": file_sha256(population),
+            "sha256": sha256_of_file(population),
             "coverage": coverage,
         }
     else:
@@ -157,8 +157,7 @@ def _inputs_hash() -> str:
     )
     for rel in files:
         digest.update(rel.encode() + b"\0")
-        with open(os.path.join(root, rel), "rb") as handle:
-            digest.update(hashlib.sha256(handle.read()).digest())
+        digest.update(bytes.fromhex(sha256_of_file(os.path.join(root, rel))))
     return digest.hexdigest()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
@@ -14,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
+from .._digest import sha256_of_file
+from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
@@ -41,6 +42,8 @@ _FOREIGN_GRACE_S = 60
 def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Path:
     """The ledger secret's key file: given, or ``LEDGER.key`` beside a SQLite ledger."""
     if secret_path is not None:
+        # As given: Path("s.key/") would be "s.key", a file the user did not name.
+        refuse_directory_path(secret_path, "key file", KeyFileError)
         return Path(secret_path)
     if is_url(location):
         raise InvalidParameterError(
@@ -56,14 +59,6 @@ def now() -> str:
 
 def owner_tag() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Ledger:
@@ -190,7 +185,7 @@ class Ledger:
             for rid, owner, created, path, sha in rows:
                 if _maybe_running(owner, created, host):
                     continue
-                if os.path.isfile(path) and sha256_file(path) == sha:
+                if os.path.isfile(path) and sha256_of_file(path) == sha:
                     self._commit_rows(rid)
                     outcomes.append((rid, "committed"))
                 elif _owner_host(owner) == host and not _renames_began(path, sha):

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._digest import sha256_of_file
 from ..version import OUTPUT_STABILITY_VERSION
 from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, ReleaseAccount, distribution
 from .digests import DrawParameters
 from .errors import LedgerError
-from .ledger import Ledger, now, owner_tag, sha256_file
+from .ledger import Ledger, now, owner_tag
 
 if TYPE_CHECKING:
     from ..graph.graph import Graph
@@ -254,7 +255,7 @@ class LedgerRecorder:
                 return
             if (
                 os.path.isfile(entry.output_path)
-                and sha256_file(entry.output_path) == entry.output_sha256
+                and sha256_of_file(entry.output_path) == entry.output_sha256
             ):
                 self.ledger._commit_rows(entry.rid)
             else:

@@ -17,6 +17,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
+from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerError
 
@@ -146,6 +147,7 @@ class SqliteStore(Store):
     without_rowid = " WITHOUT ROWID"
 
     def __init__(self, path: str, create: bool):
+        refuse_directory_path(path, "ledger")
         if create:
             if os.path.exists(path):
                 raise LedgerError("a ledger (or another file) already exists at that path")

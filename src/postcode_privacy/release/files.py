@@ -31,7 +31,6 @@ The outputs are the same either way.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -42,8 +41,9 @@ from typing import Any
 
 import pandas as pd
 
+from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal
-from ..atomic import OutputClaim, write_failure
+from ..atomic import OutputClaim, refuse_directory_path, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background
@@ -86,18 +86,10 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 100_000
 
 
-def _sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _input_sha256(path: Path) -> str:
     """The input's SHA-256; an input that cannot be read (gone, say) is the input's error."""
     try:
-        return _sha256_file(path)
+        return sha256_of_file(path)
     except OSError as exc:
         raise InputDataError(read_failure(str(path), exc)) from None
 
@@ -124,6 +116,8 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)
+    if os.path.isdir(output_path):  # before its format: "-o results" meant "into results"
+        raise InvalidParameterError(f"the output path {output_path} is a directory")
     table_format(output_path)
     for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
         if _same_file(input_path, target):
@@ -223,9 +217,10 @@ def release_file(
         raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
+    # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
+    refuse_directory_path(input_path, "input", InputDataError)
+    refuse_directory_path(output_path)
     input_path, output_path = Path(input_path), Path(output_path)
-    if output_path.name in ("", ".", ".."):  # "", ".", "/": no file name to write to
-        raise InvalidParameterError("the output path must name a file, not a directory")
     manifest_path = manifest_path_for(output_path)
     _check_paths(input_path, output_path)
     claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
@@ -387,7 +382,7 @@ def _release(
             if table_format(output_path) == "parquet"
             else None
         )
-        writer = open_writer(out_tmp.handle, output_path.name, schema)
+        writer = open_writer(out_tmp.handle, output_path.name, reader.columns, schema)
         counts = dict.fromkeys(COUNT_KEYS, 0)
         with _bar(progress, total, "writing" if ahead is not None else "releasing") as bar:
             # closing(): an error while writing stops the workers drawing the next chunk now
@@ -419,9 +414,9 @@ def _release(
             plan.describe(),
             output_path=output_path,
             output_format=table_format(output_path),
-            output_sha256=_sha256_file(out_tmp.path),
+            output_sha256=sha256_of_file(out_tmp.path),
             rows=counts["rows_out"],
-            written_with=written_with(output_path.name),
+            written_with=written_with(output_path.name, reader.format),
             uncompressed_sha256=uncompressed_sha256(out_tmp.path, output_path.name),
         )
         audit = build_audit(

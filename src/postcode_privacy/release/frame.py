@@ -124,6 +124,8 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
     value, and keeping it would publish a dropped record's cell in the release's dtype and in
     any Parquet file written from it.  Done once, on the joined result, so that the dtype does
     not depend on the chunks (``progress``)."""
+    from .tables import column_label
+
     result = result.copy()
     for name in result.columns:
         column = result[name]
@@ -132,7 +134,7 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
             if gone:
                 result[name] = column.cat.remove_categories(sorted(gone, key=repr))
         elif isinstance(column.dtype, pd.ArrowDtype) and _holds_dictionary(column.dtype):
-            result[name] = _arrow_dictionaries_afresh(column)
+            result[name] = _arrow_dictionaries_afresh(column, column_label(name, df.columns))
     return result
 
 
@@ -142,14 +144,15 @@ def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:
     return _without_dictionaries(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
 
 
-def _arrow_dictionaries_afresh(column: pd.Series) -> pd.Series:
+def _arrow_dictionaries_afresh(column: pd.Series, label: str) -> pd.Series:
     """An Arrow-backed column (``dtype_backend="pyarrow"``) whose dictionaries, top-level or
     nested, are encoded afresh from the values the released rows hold, as a Parquet release's
-    are (``tables._dictionaries_of_their_own``): the input's dictionary held dropped cells."""
+    are (``tables._dictionaries_of_their_own``): the input's dictionary held dropped cells.
+    ``label`` names the column in a message."""
     import pyarrow as pa
 
     from .tables import _dictionaries_of_their_own
 
     table = pa.table({"column": pa.chunked_array([pa.array(column.array)])})
-    fresh = _dictionaries_of_their_own(table).column(0).combine_chunks()
+    fresh = _dictionaries_of_their_own(table, [label]).column(0).combine_chunks()
     return pd.Series(pd.arrays.ArrowExtensionArray(fresh), index=column.index, name=column.name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,29 +143,52 @@ class ReleaseOptions:
         return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
 
     def check_columns(self, columns: Iterable, *, from_file: bool = False) -> None:
-        """Refuse an input whose columns cannot be released: duplicate names, no identifier or
-        postcode column, or a column already named like the output.  Messages name columns,
-        never cell values; only a file's (``from_file``) asks about a header line."""
+        """Refuse an input whose columns cannot be released: duplicate names (also two names
+        that differ only in Unicode form, which look the same), no identifier or postcode
+        column, another column named like the postcode column but for case, surrounding
+        spaces or Unicode form (it may hold true postcodes, and would be released as it is),
+        or a column already named like the output.  Messages name columns, never cell
+        values; only a file's (``from_file``) asks about a header line."""
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
             from .tables import duplicate_columns_message
 
             raise InputDataError(duplicate_columns_message(names))
+        _refuse_names_alike(names, _composed, "have the same name in different Unicode forms")
         missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
         if missing:
             # The header's own cells are not echoed: without a header line they are a record.
+            near = _near_misses(names, missing)
             raise InputDataError(
                 "the input has no column "
                 + " or ".join(repr(c) for c in missing)
-                + f" (it has {len(names)} columns"
-                + ("; does the file start with a header line?)" if from_file else ")")
+                + (
+                    f"; {near}"
+                    if near
+                    else f" (it has {len(names)} columns"
+                    + ("; does the file start with a header line?)" if from_file else ")")
+                )
             )
+        if not self.keep_source_postcode:
+            self._refuse_postcode_twins(names)
         if self.out_column in seen:
             raise InputDataError(
                 f"the input already has a column named {self.out_column!r}; "
                 f"choose another {self.flag('out_column')}"
             )
+
+    def _refuse_postcode_twins(self, names: list) -> None:
+        wanted = _loosely(self.postcode_column)
+        for position, name in enumerate(names, start=1):
+            if name != self.postcode_column and _loosely(name) == wanted:
+                raise InputDataError(
+                    f"column {position} ({name!r}) is named like "
+                    f"{self.flag('postcode_column')} {self.postcode_column!r} but for case, "
+                    "surrounding spaces or Unicode form: it may hold true postcodes too, and "
+                    "every column but the true postcode is released as it is; rename or "
+                    "remove it"
+                )
 
     def ledger_refusal(self) -> str | None:
         """Why a release with these options cannot be recorded in a ledger, or None if it can.
@@ -211,6 +235,38 @@ class ReleaseOptions:
 
 
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
+
+
+def _composed(name: Any) -> Any:
+    """``name`` in Unicode's composed form (NFC): "é" whether one character or "e" and an
+    accent.  A name that is not text is itself."""
+    return unicodedata.normalize("NFC", name) if isinstance(name, str) else name
+
+
+def _loosely(name: Any) -> Any:
+    """``name`` as a person would read it: composed, without surrounding spaces, any case."""
+    return _composed(name).strip().casefold() if isinstance(name, str) else name
+
+
+def _refuse_names_alike(names: list, form: Callable[[Any], Any], what: str) -> None:
+    first: dict = {}
+    for position, name in enumerate(names, start=1):
+        other = first.setdefault(form(name), position)
+        if other != position:
+            raise InputDataError(f"columns {other} and {position} {what}; rename one")
+
+
+def _near_misses(names: list, missing: list) -> str:
+    """For a column not found: the columns whose names match it but for case, surrounding
+    spaces or Unicode form, by position only (the header is not echoed)."""
+    wanted = {_loosely(c) for c in missing}
+    close = [str(i) for i, name in enumerate(names, start=1) if _loosely(name) in wanted]
+    if not close:
+        return ""
+    return (
+        f"column {' and '.join(close)} has that name but for case, surrounding spaces or "
+        "Unicode form; give the name exactly as the header has it"
+    )
 
 
 def click_options(

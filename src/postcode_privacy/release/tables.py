@@ -22,13 +22,14 @@ keep_default_na=False)`` gives every cell exactly as it went in, carriage return
 from __future__ import annotations
 
 import bz2
+import codecs
 import contextlib
 import csv
 import gzip
-import hashlib
 import io
 import lzma
 import os
+import platform
 import re
 import sys
 import warnings
@@ -38,6 +39,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import pandas as pd
 
+from .._digest import sha256_of_stream
+from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
 
 __all__ = [
@@ -111,6 +114,7 @@ class TableReader:
     """
 
     def __init__(self, path: str | os.PathLike, chunk_size: int):
+        refuse_directory_path(path, "input", InputDataError)  # "in.csv/" is not "in.csv"
         self.path = os.fspath(path)
         self.format = table_format(self.path)
         self.chunk_size = int(chunk_size)
@@ -130,16 +134,23 @@ class TableReader:
     def _csv_header(self) -> list[str]:
         try:
             with _open_binary(self.path) as raw:
-                if not raw.read(1):
+                start = raw.read(len(codecs.BOM_UTF8))
+                if not start:
                     raise InputDataError("the input file is empty")
+                if start == codecs.BOM_UTF8 and not raw.read(1):
+                    raise InputDataError(
+                        "the input file is empty (it holds only a byte-order mark)"
+                    )
             with _open_binary(self.path) as raw, _csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-                reader = csv.reader(_header_lines(text))
+                lines = _HeaderLines(text)
+                reader = csv.reader(lines)
                 for row in reader:
                     if _blanks_only(row):
                         raise InputDataError(_blank_line_message(reader.line_num))
                     if row:
                         return _bounded_columns(row)
+                    lines.next_record()  # an empty line before the header
         except UnicodeDecodeError:
             raise InputDataError(self._encoding_message()) from None
         except csv.Error:
@@ -390,6 +401,17 @@ def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
             )
 
 
+def column_label(name, columns) -> str:
+    """How a message names the column ``name``: its 1-based place among the input's
+    ``columns`` (the column the user sees in the file, wherever the output puts it) and its
+    header name, which is not a cell value.  A name the input lacks (the released column) is
+    named alone."""
+    position = next((i for i, c in enumerate(columns, start=1) if c == name), None)
+    if position is None:
+        return f"column {name!r}"
+    return f"column {position} ({name!r})"
+
+
 def duplicate_columns_message(columns: list) -> str:
     """Name duplicated columns by position: a file without a header line would otherwise have
     its first record (identifiers, postcodes) echoed as "column names"."""
@@ -406,20 +428,40 @@ def duplicate_columns_message(columns: list) -> str:
     )
 
 
-def _header_lines(text) -> Iterator[str]:
-    """Lines of ``text`` for the header's CSV reader, refusing more than MAX_HEADER_CHARS."""
-    total = 0
-    while True:
-        line = text.readline(MAX_HEADER_CHARS + 1 - total)
+class _HeaderLines:
+    """Lines of ``text`` for the header's CSV reader, refusing a header of more than
+    MAX_HEADER_CHARS characters before reading more of it than that.
+
+    What counts is the header's own text: the line break that ends it is not part of it (nor
+    is a byte-order mark, which the decoder drops), while a line break inside a quoted name
+    is.  Empty lines before the header are not the header: :meth:`next_record` starts the
+    count again after each one."""
+
+    # Read at most this many characters past the limit: room for the longest line break, CRLF.
+    _BREAK = 2
+
+    def __init__(self, text):
+        self._text = text
+        self._chars = 0  # characters of the record being read so far, line breaks included
+
+    def next_record(self) -> None:
+        self._chars = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = self._text.readline(MAX_HEADER_CHARS + self._BREAK - self._chars)
         if not line:
-            return
-        total += len(line)
-        if total > MAX_HEADER_CHARS:
+            raise StopIteration
+        self._chars += len(line)
+        ending = 2 if line.endswith("\r\n") else 1 if line.endswith(("\r", "\n")) else 0
+        if self._chars - ending > MAX_HEADER_CHARS:
             raise InputDataError(
                 f"the input's header line is longer than {MAX_HEADER_CHARS:,} "
                 "characters; this is not a record file the release can read"
             )
-        yield line
+        return line
 
 
 def _too_many_columns(count: int) -> str:
@@ -749,16 +791,16 @@ def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lz
     return None
 
 
-def _unwritable_cell(frame: pd.DataFrame, error: Exception) -> InputDataError:
+def _unwritable_cell(frame: pd.DataFrame, error: Exception, columns: list) -> InputDataError:
     """The error for a chunk pandas could not turn into CSV text (a Parquet date past year
     9999, say, or a time zone Python does not know): the first column that fails alone is
-    named, never its value."""
+    named as the input's ``columns`` place it (:func:`column_label`), never its value."""
     for position in range(frame.shape[1]):
         try:
             frame.iloc[:, [position]].to_csv(io.StringIO(), index=False)
         except (OverflowError, ValueError, KeyError):
             return InputDataError(
-                f"column {position + 1} ({frame.columns[position]!r}) holds a value CSV output "
+                f"{column_label(frame.columns[position], columns)} holds a value CSV output "
                 "cannot show (a date outside years 1 to 9999, or a time zone Python does not "
                 "know); release to a .parquet output instead, which keeps it"
             )
@@ -768,7 +810,8 @@ def _unwritable_cell(frame: pd.DataFrame, error: Exception) -> InputDataError:
 class _CsvWriter:
     """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical)."""
 
-    def __init__(self, handle: BinaryIO, name: str):
+    def __init__(self, handle: BinaryIO, name: str, input_columns: list):
+        self._input_columns = input_columns  # messages name a column where the input has it
         # The compressing layer the name asks for (None: plain CSV); closed here, since closing
         # it writes the compressed stream's trailer.
         self._inner = _compressor(handle, name)
@@ -780,7 +823,7 @@ class _CsvWriter:
         try:
             self._write(frame)
         except (OverflowError, ValueError, KeyError) as exc:
-            raise _unwritable_cell(frame, exc) from None
+            raise _unwritable_cell(frame, exc, self._input_columns) from None
 
     def _write(self, frame: pd.DataFrame) -> None:
         header = not self._header_written
@@ -838,10 +881,11 @@ class _ParquetWriter:
 
     ROW_GROUP_ROWS = 65_536
 
-    def __init__(self, handle, schema):
+    def __init__(self, handle, schema, input_columns: list):
         import pyarrow.parquet as pq
 
         self._schema = schema
+        self._labels = [column_label(name, input_columns) for name in schema.names]
         self._writer = pq.ParquetWriter(handle, schema, **_PARQUET_LAYOUT)
         self._pending: list = []
         self._pending_rows = 0
@@ -867,7 +911,7 @@ class _ParquetWriter:
             # One Arrow chunk a column: pyarrow's encoders (the dictionary page's size limit)
             # look at chunk edges, which follow the input's chunks, and the bytes must not.
             group = _dictionaries_of_their_own(
-                table.slice(start, min(self.ROW_GROUP_ROWS, cut - start))
+                table.slice(start, min(self.ROW_GROUP_ROWS, cut - start)), self._labels
             ).combine_chunks()
             self._writer.write_table(group, row_group_size=self.ROW_GROUP_ROWS)
         rest = table.slice(cut)
@@ -886,7 +930,7 @@ class _ParquetWriter:
             pass
 
 
-def _dictionaries_of_their_own(table):
+def _dictionaries_of_their_own(table, labels: list[str]):
     """``table`` (one row group) with every dictionary, top-level or nested in a struct, list
     or map, encoded afresh from the values of these rows: a dictionary read from the input
     holds every value of the input's column, the dropped records' (``--on-error drop``) among
@@ -894,7 +938,8 @@ def _dictionaries_of_their_own(table):
     An unordered dictionary, and an ordered one nested in another type, lists its values in
     order of first appearance; an ordered one at the top level keeps the input's order, less
     the values these rows do not hold.  Either way it depends
-    only on the rows written, so the file's bytes do not depend on the chunk size."""
+    only on the rows written, so the file's bytes do not depend on the chunk size.
+    ``labels[i]`` names the table's i-th column in a message (:func:`column_label`)."""
     import pyarrow as pa
 
     columns = []
@@ -914,8 +959,7 @@ def _dictionaries_of_their_own(table):
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. an index type too
                 # small for the values of several input row groups together
                 raise InputDataError(
-                    f"column {position + 1} ({table.schema.names[position]!r}) is "
-                    "dictionary-encoded in a way this release cannot rewrite; decode it "
+                    f"{labels[position]} is dictionary-encoded in a way this release cannot rewrite; decode it "
                     "(store its plain values) and release again"
                 ) from None
         columns.append(column)
@@ -966,18 +1010,30 @@ def _ordered_afresh(column, values):
     return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
 
 
-def written_with(name: str) -> dict[str, str]:
+def written_with(name: str, input_format: str) -> dict[str, str]:
     """The libraries whose version can change the bytes of an output named ``name`` while its
     records stay the same, with their versions (the manifest records them; docs/release.md,
-    "Byte for byte").  pandas turns a Parquet input's typed cells into CSV text; pyarrow lays
-    out a Parquet file (its version is also written into the file); zlib compresses ``.gz``.
+    "Byte for byte").  Only what shapes the bytes is named:
+
+    * a Parquet output is laid out by pyarrow (its version is also written into the file);
+    * in a CSV output, pandas writes a Parquet input's typed cells (numbers, dates) as text;
+      a CSV input's cells are text, copied as they are, so pandas does not shape them;
+    * a compressed CSV is compressed by Python's ``gzip``, ``bz2`` or ``lzma`` module over
+      zlib, libbz2 or liblzma.  Python exposes zlib's version but not libbz2's or liblzma's,
+      so Python's own version stands for those (the library it was built with, and the
+      module's defaults: the container's header, the check).
     """
     if table_format(name) == "parquet":
         import pyarrow
 
         return {"pyarrow": pyarrow.__version__}
-    versions = {"pandas": pd.__version__}
-    if name.lower().endswith(".gz"):
+    versions = {}
+    if input_format == "parquet":
+        versions["pandas"] = pd.__version__
+    lower = name.lower()
+    if lower.endswith((".gz", ".bz2", ".xz")):
+        versions["python"] = platform.python_version()
+    if lower.endswith(".gz"):
         versions["zlib"] = zlib.ZLIB_RUNTIME_VERSION
     return versions
 
@@ -989,19 +1045,18 @@ def uncompressed_sha256(path: str | os.PathLike, name: str) -> str | None:
     lower = name.lower()
     if table_format(name) != "csv" or lower.endswith(".csv"):
         return None
-    digest = hashlib.sha256()
     with _open_binary(os.fspath(path), name) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha256_of_stream(handle)
 
 
-def open_writer(handle, name: str, schema=None):
+def open_writer(handle, name: str, input_columns: list, schema=None):
     """A writer for the output format of ``name`` over the open binary ``handle``.
 
+    ``input_columns`` are the input's columns, in order: a message names a column by its
+    place there, the column the user sees in the file, not by its place in the output.
     ``schema`` (an Arrow schema) is required for Parquet.  Call ``write(frame)`` per chunk and
     ``close(columns)`` once, or ``abort()`` on failure; the caller closes ``handle``.
     """
     if table_format(name) == "csv":
-        return _CsvWriter(handle, name)
-    return _ParquetWriter(handle, schema)
+        return _CsvWriter(handle, name, input_columns)
+    return _ParquetWriter(handle, schema, input_columns)

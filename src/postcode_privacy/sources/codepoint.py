@@ -20,8 +20,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from .._digest import sha256_of_file
 from ..errors import SourceDataError
-from .table import PostcodeTable, build_table, file_sha256, normalise_postcodes
+from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_codepoint", "bundled_codepoint_dir"]
 
@@ -67,11 +68,11 @@ class _Files:
 
     def sources(self) -> list[dict[str, str]]:
         if self.zip is not None:
-            return [{"path": os.path.abspath(self.path), "sha256": file_sha256(self.path)}]
+            return [{"path": os.path.abspath(self.path), "sha256": sha256_of_file(self.path)}]
         return [
             {
                 "path": os.path.abspath(os.path.join(self.path, n)),
-                "sha256": file_sha256(os.path.join(self.path, n)),
+                "sha256": sha256_of_file(os.path.join(self.path, n)),
             }
             for n in self.data
         ]

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .._digest import sha256_of_file
 from ..errors import SourceDataError
 from .onspd import irish_to_british_grid
-from .table import file_sha256, normalise_postcodes
+from .table import normalise_postcodes
 
 __all__ = [
     "read_bundled_directory",
@@ -58,7 +59,7 @@ def _files() -> list[str]:
 
 def bundled_directory_sources() -> list[dict[str, str]]:
     """Path and SHA-256 of every bundled directory file, for provenance records."""
-    return [{"path": f, "sha256": file_sha256(f)} for f in _files()]
+    return [{"path": f, "sha256": sha256_of_file(f)} for f in _files()]
 
 
 def _read_letter(path: str) -> dict[str, np.ndarray]:

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from .._digest import sha256_of_file
 from ..errors import SourceDataError
-from .table import PostcodeTable, build_table, file_sha256, normalise_postcodes
+from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
 
@@ -186,7 +187,7 @@ def read_onspd(
     if frame.empty:
         frame = pd.DataFrame({"postcode": [], "easting": [], "northing": [], "laua": []})
     terminated = pd.concat(dead, ignore_index=True) if dead else None
-    sources = [{"path": os.path.abspath(path), "sha256": file_sha256(path)}]
+    sources = [{"path": os.path.abspath(path), "sha256": sha256_of_file(path)}]
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,9 +10,7 @@ import pandas as pd
 from .. import postcodes
 from ..postcodes import try_normalise
 
-__all__ = ["PostcodeTable", "file_sha256", "normalise_postcodes", "build_table", "empty_terminated"]
-
-_CHUNK = 1 << 20
+__all__ = ["PostcodeTable", "normalise_postcodes", "build_table", "empty_terminated"]
 
 
 def empty_terminated() -> pd.DataFrame:
@@ -57,15 +53,6 @@ class PostcodeTable:
         if self.laua is not None:
             frame["laua"] = self.laua
         return frame
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes, read in chunks so large files stay out of memory."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def normalise_postcodes(values) -> np.ndarray:
