@@ -141,23 +141,25 @@ class ReleaseOptions:
         its keyword (``on_error``) from Python (``errors.SURFACE``)."""
         return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
 
-    def check_columns(self, columns: Iterable) -> None:
+    def check_columns(self, columns: Iterable, *, header_line: bool = True) -> None:
         """Refuse an input whose columns cannot be released: duplicate names, no identifier or
         postcode column, or a column already named like the output.  Messages name columns,
-        never cell values."""
+        never cell values; ``header_line`` (a CSV file) asks whether the file has one, which
+        its first record would otherwise be taken for."""
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
             from .tables import duplicate_columns_message
 
-            raise InputDataError(duplicate_columns_message(names))
+            raise InputDataError(duplicate_columns_message(names, header_line=header_line))
         missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
         if missing:
             # The header's own cells are not echoed: without a header line they are a record.
+            hint = "; does the file start with a header line?" if header_line else ""
             raise InputDataError(
                 "the input has no column "
                 + " or ".join(repr(c) for c in missing)
-                + f" (it has {len(names)} columns; does the file start with a header line?)"
+                + f" (it has {len(names)} columns{hint})"
             )
         if self.out_column in seen:
             raise InputDataError(
