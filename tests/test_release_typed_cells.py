@@ -553,3 +553,20 @@ def test_perturb_frame_names_column_labels_that_are_a_multiindex(small):
         perturb_frame(
             people, key=KEY, graph=graph, epsilon=1, id_column="person", postcode_column="pc"
         )
+
+
+def test_a_dictionary_inside_a_list_view_is_refused_rather_than_leaked(small, tmp_path, capsys):
+    """A dictionary nested in a list view was written whole, with the cell of the record
+    ``--on-error drop`` left out; Arrow cannot rewrite it, so it is refused, naming the column
+    (no traceback, no output)."""
+    _, codes, _ = small
+    notes = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), ["ok", "SECRET"])
+    offsets, sizes = pa.array([0, 1, 2], pa.int32()), pa.array([1, 1, 1], pa.int32())
+    views = pa.ListViewArray.from_arrays(offsets, sizes, notes)
+    src = tmp_path / "in.parquet"
+    pcs = [codes[0], "ZZ9 9ZZ", codes[2]]
+    pq.write_table(pa.table({"person": [1, 2, 3], "pc": pcs, "x": views}), src)
+    assert _cli(small, src, tmp_path / "out.parquet", "--on-error", "drop") == 3
+    err = capsys.readouterr().err
+    assert "('x') is dictionary-encoded in a way this release cannot rewrite" in err
+    assert "Traceback" not in err and not (tmp_path / "out.parquet").exists()

@@ -885,10 +885,10 @@ def _dictionaries_of_their_own(table):
         kind = column.type
         plain = _without_dictionaries(kind)
         if plain != kind:
-            values = column.cast(plain).combine_chunks()
-            # take() compacts: a slice of a nested array still holds its parent's children
-            values = values.take(pa.array(range(len(values)), pa.int64()))
-            try:
+            try:  # (Arrow cannot cast a list view of dictionaries: refused, never leaked)
+                values = column.cast(plain).combine_chunks()
+                # take() compacts: a slice of a nested array still holds its parent's children
+                values = values.take(pa.array(range(len(values)), pa.int64()))
                 column = (
                     _ordered_afresh(column, values)
                     if pa.types.is_dictionary(kind) and kind.ordered
