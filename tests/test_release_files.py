@@ -779,7 +779,6 @@ def test_displacement_quantiles_are_to_the_nearest_bin(grid):
         pa.array([b"a", b"b"] * 3, pa.large_binary()),
         pa.array([b"0123456789abcdef"] * 6, pa.uuid()),
         pa.FixedShapeTensorArray.from_numpy_ndarray(np.arange(6 * 1001).reshape(6, 1001) / 3),
-        pa.array([1, 86_399_999_999_999] * 3, pa.time64("ns")),
         pa.array([b"a", b"b"] * 3).dictionary_encode(),
     ],
     ids=[
@@ -791,7 +790,6 @@ def test_displacement_quantiles_are_to_the_nearest_bin(grid):
         "large-binary",
         "uuid-extension",
         "tensor-extension",
-        "time-ns",
         "dictionary-of-binary",
     ],
 )
@@ -827,6 +825,7 @@ def test_parquet_to_csv_keeps_the_scalar_types_that_read_back_unchanged(grid, ke
     graph, codes = grid
     columns = {
         "time_us": pa.array([1, 86_399_999_999] * 3, pa.time64("us")),
+        "time_ns": pa.array([1, 86_399_999_999_000] * 3, pa.time64("ns")),
         "stamp_ns": pa.array([1, 2] * 3, pa.timestamp("ns", tz="Europe/London")),
         "money": pa.array([1, 2] * 3, pa.decimal128(38, 10)),
         "big": pa.array([2**62, None] * 3, pa.int64()),
@@ -840,6 +839,7 @@ def test_parquet_to_csv_keeps_the_scalar_types_that_read_back_unchanged(grid, ke
     release_file(src, out, key=key, graph=graph, epsilon=1, id_column="id", postcode_column="pc")
     back = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert back["time_us"].tolist()[:2] == ["00:00:00.000001", "23:59:59.999999"]
+    assert back["time_ns"].tolist()[:2] == ["00:00:00.000000001", "23:59:59.999999"]
     assert back["stamp_ns"][1] == "1970-01-01 01:00:00.000000002+01:00"
     assert back["big"].tolist()[:2] == [str(2**62), ""]
     assert back["json"].tolist()[:2] == ['{"a": 1}', "[]"] and back["words"][1] == "y"

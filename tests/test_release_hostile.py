@@ -1006,22 +1006,34 @@ def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_typ
 
 
 def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup, tmp_path, capsys):
-    """A date32 past year 9999, or a time zone Python does not know, cannot become CSV text:
-    exit code 3 naming the column (never the value), no output, no traceback."""
+    """A date32 past year 9999 cannot become CSV text: exit code 3 naming the record and the
+    column (never the value); a time zone Python does not know is refused before any work,
+    naming the column, exit code 8.  No output, no traceback; Parquet output keeps both."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     people = pa.Table.from_pandas(frame(setup["codes"], n=2), preserve_index=False)
-    for name, values in {
-        "far": pa.array([10**7, 0], pa.date32()),
-        "zone": pa.array([0, 1], pa.timestamp("s", tz="Invalid/Zone")),
-    }.items():
+    for name, values, code, message in [
+        (
+            "far",
+            pa.array([0, 10**7], pa.date32()),
+            3,
+            "record 2, column 4 ('when') holds a date outside years 1 to 9999, which CSV "
+            "output cannot show",
+        ),
+        (
+            "zone",
+            pa.array([0, 1], pa.timestamp("s", tz="Invalid/Zone")),
+            8,
+            "column 4 ('when') holds timestamps in a time zone Python does not know "
+            "('Invalid/Zone')",
+        ),
+    ]:
         src, out = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
         pq.write_table(people.append_column("when", values), src)
-        assert perturb(setup, src, out) == 3
+        assert perturb(setup, src, out) == code
         err = capsys.readouterr().err
-        # column 4 of the input, where the user sees it (3rd of the output, without postcode)
-        assert "column 4 ('when') holds a value CSV output cannot show" in err
+        assert message in err
         assert "Traceback" not in err and not out.exists()
         assert perturb(setup, src, tmp_path / f"{name}-out.parquet") == 0  # Parquet keeps it
 

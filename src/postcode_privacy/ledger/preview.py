@@ -44,7 +44,7 @@ def check_release(
         terminated=terminated,
         terminated_locations=terminated_locations,
     )
-    plan.check_columns(reader.columns, from_file=True)
+    reader.check_columns(plan.options)
     recorder = LedgerRecorder(ledger, budget).attach(plan)
     offset = 0
     unreleasable = 0

@@ -313,10 +313,11 @@ def _release(
     warm_up_in_background()  # the engine's compiled code loads while the graph does
     reader = TableReader(input_path, chunk_size)
     # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
-    options.check_columns(reader.columns, from_file=True)
+    reader.check_columns(options)
     if table_format(output_path) == "csv":
         kept = options.output_columns(reader.columns)
         refuse_columns_csv_cannot_hold(reader.arrow_schema, kept)
+        reader.refuse_values_csv_cannot_show(kept)
 
     writer = None
     try:

@@ -7,6 +7,7 @@ from typing import Any, Literal, overload
 
 import pandas as pd
 
+from ..errors import InputDataError
 from ..graph.graph import Graph
 from ..mechanism import Key
 from .options import ReleaseOptions
@@ -81,7 +82,8 @@ def perturb_frame(
     if not isinstance(df, pd.DataFrame):
         raise TypeError("df must be a pandas DataFrame")
     plan = ReleasePlan(key=key, options=ReleaseOptions.build(options, **option_kwargs), graph=graph)
-    plan.check_columns(df.columns)
+    _refuse_index_columns(df, plan.options)
+    plan.check_columns(df.columns, header_line=False)
     step = 10_000 if progress else max(len(df), 1)
     if plan.on_error == "error" and len(df) > step:
         check = ChunkCheck()
@@ -116,6 +118,24 @@ def perturb_frame(
     # may describe the true records; the release carries only its own description.
     result.attrs = {"postcode_privacy": plan.describe()}
     return (result, counts) if with_counts else result
+
+
+def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
+    """Name a wanted column that is the frame's index (``df.set_index("id")``), not a column:
+    the generic message would only say it is missing.  So is a frame whose column labels
+    are tuples (a MultiIndex), which no column name given as text can match."""
+    if isinstance(df.columns, pd.MultiIndex):
+        raise InputDataError(
+            f"the frame's column labels have {df.columns.nlevels} levels (a MultiIndex); give "
+            "each column a single name first (e.g. df.columns = ['_'.join(map(str, c)) for c "
+            "in df.columns])"
+        )
+    for name in (options.id_column, options.postcode_column):
+        if name not in df.columns and name in df.index.names:
+            raise InputDataError(
+                f"the frame has no column {name!r}: {name!r} is its index; pass "
+                "df.reset_index() to release it as a column"
+            )
 
 
 def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

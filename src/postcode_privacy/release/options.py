@@ -142,19 +142,20 @@ class ReleaseOptions:
         its keyword (``on_error``) from Python (``errors.SURFACE``)."""
         return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
 
-    def check_columns(self, columns: Iterable, *, from_file: bool = False) -> None:
+    def check_columns(self, columns: Iterable, *, header_line: bool = False) -> None:
         """Refuse an input whose columns cannot be released: duplicate names (also two names
         that differ only in Unicode form, which look the same), no identifier or postcode
         column, another column named like the postcode column but for case, surrounding
         spaces or Unicode form (it may hold true postcodes, and would be released as it is),
         or a column already named like the output.  Messages name columns, never cell
-        values; only a file's (``from_file``) asks about a header line."""
+        values; only a CSV file's (``header_line``) asks whether it has a header line,
+        which its first record would otherwise be taken for."""
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
             from .tables import duplicate_columns_message
 
-            raise InputDataError(duplicate_columns_message(names))
+            raise InputDataError(duplicate_columns_message(names, header_line=header_line))
         _refuse_names_alike(names, _composed, "have the same name in different Unicode forms")
         missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
         if missing:
@@ -167,7 +168,7 @@ class ReleaseOptions:
                     f"; {near}"
                     if near
                     else f" (it has {len(names)} columns"
-                    + ("; does the file start with a header line?)" if from_file else ")")
+                    + ("; does the file start with a header line?)" if header_line else ")")
                 )
             )
         if not self.keep_source_postcode:

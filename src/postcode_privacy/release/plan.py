@@ -108,9 +108,9 @@ class ReleasePlan:
 
     # -- columns --------------------------------------------------------------------------------
 
-    def check_columns(self, columns: Iterable, *, from_file: bool = False) -> None:
+    def check_columns(self, columns: Iterable, *, header_line: bool = False) -> None:
         """Refuse an input whose columns cannot be released (:meth:`ReleaseOptions.check_columns`)."""
-        self.options.check_columns(columns, from_file=from_file)
+        self.options.check_columns(columns, header_line=header_line)
 
     def output_columns(self, columns: Iterable) -> list:
         """The output's columns, in order, for an input with ``columns``."""

@@ -13,10 +13,13 @@ the file, a record or a column, never a cell value.
 
 Parquet files written by pandas carry "pandas metadata" that turns some columns back into an
 index.  It is ignored on reading and not written: every column the file stores (an index stored
-as ``__index_level_0__`` included) is an ordinary column of the release (docs/release.md).
+as ``__index_level_0__`` included) is an ordinary column of the release (docs/release.md); it is
+read only to name a column asked for that is a RangeIndex, which pandas does not store.
 
 Writers round-trip: reading a CSV release back with ``pandas.read_csv(..., dtype=str,
-keep_default_na=False)`` gives every cell exactly as it went in, carriage returns included.
+keep_default_na=False)`` gives every cell exactly as it went in, carriage returns included; a
+Parquet input's typed cells are written by the rules of ``csv_text.py``, whose text reads back
+as the same values.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import pandas as pd
 from .._digest import sha256_of_stream
 from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
+from .csv_text import Unshowable, first_unshowable, has_text, series_text
 
 __all__ = [
     "table_format",
@@ -120,6 +124,12 @@ class TableReader:
         self.chunk_size = int(chunk_size)
         self.num_rows: int | None = None
         self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
+        # The schema a Parquet input's chunks are given to pandas in (``_without_views``).
+        self._pandas_schema: Any = None
+        # Columns whose every value must have CSV text (``refuse_values_csv_cannot_show``).
+        self._csv_columns: set = set()
+        # Names of pandas RangeIndexes a Parquet input records only in its pandas metadata.
+        self.metadata_indexes: list[str] = []
         # whether pandas may skip empty lines, once the lines are checked (``_check_lines``)
         self._skip_blank_lines: bool | None = None
         if self.format == "csv":
@@ -127,7 +137,9 @@ class TableReader:
         else:
             self.columns = self._parquet_header()
         if len(set(self.columns)) != len(self.columns):
-            raise InputDataError(duplicate_columns_message(self.columns))
+            raise InputDataError(
+                duplicate_columns_message(self.columns, header_line=self.format == "csv")
+            )
 
     # -- CSV --------------------------------------------------------------------------------------
 
@@ -306,17 +318,21 @@ class TableReader:
             raise InputDataError("the input is not a readable Parquet file") from None
 
     def _parquet_header(self) -> list[str]:
+        import pyarrow as pa
+
         handle = self._parquet_file()
         try:
             if handle.metadata.num_columns > MAX_COLUMNS:
                 raise InputDataError(_too_many_columns(handle.metadata.num_columns))
             # pandas metadata would turn stored columns into an index: every stored column is
             # an ordinary column here (module docstring).
+            self.metadata_indexes = _range_index_names(handle.schema_arrow.metadata)
             schema = handle.schema_arrow.remove_metadata()
             self.num_rows = int(handle.metadata.num_rows)
         finally:
             handle.close()
         self.arrow_schema = schema
+        self._pandas_schema = pa.schema([f.with_type(_without_views(f.type)) for f in schema])
         return _bounded_columns(list(schema.names))
 
     def _parquet_chunks(self) -> Iterator[pd.DataFrame]:
@@ -335,10 +351,38 @@ class TableReader:
                     raise InputDataError("the input Parquet file is damaged or truncated") from None
                 batch = batch.replace_schema_metadata(None)
                 _check_utf8(batch, offset)
+                _check_csv_text(batch, offset, self._csv_columns)
+                if batch.schema != self._pandas_schema:
+                    batch = pa.RecordBatch.from_arrays(
+                        [c.cast(t) for c, t in zip(batch.columns, self._pandas_schema.types)],
+                        schema=self._pandas_schema,
+                    )
                 offset += batch.num_rows
                 yield batch.to_pandas(types_mapper=pd.ArrowDtype)
         finally:
             handle.close()
+
+    def check_columns(self, options) -> None:
+        """Refuse an input whose columns cannot be released with ``options`` (a
+        :class:`~postcode_privacy.release.options.ReleaseOptions`): its ``check_columns``, after
+        naming a wanted column that a Parquet file holds only as a pandas RangeIndex."""
+        for name in (options.id_column, options.postcode_column):
+            if name not in self.columns and name in self.metadata_indexes:
+                raise InputDataError(
+                    f"the input has no column {name!r}: in this Parquet file {name!r} is a "
+                    "pandas index of consecutive numbers (a RangeIndex), kept only in the "
+                    "file's pandas metadata, not stored as a column; write the file with it "
+                    "as a column (df.reset_index().to_parquet(...), or to_parquet(..., "
+                    "index=True)) and release that file"
+                )
+        options.check_columns(self.columns, header_line=self.format == "csv")
+
+    def refuse_values_csv_cannot_show(self, columns: list) -> None:
+        """For a CSV output: refuse, chunk by chunk as they are read (in the check pass, before
+        anything is drawn), a value of ``columns`` that has no CSV text (a date or timestamp
+        outside years 1 to 9999; ``csv_text.first_unshowable``), naming its record and
+        column.  CSV inputs hold only text, which always has."""
+        self._csv_columns = set(columns)
 
     def chunks(self) -> Iterator[pd.DataFrame]:
         """DataFrames of at most ``chunk_size`` records each, in file order."""
@@ -361,43 +405,25 @@ class TableReader:
         return pa.schema(fields)
 
 
-def _text_in_csv(arrow_type) -> bool:
-    """Whether a CSV cell can hold this Arrow type's values so that they read back unchanged:
-    scalars do (pandas writes them as text, floats to the last digit); nested values (lists,
-    structs, maps, unions) would be printed by numpy or Python, which shortens long lists
-    with "..." and rounds numbers inside them, binary values as Python's b'...' text, and a
-    time of day in nanoseconds as a Python time, which drops them.  A dictionary is judged
-    by its values and an extension type (a UUID, a tensor) by what it stores."""
-    import pyarrow as pa
-    import pyarrow.types as types
-
-    if types.is_dictionary(arrow_type):
-        return _text_in_csv(arrow_type.value_type)
-    if isinstance(arrow_type, pa.BaseExtensionType):
-        return _text_in_csv(arrow_type.storage_type)
-    if types.is_time64(arrow_type) and arrow_type.unit == "ns":
-        return False
-    nested = types.is_nested(arrow_type) or types.is_union(arrow_type)
-    binary = (
-        types.is_binary(arrow_type)
-        or types.is_large_binary(arrow_type)
-        or types.is_fixed_size_binary(arrow_type)
-        or str(arrow_type) == "binary_view"
-    )
-    return not (nested or binary)
-
-
 def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
     """For a Parquet input released to CSV: refuse, before any work, a kept column whose values
-    a CSV cell cannot hold unchanged (``_text_in_csv``), naming the column, never a value."""
+    have no CSV text that reads back unchanged (``csv_text.has_text``: binary values, lists,
+    structs, maps, unions, or timestamps in a time zone Python does not know), naming the
+    column, never a value."""
+    import pyarrow as pa
+
     if schema is None:
         return
     for position, name in enumerate(schema.names, start=1):
-        if name in columns and not _text_in_csv(schema.field(name).type):
+        kind = schema.field(name).type
+        if name in columns and not has_text(kind):
+            what = f"{kind} values"
+            if pa.types.is_timestamp(kind):  # the only scalar type without text
+                what = f"timestamps in a time zone Python does not know ({kind.tz!r})"
             raise InvalidParameterError(
-                f"column {position} ({name!r}) holds {schema.field(name).type} values, which a "
-                "CSV cell cannot hold unchanged: write the release as Parquet (an output "
-                "name ending .parquet) to keep them"
+                f"column {position} ({name!r}) holds {what}, which a CSV cell cannot "
+                "hold unchanged: write the release as Parquet (an output name ending .parquet) "
+                "to keep them"
             )
 
 
@@ -412,9 +438,10 @@ def column_label(name, columns) -> str:
     return f"column {position} ({name!r})"
 
 
-def duplicate_columns_message(columns: list) -> str:
+def duplicate_columns_message(columns: list, *, header_line: bool = True) -> str:
     """Name duplicated columns by position: a file without a header line would otherwise have
-    its first record (identifiers, postcodes) echoed as "column names"."""
+    its first record (identifiers, postcodes) echoed as "column names".  ``header_line``: the
+    input is a CSV file, which may lack one."""
     first: dict = {}
     pairs = []
     for position, name in enumerate(columns, start=1):
@@ -422,10 +449,8 @@ def duplicate_columns_message(columns: list) -> str:
             pairs.append(f"{first[name]} and {position}")
         else:
             first[name] = position
-    return (
-        "the input has duplicate column names (columns " + "; ".join(pairs) + "); "
-        "does the file start with a header line?"
-    )
+    hint = "; does the file start with a header line?" if header_line else ""
+    return "the input has duplicate column names (columns " + "; ".join(pairs) + ")" + hint
 
 
 class _HeaderLines:
@@ -673,6 +698,39 @@ def _check_utf8(batch, offset: int) -> None:
     raise InputDataError("the input Parquet file holds invalid data")
 
 
+def _range_index_names(metadata) -> list[str]:
+    """The names of the RangeIndexes recorded in a Parquet file's pandas metadata (pandas
+    stores no column for one), for an error message only; [] if there are none or the
+    metadata cannot be read."""
+    import json
+
+    try:
+        indexes = json.loads((metadata or {})[b"pandas"])["index_columns"]
+        return [
+            index["name"]
+            for index in indexes
+            if isinstance(index, dict)
+            and index.get("kind") == "range"
+            and isinstance(index.get("name"), str)
+        ]
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return []
+
+
+def _check_csv_text(batch, offset: int, columns: set) -> None:
+    """Refuse a value of ``columns`` with no CSV text, naming the record and column (never
+    the value)."""
+    for position, name in enumerate(batch.schema.names):
+        if name in columns:
+            found = first_unshowable(batch.column(position))
+            if found is not None:
+                raise InputDataError(
+                    f"record {offset + found.row + 1}, column {position + 1} ({name!r}) holds "
+                    f"{found.why}, which CSV output cannot show; release to a .parquet output "
+                    "instead, which keeps it"
+                )
+
+
 def _is_text(kind) -> bool:
     import pyarrow as pa
 
@@ -685,99 +743,38 @@ def _os_reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or type(exc).__name__
 
 
-def _holds_carriage_return(frame: pd.DataFrame, header: bool) -> bool:
-    if header and any(isinstance(name, str) and "\r" in name for name in frame.columns):
-        return True
-    for name in frame.columns:
-        column = frame[name]
-        if (
-            column.dtype == object
-            or isinstance(column.dtype, pd.StringDtype)
-            or (isinstance(column.dtype, pd.ArrowDtype) and column.dtype.kind in "OU")
-        ):
-            values = column.to_numpy(dtype=object)
-            try:  # all text (the usual case): one search of the joined cells, in C
-                if "\r" in "".join(values):
-                    return True
-                continue
-            except TypeError:
-                pass
-            # Nested values (dicts, lists) are written as their str(): check that text too.
-            if any(_text_has_cr(value) for value in values):
-                return True
-    return False
-
-
-def _text_has_cr(value) -> bool:
-    if isinstance(value, str):
-        return "\r" in value
-    return value is not None and value is not pd.NA and "\r" in str(value)
-
-
-def _quote_cell(cell: str) -> str:
-    if any(c in cell for c in ',"\r\n'):
-        return '"' + cell.replace('"', '""') + '"'
-    return cell
-
-
-def _quote_minimally(text: str) -> str:
-    """Re-write CSV text whose every cell is quoted so that only the cells that need it are:
-    those holding a comma, a quote, CR or LF (and the empty cell of a one-column record)."""
-    lines = []
-    # A cell may be longer than the csv module's default field limit (128 KiB): the text was
-    # just written by pandas, so any length is legitimate here.
-    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
-    try:
-        for row in csv.reader(io.StringIO(text, newline="")):
-            if row == [""]:
-                lines.append('""')
-            else:
-                lines.append(",".join(_quote_cell(cell) for cell in row))
-    finally:
-        csv.field_size_limit(limit)
-    return "".join(line + "\n" for line in lines)
-
-
 _QUOTED_CHARACTERS = ',"\r\n'
 
 
-def _plain_csv_rows(frame: pd.DataFrame) -> str | None:
-    """The CSV text of ``frame``'s records, exactly as ``frame.to_csv(index=False,
-    header=False, lineterminator="\n")`` writes it, when no cell needs quoting: at least two
-    columns (a lone empty cell would be quoted), every column of text (``str`` columns, or
-    ``object`` columns of ``str`` and ``None``; a missing cell is written empty), and no cell
-    holding a comma, a quote, CR or LF.  Otherwise ``None``.
+def _quote_cell(cell: str) -> str:
+    return '"' + cell.replace('"', '""') + '"'
 
-    Joining the cells is several times faster than pandas for the text columns a CSV release
-    has; a test compares the two on random frames (tests/test_release_roundtrip.py).
-    """
-    if frame.shape[1] < 2 or len(frame) == 0:
-        return None
-    columns = []
-    for position in range(frame.shape[1]):
-        column = frame.iloc[:, position]
-        if isinstance(column.dtype, pd.StringDtype):  # text, missing cells written empty
-            cells = (column.fillna("") if column.hasnans else column).tolist()
-        elif column.dtype == object:
-            cells = column.tolist()
-            types = set(map(type, cells))
-            if types != {str}:
-                if not types <= {str, type(None)}:
-                    return None
-                cells = ["" if cell is None else cell for cell in cells]
-        else:
-            return None
-        joined = "".join(cells)
-        if any(character in joined for character in _QUOTED_CHARACTERS):
-            return None
-        columns.append(cells)
-    width, rows = len(columns), len(frame)
-    pieces: list[str | None] = [None] * (2 * width * rows)
-    for position, cells in enumerate(columns):
+
+def _csv_rows(columns: list[list[str | None]]) -> str:
+    """CSV text of the records whose cells are ``columns`` (text, or None for an empty cell),
+    one line each, ended by LF.  A cell is quoted when it holds a comma, a double quote, CR or
+    LF, and so is the empty cell of a one-column record (else the line would be empty); the
+    rule is applied here, cell by cell, rather than by the csv module, which leaves a bare CR
+    unquoted (readers then see a line break).  For text it is the csv module's own rule
+    otherwise, so a CSV input's cells are written as pandas wrote them (a test compares)."""
+    if not columns or not columns[0]:
+        return ""
+    width, rows = len(columns), len(columns[0])
+    pieces: list[str] = [""] * (2 * width * rows)
+    for position, column in enumerate(columns):
+        cells: list[str] = [cell or "" for cell in column]  # None: an empty cell
+        # One search of the joined cells (in C) clears most columns at once.
+        if any(character in "".join(cells) for character in _QUOTED_CHARACTERS):
+            cells = [
+                _quote_cell(cell) if any(c in cell for c in _QUOTED_CHARACTERS) else cell
+                for cell in cells
+            ]
+        if width == 1:
+            cells = ['""' if cell == "" else cell for cell in cells]
         pieces[2 * position :: 2 * width] = cells
         separator = "\n" if position == width - 1 else ","
         pieces[2 * position + 1 :: 2 * width] = [separator] * rows
-    return "".join(pieces)  # type: ignore[arg-type]
+    return "".join(pieces)
 
 
 def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile | None:
@@ -791,24 +788,12 @@ def _compressor(handle: BinaryIO, name: str) -> gzip.GzipFile | bz2.BZ2File | lz
     return None
 
 
-def _unwritable_cell(frame: pd.DataFrame, error: Exception, columns: list) -> InputDataError:
-    """The error for a chunk pandas could not turn into CSV text (a Parquet date past year
-    9999, say, or a time zone Python does not know): the first column that fails alone is
-    named as the input's ``columns`` place it (:func:`column_label`), never its value."""
-    for position in range(frame.shape[1]):
-        try:
-            frame.iloc[:, [position]].to_csv(io.StringIO(), index=False)
-        except (OverflowError, ValueError, KeyError):
-            return InputDataError(
-                f"{column_label(frame.columns[position], columns)} holds a value CSV output "
-                "cannot show (a date outside years 1 to 9999, or a time zone Python does not "
-                "know); release to a .parquet output instead, which keeps it"
-            )
-    return InputDataError(f"the output could not be written as CSV ({type(error).__name__})")
-
-
 class _CsvWriter:
-    """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical)."""
+    """Writes chunks as CSV text (gzip without a timestamp, so outputs are byte-identical).
+
+    Every cell is turned into text by one rule per type (``csv_text.py``), then quoted by one
+    rule (``_csv_rows``), whatever else the chunk holds: a cell's text never depends on its
+    neighbours, its chunk or the version of pandas."""
 
     def __init__(self, handle: BinaryIO, name: str, input_columns: list):
         self._input_columns = input_columns  # messages name a column where the input has it
@@ -819,33 +804,32 @@ class _CsvWriter:
         self._text = io.TextIOWrapper(raw, encoding="utf-8", newline="", write_through=False)
         self._header_written = False
 
-    def write(self, frame: pd.DataFrame) -> None:
-        try:
-            self._write(frame)
-        except (OverflowError, ValueError, KeyError) as exc:
-            raise _unwritable_cell(frame, exc, self._input_columns) from None
-
-    def _write(self, frame: pd.DataFrame) -> None:
-        header = not self._header_written
-        plain = _plain_csv_rows(frame)
-        if plain is not None:
-            if header:
-                self._write(frame.iloc[:0])  # the header line, as pandas writes it
-            self._text.write(plain)
-        elif _holds_carriage_return(frame, header):
-            # The csv module (behind pandas) quotes a cell holding "\n" but not one holding a
-            # bare "\r", which readers then take for a line break: quote such cells here.
-            text = frame.to_csv(
-                index=False, header=header, lineterminator="\n", quoting=csv.QUOTE_ALL
-            )
-            self._text.write(_quote_minimally(text))
-        else:
-            frame.to_csv(self._text, index=False, header=header, lineterminator="\n")
+    def _header(self, columns: list) -> None:
+        self._text.write(_csv_rows([[str(name)] for name in columns]))
         self._header_written = True
+
+    def write(self, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+
+        cells = []
+        for position in range(frame.shape[1]):
+            try:
+                cells.append(series_text(frame.iloc[:, position]))
+            except (Unshowable, pa.ArrowException) as exc:
+                # The reader refuses such values first, naming the record: this is a backstop.
+                why = exc.why if isinstance(exc, Unshowable) else "a value of no known type"
+                label = column_label(frame.columns[position], self._input_columns)
+                raise InputDataError(
+                    f"{label} holds {why}, which CSV output cannot show; release to a "
+                    ".parquet output instead"
+                ) from None
+        if not self._header_written:
+            self._header(list(frame.columns))
+        self._text.write(_csv_rows(cells))
 
     def close(self, columns: list) -> None:
         if not self._header_written:
-            pd.DataFrame(columns=columns).to_csv(self._text, index=False, lineterminator="\n")
+            self._header(columns)
         self._text.flush()
         self._text.detach()
         if self._inner is not None:
@@ -947,10 +931,10 @@ def _dictionaries_of_their_own(table, labels: list[str]):
         kind = column.type
         plain = _without_dictionaries(kind)
         if plain != kind:
-            values = column.cast(plain).combine_chunks()
-            # take() compacts: a slice of a nested array still holds its parent's children
-            values = values.take(pa.array(range(len(values)), pa.int64()))
-            try:
+            try:  # (Arrow cannot cast a list view of dictionaries: refused, never leaked)
+                values = column.cast(plain).combine_chunks()
+                # take() compacts: a slice of a nested array still holds its parent's children
+                values = values.take(pa.array(range(len(values)), pa.int64()))
                 column = (
                     _ordered_afresh(column, values)
                     if pa.types.is_dictionary(kind) and kind.ordered
@@ -970,23 +954,44 @@ def _without_dictionaries(kind):
     """``kind`` with every dictionary type in it replaced by its value type."""
     import pyarrow as pa
 
-    if pa.types.is_dictionary(kind):
-        return _without_dictionaries(kind.value_type)
-    if pa.types.is_struct(kind):
-        return pa.struct([f.with_type(_without_dictionaries(f.type)) for f in kind])
-    if pa.types.is_map(kind):
-        return pa.map_(
-            kind.key_field.with_type(_without_dictionaries(kind.key_type)),
-            kind.item_field.with_type(_without_dictionaries(kind.item_type)),
-            kind.keys_sorted,
-        )
-    if pa.types.is_large_list(kind):
-        return pa.large_list(kind.value_field.with_type(_without_dictionaries(kind.value_type)))
-    if pa.types.is_fixed_size_list(kind):
-        field = kind.value_field.with_type(_without_dictionaries(kind.value_type))
-        return pa.list_(field, kind.list_size)
-    if pa.types.is_list(kind):
-        return pa.list_(kind.value_field.with_type(_without_dictionaries(kind.value_type)))
+    return _replaced_within(kind, lambda k: k.value_type if pa.types.is_dictionary(k) else k)
+
+
+def _without_views(kind):
+    """``kind`` with every text or binary view type in it replaced by its large (64-bit
+    offsets) form: pandas cannot take or filter rows of a view column (``--on-error drop``,
+    the CSV writer), and the Parquet writer turns them back into the input's type."""
+    import pyarrow as pa
+
+    views = {"string_view": pa.large_string(), "binary_view": pa.large_binary()}
+    return _replaced_within(kind, lambda k: views.get(str(k), k))
+
+
+def _replaced_within(kind, replace):
+    """``kind`` with ``replace`` applied to it and to every type nested in it (struct fields,
+    list, map and list-view items)."""
+    import pyarrow as pa
+
+    types = pa.types
+    kind = replace(kind)
+
+    def inner(field):
+        return field.with_type(_replaced_within(field.type, replace))
+
+    if types.is_struct(kind):
+        return pa.struct([inner(f) for f in kind])
+    if types.is_map(kind):
+        return pa.map_(inner(kind.key_field), inner(kind.item_field), kind.keys_sorted)
+    if types.is_large_list(kind):
+        return pa.large_list(inner(kind.value_field))
+    if types.is_fixed_size_list(kind):
+        return pa.list_(inner(kind.value_field), kind.list_size)
+    if types.is_list(kind):
+        return pa.list_(inner(kind.value_field))
+    if getattr(types, "is_list_view", lambda _: False)(kind):
+        return pa.list_view(inner(kind.value_field))
+    if getattr(types, "is_large_list_view", lambda _: False)(kind):
+        return pa.large_list_view(inner(kind.value_field))
     return kind
 
 
