@@ -19,6 +19,7 @@ from graphs import leeds_grid
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.release import ReleasePlan, release_file
+from postcode_privacy.release.csv_text import tz_database_version
 from postcode_privacy.release.manifest import PUBLISHABLE_FIELDS, read_audit
 from postcode_privacy.release.plan import PendingChunk
 
@@ -217,15 +218,28 @@ def test_the_manifest_names_what_shapes_the_bytes_beyond_the_records(grid, key, 
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.xz"])
-def test_pandas_is_recorded_where_it_writes_typed_cells_as_text(grid, key, tmp_path, suffix):
+def test_the_tz_database_is_recorded_only_where_it_shapes_a_cells_text(grid, key, tmp_path, suffix):
+    """Typed cells follow the package's own rules (not pandas'), save a named zone's local
+    time, which the tz database gives: its version is recorded then, and only then."""
     graph, codes = grid
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pandas(records(codes), preserve_index=False), src)
-    output = run(src, tmp_path / f"out{suffix}", graph, key)["output"]
-    expected = {"pandas": pd.__version__}
-    if suffix == ".csv.xz":
-        expected["python"] = platform.python_version()
-    assert output["written_with"] == expected
+    table = pa.Table.from_pandas(records(codes), preserve_index=False)
+    n = table.num_rows
+    python = {"python": platform.python_version()} if suffix == ".csv.xz" else {}
+    for zone, recorded in [
+        (None, False),
+        ("+05:30", False),
+        ("UTC", False),
+        ("Europe/London", True),
+    ]:
+        src = tmp_path / f"in-{zone and zone.replace('/', '-')}.parquet"
+        when = pa.array(range(n), pa.timestamp("s", tz=zone))
+        pq.write_table(table.append_column("when", when), src)
+        output = run(src, tmp_path / f"out-{src.stem}{suffix}", graph, key)["output"]
+        expected = dict(python)
+        if recorded:
+            expected["tz_database"] = tz_database_version()
+        assert output["written_with"] == expected
+    assert tz_database_version() != "unknown"  # this machine has one, as any that runs zoneinfo
 
 
 def test_parquet_types_and_nulls_survive(grid, key, tmp_path):

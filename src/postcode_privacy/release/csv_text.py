@@ -77,6 +77,42 @@ def time_zone(name: str) -> datetime.tzinfo:
     return zoneinfo.ZoneInfo(name)
 
 
+def named_time_zones(schema) -> list[str]:
+    """The names of the tz database's zones (not fixed offsets, not UTC) that the timestamp
+    columns of ``schema`` are in: their local times are what the database says."""
+    import pyarrow as pa
+
+    names = set()
+    for field in schema:
+        kind = _plain(field.type)
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            if not _FIXED_OFFSET.fullmatch(kind.tz) and kind.tz.upper() != "UTC":
+                names.add(kind.tz)
+    return sorted(names)
+
+
+def tz_database_version() -> str:
+    """The version of the tz database ``zoneinfo`` reads: the system's (the ``# version`` line
+    of ``tzdata.zi`` in the first directory of ``zoneinfo.TZPATH`` that has one), else the
+    ``tzdata`` package's, which zoneinfo falls back to; ``"unknown"`` when neither says."""
+    import importlib.metadata
+    import os
+    import zoneinfo
+
+    for root in zoneinfo.TZPATH:
+        try:
+            with open(os.path.join(root, "tzdata.zi"), encoding="ascii", errors="replace") as f:
+                first = f.readline(100)
+        except OSError:
+            continue
+        if first.startswith("# version "):
+            return first.split()[2]
+    try:
+        return "tzdata " + importlib.metadata.version("tzdata")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _plain(kind):
     """The type whose values a column of ``kind`` holds: an extension type's storage, a
     dictionary's values."""

@@ -417,7 +417,7 @@ def _release(
             output_format=table_format(output_path),
             output_sha256=sha256_of_file(out_tmp.path),
             rows=counts["rows_out"],
-            written_with=written_with(output_path.name, reader.format),
+            written_with=written_with(output_path.name, reader.arrow_schema),
             uncompressed_sha256=uncompressed_sha256(out_tmp.path, output_path.name),
         )
         audit = build_audit(

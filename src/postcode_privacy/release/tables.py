@@ -45,7 +45,14 @@ import pandas as pd
 from .._digest import sha256_of_stream
 from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
-from .csv_text import Unshowable, first_unshowable, has_text, series_text
+from .csv_text import (
+    Unshowable,
+    first_unshowable,
+    has_text,
+    named_time_zones,
+    series_text,
+    tz_database_version,
+)
 
 __all__ = [
     "table_format",
@@ -1015,14 +1022,16 @@ def _ordered_afresh(column, values):
     return pa.DictionaryArray.from_arrays(indices, kept, ordered=True)
 
 
-def written_with(name: str, input_format: str) -> dict[str, str]:
+def written_with(name: str, schema: Any = None) -> dict[str, str]:
     """The libraries whose version can change the bytes of an output named ``name`` while its
     records stay the same, with their versions (the manifest records them; docs/release.md,
     "Byte for byte").  Only what shapes the bytes is named:
 
     * a Parquet output is laid out by pyarrow (its version is also written into the file);
-    * in a CSV output, pandas writes a Parquet input's typed cells (numbers, dates) as text;
-      a CSV input's cells are text, copied as they are, so pandas does not shape them;
+    * in a CSV output, text cells are copied as they are and typed cells follow the package's
+      own rules (``csv_text.py``), save one thing outside it: the local time of a timestamp in
+      a named time zone (``Europe/London``) comes from the time-zone database, whose version is
+      recorded when ``schema`` (a Parquet input's) has such a column;
     * a compressed CSV is compressed by Python's ``gzip``, ``bz2`` or ``lzma`` module over
       zlib, libbz2 or liblzma.  Python exposes zlib's version but not libbz2's or liblzma's,
       so Python's own version stands for those (the library it was built with, and the
@@ -1033,8 +1042,8 @@ def written_with(name: str, input_format: str) -> dict[str, str]:
 
         return {"pyarrow": pyarrow.__version__}
     versions = {}
-    if input_format == "parquet":
-        versions["pandas"] = pd.__version__
+    if schema is not None and named_time_zones(schema):
+        versions["tz_database"] = tz_database_version()
     lower = name.lower()
     if lower.endswith((".gz", ".bz2", ".xz")):
         versions["python"] = platform.python_version()
