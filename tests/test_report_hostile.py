@@ -272,3 +272,41 @@ def test_a_graph_artefact_header_with_a_key_given_twice_is_refused(graph_file, t
                     + data[start + length :])  # fmt: skip
     with pytest.raises(ArtefactError, match='header gives the key "nodes" twice'):
         Graph.load(bad)
+
+
+# -- 4. an output that names an input ---------------------------------------------------------------
+
+
+def test_report_never_writes_over_its_manifest_or_graph_even_with_force(
+    geo, tmp_path, graph_file, capsys
+):
+    manifest = write_manifest(geo, tmp_path / "m.json")
+    before = manifest.read_bytes()
+    graph_copy = tmp_path / "g.ppg"
+    graph_copy.write_bytes(graph_file.read_bytes())
+    graph_before = graph_copy.read_bytes()
+    (tmp_path / "link").symlink_to(tmp_path)
+    os.link(manifest, tmp_path / "hard.json")
+    for out, what in (
+        (manifest, "the manifest"),
+        (tmp_path / "link" / "m.json", "the manifest"),  # through a linked directory
+        (tmp_path / "hard.json", "the manifest"),  # a hard link
+        (graph_copy, "the graph artefact"),
+    ):
+        code = report_cli(manifest, graph_copy, out, "--force")
+        err = capsys.readouterr().err
+        assert code == 5 and f"is {what} this run reads" in err, err
+    assert manifest.read_bytes() == before and graph_copy.read_bytes() == graph_before
+    assert (tmp_path / "hard.json").read_bytes() == before
+
+
+def test_calibrate_never_writes_over_its_graph_even_with_force(graph_file, tmp_path, capsys):
+    graph_copy = tmp_path / "g.ppg"
+    graph_copy.write_bytes(graph_file.read_bytes())
+    before = graph_copy.read_bytes()
+    (tmp_path / "alias.ppg").symlink_to(graph_copy)
+    for graph_arg in (graph_copy, tmp_path / "alias.ppg"):
+        code = main(["calibrate", "--target", "median-displacement-km=1", "--graph",
+                     str(graph_arg), "-o", str(graph_copy), "--force", "-q", "--sample", "2"])  # fmt: skip
+        assert code == 5 and "the graph artefact" in capsys.readouterr().err
+    assert graph_copy.read_bytes() == before

@@ -51,7 +51,9 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     from ..version import OUTPUT_STABILITY_VERSION, __version__
 
     parsed = combine_targets(parse_target(t) for t in targets)
-    with claim_output(output, force):  # before the work: refuse early, one run at a time
+    with claim_output(
+        output, force, graph_path
+    ):  # before the work: refuse early, one run at a time
         graph = load_graph(graph_path, quiet)
         nodes = select_sample(graph, sample, seed)
         with stage_progress("calibrate", quiet=quiet) as progress:

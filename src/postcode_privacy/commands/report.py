@@ -84,7 +84,9 @@ def report_command(
 
     if epsilon is None and manifest_path is None:
         raise click.UsageError("give --epsilon, or --manifest of a release")
-    with OutputClaim([output], force=force):  # before the work: refuse early, one run at a time
+    inputs = {"the manifest": manifest_path, "the graph artefact": graph_path}
+    # before the work: refuse early, one run at a time, never over an input
+    with OutputClaim([output], force=force, inputs=inputs):
         release = read_manifest(manifest_path) if manifest_path is not None else None
         graph = load_graph(graph_path, quiet)
         with echo_warnings(), stage_progress("report", quiet=quiet) as progress:
