@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 from test_evaluate_graphs import postcode_graph
@@ -310,3 +311,61 @@ def test_calibrate_never_writes_over_its_graph_even_with_force(graph_file, tmp_p
                      str(graph_arg), "-o", str(graph_copy), "--force", "-q", "--sample", "2"])  # fmt: skip
         assert code == 5 and "the graph artefact" in capsys.readouterr().err
     assert graph_copy.read_bytes() == before
+
+
+# -- 5. no untrue extremes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0.0%"),
+        (1, "100.0%"),
+        (0.9997, "more than 99.9%"),
+        (0.9995, "more than 99.9%"),
+        (0.0003, "less than 0.1%"),
+        (0.0005, "less than 0.1%"),
+        (Fraction(1, 10**400), "less than 0.1%"),  # a float would be 0
+        (1 - Fraction(1, 10**400), "more than 99.9%"),  # a float would be 1
+        ({"numerator": "1", "denominator": "10" + "0" * 400}, "less than 0.1%"),
+        (0.999, "99.9%"),
+        (0.001, "0.1%"),
+        (0.02644, "2.6%"),
+    ],
+)
+def test_a_percentage_is_never_an_untrue_0_or_100(value, text):
+    from postcode_privacy.report._numbers import percent
+
+    assert percent(value) == text
+
+
+def test_a_probability_is_never_an_untrue_0_or_1():
+    from postcode_privacy.report._numbers import number
+
+    assert number(0.9996) == "more than 0.999" and number(Fraction(99999, 100000)) != "1"
+    assert number(0.99949) == "0.999" and number(1) == "1" and number(0) == "0"
+    tiny = {"numerator": "3", "denominator": "1" + "0" * 400}  # float("3e-400") is 0.0
+    assert number(tiny) == "3.00 &times; 10<sup>-400</sup>"
+    assert number(999.7) == "1,000"  # printed "1e+03"
+
+
+def test_a_page_at_a_large_epsilon_says_more_than_99_9_percent_not_100():
+    """At epsilon 30 every postcode comes back unchanged almost always, not always."""
+    alone, _ = postcode_graph(140, seed=31, colocated=0)  # no postcode shares a location
+    report = build_report(alone, "30", sample=3, seed=1, releases=2)
+    page = render_html(report)
+    rows = report.data["examples"]
+    shares = [Fraction(int(p["self_probability"]["numerator"]),
+                       int(p["self_probability"]["denominator"])) for p in rows]  # fmt: skip
+    assert all(s < 1 for s in shares) and max(shares) > Fraction(9995, 10000)
+    places = page[page.index('<table id="places">') :]
+    places = places[: places.index("</table>")]
+    assert "more than 0.999" in places and '<td class="n">1</td>' not in places
+    # One release: exact chances below 1 (K independent releases are simulated, and may
+    # truly name every sampled postcode: 100.0% there is a count, not a rounding).
+    one = report.data["attacker"]["rows"][0]["exact"]
+    assert Fraction(int(one["unchanged_rate"]["numerator"]),
+                    int(one["unchanged_rate"]["denominator"])) < 1  # fmt: skip
+    glance = page[page.index('id="at-a-glance"') : page.index("</section>")]
+    assert "after one release" in glance and "100.0%</strong> of the" not in glance
+    assert "(more than 99.9% on average)" in glance or "On average more than 99.9%" in glance

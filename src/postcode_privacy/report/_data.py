@@ -33,10 +33,11 @@ from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
 from ._manifest import ReleaseFacts
-from ._maps import place_map
+from ._maps import place_map, probability_in
 
 FORMAT = "postcode-privacy-report"
-FORMAT_VERSION = 2
+# 3: probability_within_1km and map_outside_share are exact (fraction_json), not floats
+FORMAT_VERSION = 3
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
@@ -103,7 +104,11 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         "teleport_probability": fraction_json(exact.teleport_probability(dist)),
         "median_m": mixture_quantile_m(hist, 0.5),
         "p95_m": mixture_quantile_m(hist, 0.95),
-        "probability_within_1km": float(hist[:1000].sum()),
+        # exact (a float sum near 1 could print as 100%): the locations the histogram's first
+        # 1,000 one-metre bins hold
+        "probability_within_1km": fraction_json(
+            probability_in(exact, dist, distances.astype(np.int64) < 1000)
+        ),
         "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
     }
     return summary, dist, hist
@@ -135,6 +140,18 @@ def attacker_figures(
         hops,
         progress=None if progress is None else (lambda d, t: progress("attacker", d, t)),
     )
+    # The same averages as fractions, which the page prints (a float may round to 0 or 1).
+    n = len(scenarios.one_expected)
+    exact_rates = {
+        field: fraction_json(
+            sum((getattr(e, attr) for e in scenarios.one_expected), Fraction(0)) / n
+        )
+        for field, attr in (
+            ("identification_rate", "low"),
+            ("identification_rate_high", "high"),
+            ("unchanged_rate", "self_probability"),
+        )
+    }
     rows = []
     for name, label, outcomes in (
         ("one_release", "one release", scenarios.one),
@@ -153,11 +170,13 @@ def attacker_figures(
             "identification": "simulated: one set of draws per sampled postcode",
             "median_rank": s.median_rank,
             "median_posterior": s.median_posterior,
+            "exact": None,
         }
         if name != "independent_draws":  # keyed releases are the one release, drawn once
             # The chance over the draw itself, exact for each sampled postcode: one simulated
             # draw of a few postcodes would say 0% or 10% where the truth is 2.6%.
             row.update(scenarios.expected_rate())
+            row["exact"] = exact_rates
             row["identification"] = "exact for each sampled postcode, over its draw"
         rows.append(row)
     for level in ("sector", "district"):
@@ -174,6 +193,7 @@ def attacker_figures(
                     "median_posterior": t.median_posterior,
                     "median_displacement_km": t.median_displacement_km,
                     "p95_displacement_km": t.p95_displacement_km,
+                    "exact": None,
                 }
             )
     return {"releases": int(releases), "hops": int(hops), "rows": rows}
@@ -244,7 +264,7 @@ def build_report(
                 **summary,
                 "map": name,
                 "map_half_width_m": half,
-                "map_outside_share": outside,
+                "map_outside_share": fraction_json(outside),
             }
         )
         if place["kind"] == "chosen" or (postcode is None and i == 0):
