@@ -18,6 +18,7 @@ from postcode_privacy.cli import main
 from postcode_privacy.errors import ArtefactError, InvalidParameterError
 from postcode_privacy.graph import Graph
 from postcode_privacy.report import build_report, read_manifest, render_html
+from postcode_privacy.report._data import generated_at
 
 BIDI_AND_CONTROLS = "\u202e\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 CONTROLS = "\x00\x07\x1b\x7f\x85\x9b"
@@ -369,3 +370,42 @@ def test_a_page_at_a_large_epsilon_says_more_than_99_9_percent_not_100():
     glance = page[page.index('id="at-a-glance"') : page.index("</section>")]
     assert "after one release" in glance and "100.0%</strong> of the" not in glance
     assert "(more than 99.9% on average)" in glance or "On average more than 99.9%" in glance
+
+
+# -- 6. the environment ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["100000000000000000000", "-100000000000000000000", "9" * 5000, "abc", "1e9", " 12", "12 ",
+     "+12", "1_000", "12.0", "", "\u0661\u0662", "253402300800"],
+)  # fmt: skip
+def test_a_malformed_source_date_epoch_is_refused_by_name(
+    value, monkeypatch, graph_file, tmp_path, capsys
+):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    with pytest.raises(InvalidParameterError, match=r"\$SOURCE_DATE_EPOCH"):
+        generated_at()
+    out = tmp_path / "r.html"
+    code = main(["report", "--epsilon", "1", "--graph", str(graph_file), "-o", str(out), "-q"])
+    err = capsys.readouterr().err
+    assert code == 8 and "$SOURCE_DATE_EPOCH" in err and "Traceback" not in err
+    assert not out.exists() and (not value.strip() or value.strip() not in err)
+
+
+@pytest.mark.parametrize(
+    ("value", "moment"),
+    [("0", "1970-01-01T00:00:00Z"), ("-86400", "1969-12-31T00:00:00Z"),
+     ("253402300799", "9999-12-31T23:59:59Z"), ("1767225600", "2026-01-01T00:00:00Z")],
+)  # fmt: skip
+def test_a_source_date_epoch_of_whole_seconds_sets_the_date(value, moment, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    assert generated_at() == moment
+
+
+def test_calibrate_never_prints_an_achieved_self_probability_of_1():
+    from postcode_privacy.commands.calibrate import achieved_text
+
+    assert achieved_text("max-self-probability", 0.99996) == "more than 0.9999"
+    assert achieved_text("max-self-probability", 0.2967263) == "0.2967"
+    assert achieved_text("median-displacement-km", 0.99996) == "1"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._environment import source_date_epoch
 from ..errors import InvalidParameterError
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
@@ -71,13 +71,9 @@ def fraction_json(value: Fraction) -> dict:
 
 
 def generated_at() -> str:
-    """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    moment = (
-        _dt.datetime.fromtimestamp(int(epoch), _dt.UTC)
-        if epoch and epoch.isdigit()
-        else _dt.datetime.now(_dt.UTC)
-    )
+    """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it,
+    and a malformed value is refused (``_environment.source_date_epoch``)."""
+    moment = source_date_epoch() or _dt.datetime.now(_dt.UTC)
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
