@@ -193,6 +193,30 @@ def test_a_lone_surrogate_in_a_manifest_does_not_break_the_page(geo, tmp_path, g
     assert "2026\\ud800" in out.read_text(encoding="utf-8")
 
 
+def test_graph_labels_reach_the_page_with_their_hidden_characters_made_visible(tmp_path, capsys):
+    """A --graph is user input as much as a manifest: labels carrying a direction override or
+    an escape sequence reached the page and its JSON raw (and matplotlib warned of a missing
+    glyph while drawing them on the maps)."""
+    plain, _ = postcode_graph(60, seed=3, colocated=0)
+    labels = [p if i % 7 else p + "\u202e\x1b" for i, p in enumerate(plain.postcodes)]
+    graph = Graph(labels, plain.node_location, plain.loc_indptr, plain.loc_indices, plain.prior,
+                  plain.location_coordinates)  # fmt: skip
+    path = tmp_path / "hidden.ppg"
+    graph.save(path)
+    out = tmp_path / "r\x1b[2J.html"  # the status line must not clear the screen either
+    code = main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(out),
+                 "--sample", "7", "--releases", "2", "--postcode", labels[7]])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0 and "\x1b" not in printed.out and "r\\u001b[2J.html" in printed.out
+    page = out.read_text(encoding="utf-8")
+    assert "\u202e" not in page and "\x1b" not in page and "\\u202e\\u001b" in page
+    assert main(["report", "--epsilon", "1", "--graph", str(path), "-o", str(tmp_path / "r.json"),
+                 "--sample", "7", "--releases", "2", "--json", "-q"]) == 0  # fmt: skip
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    shown = json.dumps(data, ensure_ascii=False)
+    assert "\u202e" not in shown and "\x1b" not in shown
+
+
 # -- 3. strict JSON ---------------------------------------------------------------------------------
 
 

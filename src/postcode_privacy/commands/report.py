@@ -103,4 +103,7 @@ def report_command(
             )
         write_report(result, output, as_json=as_json)
     if not quiet:
-        echo_status(f"wrote {click.format_filename(output)} (computed in {result.seconds} s)")
+        from .._input_files import visible_text
+
+        shown = visible_text(click.format_filename(output))  # no escape sequence reaches a terminal
+        echo_status(f"wrote {shown} (computed in {result.seconds} s)")

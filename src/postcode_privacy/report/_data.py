@@ -20,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 from .._environment import source_date_epoch
+from .._input_files import visible_text
 from ..errors import InvalidParameterError
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
@@ -94,7 +95,9 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         else math.nan
     )
     summary = {
-        "postcode": g.label(node),
+        # a --graph is user input too: its labels are shown with no control or direction
+        # character that could make one read as another
+        "postcode": visible_text(g.label(node)),
         "expected_displacement_m": fraction_json(expected),
         "self_probability": fraction_json(exact.self_probability(dist)),
         "teleport_probability": fraction_json(exact.teleport_probability(dist)),
@@ -299,7 +302,7 @@ def build_report(
         utility = measure_utility(exact, nodes)
         data["sample"] = {
             "seed": int(seed),
-            "postcodes": [graph.label(int(v)) for v in nodes],
+            "postcodes": [visible_text(graph.label(int(v))) for v in nodes],
             **utility.to_json(),
         }
         figures["sample_histogram"] = histogram_figure(

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._input_files import visible_text
 from ..evaluate.exact import ExactMechanism, OutputDistribution
 from ..evaluate.truncation import group_codes
 from ..graph.graph import Graph
@@ -75,7 +76,7 @@ def geography(graph: Graph) -> Geography:
         centres /= sizes[:, None]
         first = np.full(n, -1, dtype=np.int64)
         first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first node of each district
-        names = [graph.label(int(i)).split(" ")[0] for i in first.tolist()]
+        names = [visible_text(graph.label(int(i)).split(" ")[0]) for i in first.tolist()]
     geo = Geography(xy, counts, national, span, names, centres, sizes)
     _cache[graph] = geo
     return geo
