@@ -388,12 +388,34 @@ def test_a_page_at_a_large_epsilon_says_more_than_99_9_percent_not_100():
     assert "more than 0.999" in places and '<td class="n">1</td>' not in places
     # One release: exact chances below 1 (K independent releases are simulated, and may
     # truly name every sampled postcode: 100.0% there is a count, not a rounding).
-    one = report.data["attacker"]["rows"][0]["exact"]
-    assert Fraction(int(one["unchanged_rate"]["numerator"]),
-                    int(one["unchanged_rate"]["denominator"])) < 1  # fmt: skip
+    assert report.data["attacker"]["rows"][0]["unchanged_rate"] < 1
     glance = page[page.index('id="at-a-glance"') : page.index("</section>")]
     assert "after one release" in glance and "100.0%</strong> of the" not in glance
     assert "(more than 99.9% on average)" in glance or "On average more than 99.9%" in glance
+
+
+def test_floats_of_probabilities_are_0_or_1_only_when_exactly_so():
+    from postcode_privacy.evaluate.utility import honest_float
+
+    assert honest_float(1 - Fraction(1, 10**20)) < 1 and honest_float(Fraction(1, 10**400)) > 0
+    assert honest_float(Fraction(1)) == 1.0 and honest_float(Fraction(0)) == 0.0
+    assert honest_float(Fraction(1, 3)) == 1 / 3
+
+
+def test_a_report_on_a_large_sample_is_written(geo, graph_file, tmp_path, capsys):
+    """The one-release rates were once kept as exact fractions: their denominators grow with
+    the sample (140 postcodes: past the 4,300 digits Python writes out), a traceback."""
+    out = tmp_path / "r.json"
+    argv = ["report", "--epsilon", "1", "--graph", str(graph_file), "-o", str(out), "-q",
+            "--sample", str(len(geo)), "--releases", "1", "--json"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["sample"]["sample_size"] == len(geo)
+
+
+def test_evaluate_prints_no_untrue_100_percent(monkeypatch):
+    from postcode_privacy.commands import evaluate as command
+
+    assert command._pct(0.9997) == "more than 99.9%" and command._pct(None) == "n/a"
 
 
 # -- 6. the environment ------------------------------------------------------------------------------

@@ -70,7 +70,9 @@ def emit_json(data: dict, output: str | None) -> None:
 
 
 def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
+    from ..report._numbers import percent  # never an untrue 0.0% or 100.0%
+
+    return percent(x)
 
 
 def _text(r: dict) -> str:

@@ -139,18 +139,6 @@ def attacker_figures(
         hops,
         progress=None if progress is None else (lambda d, t: progress("attacker", d, t)),
     )
-    # The same averages as fractions, which the page prints (a float may round to 0 or 1).
-    n = len(scenarios.one_expected)
-    exact_rates = {
-        field: fraction_json(
-            sum((getattr(e, attr) for e in scenarios.one_expected), Fraction(0)) / n
-        )
-        for field, attr in (
-            ("identification_rate", "low"),
-            ("identification_rate_high", "high"),
-            ("unchanged_rate", "self_probability"),
-        )
-    }
     rows = []
     for name, label, outcomes in (
         ("one_release", "one release", scenarios.one),
@@ -169,13 +157,11 @@ def attacker_figures(
             "identification": "simulated: one set of draws per sampled postcode",
             "median_rank": s.median_rank,
             "median_posterior": s.median_posterior,
-            "exact": None,
         }
         if name != "independent_draws":  # keyed releases are the one release, drawn once
             # The chance over the draw itself, exact for each sampled postcode: one simulated
             # draw of a few postcodes would say 0% or 10% where the truth is 2.6%.
             row.update(scenarios.expected_rate())
-            row["exact"] = exact_rates
             row["identification"] = "exact for each sampled postcode, over its draw"
         rows.append(row)
     for level in ("sector", "district"):
@@ -192,7 +178,6 @@ def attacker_figures(
                     "median_posterior": t.median_posterior,
                     "median_displacement_km": t.median_displacement_km,
                     "p95_displacement_km": t.p95_displacement_km,
-                    "exact": None,
                 }
             )
     return {"releases": int(releases), "hops": int(hops), "rows": rows}
