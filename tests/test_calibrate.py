@@ -194,3 +194,21 @@ def test_an_output_that_names_no_file_and_a_negative_seed_are_refused(setup, tmp
     assert main([*base, "--seed", "-1"]) == 2
     assert main(["report", "--epsilon", "1", "--graph", str(tmp_path / "g.ppgraph"), "-q",
                  "-o", output]) == 8  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["median-displacement-km=1e999", "median-displacement-km=1e99999",
+     "median-displacement-km=1e-999", "max-self-probability=1e-99999",
+     "median-displacement-km=2000000"],
+)  # fmt: skip
+def test_a_huge_or_tiny_target_is_refused_at_once(setup, tmp_path, capsys, target):
+    """``median-displacement-km=1e999`` passed the parser and overflowed a float in the
+    warnings (a traceback); ``1e999999999`` would have built a billion-digit integer."""
+    graph, _ = setup
+    graph.save(tmp_path / "g.ppgraph")
+    argv = ["calibrate", "--graph", str(tmp_path / "g.ppgraph"), "--target", target, "-q",
+            "--sample", "2"]  # fmt: skip
+    assert main(argv) == 8
+    err = capsys.readouterr().err
+    assert "must be from" in err and "Traceback" not in err

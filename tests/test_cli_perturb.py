@@ -884,3 +884,28 @@ def test_null_and_drop_say_what_the_release_shows(setup, tmp_path, capsys, polic
     assert "1 records could not be released" in printed
     assert "the guarantee does not cover that fact" in printed
     assert "ZZ" not in printed and "0002" not in printed
+
+
+def test_perturb_never_writes_over_the_graph_it_reads_even_with_force(setup, tmp_path, capsys):
+    """The input was protected, but the graph artefact was not: ``--graph g.csv -o g.csv
+    --force`` replaced the artefact by the release (and likewise through the manifest's or the
+    audit file's name, or a hard link)."""
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    original = Path(setup["graph"]).read_bytes()
+    for graph_name, out_name in (
+        ("g.csv", "g.csv"),
+        ("out.csv.manifest.json", "out.csv"),
+        ("out.csv.audit.json", "out.csv"),
+    ):
+        graph = tmp_path / graph_name
+        graph.write_bytes(original)
+        assert perturb(setup, src, tmp_path / out_name, "--force", "--graph", str(graph)) == 5
+        assert "the graph artefact this run reads" in capsys.readouterr().err
+        assert graph.read_bytes() == original
+        graph.unlink()
+    graph = tmp_path / "graph.ppgraph"
+    graph.write_bytes(original)
+    os.link(graph, tmp_path / "linked.csv")
+    assert perturb(setup, src, tmp_path / "linked.csv", "--force", "--graph", str(graph)) == 5
+    assert "the graph artefact" in capsys.readouterr().err
+    assert graph.read_bytes() == original

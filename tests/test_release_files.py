@@ -859,10 +859,14 @@ def test_parquet_to_csv_keeps_the_scalar_types_that_read_back_unchanged(grid, ke
     assert back["json"].tolist()[:2] == ['{"a": 1}', "[]"] and back["words"][1] == "y"
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])
+@pytest.mark.parametrize(
+    "value", ["abc", "0", "-1", "1.5", "\u00b2", "9" * 5000, "\u0661\u0662", "1025", "1e3"]
+)
 def test_a_bad_workers_variable_fails_every_batch_alike(monkeypatch, value):
     """$POSTCODE_PRIVACY_WORKERS is checked whatever the batch's size: it used to be ignored
-    below PARALLEL_MIN records and fail only larger files (a hostile review)."""
+    below PARALLEL_MIN records and fail only larger files (a hostile review).  "²" (a digit to
+    str.isdigit, not to int) and 5,000 nines gave a traceback, Arabic-Indic digits were taken,
+    and 10^20 workers would have been forked for."""
     from postcode_privacy.engine.batch import PARALLEL_MIN, default_workers
     from postcode_privacy.errors import InvalidParameterError
 

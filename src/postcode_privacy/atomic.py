@@ -11,7 +11,8 @@ lost"):
 * the names are checked before any work: valid UTF-8, short enough for the file system together
   with the names derived from them, in an existing directory;
 * an existing file is refused unless ``force``; a postcode-privacy key file or a SQLite
-  database (a ledger) is never replaced, even with ``force``;
+  database (a ledger) is never replaced, even with ``force``, nor is a file the run reads
+  (``inputs``: a report's manifest, the graph artefact), named by any path or hard link;
 * the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
   place, so two runs writing the same output cannot both go ahead: the second one is refused;
 * the files of one claim (a release, its manifest, its audit file) are committed together, with
@@ -30,7 +31,7 @@ import signal
 import stat
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
@@ -48,6 +49,8 @@ __all__ = [
     "fsync_directory",
     "is_key_file",
     "refuse_directory_path",
+    "same_file",
+    "refuse_over_inputs",
 ]
 
 # The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
@@ -184,6 +187,34 @@ def _starts_with(path: str | os.PathLike, prefix: bytes) -> bool:
         return False
 
 
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once symbolic links are resolved
+    (``b`` need not exist yet), or the same inode (a hard link)."""
+    try:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+    except (OSError, ValueError, RuntimeError):  # a symbolic link loop, a NUL in the name
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_over_inputs(
+    targets: Iterable[str | os.PathLike], inputs: Mapping[str, str | os.PathLike | None]
+) -> None:
+    """Raise OutputExistsError if a target is one of ``inputs`` (by what each is: "the
+    manifest") under any name (``same_file``): an input is never replaced, even with force."""
+    for target in targets:
+        for what, path in inputs.items():
+            if path is not None and same_file(target, path):
+                raise OutputExistsError(
+                    f"the output {target} is {what} this run reads; an input is never "
+                    f"replaced, even with {option('force')}: choose another output"
+                )
+
+
 def _name_max(directory: Path) -> int:
     try:
         return int(os.pathconf(directory, "PC_NAME_MAX"))
@@ -230,8 +261,16 @@ class OutputClaim:
     committed and releases the lock.  The first target names the claim in messages.
     """
 
-    def __init__(self, targets: Iterable[str | os.PathLike], *, force: bool = False):
+    def __init__(
+        self,
+        targets: Iterable[str | os.PathLike],
+        *,
+        force: bool = False,
+        inputs: Mapping[str, str | os.PathLike | None] | None = None,
+    ):
         targets = list(targets)
+        # What the run reads, by what it is ("the manifest"): never an output, even with force.
+        self.inputs = {what: Path(p) for what, p in (inputs or {}).items() if p is not None}
         if not targets:
             raise ValueError("nothing to claim")
         for target in targets:  # "", ".", "/", "a/..", "out.csv/": as given, not as a Path
@@ -272,6 +311,7 @@ class OutputClaim:
             raise InvalidParameterError("the output's parent path is not a directory")
 
     def _check_existing(self) -> None:
+        refuse_over_inputs(self.targets, self.inputs)
         for target in self.targets:
             if target.is_dir():
                 raise InvalidParameterError(f"the output path {target} is a directory")

@@ -48,13 +48,14 @@ def echo_warnings():
                     warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
 
-def claim_output(output: str | None, force: bool):
-    """The exclusive claim on ``-o FILE`` (see atomic.OutputClaim), or nothing without -o."""
+def claim_output(output: str | None, force: bool, graph_path: str | None):
+    """The exclusive claim on ``-o FILE`` (see atomic.OutputClaim), or nothing without -o;
+    the ``--graph`` artefact the command reads is never that file, even with --force."""
     if output is None:
         return contextlib.nullcontext()
     from ..atomic import OutputClaim
 
-    return OutputClaim([output], force=force)
+    return OutputClaim([output], force=force, inputs={"the graph artefact": graph_path})
 
 
 def emit_json(data: dict, output: str | None) -> None:
@@ -69,7 +70,9 @@ def emit_json(data: dict, output: str | None) -> None:
 
 
 def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
+    from ..report._numbers import percent  # never an untrue 0.0% or 100.0%
+
+    return percent(x)
 
 
 def _text(r: dict) -> str:
@@ -217,7 +220,9 @@ def evaluate_command(
     from .._progress import stage_progress
     from ..evaluate import evaluate_release
 
-    with claim_output(output, force):  # before the work: refuse early, one run at a time
+    with claim_output(
+        output, force, graph_path
+    ):  # before the work: refuse early, one run at a time
         graph = load_graph(graph_path, quiet)
         with echo_warnings(), stage_progress("evaluate", quiet=quiet) as progress:
             result = evaluate_release(

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 import click
@@ -198,6 +199,7 @@ def perturb_command(
             as_json=False,
         )
         return
+    refuse_writing_over_inputs(output_path, key_path, graph_path, ledger_location, ledger_secret)
     key = resolve_key(key_path)
     progress = show_progress(quiet)
     terminated_locations = terminated_locations_for(options.terminated, graph_path)
@@ -233,6 +235,38 @@ def perturb_command(
                 f"  ledger: {drawn} new draws recorded"
                 + (f", {over} records over budget" if budget is not None else "")
             )
+
+
+def refuse_writing_over_inputs(
+    output_path: str,
+    key_path: str | None,
+    graph_path: str | None,
+    ledger_location: str | None,
+    ledger_secret: str | None,
+) -> None:
+    """None of the three files perturb writes may be a file it reads, under any name, even with
+    --force (the input itself is checked by release_file)."""
+    from ..atomic import refuse_over_inputs
+    from ..release.manifest import audit_path_for, manifest_path_for
+    from .build import terminated_sidecar
+
+    if Path(output_path).name in ("", ".", ".."):
+        return  # not a file name at all: release_file says so
+    outputs: list[str | Path] = [
+        output_path,
+        manifest_path_for(output_path),
+        audit_path_for(output_path),
+    ]
+    inputs = {
+        "the key file": key_path,
+        "the graph artefact": graph_path,
+        "the graph's terminated-postcode file": (
+            None if graph_path is None else terminated_sidecar(graph_path)
+        ),
+        "the ledger": ledger_location,
+        "the ledger's secret": ledger_secret,
+    }
+    refuse_over_inputs(outputs, inputs)
 
 
 def terminated_locations_for(terminated: str, graph_path: str | None):

@@ -84,7 +84,9 @@ def report_command(
 
     if epsilon is None and manifest_path is None:
         raise click.UsageError("give --epsilon, or --manifest of a release")
-    with OutputClaim([output], force=force):  # before the work: refuse early, one run at a time
+    inputs = {"the manifest": manifest_path, "the graph artefact": graph_path}
+    # before the work: refuse early, one run at a time, never over an input
+    with OutputClaim([output], force=force, inputs=inputs):
         release = read_manifest(manifest_path) if manifest_path is not None else None
         graph = load_graph(graph_path, quiet)
         with echo_warnings(), stage_progress("report", quiet=quiet) as progress:
@@ -101,4 +103,7 @@ def report_command(
             )
         write_report(result, output, as_json=as_json)
     if not quiet:
-        echo_status(f"wrote {click.format_filename(output)} (computed in {result.seconds} s)")
+        from .._input_files import visible_text
+
+        shown = visible_text(click.format_filename(output))  # no escape sequence reaches a terminal
+        echo_status(f"wrote {shown} (computed in {result.seconds} s)")

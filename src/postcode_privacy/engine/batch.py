@@ -55,6 +55,7 @@ TASK_RECORDS = 2048  # records per task handed to a worker
 TAIL_TASKS = 8
 PARALLEL_MIN = 2000  # fewer records than this run in the calling process
 WORKERS_ENV = "POSTCODE_PRIVACY_WORKERS"
+MAX_WORKERS = 1024  # the most $POSTCODE_PRIVACY_WORKERS may ask for: each is a forked process
 LANDMARK_SHARE = 256  # landmark tables pay off from about n_locations / 256 distinct postcodes
 # The search's layout along the map (engine/layout.py) pays off from this radius and this
 # many distinct postcodes in a batch (docs/performance.md, "Compiled shell search").
@@ -129,9 +130,12 @@ def _fork_available() -> bool:
 def default_workers(records: int) -> int:
     """Workers used when none are given: $POSTCODE_PRIVACY_WORKERS, else all usable CPUs."""
     text = os.environ.get(WORKERS_ENV, "").strip()
-    # checked whatever the batch's size, so that a bad value fails every run alike
-    if text and (not text.isdigit() or int(text) < 1):
-        raise InvalidParameterError(f"{WORKERS_ENV} must be a positive whole number")
+    # checked whatever the batch's size, so that a bad value fails every run alike; ASCII
+    # digits only ("²" is a digit to str.isdigit but not to int), and few enough to fork
+    if text and not (
+        text.isascii() and text.isdigit() and len(text) <= 6 and 1 <= int(text) <= MAX_WORKERS
+    ):
+        raise InvalidParameterError(f"{WORKERS_ENV} must be a whole number from 1 to {MAX_WORKERS}")
     if records < PARALLEL_MIN:
         return 1
     return int(text) if text else usable_cpus()

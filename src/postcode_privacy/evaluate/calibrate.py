@@ -39,6 +39,13 @@ GRID: tuple[Decimal, ...] = tuple(
 
 # name -> True if the measure decreases as epsilon grows
 TARGETS = {"median-displacement-km": True, "max-self-probability": False}
+# The values a target may take: wide enough for any use, narrow enough that the exact
+# arithmetic stays small (its digits are bounded by the text's length, decimal_from_text) ("1e999999999" would be a billion-digit integer, "1e999" overflowed a
+# float in the warnings: a traceback).
+TARGET_RANGES = {
+    "median-displacement-km": (Decimal("0.000001"), Decimal(1_000_000)),
+    "max-self-probability": (Decimal("1e-30"), Decimal(1)),
+}
 
 
 @dataclass
@@ -72,12 +79,15 @@ def parse_target(text: str) -> tuple[str, Fraction]:
         raise InvalidParameterError(
             f"a target must be NAME=VALUE with NAME one of {', '.join(sorted(TARGETS))}"
         )
-    number = Fraction(decimal_from_text(value, f"target {name}", "2"))
-    if not number > 0:
+    dec = decimal_from_text(value, f"target {name}", "2")
+    if not dec > 0:
         raise InvalidParameterError(f"target {name} must be a positive finite number")
-    if name == "max-self-probability" and number > 1:
+    if name == "max-self-probability" and dec > 1:
         raise InvalidParameterError("target max-self-probability must be at most 1")
-    return name, number
+    low, high = TARGET_RANGES[name]
+    if not low <= dec <= high:  # compared as decimals: nothing huge is built
+        raise InvalidParameterError(f"target {name} must be from {low} to {high}")
+    return name, Fraction(dec)
 
 
 def combine_targets(parsed) -> dict[str, Fraction]:

@@ -23,6 +23,20 @@ import numpy as np
 from .exact import ExactMechanism
 
 
+def honest_float(x: Fraction) -> float:
+    """``float(x)``, except that it is 0.0 or 1.0 only when ``x`` is exactly 0 or 1: a
+    probability nearer to either than a float can tell apart moves one float step inside, so
+    that no reader (nor a formatter) takes 1 - 10^-20 for "always" or 10^-400 for "never"."""
+    import math
+
+    f = float(x)
+    if f == 0.0 and x != 0:
+        return math.nextafter(0.0, 1.0 if x > 0 else -1.0)
+    if f == 1.0 and x != 1:
+        return math.nextafter(1.0, 0.0 if x < 1 else 2.0)
+    return f
+
+
 @dataclass
 class PostcodeUtility:
     """Exact utility figures for one sampled postcode."""
@@ -126,9 +140,9 @@ def measure_utility(
             sum(r.expected_displacement_m for r in rows) / len(rows)
         )
         / 1000.0,
-        median_self_probability=_median([float(s) for s in selfs]),
-        max_self_probability=float(max(selfs)),
-        max_teleport_probability=float(max(r.teleport_probability for r in rows)),
+        median_self_probability=_median([honest_float(s) for s in selfs]),
+        max_self_probability=honest_float(max(selfs)),
+        max_teleport_probability=honest_float(max(r.teleport_probability for r in rows)),
         same_area_share=float(sum(known) / len(known)) if known else None,
         histogram_m=histogram,
         per_postcode=rows,

@@ -30,11 +30,13 @@ import hmac
 import json
 import math
 import os
+import stat
 import struct
 from typing import TypedDict
 
 import numpy as np
 
+from .._input_files import parse_json
 from ..atomic import atomic_output
 from ..errors import ArtefactError, GraphError
 from .graph import Graph
@@ -157,9 +159,16 @@ def load_graph(path: str | os.PathLike) -> Graph:
     """
     import mmap
 
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        # Without blocking, and judged by the file opened: a FIFO must not hang the run, and a
+        # device (/dev/zero) is not an empty artefact but no artefact at all.
+        with open(os.open(path, flags), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a pipe, device or socket"
+                raise ArtefactError(f"the graph artefact is not a regular file ({kind})")
+            size = info.st_size
             if size == 0:
                 raise ArtefactError("graph artefact is empty")
             buf = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
@@ -219,10 +228,10 @@ def _read_header(buf, size: int) -> tuple[dict, int]:
             "graph artefact header does not match its checksum: "
             "the file is corrupted or has been edited"
         )
-    try:
-        header = json.loads(header_bytes.decode("ascii"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ArtefactError("graph artefact header is not valid JSON") from exc
+    if not header_bytes.isascii():
+        raise ArtefactError("graph artefact header is not ASCII JSON")
+    # strict: a key given twice (which json would quietly settle by keeping the last) is refused
+    header = parse_json(header_bytes, what="the graph artefact header", error=ArtefactError)
     expected = {
         "format",
         "sha256",
@@ -244,7 +253,7 @@ def _read_header(buf, size: int) -> tuple[dict, int]:
         and isinstance(header["arrays"], dict)
         and all(_is_count(header[k]) for k in ("n_nodes", "n_locations", "data_nbytes"))
     )
-    if not well_formed:
+    if not well_formed or not isinstance(header, dict):
         raise ArtefactError(f"graph artefact header does not have the format-{version} fields")
     return header, start + length
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import socket
 import sqlite3
@@ -14,6 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .._digest import sha256_of_file
+from .._input_files import MIB, parse_json, read_small_file
 from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
@@ -37,6 +37,7 @@ LEDGER_FORMAT = "postcode-privacy-ledger"
 SECRET_SUFFIX = ".key"
 # A pending release of another machine younger than this may still be renaming its output.
 _FOREIGN_GRACE_S = 60
+_MANIFEST_LIMIT = 4 * MIB  # as report --manifest: a manifest is a few kilobytes
 
 
 def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Path:
@@ -376,12 +377,16 @@ def _renames_began(output_path: str, output_sha256: str) -> bool:
     place (manifest, audit file, output: atomic.py, ``OutputClaim.commit``).  A manifest at
     that path describing another output (an earlier release that ``--force`` was replacing)
     or none at all means no rename of this release happened."""
-    try:
-        manifest = json.loads(manifest_path_for(output_path).read_bytes())
-        return manifest["output"]["sha256"] == output_sha256
-    except FileNotFoundError:
+    path = manifest_path_for(output_path)
+    if not os.path.exists(path):  # (a dangling link too)
         return False
-    except (OSError, ValueError, TypeError, KeyError):
+    try:
+        # Read as any file a user can replace: a FIFO, a huge file or a key given twice is
+        # "unreadable", never a hang, a memory blow-up or a quiet choice of one of the keys.
+        raw = read_small_file(path, what="the manifest", limit=_MANIFEST_LIMIT, error=ValueError)
+        manifest = parse_json(raw, what="the manifest", error=ValueError)
+        return manifest["output"]["sha256"] == output_sha256  # type: ignore[index]
+    except (ValueError, TypeError, KeyError):
         return True  # unreadable: it cannot be ruled out
 
 

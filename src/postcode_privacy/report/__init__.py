@@ -4,7 +4,9 @@
 * ``_examples``: which city, town and remote postcodes are shown;
 * ``_maps``: offline maps drawn from the graph's own postcode locations;
 * ``_figures``: displacement histograms and PNG encoding;
-* ``_manifest``: the publishable fields of a release's manifest (``--manifest``);
+* ``_manifest``: the publishable fields of a release's manifest (``--manifest``), read
+  strictly, its text made visible (no control or direction characters);
+* ``_numbers``: probabilities as text, never rounded to an untrue 0 or 100%;
 * ``_render``: the Jinja2 template ``templates/report.html.j2`` into one self-contained page;
 * ``_write``: atomic writing of the HTML or JSON form.
 """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._environment import source_date_epoch
+from .._input_files import visible_text
 from ..errors import InvalidParameterError
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
@@ -33,10 +34,11 @@ from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
 from ._manifest import ReleaseFacts
-from ._maps import place_map
+from ._maps import place_map, probability_in
 
 FORMAT = "postcode-privacy-report"
-FORMAT_VERSION = 2
+# 3: probability_within_1km and map_outside_share are exact (fraction_json), not floats
+FORMAT_VERSION = 3
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
@@ -70,13 +72,9 @@ def fraction_json(value: Fraction) -> dict:
 
 
 def generated_at() -> str:
-    """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    moment = (
-        _dt.datetime.fromtimestamp(int(epoch), _dt.UTC)
-        if epoch and epoch.isdigit()
-        else _dt.datetime.now(_dt.UTC)
-    )
+    """Now, in UTC; ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention) overrides it,
+    and a malformed value is refused (``_environment.source_date_epoch``)."""
+    moment = source_date_epoch() or _dt.datetime.now(_dt.UTC)
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -97,13 +95,19 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         else math.nan
     )
     summary = {
-        "postcode": g.label(node),
+        # a --graph is user input too: its labels are shown with no control or direction
+        # character that could make one read as another
+        "postcode": visible_text(g.label(node)),
         "expected_displacement_m": fraction_json(expected),
         "self_probability": fraction_json(exact.self_probability(dist)),
         "teleport_probability": fraction_json(exact.teleport_probability(dist)),
         "median_m": mixture_quantile_m(hist, 0.5),
         "p95_m": mixture_quantile_m(hist, 0.95),
-        "probability_within_1km": float(hist[:1000].sum()),
+        # exact (a float sum near 1 could print as 100%): the locations the histogram's first
+        # 1,000 one-metre bins hold
+        "probability_within_1km": fraction_json(
+            probability_in(exact, dist, distances.astype(np.int64) < 1000)
+        ),
         "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
     }
     return summary, dist, hist
@@ -244,7 +248,7 @@ def build_report(
                 **summary,
                 "map": name,
                 "map_half_width_m": half,
-                "map_outside_share": outside,
+                "map_outside_share": fraction_json(outside),
             }
         )
         if place["kind"] == "chosen" or (postcode is None and i == 0):
@@ -283,7 +287,7 @@ def build_report(
         utility = measure_utility(exact, nodes)
         data["sample"] = {
             "seed": int(seed),
-            "postcodes": [graph.label(int(v)) for v in nodes],
+            "postcodes": [visible_text(graph.label(int(v))) for v in nodes],
             **utility.to_json(),
         }
         figures["sample_histogram"] = histogram_figure(

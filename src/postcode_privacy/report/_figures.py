@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..evaluate.utility import mixture_quantile_m
+from ._numbers import percent
 
 
 def png(fig) -> bytes:
@@ -41,7 +42,7 @@ def histogram_figure(hist_m: np.ndarray, what: str) -> bytes:
     ax.text(
         0.98,
         0.95,
-        f"beyond {edges[-1] / 1000:.3g} km: {beyond:.2%}",
+        f"beyond {edges[-1] / 1000:.3g} km: {percent(beyond, 2)}",
         transform=ax.transAxes,
         ha="right",
         va="top",

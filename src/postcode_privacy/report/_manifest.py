@@ -6,14 +6,19 @@ The report reads only the fields that format version 2 keeps publishable (epsilo
 graph, key fingerprint, output file and rows, versions, created time), so nothing about the
 true input can reach a report, whichever version it is given.  An unknown format or version is
 refused rather than guessed at.
+
+The file is read as strict JSON, at most ``MAX_MANIFEST_BYTES`` of it, and only if it is a
+regular file (``_input_files``); every text field is shown with its control and direction
+characters made visible (``visible_text``), so that a manifest cannot make the page, its JSON
+or a terminal show something other than what it holds.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
+from .._input_files import MIB, parse_json, read_small_file, visible_text
 from ..errors import InvalidParameterError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.powers import MAX_RADIUS
@@ -21,6 +26,8 @@ from ..version import OUTPUT_STABILITY_VERSION
 
 FORMAT = "postcode-privacy-manifest"
 KNOWN_VERSIONS = (1, 2)
+# A manifest is a few kilobytes; anything past this is not one (and is not read further).
+MAX_MANIFEST_BYTES = 4 * MIB
 
 
 @dataclass(frozen=True)
@@ -51,24 +58,20 @@ def _field(data: dict, *path: str, kind: type):
         value = value[name]
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not a whole number")
-    if kind is str and not isinstance(value, str):
-        raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not text")
+    if kind is str:
+        if not isinstance(value, str):
+            raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not text")
+        return visible_text(value)
     return value
 
 
 def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     """The publishable facts of the manifest at ``path``; raises InvalidParameterError (naming
     the field, never echoing a value) for anything that is not a known manifest."""
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except OSError as exc:
-        raise InvalidParameterError(
-            f"cannot read the manifest: {exc.strerror or type(exc).__name__}"
-        ) from None
-    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError;
-        # so is an integer of more digits than Python converts
-        raise InvalidParameterError("the manifest is not a JSON file") from None
+    raw = read_small_file(
+        path, what="the manifest", limit=MAX_MANIFEST_BYTES, error=InvalidParameterError
+    )
+    data = parse_json(raw, what="the manifest", error=InvalidParameterError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InvalidParameterError(f"this is not a release manifest (format {FORMAT!r} expected)")
     version = data.get("format_version")

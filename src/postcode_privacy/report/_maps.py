@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
+from .._input_files import visible_text
 from ..evaluate.exact import ExactMechanism, OutputDistribution
 from ..evaluate.truncation import group_codes
 from ..graph.graph import Graph
 from ._figures import png
+from ._numbers import percent
 
 _CELLS = 120  # map cells across the frame
 _LABELS = 8  # district labels per map at most
@@ -73,7 +76,7 @@ def geography(graph: Graph) -> Geography:
         centres /= sizes[:, None]
         first = np.full(n, -1, dtype=np.int64)
         first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # first node of each district
-        names = [graph.label(int(i)).split(" ")[0] for i in first.tolist()]
+        names = [visible_text(graph.label(int(i)).split(" ")[0]) for i in first.tolist()]
     geo = Geography(xy, counts, national, span, names, centres, sizes)
     _cache[graph] = geo
     return geo
@@ -90,11 +93,23 @@ def _length_text(metres: float) -> str:
     return f"{metres / 1000:.3g} km" if metres >= 1000 else f"{metres:.3g} m"
 
 
+def probability_in(exact: ExactMechanism, dist: OutputDistribution, where: np.ndarray) -> Fraction:
+    """The exact probability that ``dist``'s output lies at a location where ``where`` (a
+    boolean over every location of the graph) holds: ball locations with their own weights,
+    every other location with the teleport weight (``ExactMechanism.teleport_probability``)."""
+    in_ball = where[dist.locations].tolist()
+    ball = sum(w for w, keep in zip(exact.location_weights(dist), in_ball) if keep)
+    beyond = where.copy()
+    beyond[dist.locations] = False
+    rest = sum(exact.loc_mass[beyond].tolist())  # exact Python integers
+    return Fraction(ball + exact.powers[exact.radius] * rest, dist.normaliser)
+
+
 def place_map(
     exact: ExactMechanism, dist: OutputDistribution, label: str, half_width_m: float, title: str
-) -> tuple[bytes, float]:
+) -> tuple[bytes, Fraction]:
     """The map of where ``label`` can be released, framed ``half_width_m`` around it; returns the
-    PNG and the share of probability outside the frame."""
+    PNG and the exact share of probability outside the frame."""
     from matplotlib import patheffects
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
@@ -115,7 +130,8 @@ def place_map(
     probs = exact.location_probabilities(dist)
     bxy = geo.xy[dist.locations]
     layer, _, _ = np.histogram2d(bxy[:, 0], bxy[:, 1], bins=_CELLS, range=frame, weights=probs)
-    outside = max(0.0, 1.0 - float(layer.sum()))
+    # Exact, teleport included: a float sum of ~1 would round a small share outside to 0.
+    outside = 1 - probability_in(exact, dist, inside)
 
     fig = Figure(figsize=(6.6, 6.0))
     ax = fig.add_subplot()
@@ -224,7 +240,7 @@ def place_map(
     ax.text(
         0.99,
         0.01,
-        f"outside this frame: {outside:.2%}",
+        f"outside this frame: {percent(outside, 2)}",
         transform=ax.transAxes,
         ha="right",
         va="bottom",

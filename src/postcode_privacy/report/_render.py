@@ -2,7 +2,8 @@
 
 Self-contained: figures are embedded as base64 PNG data URIs, the styles are inline, and there
 is no script and no external URL of any kind, so the page reads the same offline and leaks
-nothing to a server when opened.  Autoescaping is on; only the number formatter returns markup.
+nothing to a server when opened.  Autoescaping is on; only the number formatters return markup.
+Probabilities are printed by ``_numbers`` (never an untrue 0 or 100%), bounds rounded up.
 """
 
 from __future__ import annotations
@@ -14,26 +15,7 @@ from markupsafe import Markup, escape
 
 from ..mechanism.radius import round_up
 from ._data import Report
-
-
-def number(x: float | None, digits: int = 3) -> Markup:
-    """A probability or ratio as readable text: 0.0123, 1.23 x 10^-7, 12,345."""
-    if x is None:
-        return Markup("more than 10<sup>308</sup>")
-    if x == 0:
-        return Markup("0")
-    if abs(x) >= 1e6 or abs(x) < 1e-3:
-        mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
-        return Markup(f"{escape(mantissa)} &times; 10<sup>{int(exponent)}</sup>")
-    if abs(x) >= 1000:
-        return Markup(f"{x:,.0f}")
-    return Markup(f"{x:.{digits}g}")
-
-
-def _fraction(value: Fraction | dict) -> Fraction:
-    if isinstance(value, dict):  # fraction_json's form
-        return Fraction(int(value["numerator"]), int(value["denominator"]))
-    return Fraction(value)
+from ._numbers import exact_value, number, percent
 
 
 def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
@@ -42,7 +24,7 @@ def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
     past 10^307, ``_data._exp_upper``)."""
     if value is None:
         return Markup("more than 10<sup>307</sup>")
-    x = _fraction(value)
+    x = exact_value(value)
     if x <= 0:
         return Markup("0")
     if 1000 <= x < 10**6:  # a whole number, rounded up
@@ -56,14 +38,6 @@ def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
     if rounded >= 1000:  # 999.9 rounded up
         return Markup(f"{int(rounded):,}")
     return Markup(escape(f"{float(rounded):.{digits}g}"))
-
-
-def percent(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if 0 < x < 0.001:
-        return "under 0.1%"
-    return f"{x:.1%}"
 
 
 def data_uri(png: bytes) -> str:
