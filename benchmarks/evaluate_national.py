@@ -52,7 +52,7 @@ def _places(graph, epsilon, examples):
                 "median_m": summary["median_m"],
                 "p95_m": summary["p95_m"],
                 "self_probability": summary["self_probability"]["approx"],
-                "within_1km": summary["probability_within_1km"],
+                "within_1km": summary["probability_within_1km"]["approx"],
             }
         )
     return out
