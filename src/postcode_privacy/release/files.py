@@ -43,7 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal
-from ..atomic import OutputClaim, refuse_directory_path, write_failure
+from ..atomic import OutputClaim, refuse_directory_path, same_file, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background
@@ -94,15 +94,6 @@ def _input_sha256(path: Path) -> str:
         raise InputDataError(read_failure(str(path), exc)) from None
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    if os.path.abspath(a) == os.path.abspath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _check_paths(input_path: Path, output_path: Path) -> None:
     """Checks on the input and the output's format; the output's names are the claim's."""
     try:
@@ -120,7 +111,7 @@ def _check_paths(input_path: Path, output_path: Path) -> None:
         raise InvalidParameterError(f"the output path {output_path} is a directory")
     table_format(output_path)
     for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
-        if _same_file(input_path, target):
+        if same_file(input_path, target):
             raise OutputExistsError("refusing to write over the input file; choose another output")
 
 
