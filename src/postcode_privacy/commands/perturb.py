@@ -200,6 +200,10 @@ def perturb_command(
         )
         return
     refuse_writing_over_inputs(output_path, key_path, graph_path, ledger_location, ledger_secret)
+    if ledger_location is not None:
+        from .ledger import refuse_ledger_secret_as_key
+
+        refuse_ledger_secret_as_key(key_path, ledger_location, ledger_secret)
     key = resolve_key(key_path)
     progress = show_progress(quiet)
     terminated_locations = terminated_locations_for(options.terminated, graph_path)
