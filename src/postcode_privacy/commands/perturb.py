@@ -172,7 +172,9 @@ def perturb_command(
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
-    as --out-column.  Output, manifest and audit file appear only if the whole run succeeds.
+    as --out-column.  Output, manifest and audit file appear only if the whole run succeeds,
+    or, with --ledger, if it fails once they are complete and recorded (docs/ledger.md,
+    "Atomicity").
     """
     from ..release import release_file
 
