@@ -459,8 +459,15 @@ def test_every_column_is_documented_and_digests_are_all_the_draws_hold(tmp_path)
             "SELECT uid, owner, output_path, key_fingerprint, records, "
             "new_draws, budget FROM releases"
         )
-    assert row[1:] == (
-        f"{socket.gethostname()}:{os.getpid()}",
+    boot, pid_ns, device_inode, host_pid = row[1].split(";")[1:]
+    info = os.stat(tmp_path)  # the output's directory
+    assert (boot, pid_ns, device_inode) == (
+        BOOT or "-",
+        "-" if PID_NS is None else str(PID_NS),
+        f"{info.st_dev},{info.st_ino}",
+    )
+    assert row[1].startswith("owner2;") and host_pid == f"{socket.gethostname()}:{os.getpid()}"
+    assert row[2:] == (
         os.path.abspath(tmp_path / "out.csv"),
         KEY.fingerprint,
         2,
@@ -646,9 +653,34 @@ def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_pa
     assert [r["new_draws"] for r in summary["releases"]] == [1, 2]
 
 
-def _stopped_release(ledger, tmp_path, name, owner):
+# This process's boot id and PID namespace, read as docs/ledger.md says (not by the code under
+# test): a pending release's owner is "owner2;BOOT;PIDNS;DEV,INO;HOST:PID".
+_BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+BOOT = _BOOT_ID_FILE.read_text().strip() if _BOOT_ID_FILE.exists() else None
+PID_NS = os.stat("/proc/self/ns/pid").st_ino if os.path.exists("/proc/self/ns/pid") else None
+needs_owner_identity = pytest.mark.skipif(
+    BOOT is None or PID_NS is None,
+    reason="no boot id or PID namespace here: no pending release is ever abandoned",
+)
+DEAD_PID = 999_999_999  # above any pid_max: no such process
+
+
+def owner_text(directory, *, boot=None, pid_ns=None, device_inode=None, host=None, pid=DEAD_PID):
+    """The owner a stopped run of this machine writing into ``directory`` recorded, with any
+    part replaced."""
+    if device_inode is None:
+        info = os.stat(directory)
+        device_inode = f"{info.st_dev},{info.st_ino}"
+    return (
+        f"owner2;{boot or BOOT};{pid_ns or PID_NS};{device_inode};"
+        f"{host or socket.gethostname()}:{pid}"
+    )
+
+
+def _stopped_release(ledger, tmp_path, name, owner, directory=None):
     """A release left pending by a run that stopped after recording it, as if by ``owner``
-    (host:pid) two minutes ago; its output, manifest and audit file are written in place."""
+    two minutes ago; its output and manifest are written in place in ``directory`` (default
+    ``tmp_path``)."""
     from postcode_privacy.release import ReleasePlan
 
     plan = ReleasePlan(
@@ -656,11 +688,12 @@ def _stopped_release(ledger, tmp_path, name, owner):
     )
     recorder = LedgerRecorder(ledger).attach(plan)
     plan.check_records(pd.DataFrame({"person": [name], "pc": [CODES[0]]}), 0)
-    out = tmp_path / f"{name}.csv"
+    directory = tmp_path if directory is None else directory
+    out = directory / f"{name}.csv"
     out.write_text("person,pc_dp\n")
     sha = hashlib.sha256(out.read_bytes()).hexdigest()
     recorder.prepare(out, sha)
-    manifest = tmp_path / f"{name}.csv.manifest.json"
+    manifest = directory / f"{name}.csv.manifest.json"
     manifest.write_text(json.dumps({"output": {"sha256": sha}}))
     ledger.store.execute(
         "UPDATE releases SET owner = ?, created = ? WHERE output_path = ?",
@@ -669,6 +702,7 @@ def _stopped_release(ledger, tmp_path, name, owner):
     return out, manifest
 
 
+@needs_owner_identity
 def test_a_stopped_release_is_abandoned_only_where_this_machine_can_tell_it_was_not_written(
     location, tmp_path
 ):
@@ -678,7 +712,7 @@ def test_a_stopped_release_is_abandoned_only_where_this_machine_can_tell_it_was_
     release of this machine whose renames never began is abandoned (docs/ledger.md,
     "Atomicity")."""
     where, secret = location
-    here = f"{socket.gethostname()}:999999999"  # no such process
+    here = owner_text(tmp_path)
     Ledger.init(where, secret).close()
     with Ledger.open(where, secret) as ledger:
         foreign, _ = _stopped_release(ledger, tmp_path, "a", "another-machine:1")
@@ -699,6 +733,198 @@ def test_a_stopped_release_is_abandoned_only_where_this_machine_can_tell_it_was_
         "d.csv": "committed",
     }
     assert spends(summary["subjects"]) == {"1": 3}  # a, b and d count; c does not
+
+
+@needs_owner_identity
+def test_a_stopped_release_is_abandoned_only_if_every_part_of_its_owner_is_this_machines(
+    location, tmp_path
+):
+    """Two machines (containers, VMs, nodes) can share a host name and a ledger, and a process
+    id means nothing in another boot or PID namespace: a stopped release whose renames never
+    began is abandoned only if its boot id, PID namespace, host name and output directory are
+    all this machine's; with any part different or unknown, or an owner in the older
+    ``HOST:PID`` format, it stays pending and keeps counting (docs/ledger.md, "Atomicity")."""
+    where, secret = location
+    host = socket.gethostname()
+    other = tmp_path / "other"
+    gone = tmp_path / "gone"
+    other.mkdir()
+    gone.mkdir()
+    info = os.stat(other)
+    owners = {
+        "same": owner_text(tmp_path),
+        "boot": owner_text(tmp_path, boot="0" * 8 + "-0000-4000-8000-" + "0" * 12),
+        "pidns": owner_text(tmp_path, pid_ns=PID_NS + 1),
+        "directory": owner_text(tmp_path, device_inode=f"{info.st_dev},{info.st_ino}"),
+        "unknown-boot": owner_text(tmp_path, boot="-"),
+        "unknown-pidns": owner_text(tmp_path, pid_ns="-"),
+        "unknown-directory": owner_text(tmp_path, device_inode="-"),
+        "old-format": f"{host}:{DEAD_PID}",
+        "gone": owner_text(gone),
+    }
+    Ledger.init(where, secret).close()
+    with Ledger.open(where, secret) as ledger:
+        for name, owner in owners.items():
+            out, manifest = _stopped_release(
+                ledger, tmp_path, name, owner, gone if name == "gone" else None
+            )
+            out.unlink()
+            manifest.unlink()  # no rename had begun
+    gone.rmdir()  # the directory it recorded cannot be looked up here
+    with Ledger.open(where, secret) as ledger:
+        summary = ledger.summary()
+    states = {r["output"]: r["state"] for r in summary["releases"]}
+    assert states == {
+        f"{name}.csv": "abandoned" if name == "same" else "pending" for name in owners
+    }
+    assert spends(summary["subjects"]) == {"1": len(owners) - 1}
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        "{host}:99999999999",  # beyond a C int: os.kill would raise OverflowError
+        "{host}:+999999999",
+        "{host}:\u0663",  # an Arabic-Indic digit, which int() accepts
+        "{host}:0",
+        "{host}",
+        "",
+        "owner2;{boot};{pid_ns};{dev_ino};{host}:+999999999",
+        "owner2;not-a-boot-id;{pid_ns};{dev_ino};{host}:999999999",
+        "owner2;{boot};x;{dev_ino};{host}:999999999",
+        "owner2;{boot};{pid_ns};1;{host}:999999999",
+        "owner2;{boot};{pid_ns};{dev_ino}",
+    ],
+)
+def test_a_garbled_owner_is_reported_as_damage_and_its_release_stays_pending(
+    location, tmp_path, capsys, owner
+):
+    """An owner that is neither format (a hand edit) is never a reason to abandon a release,
+    nor a traceback: every command opening the ledger says it is damaged (exit code 1), and
+    the release keeps its draws."""
+    where, secret = location
+    info = os.stat(tmp_path)
+    text = owner.format(
+        host=socket.gethostname(),
+        boot=BOOT or "-",
+        pid_ns=PID_NS or "-",
+        dev_ino=f"{info.st_dev},{info.st_ino}",
+    )
+    Ledger.init(where, secret).close()
+    with Ledger.open(where, secret) as ledger:
+        out, manifest = _stopped_release(ledger, tmp_path, "1", text)
+    out.unlink()
+    manifest.unlink()  # no rename had begun
+    extra = [] if secret is None else ["--ledger-secret", secret]
+    assert main(["ledger", "show", where, *extra]) == 1
+    err = capsys.readouterr().err
+    assert "the ledger is damaged" in err and "Traceback" not in err
+    with Ledger.open(where, secret, resolve=False) as ledger:
+        summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["pending"]
+    assert spends(summary["subjects"]) == {"1": 1}
+
+
+def test_a_release_abandoned_while_it_was_written_is_recorded_and_its_budget_checked_again(
+    ledger, tmp_path
+):
+    """If another process abandons a release's entry while its files are renamed, the release
+    records its draws again at commit, checking the budget against the ledger as it now is: the
+    files are in place, so the draws are recorded whatever the budget says, and a budget
+    exceeded by releases recorded meanwhile is a LedgerError naming the release."""
+    from postcode_privacy.ledger import LedgerError
+    from postcode_privacy.release import ReleasePlan
+
+    def pending(person, budget):
+        plan = ReleasePlan(
+            key=KEY,
+            epsilon="1",
+            id_column="person",
+            postcode_column="pc",
+            graph=GRAPH,
+            on_error="null",
+        )
+        recorder = LedgerRecorder(ledger, budget).attach(plan)
+        plan.check_records(pd.DataFrame({"person": [person], "pc": [CODES[0]]}), 0)
+        before = ledger.summary()["draws"]
+        recorder.prepare(tmp_path / f"{person}-out.csv", "0" * 64)
+        rid = ledger.store.query("SELECT MAX(id) FROM releases")[0][0]
+        with ledger.store.write():  # as another process judging it dead would
+            ledger._abandon_rows(rid)
+        assert ledger.summary()["draws"] == before  # its draw no longer counts
+        return recorder
+
+    pending("1", Fraction("1.5")).commit()  # nothing recorded meanwhile: within the budget
+    summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["committed"]
+    assert [r["new_draws"] for r in summary["releases"]] == [1]
+    assert spends(summary["subjects"]) == {"1": 1}
+
+    late = pending("2", Fraction("1.5"))
+    # Meanwhile another release draws subject 2 elsewhere: with this one, 2 > 1.5.
+    release(ledger, write_input(tmp_path / "b.csv", ["2"], [CODES[1]]), tmp_path / "b-out.csv")
+    with pytest.raises(LedgerError, match=r"release #2 exceeds the budget \(budget 1.5\)"):
+        late.commit()
+    late.finish()  # settled: nothing left to undo
+    summary = ledger.summary()
+    assert [r["state"] for r in summary["releases"]] == ["committed"] * 3
+    assert spends(summary["subjects"]) == {"1": 1, "2": 1}  # the truth, over budget
+
+
+def _secret_as_key_args(tmp_path, where, key, extra=()):
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    graph = tmp_path / "g.ppgraph"
+    if not graph.exists():
+        GRAPH.save(graph)
+    args = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--epsilon", "1"]
+    args += ["--id-column", "person", "--postcode-column", "pc", "--graph", str(graph)]
+    return args + ["--ledger", where, *extra] + ([] if key is None else ["--key", str(key)])
+
+
+@pytest.mark.parametrize("name", ["same", "symlink", "hardlink", "copy", "environment"])
+def test_the_ledger_secret_is_refused_as_the_release_key(tmp_path, capsys, monkeypatch, name):
+    """One key for both would let the ledger's keyed digests be linked to the releases: the
+    ledger's secret, under any name, as a copy or from $POSTCODE_PRIVACY_KEY, is refused as
+    --key (exit code 4) before anything is written or recorded."""
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where).close()
+    secret = Path(where + ".key")
+    key = {"same": secret, "environment": None}.get(name, tmp_path / "k.key")
+    if name == "symlink":
+        key.symlink_to(secret)
+    elif name == "hardlink":
+        os.link(secret, key)
+    elif name == "copy":
+        key.write_bytes(secret.read_bytes())
+        key.chmod(0o600)
+    elif name == "environment":
+        monkeypatch.setenv("POSTCODE_PRIVACY_KEY", secret.read_text())
+    for extra in ([], ["--dry-run"], ["--ledger-secret", str(secret)]):
+        assert main(_secret_as_key_args(tmp_path, where, key, extra)) == 4
+        err = capsys.readouterr().err
+        assert "the ledger's secret" in err and "keygen" in err, err
+    check = ["ledger", "check", str(tmp_path / "in.csv"), "--ledger", where, "--epsilon", "1"]
+    check += ["--id-column", "person", "--postcode-column", "pc"]
+    check += ["--graph", str(tmp_path / "g.ppgraph")] + ([] if key is None else ["--key", str(key)])
+    assert main(check) == 4
+    assert "the ledger's secret" in capsys.readouterr().err
+    assert not (tmp_path / "out.csv").exists()
+    with Ledger.open(where) as ledger:
+        assert ledger.summary()["releases"] == []
+
+
+def test_the_ledger_secret_is_refused_as_the_release_key_in_python(ledger, location, tmp_path):
+    from postcode_privacy import read_key_file
+    from postcode_privacy.ledger import secret_path_for
+
+    where, secret = location
+    same = read_key_file(secret_path_for(where, secret))
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    with pytest.raises(KeyFileError, match=r"the release key \(key\) is the ledger's secret"):
+        release(ledger, src, tmp_path / "out.csv", key=same)
+    with pytest.raises(KeyFileError, match=r"the release key \(key\) is the ledger's secret"):
+        check(ledger, src, key=same)
+    assert not (tmp_path / "out.csv").exists() and ledger.summary()["releases"] == []
 
 
 def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_path):

@@ -18,6 +18,29 @@ LEDGER_SECRET_HELP = (
 )
 
 
+def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str | None) -> None:
+    """--key must not be the ledger's secret key file under any name (``atomic.same_file``):
+    one key for both would let the ledger's digests be linked to the releases (docs/ledger.md,
+    "What the ledger stores").  A copy of it is refused too, once both are read
+    (``LedgerRecorder.attach``)."""
+    from ..atomic import same_file
+    from ..errors import KeyFileError, PostcodePrivacyError
+    from ..ledger import secret_path_for
+
+    if key_path is None:
+        return
+    try:
+        secret_path = secret_path_for(location, secret)
+    except PostcodePrivacyError:
+        return  # opening the ledger says what is wrong with --ledger-secret
+    if same_file(key_path, secret_path):
+        where = "--ledger-secret" if secret is not None else "the ledger's key file beside --ledger"
+        raise KeyFileError(
+            f"--key names the ledger's secret ({where}); a release needs a key of its own "
+            "(make one with `postcode-privacy keygen`)"
+        )
+
+
 def open_ledger(location: str, secret: str | None):
     from ..ledger import Ledger
 
@@ -132,6 +155,7 @@ def run_check(
     from ..ledger import check_release, parse_budget
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
+    refuse_ledger_secret_as_key(key_path, location, secret)
     key = resolve_key(key_path)
     limit = None if budget is None else parse_budget(budget)
     with open_ledger(location, secret) as ledger:

@@ -172,7 +172,9 @@ def perturb_command(
     """Release INPUT with each true postcode replaced by a perturbed real postcode.
 
     Every column except the true postcode is kept, in order, and the released postcode is added
-    as --out-column.  Output, manifest and audit file appear only if the whole run succeeds.
+    as --out-column.  Output, manifest and audit file appear only if the whole run succeeds,
+    or, with --ledger, if it fails once they are complete and recorded (docs/ledger.md,
+    "Atomicity").
     """
     from ..release import release_file
 
@@ -200,6 +202,10 @@ def perturb_command(
         )
         return
     refuse_writing_over_inputs(output_path, key_path, graph_path, ledger_location, ledger_secret)
+    if ledger_location is not None:
+        from .ledger import refuse_ledger_secret_as_key
+
+        refuse_ledger_secret_as_key(key_path, ledger_location, ledger_secret)
     key = resolve_key(key_path)
     progress = show_progress(quiet)
     terminated_locations = terminated_locations_for(options.terminated, graph_path)

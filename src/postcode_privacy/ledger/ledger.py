@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import socket
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -22,6 +21,7 @@ from ..release.manifest import manifest_path_for
 from .accounting import distribution, spend_by
 from .digests import Digester
 from .errors import LedgerError
+from .owner import Owner
 from .stores import (
     SCHEMA_VERSION,
     Store,
@@ -35,7 +35,8 @@ __all__ = ["Ledger", "secret_path_for", "LEDGER_FORMAT"]
 
 LEDGER_FORMAT = "postcode-privacy-ledger"
 SECRET_SUFFIX = ".key"
-# A pending release of another machine younger than this may still be renaming its output.
+# A pending release not provably of this machine, younger than this, may still be renaming
+# its output.
 _FOREIGN_GRACE_S = 60
 _MANIFEST_LIMIT = 4 * MIB  # as report --manifest: a manifest is a few kilobytes
 
@@ -58,8 +59,9 @@ def now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def owner_tag() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def owner_tag(output_path: str | os.PathLike) -> str:
+    """The owner of a release about to be written to ``output_path`` (``owner.py``)."""
+    return Owner.current(os.path.dirname(os.path.abspath(output_path))).to_text()
 
 
 class Ledger:
@@ -168,28 +170,38 @@ class Ledger:
 
         A pending release whose output exists at its recorded path with its recorded sha256
         was written: it is committed.  It is abandoned (its draws removed) only where this
-        machine can tell it was not written: its run was on this machine and has stopped, and
-        its manifest, the first of its files to be renamed into place, is not at its path
-        (``_renames_began``).  Anything else stays pending, and so keeps counting against
-        budgets: a run still going (alive on this machine, or from another machine and under
-        a minute old), a run of another machine, whose files this machine may not see, and a
-        run that stopped after its renames began without its output in place (stopped between
-        renames, or the output moved or edited since).  docs/ledger.md, "Atomicity".
+        process can tell it was not written: its owner (``owner.py``) ran on this machine, in
+        this boot and PID namespace (every part recorded, every part equal to ours), its process
+        is gone, the output's directory here is the one it recorded, and its manifest, the
+        first of its files to be renamed into place, is not at its path (``_renames_began``).
+        Anything else stays pending, and so keeps counting against budgets: a run still going
+        (alive here, or not provably of this machine and under a minute old), a run not
+        provably of this machine and namespace (another machine, even one with this host name;
+        an owner in the older ``HOST:PID`` format; a part unknown), a directory that is not
+        the one recorded, and a run that stopped after its renames began without its output
+        in place (stopped between renames, or the output moved or edited since).  An owner
+        that is neither format is damage (:class:`LedgerError`), never a reason to abandon.
+        docs/ledger.md, "Atomicity".
         """
         outcomes = []
-        host = socket.gethostname()
         with self.store.write(), _damage_is_a_ledger_error(self.store):
             rows = self.store.query(
                 "SELECT id, owner, created, output_path, output_sha256 "
                 "FROM releases WHERE state = 'pending' ORDER BY id"
             )
-            for rid, owner, created, path, sha in rows:
-                if _maybe_running(owner, created, host):
+            for rid, owner_text, created, path, sha in rows:
+                owner = Owner.from_text(owner_text)  # ValueError: damage, before any change
+                here = owner.ran_here()
+                if _maybe_running(owner, here, created):
                     continue
                 if os.path.isfile(path) and sha256_of_file(path) == sha:
                     self._commit_rows(rid)
                     outcomes.append((rid, "committed"))
-                elif _owner_host(owner) == host and not _renames_began(path, sha):
+                elif (
+                    here
+                    and owner.wrote_into(os.path.dirname(path))
+                    and not _renames_began(path, sha)
+                ):
                     self._abandon_rows(rid)
                     outcomes.append((rid, "abandoned"))
         return outcomes
@@ -367,11 +379,6 @@ def _damage_is_a_ledger_error(store: Store) -> Iterator[None]:
         ) from None
 
 
-def _owner_host(owner: str) -> str:
-    """The host name of a release's ``owner_tag``."""
-    return owner.rpartition(":")[0]
-
-
 def _renames_began(output_path: str, output_sha256: str) -> bool:
     """Whether this release's manifest is in place: the first of its three files renamed into
     place (manifest, audit file, output: atomic.py, ``OutputClaim.commit``).  A manifest at
@@ -390,17 +397,11 @@ def _renames_began(output_path: str, output_sha256: str) -> bool:
         return True  # unreadable: it cannot be ruled out
 
 
-def _maybe_running(owner: str, created: str, host: str) -> bool:
-    owner_host, _, pid = owner.rpartition(":")
-    if owner_host == host:
-        if int(pid) == os.getpid():
-            return True  # this process's own recorder settles its release itself
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+def _maybe_running(owner: Owner, ran_here: bool, created: str) -> bool:
+    """Whether the owner's run may still be going: its process is alive, where ``ran_here``
+    (its id means something here); otherwise, while it is under a minute old (it may still be
+    renaming its output, on a machine this process cannot look into)."""
+    if ran_here:
+        return owner.is_alive()
     age = _dt.datetime.now(_dt.UTC) - _dt.datetime.fromisoformat(created)
     return age.total_seconds() < _FOREIGN_GRACE_S

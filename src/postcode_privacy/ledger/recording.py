@@ -14,7 +14,8 @@ The protocol, around the release's final renames (``release.files.release_file``
 A crash after 2 and before 4 leaves a pending release that the next command opening the ledger
 resolves (:meth:`Ledger.resolve_pending`): committed if the output exists with the recorded
 sha256, abandoned (its draws removed, except those another live release also holds) only where
-that machine can tell no rename began, else left pending.  A failure before the renames
+the process resolving it can tell that its run, on that machine and in that PID namespace, has
+stopped and no rename began (``owner.py``), else left pending.  A failure before the renames
 abandons it at once
 (:meth:`finish`).  Pending draws count towards every budget until then, so two releases
 recording at once can never both spend the same allowance.
@@ -33,8 +34,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._digest import sha256_of_file
+from ..errors import SURFACE, KeyFileError, option_name
 from ..version import OUTPUT_STABILITY_VERSION
-from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, ReleaseAccount, distribution
+from .accounting import (
+    KNOWN_SUBJECT,
+    NEW_SUBJECT,
+    REPEAT,
+    ReleaseAccount,
+    distribution,
+    spend_text,
+)
 from .digests import DrawParameters
 from .errors import LedgerError
 from .ledger import Ledger, now, owner_tag
@@ -55,6 +64,15 @@ def _pause_for_tests(stage: str) -> None:
     if spec and spec.partition(":")[0] == stage:
         Path(spec.partition(":")[2]).touch()
         time.sleep(3600)
+
+
+def _release_key_option() -> str:
+    """Where the release key came from, in the caller's terms."""
+    if SURFACE.get() == "cli":
+        from ..keyfile import ENV_VAR
+
+        return f"--key, or ${ENV_VAR}"
+    return option_name("key")
 
 
 @dataclass(frozen=True)
@@ -111,7 +129,16 @@ class LedgerRecorder:
     # -- step 1: screening --------------------------------------------------------------------
 
     def attach(self, plan) -> LedgerRecorder:
-        """Bind to a :class:`~postcode_privacy.release.ReleasePlan` and become its screen."""
+        """Bind to a :class:`~postcode_privacy.release.ReleasePlan` and become its screen.
+
+        The release key must not be the ledger's secret (:class:`KeyFileError`): the ledger's
+        digests are keyed by its secret so that they cannot be linked to the releases without
+        it (docs/ledger.md, "What the ledger stores")."""
+        if plan.key.fingerprint == self.ledger.digester.fingerprint:
+            raise KeyFileError(
+                f"the release key ({_release_key_option()}) is the ledger's secret; a release "
+                "needs a key of its own (make one with `postcode-privacy keygen`)"
+            )
         m = plan.mechanism
         self._binding = _Binding(
             DrawParameters(
@@ -181,7 +208,7 @@ class LedgerRecorder:
                     rid,
                     uid,
                     now(),
-                    owner_tag(),
+                    owner_tag(path),
                     path,
                     output_sha256,
                     p.epsilon,
@@ -202,6 +229,15 @@ class LedgerRecorder:
 
     def _recheck_budget(self, account: ReleaseAccount, budget: Fraction) -> None:
         """Inside the write transaction: would any subject now exceed the budget?"""
+        if self._over_budget(account, budget):
+            raise LedgerError(
+                "another release recorded in the ledger since this one was checked would "
+                "take some subjects over the budget; nothing was released, run it again"
+            )
+
+    def _over_budget(self, account: ReleaseAccount, budget: Fraction) -> bool:
+        """Inside a write transaction: would recording this release's draws now take any
+        subject over ``budget``, against the ledger as it is (docs/ledger.md, "Budgets")?"""
         rows = account.new_draws + account.borrowed
         known, _, spend = self.ledger.lookup_in_transaction(
             (d for d, _, _ in rows), {s for _, s, _ in rows}
@@ -210,29 +246,40 @@ class LedgerRecorder:
         for draw, subject, _ in rows:
             if draw not in known:
                 added[subject] = added.get(subject, 0) + 1
-        for subject, count in added.items():
-            if spend.get(subject, 0) + count * account.epsilon > budget:
-                raise LedgerError(
-                    "another release recorded in the ledger since this one was checked would "
-                    "take some subjects over the budget; nothing was released, run it again"
-                )
+        return any(
+            spend.get(subject, 0) + count * account.epsilon > budget
+            for subject, count in added.items()
+        )
 
     def commit(self) -> None:
-        """Mark the (now renamed) release committed (state: pending)."""
+        """Mark the (now renamed) release committed (state: pending).
+
+        If another process abandoned the entry meanwhile, the files are in place all the same,
+        so the draws are recorded again and the release committed; if the budget, checked
+        again against the ledger as it now is, no longer allows them, that truth is recorded
+        and then :class:`LedgerError` says the budget was exceeded (docs/ledger.md,
+        "Atomicity")."""
         entry = self._entry
         if entry is None:
             raise LedgerError("the release was not recorded in the ledger before its renames")
         _pause_for_tests("renamed")
         store = self.ledger.store
+        budget, over_budget = self.budget, False
         with store.write():
             state = store.query(
                 "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
             )
             if state and state[0][0] == "abandoned":
-                # Another process judged this release dead before its renames (possible only
-                # across machines, after the grace period): the files exist now, so restore.
+                # Another process judged this release dead before its renames (it should not:
+                # this process is alive; a clone of this machine or an edit by hand could).
+                # The files exist now, so the draws count, whatever the budget says.
                 account = self.account
-                self.ledger._record_rows(entry.rid, account.new_draws + account.borrowed)
+                rows = account.new_draws + account.borrowed
+                over_budget = (
+                    budget is not None and bool(rows) and self._over_budget(account, budget)
+                )
+                added = self.ledger._record_rows(entry.rid, rows)
+                store.execute("UPDATE releases SET new_draws = ? WHERE id = ?", (added, entry.rid))
                 state = [("pending",)]
             if state and state[0][0] == "pending":
                 self.ledger._commit_rows(entry.rid)
@@ -242,6 +289,14 @@ class LedgerRecorder:
                     "being written; run `postcode-privacy ledger show` to check"
                 )
         self._committed = True
+        if over_budget and budget is not None:
+            raise LedgerError(
+                f"release #{entry.rid} exceeds the budget ({option_name('budget')} "
+                f"{spend_text(budget)}): its files are in place and its draws are "
+                "recorded in the ledger, but its entry had been abandoned while it was being "
+                "written, and releases recorded meanwhile take some of its subjects over the "
+                "budget with it; run `postcode-privacy ledger show` to see the spend"
+            )
 
     def finish(self) -> None:
         """After success or failure: settle this release's entry if it is still pending."""
