@@ -126,7 +126,7 @@ LOOKS_THE_SAME = TWINS[3:10] + ["po\u017ftcode"]
 @pytest.mark.parametrize("twin", TWINS, ids=[t.encode("unicode_escape").decode() for t in TWINS])
 def test_a_column_named_like_the_postcode_column_is_refused(twin):
     """It may hold the true postcodes too, and every other column is released as it is, under
-    a name that looks like the true postcode column's (docs/release.md, "Reading the input")."""
+    a name that looks like the true postcode column's (docs/release.md, "Limits and unusual files")."""
     names = ["subject", "postcode", "visit", twin]
     with pytest.raises(InputDataError, match=r"^column 4 is named like postcode_column 'postcode'"):
         options().check_columns(names)

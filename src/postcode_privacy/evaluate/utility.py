@@ -39,7 +39,7 @@ def honest_float(x: Fraction) -> float:
 
 def float_below(x: Fraction) -> float:
     """The largest float at most ``x``: a range's lower bound, so that the stated range holds
-    the exact value (docs/evaluation.md).  As :func:`honest_float`, 0.0 only for exactly 0,
+    the exact value (docs/choosing-epsilon.md).  As :func:`honest_float`, 0.0 only for exactly 0,
     so a positive ``x`` below the smallest float (5e-324) is the one bound it cannot keep."""
     import math
 

@@ -148,7 +148,7 @@ class ReleaseOptions:
         identifier or postcode column, another column named like the postcode column but for
         case, surrounding spaces, invisible characters or Unicode form (it may hold true
         postcodes, and would be released as it is), or a column named like the output
-        (docs/release.md, "Reading the input").  Messages name columns by their position
+        (docs/release.md, "Limits and unusual files").  Messages name columns by their position
         only: a CSV file without a header line has its first record taken for the header,
         so a header name may be a cell value.  Only a CSV file's (``header_line``) asks
         whether it has a header line."""
