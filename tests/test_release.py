@@ -102,7 +102,10 @@ def test_out_column_may_not_be_mistaken_for_the_truth(small, key):
     df = frame(["1"], [codes[0]], postcode_dp=["x"])
     with pytest.raises(InvalidParameterError, match="own name"):
         release(df, graph, key, out_column="postcode")
-    with pytest.raises(InputDataError, match="already has a column named 'postcode_dp'"):
+    with pytest.raises(
+        InputDataError,
+        match=r"already has a column named like out_column 'postcode_dp' \(column 3\)",
+    ):
         release(df, graph, key)
 
 

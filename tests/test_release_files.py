@@ -816,7 +816,7 @@ def test_parquet_to_csv_refuses_values_a_cell_cannot_hold(grid, key, tmp_path, c
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [f"s{i}" for i in range(6)], "pc": codes[:6], "x": column}), src)
     out = tmp_path / "out.csv"
-    with pytest.raises(InvalidParameterError, match=r"column 3 \('x'\) holds .* Parquet"):
+    with pytest.raises(InvalidParameterError, match=r"column 3 holds .* Parquet"):
         release_file(
             src, out, key=key, graph=graph, epsilon=1, id_column="id", postcode_column="pc"
         )
@@ -928,7 +928,7 @@ def test_a_dictionary_index_too_small_for_the_row_groups_together_is_refused(gri
         ([f"b{i}" for i in range(n)], [codes[i % 36] for i in range(n)], [f"y{i}" for i in range(n)]),
         index_type=pa.int8(),
     )  # fmt: skip
-    with pytest.raises(InputDataError, match=r"\('level'\) is dictionary-encoded"):
+    with pytest.raises(InputDataError, match=r"column 3 is dictionary-encoded"):
         run(src, tmp_path / "out.parquet", graph, key, chunk_size=1000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 

@@ -1001,7 +1001,7 @@ def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_typ
     pq.write_table(pa.Table.from_pandas(people, preserve_index=False).append_column("t", bad), src)
     assert perturb(setup, src, tmp_path / "other.parquet") == 3
     err = capsys.readouterr().err
-    assert "record 2, column 4 ('t') holds a value that is not valid for its type" in err
+    assert "record 2, column 4 holds a value that is not valid for its type" in err
     assert "UTF-8" not in err
 
 
@@ -1018,15 +1018,13 @@ def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup,
             "far",
             pa.array([0, 10**7], pa.date32()),
             3,
-            "record 2, column 4 ('when') holds a date outside years 1 to 9999, which CSV "
-            "output cannot show",
+            "record 2, column 4 holds a date outside years 1 to 9999, which CSV output cannot show",
         ),
         (
             "zone",
             pa.array([0, 1], pa.timestamp("s", tz="Invalid/Zone")),
             8,
-            "column 4 ('when') holds timestamps in a time zone Python does not know "
-            "('Invalid/Zone')",
+            "column 4 holds timestamps in a time zone Python does not know ('Invalid/Zone')",
         ),
     ]:
         src, out = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
@@ -1058,7 +1056,7 @@ def test_a_dictionary_the_release_cannot_rewrite_is_named_by_its_input_column(
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=100)
     assert perturb(setup, tmp_path / "in.parquet", tmp_path / "out.parquet") == 3
     err = capsys.readouterr().err
-    assert "column 4 ('notes') is dictionary-encoded in a way this release cannot rewrite" in err
+    assert "column 4 is dictionary-encoded in a way this release cannot rewrite" in err
     assert "v1" not in err and "Traceback" not in err
     assert names(tmp_path) == ["in.parquet"]
 

@@ -308,11 +308,15 @@ def _cli(small, src, out, *extra):
     )
 
 
-def _local_year(seconds: int, zone: str | None) -> int:
-    """The year of a UTC instant in ``zone``, by pandas (not the writer's code)."""
+def _written_year(seconds: int, zone: str | None) -> int:
+    """The year a UTC instant is written in: its year in ``zone``, by pandas (not the writer's
+    code), or in UTC when the zone's offset then has seconds (local mean time)."""
     stamp = pd.Timestamp(seconds, unit="s")
     if zone is not None:
-        stamp = stamp.tz_localize("UTC").tz_convert(zone)
+        local = stamp.tz_localize("UTC").tz_convert(zone)
+        offset = local.tz_localize(None) - stamp  # (utcoffset() fails outside years 1-9999)
+        if not offset % pd.Timedelta(minutes=1):
+            return local.year
     return stamp.year
 
 
@@ -321,10 +325,11 @@ def _local_year(seconds: int, zone: str | None) -> int:
 def test_timestamps_at_the_ends_of_time_round_trip_or_are_refused_naming_the_record(
     small, tmp_path, capsys, unit, zone
 ):
-    """0001-01-01 00:00 UTC is year 0 in London (its offset was -0:01:15) and 9999-12-31 23:59
-    UTC is year 10000 in Tokyo: such a cell has no CSV text and is refused, naming its record
-    and column, with no output and no traceback (it was a NotImplementedError from pandas).
-    Every other cell reads back as the same instant; Parquet keeps them all."""
+    """9999-12-31 23:59 UTC is year 10000 in Tokyo: such a cell has no CSV text and is
+    refused, naming its record and column, with no output and no traceback (it was a
+    NotImplementedError from pandas).  0001-01-01 00:00 UTC, year 0 in London's local mean
+    time (-0:01:15), is written in UTC, as every moment of local mean time is.  Every other
+    cell reads back as the same instant; Parquet keeps them all."""
     _, codes, _ = small
     edges = [-62135596800, -62135596800 + 3600, 0, 253402300799 - 3600, 253402300799]
     kind = pa.timestamp(unit, tz=zone)
@@ -343,15 +348,13 @@ def test_timestamps_at_the_ends_of_time_round_trip_or_are_refused_naming_the_rec
     assert _cli(small, src, tmp_path / "out.parquet") == 0
     assert pq.read_table(tmp_path / "out.parquet").column("when").combine_chunks().equals(read)
     capsys.readouterr()
-    refused = [i for i, s in enumerate(edges) if not 1 <= _local_year(s, zone) <= 9999]
+    refused = [i for i, s in enumerate(edges) if not 1 <= _written_year(s, zone) <= 9999]
     code = _cli(small, src, tmp_path / "out.csv")
     err = capsys.readouterr().err
     assert "Traceback" not in err
     if refused:
         assert code == 3
-        assert (
-            f"record {refused[0] + 1}, column 3 ('when') holds a timestamp outside years 1 " in err
-        )
+        assert f"record {refused[0] + 1}, column 3 holds a timestamp outside years 1 " in err
         assert sorted(p.name for p in tmp_path.iterdir()) == [
             "in.parquet",
             "out.parquet",
@@ -381,7 +384,7 @@ def test_a_date_outside_years_1_to_9999_is_refused_for_csv(small, tmp_path, caps
     pq.write_table(pa.table({"person": [1, 2], "pc": codes[:2], "when": values}), src)
     assert _cli(small, src, tmp_path / "out.csv") == 3
     err = capsys.readouterr().err
-    assert "record 2, column 3 ('when') holds a " in err and "outside years 1 to 9999" in err
+    assert "record 2, column 3 holds a " in err and "outside years 1 to 9999" in err
     assert "Traceback" not in err and not (tmp_path / "out.csv").exists()
 
 
@@ -457,7 +460,7 @@ def test_every_storable_type_round_trips_or_is_refused_for_csv_up_front(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     if name in NO_CSV_TEXT:
-        assert code == 8 and "column 3 ('x') holds " in err and "Parquet" in err
+        assert code == 8 and "column 3 holds " in err and "Parquet" in err
         assert not (tmp_path / "out.csv").exists()
     else:
         assert code == 0, err
@@ -568,5 +571,98 @@ def test_a_dictionary_inside_a_list_view_is_refused_rather_than_leaked(small, tm
     pq.write_table(pa.table({"person": [1, 2, 3], "pc": pcs, "x": views}), src)
     assert _cli(small, src, tmp_path / "out.parquet", "--on-error", "drop") == 3
     err = capsys.readouterr().err
-    assert "('x') is dictionary-encoded in a way this release cannot rewrite" in err
+    assert "column 3 is dictionary-encoded in a way this release cannot rewrite" in err
     assert "Traceback" not in err and not (tmp_path / "out.parquet").exists()
+
+
+# -- plain decimals, and times of local mean time -----------------------------------------------
+
+DECIMALS = {
+    "d10": (pa.decimal128(20, 10), ["0", "1E-7", "-12.5", "1E+9"]),
+    "d2": (pa.decimal32(5, 2), ["1.5", "0", "-0.01", "999.99"]),
+    "d0": (pa.decimal64(18, 0), ["0", "1E+17", "-7", "5"]),
+    "d30": (pa.decimal256(40, 30), ["0", "1E-30", "-1E-29", "9"]),
+}
+PLAIN = {
+    "d10": ["0.0000000000", "0.0000001000", "-12.5000000000", "1000000000.0000000000"],
+    "d2": ["1.50", "0.00", "-0.01", "999.99"],
+    "d0": ["0", "100000000000000000", "-7", "5"],
+    "d30": [
+        "0.000000000000000000000000000000",
+        "0.000000000000000000000000000001",
+        "-0.000000000000000000000000000010",
+        "9.000000000000000000000000000000",
+    ],
+}
+
+
+def test_decimals_are_written_in_plain_form_with_their_scale_and_read_back_equal(small, tmp_path):
+    """Not "1.000E-7" or "0E-10" (docs/release.md, "Typed cells in CSV"): every digit of the
+    column's scale, no exponent; pyarrow and pandas read the same values back."""
+    import pyarrow.csv as pacsv
+
+    _, codes, _ = small
+    columns = {
+        name: pa.array([Decimal(v) for v in values], kind)
+        for name, (kind, values) in DECIMALS.items()
+    }
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"person": [1, 2, 3, 4], "pc": codes[:4], **columns}), src)
+    assert _cli(small, src, tmp_path / "out.csv") == 0
+    text = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    for name in DECIMALS:
+        assert text[name].tolist() == PLAIN[name]
+    # (pyarrow reads decimals from CSV only as decimal128: these values fit one)
+    types = {
+        name: pa.decimal128(min(k.precision, 38), k.scale) for name, (k, _) in DECIMALS.items()
+    }
+    back = pacsv.read_csv(
+        tmp_path / "out.csv", convert_options=pacsv.ConvertOptions(column_types=types)
+    )
+    by_pandas = pd.read_csv(tmp_path / "out.csv", converters=dict.fromkeys(DECIMALS, Decimal))
+    for name, column in columns.items():
+        assert back.column(name).combine_chunks().cast(column.type).equals(column)
+        assert by_pandas[name].tolist() == column.to_pylist()
+
+
+LMT = {
+    # zone: UTC instants (seconds) of local mean time, then of a zone offset in whole minutes
+    "Europe/London": [-4_418_438_400, -3_786_825_600, 1_593_561_600],  # 1829, 1850, 2020-07
+    "America/New_York": [-3_155_673_600, 0],  # 1870, 1970
+    "Africa/Monrovia": [-315_619_200, 946_684_800],  # 1960 (-00:44:30), 2000
+}
+
+
+@pytest.mark.parametrize("zone", list(LMT))
+def test_local_mean_time_is_written_in_utc_and_reads_back_as_the_same_instant(
+    small, tmp_path, zone
+):
+    """An offset with seconds ("-00:01:15", London before December 1847) reads back as no time
+    in pandas or pyarrow; such a moment is written in UTC, every other in its local time."""
+    import pyarrow.csv as pacsv
+
+    _, codes, _ = small
+    seconds = LMT[zone]
+    values = pa.array(seconds, pa.int64()).view(pa.timestamp("s", tz=zone))
+    src = tmp_path / "in.parquet"
+    n = len(seconds)
+    pq.write_table(pa.table({"person": range(n), "pc": codes[:n], "when": values}), src)
+    assert _cli(small, src, tmp_path / "out.csv") == 0
+    cells = pd.read_csv(tmp_path / "out.csv", dtype=str)["when"].tolist()
+    assert cells[0].endswith("+00:00")  # in UTC
+    assert cells[-1][19:] == {"Europe/London": "+01:00", "America/New_York": "-05:00"}.get(
+        zone, "+00:00"
+    )  # in local time
+    assert not any(re.search(r"[+-]\d\d:\d\d:\d\d$", c) for c in cells)
+    utc = pa.timestamp("s", tz="UTC")
+    back = pacsv.read_csv(
+        tmp_path / "out.csv", convert_options=pacsv.ConvertOptions(column_types={"when": utc})
+    ).column("when")
+    assert back.combine_chunks().equals(values.cast(utc))
+    by_pandas = pd.to_datetime(
+        pd.read_csv(tmp_path / "out.csv")["when"], utc=True, format="ISO8601"
+    )
+    assert [int(t.timestamp()) for t in by_pandas] == seconds
+    for cell, second in zip(cells, seconds, strict=True):  # parse_dates, one cell at a time
+        one = pd.read_csv(io.StringIO(f"t\n{cell}\n"), parse_dates=["t"])["t"]
+        assert int(one.iloc[0].timestamp()) == second

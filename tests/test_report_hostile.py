@@ -6,6 +6,7 @@ malformed ``SOURCE_DATE_EPOCH``."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -362,6 +363,57 @@ def test_a_percentage_is_never_an_untrue_0_or_100(value, text):
     from postcode_privacy.report._numbers import percent
 
     assert percent(value) == text
+
+
+def test_a_percentage_is_rounded_from_the_exact_value_not_a_float():
+    from postcode_privacy.report._numbers import percent
+
+    just_above = Fraction(265, 10000) + Fraction(1, 10**20)  # a float rounds it to 0.0265
+    assert percent(just_above) == "2.7%" and percent(Fraction(265, 10000)) == "2.6%"
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "text"),
+    [
+        (Fraction(2649, 100000), Fraction(2651, 100000), "2.6% to 2.7%"),  # nearest: 2.6% to 2.7%
+        (Fraction(2641, 100000), Fraction(2644, 100000), "2.6% to 2.7%"),  # nearest: 2.6% to 2.6%
+        (Fraction(2659, 100000), Fraction(2661, 100000), "2.6% to 2.7%"),  # nearest: 2.7% to 2.7%
+        (Fraction(1, 40), Fraction(26, 1000), "2.5% to 2.6%"),  # exact steps stay
+        (Fraction(26, 1000) - Fraction(1, 10**30), Fraction(26, 1000), "2.5% to 2.6%"),
+        (Fraction(1, 10**6), Fraction(3, 1000), "less than 0.1% to 0.3%"),
+        (Fraction(9991, 10000), 1 - Fraction(1, 10**9), "99.9% to more than 99.9%"),
+        (Fraction(0), Fraction(1), "0.0% to 100.0%"),
+    ],
+)
+def test_a_stated_range_is_rounded_outward_so_it_holds_the_exact_one(low, high, text):
+    from postcode_privacy.report._numbers import percent_range
+
+    assert percent_range(low, high) == text
+
+
+def test_float_bounds_of_a_range_hold_the_exact_value():
+    from postcode_privacy.evaluate.utility import float_above, float_below
+
+    for x in (Fraction(1, 3), Fraction(2, 3), Fraction(26, 1000), Fraction(1, 10**20)):
+        low, high = float_below(x), float_above(x)
+        assert Fraction(low) < x < Fraction(high)
+        assert math.nextafter(low, 1) == high  # the nearest floats either side
+    assert float_below(Fraction(1, 2)) == float_above(Fraction(1, 2)) == 0.5
+    assert float_below(Fraction(0)) == 0.0 and float_above(Fraction(1)) == 1.0
+    assert float_above(1 - Fraction(1, 10**20)) < 1  # never an untrue 1
+
+
+def test_the_reported_risk_range_holds_the_exact_one(geo):
+    """The one-release rate's range on the page (text) holds the one in the data (floats,
+    themselves rounded outward from the exact bounds: the test above)."""
+    report = build_report(geo, "1", sample=4, seed=3, releases=2)
+    row = report.data["attacker"]["rows"][0]
+    text = row["identification_rate_text"]
+    assert text in render_html(report)
+    bounds = [Fraction(b.rstrip("%")) / 100 for b in text.split(" to ")]
+    low, high = bounds[0], bounds[-1]
+    assert low <= Fraction(row["identification_rate"]) <= Fraction(row["identification_rate_high"])
+    assert Fraction(row["identification_rate_high"]) <= high
 
 
 def test_a_probability_is_never_an_untrue_0_or_1():

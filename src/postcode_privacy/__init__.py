@@ -8,6 +8,7 @@ and the warnings a caller may want to filter.  Everything else is internal and m
 Heavy modules load on first use.
 """
 
+from ._environment import before_importing_scipy
 from .errors import (
     ArtefactError,
     DuplicateSubjectWarning,
@@ -25,6 +26,11 @@ from .graph import Graph
 from .keyfile import read_key_file, write_key_file
 from .mechanism import Key, Mechanism
 from .version import OUTPUT_STABILITY_VERSION, __version__
+
+# numba (when it compiles) and the graph code import scipy, which a $SOURCE_DATE_EPOCH that
+# int() cannot read would stop with a baffling error; only ``report`` uses the variable.
+before_importing_scipy()
+del before_importing_scipy
 
 __all__ = [
     "Graph",

@@ -3,9 +3,13 @@
 The reproducible-builds convention (https://reproducible-builds.org/specs/source-date-epoch/)
 makes it a decimal integer of seconds since 1970-01-01 UTC, as ``date +%s`` prints it, and asks
 that a malformed value stop the build rather than be ignored.  Here it sets the date a report
-says it was generated.  It is checked by every command before any work, not only by ``report``:
-numpy reads the same variable with ``int()`` when scipy is first imported, so a malformed
-value would otherwise surface as a baffling error far from its cause.
+says it was generated, and only ``report`` reads it (before any work): every other command,
+``--help`` and ``keygen`` among them, runs whatever it holds.
+
+numpy reads the same variable with ``int()`` when scipy is first imported (``numpy.f2py``
+stamps the files it generates with it), so a malformed value would surface there as a
+baffling error far from its cause (numba imports scipy when it compiles): the package calls
+:func:`before_importing_scipy` when it is imported, so that scipy loads regardless.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import sys
 
 from .errors import InvalidParameterError
 
-__all__ = ["SOURCE_DATE_EPOCH", "source_date_epoch"]
+__all__ = ["SOURCE_DATE_EPOCH", "before_importing_scipy", "source_date_epoch"]
 
 SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 _UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -48,3 +53,24 @@ def source_date_epoch() -> _dt.datetime | None:
             f"${SOURCE_DATE_EPOCH} is out of range: it must name a moment from year 1 to year 9999"
         )
     return _UNIX_EPOCH + _dt.timedelta(seconds=int(text))
+
+
+def before_importing_scipy() -> None:
+    """Call before importing scipy: a ``$SOURCE_DATE_EPOCH`` that ``int()`` cannot read (which
+    only ``report`` uses, and refuses) would otherwise stop the import with numpy's
+    ValueError.  numpy.f2py, which scipy imports and which reads the variable once, for the
+    date it stamps on the Fortran wrappers it generates (none here), is imported with the
+    variable hidden; it is put back at once."""
+    text = os.environ.get(SOURCE_DATE_EPOCH)
+    if text is None or "numpy.f2py" in sys.modules:
+        return
+    try:
+        int(text)
+        return
+    except ValueError:
+        pass
+    del os.environ[SOURCE_DATE_EPOCH]
+    try:
+        import numpy.f2py  # noqa: F401
+    finally:
+        os.environ[SOURCE_DATE_EPOCH] = text

@@ -37,9 +37,6 @@ EXIT_INTERRUPTED = 130
 )
 def cli() -> None:
     """Release UK postcodes under metric differential privacy on a postcode graph."""
-    from ._environment import source_date_epoch
-
-    source_date_epoch()  # refused before any work if malformed (see _environment)
 
 
 def _exit_code(exc: BaseException) -> int:

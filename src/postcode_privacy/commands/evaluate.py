@@ -107,9 +107,7 @@ def _text(r: dict) -> str:
             f"{s['median_rank']:>12g} {s['median_posterior']:>16.3g}"
         )
     e = a["one_release_expected"]
-    rate = _pct(e["identification_rate"])
-    if e["identification_rate_high"] != e["identification_rate"]:
-        rate += f" to {_pct(e['identification_rate_high'])}"
+    rate = e["identification_rate_text"]  # rounded outward from the exact range
     lines += [
         "  (each row: one simulated set of draws per sampled postcode)",
         f"  one release, expected over the draw (exact for each sampled postcode): identified "
@@ -129,7 +127,7 @@ def _text(r: dict) -> str:
             f"  displacement to centroid: median {t['median_displacement_km']:.3f} km, "
             f"95th percentile {t['p95_displacement_km']:.3f} km; same local authority "
             f"{_pct(t['same_local_authority_share'])}",
-            f"  adversary: identified {t['identification_rate']:.1%}, median rank "
+            f"  adversary: identified {_pct(t['identification_rate'])}, median rank "
             f"{t['median_rank']:g}, median P(truth) {t['median_posterior']:.3g}",
         ]
         if "matching_epsilon" in t:

@@ -78,10 +78,12 @@ def report_command(
     as one; R and the teleport bound; exact displacement in a city, a town, a remote area (and
     --postcode), each with a map drawn offline from the graph's own postcode locations.
     """
+    from .._environment import source_date_epoch
     from .._progress import stage_progress
     from ..atomic import OutputClaim
     from ..report import build_report, read_manifest, write_report
 
+    source_date_epoch()  # the page's date: a malformed value is refused before any work
     if epsilon is None and manifest_path is None:
         raise click.UsageError("give --epsilon, or --manifest of a release")
     inputs = {"the manifest": manifest_path, "the graph artefact": graph_path}

@@ -38,7 +38,7 @@ from .calibrate import calibrate
 from .compromise import key_compromise, perturb_nodes
 from .exact import ExactMechanism
 from .truncation import group_codes, truncation_baseline
-from .utility import honest_float, measure_utility
+from .utility import float_above, float_below, honest_float, measure_utility
 
 FORMAT = "postcode-privacy-evaluation"
 FORMAT_VERSION = 1
@@ -248,10 +248,14 @@ class AdversaryScenarios:
         low = sum((e.low for e in self.one_expected), Fraction(0)) / n
         high = sum((e.high for e in self.one_expected), Fraction(0)) / n
         unchanged = sum((e.self_probability for e in self.one_expected), Fraction(0)) / n
+        from ..report._numbers import percent_range
+
         return {  # floats that are 0 or 1 only when exactly so (the fractions' digits grow
-            # with the sample: too many to write out)
-            "identification_rate": honest_float(low),
-            "identification_rate_high": honest_float(high),
+            # with the sample: too many to write out); the range's rounded outward, so that
+            # it holds the exact one, and its text made from the exact bounds
+            "identification_rate": float_below(low),
+            "identification_rate_high": float_above(high),
+            "identification_rate_text": percent_range(low, high),
             "unchanged_rate": honest_float(unchanged),
         }
 

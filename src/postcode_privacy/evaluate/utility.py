@@ -37,6 +37,29 @@ def honest_float(x: Fraction) -> float:
     return f
 
 
+def float_below(x: Fraction) -> float:
+    """The largest float at most ``x``: a range's lower bound, so that the stated range holds
+    the exact value (docs/choosing-epsilon.md).  As :func:`honest_float`, 0.0 only for exactly 0,
+    so a positive ``x`` below the smallest float (5e-324) is the one bound it cannot keep."""
+    import math
+
+    f = float(x)  # correctly rounded: within half a step of x
+    if Fraction(f) > x:
+        f = math.nextafter(f, -math.inf)
+    return honest_float(x) if f in (0.0, 1.0) else f
+
+
+def float_above(x: Fraction) -> float:
+    """The smallest float at least ``x``: a range's upper bound (:func:`float_below`); 1.0
+    only for exactly 1."""
+    import math
+
+    f = float(x)
+    if Fraction(f) < x:
+        f = math.nextafter(f, math.inf)
+    return honest_float(x) if f in (0.0, 1.0) else f
+
+
 @dataclass
 class PostcodeUtility:
     """Exact utility figures for one sampled postcode."""

@@ -9,9 +9,13 @@ type has one rule, chosen so that the text reads back as the same value:
 * floats (16, 32 or 64 bits) as the shortest text that reads back as the same 64-bit float
   (a narrower float is widened first, exactly): ``0.1``, ``0.10000000149011612`` for the
   float32 nearest 0.1, ``nan``, ``inf``, ``-inf``, ``-0.0``;
-* decimals with their scale (``1.50``), at full precision;
+* decimals in plain positional form with their column's scale (``1.50``, ``0.0000001000``,
+  ``0.0000000000``), never with an exponent, at full precision;
 * dates as ``YYYY-MM-DD``; times of day as ``HH:MM:SS``; timestamps as ``YYYY-MM-DD HH:MM:SS``
-  in their time zone's local time followed by its offset (``+01:00``) when they have one;
+  in their time zone's local time followed by its offset (``+01:00``) when they have one,
+  except that a moment whose offset is not a whole number of minutes (local mean time, such
+  as Europe/London's -00:01:15 before December 1847) is written in UTC (``+00:00``): pandas
+  and Arrow read no offset with seconds as a time;
   durations as ``D days HH:MM:SS`` (``-1 days +23:59:59`` for minus one second).  A fraction
   of a second is written only when it is not zero: six digits, or nine when it has
   nanoseconds;
@@ -36,6 +40,7 @@ _EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _DAY_NS = 86_400 * 10**9
 _DAY_MS = 86_400_000
+_MINUTE = datetime.timedelta(minutes=1)
 # Days from 1970-01-01 to the first and last dates Python (and ISO 8601) can write.
 _FIRST_DAY = datetime.date(1, 1, 1).toordinal() - datetime.date(1970, 1, 1).toordinal()
 _LAST_DAY = datetime.date(9999, 12, 31).toordinal() - datetime.date(1970, 1, 1).toordinal()
@@ -144,6 +149,11 @@ def _floats(array) -> list[str | None]:
     return _cells(array.cast(pa.float64()), repr)
 
 
+def _decimals(array) -> list[str | None]:
+    # str() would write 1E-7 or 0E-10; "f" keeps every digit of the scale, with no exponent.
+    return _cells(array, lambda value: format(value, "f"))
+
+
 def _dates(array) -> list[str | None]:
     per = _DAY_MS if array.type.bit_width == 64 else 1  # date64 counts milliseconds
     return [
@@ -198,12 +208,29 @@ def _timestamp_text(row: int, ns: int, zone: datetime.tzinfo | None) -> str:
         if zone is None:
             moment = _EPOCH + datetime.timedelta(seconds=seconds)
             return f"{moment.isoformat(sep=' ')}{_fraction(fraction)}"
-        local = (_EPOCH_UTC + datetime.timedelta(seconds=seconds)).astimezone(zone)
-        text = local.isoformat(sep=" ")  # "YYYY-MM-DD HH:MM:SS+HH:MM" (offset seconds if any)
-        return f"{text[:19]}{_fraction(fraction)}{text[19:]}"
-    except OverflowError:  # before year 1 or after 9999, in UTC or in the local time
-        where = "" if zone is None else " in its time zone"
-        raise Unshowable(row, f"a timestamp outside years 1 to 9999{where}") from None
+        moment = _EPOCH_UTC + datetime.timedelta(seconds=seconds)
+    except OverflowError:  # before year 1 or after 9999 in UTC
+        raise Unshowable(row, "a timestamp outside years 1 to 9999") from None
+    try:
+        local: datetime.datetime | None = moment.astimezone(zone)
+        offset = local.utcoffset() if local is not None else None
+    except OverflowError:  # the local time is before year 1 or after 9999
+        local, offset = None, _offset_inward(moment, zone)
+    if offset is not None and offset % _MINUTE:
+        # Local mean time: "-00:01:15" reads back as no time in pandas or Arrow; UTC does.
+        local = moment
+    if local is None:
+        raise Unshowable(row, "a timestamp outside years 1 to 9999 in its time zone")
+    text = local.isoformat(sep=" ")  # "YYYY-MM-DD HH:MM:SS+HH:MM"
+    return f"{text[:19]}{_fraction(fraction)}{text[19:]}"
+
+
+def _offset_inward(moment: datetime.datetime, zone: datetime.tzinfo) -> datetime.timedelta | None:
+    """The offset of ``zone`` two days after ``moment`` (before it, near year 9999), for a
+    moment whose local time has no datetime: no zone's offset changes within two days of
+    either end of time."""
+    inward = datetime.timedelta(days=2 if moment.year < 5000 else -2)
+    return (moment + inward).astimezone(zone).utcoffset()
 
 
 def _formatter(kind) -> Callable[[Any], list[str | None]] | None:
@@ -221,7 +248,7 @@ def _formatter(kind) -> Callable[[Any], list[str | None]] | None:
     if types.is_floating(kind):
         return _floats
     if types.is_decimal(kind):
-        return lambda array: _cells(array, str)
+        return _decimals
     if types.is_date(kind):
         return _dates
     if types.is_time(kind):

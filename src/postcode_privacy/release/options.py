@@ -144,19 +144,20 @@ class ReleaseOptions:
 
     def check_columns(self, columns: Iterable, *, header_line: bool = False) -> None:
         """Refuse an input whose columns cannot be released: duplicate names (also two names
-        that differ only in Unicode form, which look the same), no identifier or postcode
-        column, another column named like the postcode column but for case, surrounding
-        spaces or Unicode form (it may hold true postcodes, and would be released as it is),
-        or a column already named like the output.  Messages name columns, never cell
-        values; only a CSV file's (``header_line``) asks whether it has a header line,
-        which its first record would otherwise be taken for."""
+        that differ only in invisible characters or Unicode form, which look the same), no
+        identifier or postcode column, another column named like the postcode column but for
+        case, surrounding spaces, invisible characters or Unicode form (it may hold true
+        postcodes, and would be released as it is), or a column named like the output
+        (docs/release.md, "Limits and unusual files").  Messages name columns by their position
+        only: a CSV file without a header line has its first record taken for the header,
+        so a header name may be a cell value.  Only a CSV file's (``header_line``) asks
+        whether it has a header line."""
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
             from .tables import duplicate_columns_message
 
             raise InputDataError(duplicate_columns_message(names, header_line=header_line))
-        _refuse_names_alike(names, _composed, "have the same name in different Unicode forms")
         missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
         if missing:
             # The header's own cells are not echoed: without a header line they are a record.
@@ -173,22 +174,31 @@ class ReleaseOptions:
             )
         if not self.keep_source_postcode:
             self._refuse_postcode_twins(names)
-        if self.out_column in seen:
-            raise InputDataError(
-                f"the input already has a column named {self.out_column!r}; "
-                f"choose another {self.flag('out_column')}"
-            )
+        _refuse_names_alike(
+            names,
+            _looks_like,
+            "have names that differ only in invisible characters or Unicode form",
+        )
+        output_like = _looks_like(self.out_column)
+        for position, name in enumerate(names, start=1):
+            if _looks_like(name) == output_like:
+                # Even a look-alike: the output would hold two columns a reader cannot tell apart.
+                raise InputDataError(
+                    f"the input already has a column named like {self.flag('out_column')} "
+                    f"{self.out_column!r} (column {position}); choose another "
+                    f"{self.flag('out_column')}"
+                )
 
     def _refuse_postcode_twins(self, names: list) -> None:
         wanted = _loosely(self.postcode_column)
         for position, name in enumerate(names, start=1):
             if name != self.postcode_column and _loosely(name) == wanted:
+                # Its name is not echoed: in a CSV file without a header line it is a cell.
                 raise InputDataError(
-                    f"column {position} ({name!r}) is named like "
-                    f"{self.flag('postcode_column')} {self.postcode_column!r} but for case, "
-                    "surrounding spaces or Unicode form: it may hold true postcodes too, and "
-                    "every column but the true postcode is released as it is; rename or "
-                    "remove it"
+                    f"column {position} is named like {self.flag('postcode_column')} "
+                    f"{self.postcode_column!r} but for case, surrounding spaces, invisible "
+                    "characters or Unicode form: it may hold true postcodes too, and every "
+                    "column but the true postcode is released as it is; rename or remove it"
                 )
 
     def ledger_refusal(self) -> str | None:
@@ -238,15 +248,55 @@ class ReleaseOptions:
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
 
 
-def _composed(name: Any) -> Any:
-    """``name`` in Unicode's composed form (NFC): "é" whether one character or "e" and an
-    accent.  A name that is not text is itself."""
-    return unicodedata.normalize("NFC", name) if isinstance(name, str) else name
+def _looks_like(name: Any) -> Any:
+    """``name`` as it looks on screen: without invisible characters (:func:`_visible`) and in
+    Unicode's compatibility composed form (NFKC: "é" whether one character or "e" and an
+    accent, "Ｐ" as "P", a no-break space as a space).  A name that is not text is itself."""
+    if not isinstance(name, str):
+        return name
+    # Invisible characters go first (one between a letter and its accent keeps them apart),
+    # and again after NFKC, which may map a character to one.
+    return _visible(unicodedata.normalize("NFKC", _visible(name)))
+
+
+# Unicode's default-ignorable code points (DerivedCoreProperties.txt) that are not in category
+# Cf or Cc: fillers and variation selectors, which show nothing either.
+_IGNORABLE = (
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _visible(text: str) -> str:
+    """``text`` without the characters that show nothing: format (Cf: a zero-width space,
+    joiner or byte-order mark, a direction mark) and control (Cc) characters, and the other
+    default-ignorable code points."""
+    return "".join(c for c in text if not _invisible(c))
+
+
+def _invisible(char: str) -> bool:
+    if unicodedata.category(char) in ("Cf", "Cc"):
+        return True
+    code = ord(char)
+    return any(low <= code <= high for low, high in _IGNORABLE)
 
 
 def _loosely(name: Any) -> Any:
-    """``name`` as a person would read it: composed, without surrounding spaces, any case."""
-    return _composed(name).strip().casefold() if isinstance(name, str) else name
+    """``name`` as a person would read it: as it looks (:func:`_looks_like`), in any case,
+    without surrounding spaces."""
+    if not isinstance(name, str):
+        return name
+    # Case folding may undo NFKC (and NFKC may bring back a format character), so both again.
+    folded = unicodedata.normalize("NFKC", _looks_like(name).casefold())
+    return _visible(folded).strip()
 
 
 def _refuse_names_alike(names: list, form: Callable[[Any], Any], what: str) -> None:
@@ -259,14 +309,15 @@ def _refuse_names_alike(names: list, form: Callable[[Any], Any], what: str) -> N
 
 def _near_misses(names: list, missing: list) -> str:
     """For a column not found: the columns whose names match it but for case, surrounding
-    spaces or Unicode form, by position only (the header is not echoed)."""
+    spaces, invisible characters or Unicode form, by position only (the header is not
+    echoed)."""
     wanted = {_loosely(c) for c in missing}
     close = [str(i) for i, name in enumerate(names, start=1) if _loosely(name) in wanted]
     if not close:
         return ""
     return (
-        f"column {' and '.join(close)} has that name but for case, surrounding spaces or "
-        "Unicode form; give the name exactly as the header has it"
+        f"column {' and '.join(close)} has that name but for case, surrounding spaces, "
+        "invisible characters or Unicode form; give the name exactly as the header has it"
     )
 
 

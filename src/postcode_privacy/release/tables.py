@@ -428,21 +428,22 @@ def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
             if pa.types.is_timestamp(kind):  # the only scalar type without text
                 what = f"timestamps in a time zone Python does not know ({kind.tz!r})"
             raise InvalidParameterError(
-                f"column {position} ({name!r}) holds {what}, which a CSV cell cannot "
+                f"column {position} holds {what}, which a CSV cell cannot "
                 "hold unchanged: write the release as Parquet (an output name ending .parquet) "
                 "to keep them"
             )
 
 
 def column_label(name, columns) -> str:
-    """How a message names the column ``name``: its 1-based place among the input's
-    ``columns`` (the column the user sees in the file, wherever the output puts it) and its
-    header name, which is not a cell value.  A name the input lacks (the released column) is
-    named alone."""
+    """How a message names the column ``name``: by its 1-based place among the input's
+    ``columns`` (the column the user sees in the file, wherever the output puts it) only.
+    Its header name is not echoed: a CSV file without a header line has its first record
+    taken for the header, so a name may be a cell value.  A name the input lacks (the
+    released column, named by the caller's own option) is named alone."""
     position = next((i for i, c in enumerate(columns, start=1) if c == name), None)
     if position is None:
         return f"column {name!r}"
-    return f"column {position} ({name!r})"
+    return f"column {position}"
 
 
 def duplicate_columns_message(columns: list, *, header_line: bool = True) -> str:
@@ -677,7 +678,7 @@ def _check_utf8(batch, offset: int) -> None:
         return
     except pa.ArrowInvalid:
         pass
-    for position, name in enumerate(batch.schema.names):
+    for position in range(batch.num_columns):
         column = batch.column(position)
         try:
             column.validate(full=True)
@@ -687,7 +688,7 @@ def _check_utf8(batch, offset: int) -> None:
         if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
             # The bad text is in the column's dictionary, shared by many records.
             raise InputDataError(
-                f"column {position + 1} ({name!r}), from record {offset + 1} on, holds "
+                f"column {position + 1}, from record {offset + 1} on, holds "
                 "dictionary-encoded text that is not valid UTF-8"
             ) from None
         for row in range(len(column)):
@@ -700,7 +701,7 @@ def _check_utf8(batch, offset: int) -> None:
                     else f"a value that is not valid for its type ({column.type})"
                 )
                 raise InputDataError(
-                    f"record {offset + row + 1}, column {position + 1} ({name!r}) holds {what}"
+                    f"record {offset + row + 1}, column {position + 1} holds {what}"
                 ) from None
     raise InputDataError("the input Parquet file holds invalid data")
 
@@ -732,7 +733,7 @@ def _check_csv_text(batch, offset: int, columns: set) -> None:
             found = first_unshowable(batch.column(position))
             if found is not None:
                 raise InputDataError(
-                    f"record {offset + found.row + 1}, column {position + 1} ({name!r}) holds "
+                    f"record {offset + found.row + 1}, column {position + 1} holds "
                     f"{found.why}, which CSV output cannot show; release to a .parquet output "
                     "instead, which keeps it"
                 )

@@ -704,18 +704,20 @@ def _check_columns_ignoring_case(columns: list[str], options: ReleaseOptions) ->
     """Spark compares column names ignoring case unless ``spark.sql.caseSensitive`` is set:
     refuse, as ``check_columns`` does, two columns it would take for one, or an output column
     it would take for an input one (the release would fail later, or be unusable)."""
-    seen: dict[str, str] = {}
-    for name in columns:
-        other = seen.setdefault(name.lower(), name)
-        if other != name:
+    # Columns are named by position only: a DataFrame read from a CSV file without a header
+    # line has cell values for names.
+    seen: dict[str, int] = {}
+    for position, name in enumerate(columns, start=1):
+        other = seen.setdefault(name.lower(), position)
+        if other != position:
             raise InputDataError(
-                f"columns {other!r} and {name!r} differ only in case, and Spark takes them for "
+                f"columns {other} and {position} differ only in case, and Spark takes them for "
                 "one (spark.sql.caseSensitive is off); rename one"
             )
     if options.out_column.lower() in seen:
         raise InputDataError(
-            f"the input already has a column named {seen[options.out_column.lower()]!r}, which "
-            f"Spark takes for {options.out_column!r} (it ignores case); choose another "
+            f"column {seen[options.out_column.lower()]} of the input has a name Spark takes "
+            f"for {options.out_column!r} (it ignores case); choose another "
             f"{options.flag('out_column')}"
         )
 
