@@ -2,8 +2,8 @@
 
 Key files are owner-only (mode 0600): written so, and refused when read if group or others
 have any access, because whoever can read the file holds its secret: a release key undoes the
-protection of every release made with it, and a ledger's secret, with its database, finds who
-is in the ledger (docs/threat-model.md, "Key handling"; docs/ledger.md).  The same rules and
+protection of every release made with it, and a ledger's secret, with its database, tests
+guesses of who is in the ledger and where (docs/threat-model.md, "Key handling"; docs/ledger.md).  The same rules and
 words serve both, so no message here speaks of releases alone.
 
 A file that is not a key file at all (the wrong size, the wrong format) is refused as such

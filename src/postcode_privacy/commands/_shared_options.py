@@ -64,8 +64,7 @@ max_edge_km_option = click.option(
     default=50.0,
     show_default=True,
     metavar="KM",
-    help="Cut longer edges; connectivity is restored with the shortest cut edges.  "
-    f"Above 0 and at most {MAX_EDGE_KM:,.0f}.",
+    help="Cut longer edges; connectivity is restored with the shortest cut edges.",
 )
 
 
