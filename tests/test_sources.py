@@ -237,7 +237,7 @@ def test_onspd_missing_columns_and_files(tmp_path):
     plain.write_text("pcds,lat,long\nSW1A 1AA,51.5,-0.14\n")
     with pytest.raises(SourceDataError, match="easting"):
         read_onspd(plain)
-    with pytest.raises(SourceDataError, match="no such file"):
+    with pytest.raises(SourceDataError, match="does not exist"):
         read_onspd(tmp_path / "absent.csv")
 
 

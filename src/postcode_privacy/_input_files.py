@@ -3,7 +3,9 @@
 A name given on the command line may be anything: a FIFO that never ends or that nobody writes
 to, ``/dev/zero``, a 10 GB file, a directory.  :func:`read_small_file` opens it without
 blocking, refuses anything that is not a regular file, and reads at most ``limit + 1`` bytes,
-so a hostile or mistaken name costs neither memory nor a hung run.
+so a hostile or mistaken name costs neither memory nor a hung run.  :func:`open_regular_file`
+is the same check for a file too large to read at once (a source CSV, a zip): it hands back
+the open file, judged by the file opened and not by whatever the name points to a moment later.
 
 :func:`parse_json` is the strict reading of JSON that such files get: a key given twice in
 one object (where ``json`` would silently keep the last one), ``NaN`` or ``Infinity`` (not
@@ -14,23 +16,25 @@ RFC 8259 allows.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 
-__all__ = ["read_small_file", "parse_json", "visible_text", "MIB"]
+__all__ = ["open_regular_file", "read_small_file", "parse_json", "visible_text", "MIB"]
 
 MIB = 1 << 20
 
 
-def read_small_file(
-    path: str | os.PathLike, *, what: str, limit: int, error: type[Exception]
-) -> bytes:
-    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+def open_regular_file(
+    path: str | os.PathLike, *, what: str, error: type[Exception]
+) -> io.BufferedReader:
+    """The regular file at ``path``, opened for reading in binary.
 
-    Raises ``error`` (naming ``what``, e.g. "the manifest", and the reason, never the content)
-    if the file cannot be opened, is not a regular file (a FIFO, a device, a directory), or
-    holds more than ``limit`` bytes.  Postcondition: at most ``limit + 1`` bytes were read.
+    Raises ``error`` (naming ``what``, e.g. "the population file", and the reason, never the
+    content) if the file cannot be opened or is not a regular file: a FIFO (which could block
+    the run for ever), a device such as ``/dev/zero`` (which never ends), a directory or a
+    socket.  The name is opened without blocking and the check is made on the open file.
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
@@ -46,12 +50,26 @@ def read_small_file(
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(mode) else "a pipe, device or socket"
         raise error(f"{what} is not a regular file ({kind})")
-    with os.fdopen(fd, "rb") as handle:
+    return os.fdopen(fd, "rb")  # O_NONBLOCK means nothing for a regular file
+
+
+def read_small_file(
+    path: str | os.PathLike, *, what: str, limit: int, error: type[Exception]
+) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them.
+
+    Raises ``error`` (naming ``what``, e.g. "the manifest", and the reason, never the content)
+    if the file cannot be opened, is not a regular file (a FIFO, a device, a directory), or
+    holds more than ``limit`` bytes.  Postcondition: at most ``limit + 1`` bytes were read.
+    """
+    with open_regular_file(path, what=what, error=error) as handle:
+        # A file already larger than the limit is refused without reading any of it.
+        too_large = os.fstat(handle.fileno()).st_size > limit
         try:
-            data = handle.read(limit + 1)
+            data = b"" if too_large else handle.read(limit + 1)
         except OSError as exc:
             raise error(f"cannot read {what}: {exc.strerror or type(exc).__name__}") from None
-    if len(data) > limit:
+    if too_large or len(data) > limit:
         raise error(f"{what} is larger than {limit // MIB} MiB: it cannot be one")
     return data
 

@@ -1,8 +1,14 @@
 """Reading and writing key files (the I/O half of ``mechanism.keys``).
 
 Key files are owner-only (mode 0600): written so, and refused when read if group or others
-have any access, because whoever can read the key can undo the protection of every release
-made with it (docs/threat-model.md, "Key handling").
+have any access, because whoever can read the file holds its secret: a release key undoes the
+protection of every release made with it, and a ledger's secret, with its database, tests
+guesses of who is in the ledger and where (docs/threat-model.md, "Key handling"; docs/ledger.md).  The same rules and
+words serve both, so no message here speaks of releases alone.
+
+A file that is not a key file at all (the wrong size, the wrong format) is refused as such
+before its permissions are judged: advice to ``chmod 600`` a file that is no key would mislead.
+No message ever shows a byte of the file.
 """
 
 from __future__ import annotations
@@ -19,14 +25,25 @@ from .mechanism.keys import Key
 ENV_VAR = "POSTCODE_PRIVACY_KEY"
 
 
+def refuse_unusable_key_path(path: str | os.PathLike) -> None:
+    """Refuse an empty path, and one that names a directory (``a.key/``) as written."""
+    if not os.fspath(path):
+        raise KeyFileError("the key file path is empty; give the key file's name")
+    refuse_directory_path(path, "key file", KeyFileError)  # "a.key/" is not "a.key"
+
+
 def write_key_file(key: Key, path: str | os.PathLike) -> None:
     """Create ``path`` exclusively with owner-only permissions; never overwrite."""
-    refuse_directory_path(path, "key file", KeyFileError)
+    refuse_unusable_key_path(path)
     data = key.to_file_bytes()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise KeyFileError("refusing to overwrite an existing key file") from None
+        # Whatever is there (an older key, a file of data), replacing it could lose a key.
+        raise KeyFileError(
+            "refusing to overwrite: a file already exists at the key file's path (a key file "
+            "is never written over another file); choose a new name"
+        ) from None
     except OSError as exc:
         raise KeyFileError(f"cannot create key file: {exc.strerror}") from None
     try:
@@ -43,9 +60,9 @@ def _refuse_open_mode(mode: int) -> None:
     """Refuse a key file that group or others may read or write (POSIX permissions)."""
     if mode & 0o077:
         raise KeyFileError(
-            f"the key file is open to group or others (mode {mode:04o}); anyone who can read it "
-            "can undo the protection of every release made with it: run `chmod 600` on it "
-            "(and check who may already have read it)"
+            f"the key file is open to group or others (mode {mode:04o}); whoever can read it "
+            "holds its secret, which must stay as private as the true data: run `chmod 600` "
+            "on it (and check who may already have read it)"
         )
 
 
@@ -81,8 +98,8 @@ def _read_pipe(fd: int) -> bytes:
 
 
 def read_key_file(path: str | os.PathLike) -> Key:
-    """Read a key file, refusing one that is not a regular file or a pipe, or not owner-only
-    (``_refuse_open_mode``).
+    """Read a key file, refusing one that is not a regular file or a pipe, not a key file, or
+    not owner-only (``_refuse_open_mode``), in that order.
 
     The file is opened without blocking and checked through that one handle, so the mode
     checked is that of the file read, not of whatever the name pointed to a moment before.  A
@@ -90,7 +107,7 @@ def read_key_file(path: str | os.PathLike) -> Key:
     FIFO nobody writes to is an empty key file at once (``_read_pipe``).  A device or a
     directory is refused as not a key file (``/dev/null`` or a directory would be judged by a
     mode that means nothing for them)."""
-    refuse_directory_path(path, "key file", KeyFileError)  # "a.key/" is not "a.key"
+    refuse_unusable_key_path(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
@@ -106,15 +123,16 @@ def read_key_file(path: str | os.PathLike) -> Key:
         kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device or socket"
         raise KeyFileError(f"the key file is not a regular file or a pipe ({kind})")
     with os.fdopen(fd, "rb") as handle:
-        if os.name == "posix":
-            _refuse_open_mode(stat.S_IMODE(info.st_mode))
         try:
             data = _read_pipe(fd) if pipe else handle.read(_MAX_KEY_FILE_BYTES + 1)
         except OSError as exc:
             raise KeyFileError(f"cannot read key file: {exc.strerror}") from None
     if len(data) > _MAX_KEY_FILE_BYTES:
         raise KeyFileError("the key file is too large to be a key file")
-    return Key.from_file_bytes(data)
+    key = Key.from_file_bytes(data)  # not a key file: said first, whatever its mode
+    if os.name == "posix":
+        _refuse_open_mode(stat.S_IMODE(info.st_mode))  # the mode of the very file read
+    return key
 
 
 def key_from_environment() -> Key | None:

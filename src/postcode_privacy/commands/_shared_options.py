@@ -2,12 +2,36 @@
 
 The release options themselves (``--epsilon``, ``--radius``, ``--on-error`` ...) are declared
 by :class:`~postcode_privacy.release.options.ReleaseOptions`; these are the rest: which graph,
-where the output goes, and how chatty the command is.
+where the output goes, how chatty the command is, and the numeric options, each with the range
+in which it means something, so that an absurd value (``nan``, a negative count, a K that would
+run for days) is refused by click before any work, in the option's own name.  The bounds are
+the library's constants, so the command line and the Python API refuse the same values.
 """
 
 from __future__ import annotations
 
+import math
+
 import click
+
+from .._limits import MAX_HOPS, MAX_RELEASES
+
+# Ten times the length of Great Britain: a longer cut removes nothing more from a UK graph.
+# (build_graph itself takes any positive length: its exactness is tested beyond this.)
+MAX_EDGE_KM = 10_000.0
+# Seeds are recorded in JSON reports: beyond a signed 64-bit integer many readers lose digits.
+MAX_SEED = 2**63 - 1
+
+
+class _FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, which also refuses ``nan`` (it compares false with every bound)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail("nan is not a number.", param, ctx)
+        return number
+
 
 graph_option = click.option(
     "--graph",
@@ -34,6 +58,16 @@ def output_file_option(*, required: bool, help: str):
     return click.option("-o", "--output", required=required, metavar="FILE", help=help)
 
 
+max_edge_km_option = click.option(
+    "--max-edge-km",
+    type=_FiniteFloatRange(min=0, max=MAX_EDGE_KM, min_open=True),
+    default=50.0,
+    show_default=True,
+    metavar="KM",
+    help="Cut longer edges; connectivity is restored with the shortest cut edges.",
+)
+
+
 def sample_option(*, default: int, help: str):
     return click.option(
         "--sample",
@@ -47,16 +81,33 @@ def sample_option(*, default: int, help: str):
 
 def seed_option(help: str):
     return click.option(
-        "--seed", type=click.IntRange(min=0), default=0, show_default=True, metavar="S", help=help
+        "--seed",
+        type=click.IntRange(min=0, max=MAX_SEED),
+        default=0,
+        show_default=True,
+        metavar="S",
+        help=help,
     )
 
 
 def releases_option(help: str):
     return click.option(
         "--releases",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=1, max=MAX_RELEASES),
         default=20,
         show_default=True,
         metavar="K",
+        help=help,
+    )
+
+
+def hops_option(name: str, help: str):
+    """A hop count of a search (``--adversary-hops``): from 1 to the largest radius."""
+    return click.option(
+        name,
+        type=click.IntRange(min=1, max=MAX_HOPS),
+        default=6,
+        show_default=True,
+        metavar="H",
         help=help,
     )

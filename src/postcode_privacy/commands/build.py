@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli import cli
+from ._shared_options import max_edge_km_option
 
 TERMINATED_SUFFIX = ".terminated.parquet"
 
@@ -34,13 +35,7 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
     is_flag=True,
     help="Drop Northern Ireland (use for any artefact meant to be shared).",
 )
-@click.option(
-    "--max-edge-km",
-    type=float,
-    default=50.0,
-    show_default=True,
-    help="Cut longer edges; connectivity is restored with the shortest cut edges.",
-)
+@max_edge_km_option
 @click.option(
     "-o",
     "--output",
@@ -60,8 +55,6 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
 
     if (onspd is None) == (codepoint is None):
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")
-    if max_edge_km <= 0:
-        raise InvalidParameterError("--max-edge-km must be positive")
     # The shared output rules (atomic.OutputClaim): checked before the build, one run at a
     # time, never over a key file.
     with OutputClaim([output], force=force):

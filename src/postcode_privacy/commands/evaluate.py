@@ -12,6 +12,7 @@ from ..cli import cli
 from ._shared_options import (
     force_file_option,
     graph_option,
+    hops_option,
     output_file_option,
     progress_quiet_option,
     releases_option,
@@ -163,21 +164,11 @@ def mechanism_options(command):
 @sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
 @releases_option("Releases per subject for the repeated-release scenarios.")
 @seed_option("Seed of the evaluation's own randomness (sample and stand-in keys).")
-@click.option(
-    "--adversary-hops",
-    type=click.IntRange(min=1),
-    default=6,
-    show_default=True,
-    metavar="H",
-    help="Candidate set of the adversary: postcodes within H hops of an output.",
+@hops_option(
+    "--adversary-hops", "Candidate set of the adversary: postcodes within H hops of an output."
 )
-@click.option(
-    "--compromise-hops",
-    type=click.IntRange(min=1),
-    default=6,
-    show_default=True,
-    metavar="H",
-    help="Key compromise: search the postcodes within H hops of the output.",
+@hops_option(
+    "--compromise-hops", "Key compromise: search the postcodes within H hops of the output."
 )
 @click.option(
     "--no-matching-epsilon",

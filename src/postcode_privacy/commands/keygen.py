@@ -15,7 +15,8 @@ from ..cli import cli
     required=True,
     metavar="KEYFILE",
     type=click.Path(dir_okay=False, writable=False),
-    help="Key file to create.  It must not exist: a key file is never overwritten.",
+    help="Key file to create.  Nothing may exist at that path: a key file is never written "
+    "over another file, and there is no --force.",
 )
 def keygen_command(output: str) -> None:
     """Create a new key from the operating system's CSPRNG.

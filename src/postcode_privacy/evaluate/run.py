@@ -22,7 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..errors import InvalidParameterError, PostcodePrivacyError
+from .._limits import MAX_HOPS, MAX_RELEASES
+from ..errors import InvalidParameterError, PostcodePrivacyError, option_name
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
@@ -42,6 +43,16 @@ from .utility import float_above, float_below, honest_float, measure_utility
 
 FORMAT = "postcode-privacy-evaluation"
 FORMAT_VERSION = 1
+
+
+def check_count(name: str, value, maximum: int) -> int:
+    """``value`` as an int if it is a whole number from 1 to ``maximum``; else
+    InvalidParameterError naming the option as the user wrote it (``--releases``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidParameterError(f"{option_name(name)} must be a whole number")
+    if not 1 <= value <= maximum:
+        raise InvalidParameterError(f"{option_name(name)} must be from 1 to {maximum:,}")
+    return int(value)
 
 
 def select_sample(graph: Graph, size: int, seed: int) -> np.ndarray:
@@ -129,11 +140,9 @@ def evaluate_release(
         if progress is not None:
             progress(stage, done, total)
 
-    if isinstance(releases, bool) or not isinstance(releases, (int, np.integer)) or releases < 1:
-        raise InvalidParameterError("releases must be a whole number of at least 1")
-    for name, hops in (("adversary_hops", adversary_hops), ("compromise_hops", compromise_hops)):
-        if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 1:
-            raise InvalidParameterError(f"{name} must be a whole number of at least 1")
+    releases = check_count("releases", releases, MAX_RELEASES)
+    adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
+    compromise_hops = check_count("compromise_hops", compromise_hops, MAX_HOPS)
     mechanism = Mechanism(graph, epsilon, radius)
     exact = ExactMechanism(mechanism)
     nodes = select_sample(graph, sample, seed)

@@ -137,7 +137,8 @@ def _params(max_edge_km: float, params_extra: dict | None) -> dict:
     ):
         raise InvalidParameterError(f"{option_name('max_edge_km')} must be a number")
     max_edge_km = float(max_edge_km)
-    if not math.isfinite(max_edge_km) or max_edge_km <= 0:
+    # In metres too: 1e306 km is a finite float, but not in metres (the provenance records it).
+    if not math.isfinite(max_edge_km * 1000) or max_edge_km <= 0:
         raise InvalidParameterError(
             f"{option_name('max_edge_km')} must be a positive finite number of kilometres"
         )

@@ -100,6 +100,7 @@ def build_from_sources(
     }
     prior = None
     if population is not None:
+        from ..sources._reading import file_label, source_sha256
         from ..sources.population import apply_population, read_population
 
         counts = read_population(population)
@@ -107,7 +108,8 @@ def build_from_sources(
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": os.path.abspath(os.fspath(population)),
-            "sha256": sha256_of_file(population),
+            # as a regular file again: a name swapped for a FIFO since must not hang the build
+            "sha256": source_sha256(population, file_label(population)),
             "coverage": coverage,
         }
     else:

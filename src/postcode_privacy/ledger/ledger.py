@@ -13,7 +13,6 @@ from pathlib import Path
 
 from .._digest import sha256_of_file
 from .._input_files import MIB, parse_json, read_small_file
-from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
@@ -44,8 +43,10 @@ _MANIFEST_LIMIT = 4 * MIB  # as report --manifest: a manifest is a few kilobytes
 def secret_path_for(location: str, secret_path: str | os.PathLike | None) -> Path:
     """The ledger secret's key file: given, or ``LEDGER.key`` beside a SQLite ledger."""
     if secret_path is not None:
+        from ..keyfile import refuse_unusable_key_path
+
         # As given: Path("s.key/") would be "s.key", a file the user did not name.
-        refuse_directory_path(secret_path, "key file", KeyFileError)
+        refuse_unusable_key_path(secret_path)
         return Path(secret_path)
     if is_url(location):
         raise InvalidParameterError(

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._input_files import MIB, read_small_file
 from ..errors import ArtefactError, InvalidParameterError
 from ..graph.graph import Graph
 from ..postcodes import try_normalise
@@ -48,6 +49,10 @@ __all__ = [
 
 SIDECAR_ATTR = "postcode_privacy_sidecar"  # DataFrame.attrs key: {"file", "sha256"} as read
 PROVENANCE_KEY = "terminated_sidecar"  # graph provenance key: {"file", "sha256", "rows"}
+
+# Every postcode the ONS has ever listed (about 2.7 million) fits in a Parquet sidecar of well
+# under 100 MiB; a larger file is no sidecar that `build` wrote.
+_SIDECAR_LIMIT = 256 * MIB
 
 _lock = threading.Lock()
 _bundled: pd.DataFrame | None = None
@@ -161,14 +166,14 @@ def sidecar_record(data: bytes, name: str, rows: int) -> dict:
 
 def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
     """Read a terminated-postcode sidecar; its name and the sha256 of the very bytes parsed are
-    kept in ``attrs[SIDECAR_ATTR]`` for :func:`check_sidecar`.  Unreadable → ArtefactError."""
+    kept in ``attrs[SIDECAR_ATTR]`` for :func:`check_sidecar`.  Unreadable, not a regular file
+    or larger than any sidecar (256 MiB) → ArtefactError."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ArtefactError(
-            f"cannot read the terminated-postcode sidecar: {exc.strerror or type(exc).__name__}"
-        ) from None
+    # Never a FIFO (a hung run), a device (/dev/zero: memory until the run dies) or a file far
+    # larger than any sidecar: read_small_file refuses each before reading it.
+    data = read_small_file(
+        path, what="the terminated-postcode sidecar", limit=_SIDECAR_LIMIT, error=ArtefactError
+    )
     try:
         table = pd.read_parquet(io.BytesIO(data))
     except Exception:  # any parse failure of a damaged file is the same clean error

@@ -21,10 +21,16 @@ import numpy as np
 
 from .._environment import source_date_epoch
 from .._input_files import visible_text
+from .._limits import MAX_HOPS, MAX_RELEASES
 from ..errors import InvalidParameterError
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
-from ..evaluate.run import adversary_scenarios, identify_mechanism, select_sample
+from ..evaluate.run import (
+    adversary_scenarios,
+    check_count,
+    identify_mechanism,
+    select_sample,
+)
 from ..evaluate.truncation import group_codes, truncation_baseline
 from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
@@ -221,6 +227,8 @@ def build_report(
         epsilon, radius = release.epsilon, release.radius
     if epsilon is None:
         raise InvalidParameterError("give --epsilon, or --manifest of a release")
+    releases = check_count("releases", releases, MAX_RELEASES)
+    adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
     mechanism = Mechanism(graph, epsilon, radius)
     exact = ExactMechanism(mechanism)
     places = [dict(e) for e in example_postcodes(graph)]

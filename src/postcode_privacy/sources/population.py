@@ -5,6 +5,9 @@ Three layouts are recognised from the header (case-insensitive):
 * Census 2021 (Nomis ``pcd_p001.csv``): one row per postcode and sex, with a count column;
 * Census 2011 (``Postcode,Total,Males,Females,Occupied_Households``): the ``Total`` column;
 * plain ``postcode,population``.
+
+Messages name the file, a line and a column by position, never a value or a header name: a
+file without a header has a first row of data (docs/graph.md, "Building from source files").
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SourceDataError
+from ._reading import file_label, open_source, unreadable
 from .table import normalise_postcodes
 
 __all__ = ["read_population", "apply_population"]
 
 _COUNT = re.compile(r"\d+")
+_MAX_COUNT_DIGITS = 18  # any count of at most 18 digits fits in int64; no postcode has more
 
 
 def _postcode_column(names: list[str]) -> int | None:
@@ -53,7 +58,10 @@ def _layout(names: list[str], label: str) -> tuple[int, int, int | None]:
     """Return (postcode column, count column, sex column or None)."""
     postcode = _postcode_column(names)
     if postcode is None:
-        raise SourceDataError(f"{label}: no postcode column among {names}")
+        raise SourceDataError(
+            f"{label}: no postcode column in the header row (one named postcode, pcd..., "
+            "geography or geography code)"
+        )
     others = [i for i in range(len(names)) if i != postcode]
     sex = next((i for i in others if "sex" in names[i]), None)
     count = _count_column(names, others)
@@ -66,7 +74,10 @@ def _layout(names: list[str], label: str) -> tuple[int, int, int | None]:
     if single is None and len(names) == 2:
         single = others[0]
     if single is None:
-        raise SourceDataError(f"{label}: unrecognised population layout, columns {names}")
+        raise SourceDataError(
+            f"{label}: unrecognised population layout: the header row names no count column "
+            "(count, total or population)"
+        )
     return postcode, single, None
 
 
@@ -80,14 +91,14 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     In the long (per-sex) layout, the sexes are summed; a total row ("All persons", code 0)
     is used only for a postcode that has no per-sex rows, so nothing is counted twice.
     """
-    path = os.fspath(path)
-    label = os.path.basename(path)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise SourceDataError(f"{label}: no such file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SourceDataError(f"{label}: {exc}") from None
+    label = file_label(path)
+    with open_source(path, label) as handle:
+        try:
+            frame = pd.read_csv(handle, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        except pd.errors.EmptyDataError:
+            raise SourceDataError(f"{label} is empty") from None
+        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+            raise unreadable(label, exc) from None
     names = [str(c).strip().lower() for c in frame.columns]
     pc_col, count_col, sex_col = _layout(names, label)
     frame = frame.fillna("")  # short rows leave NaN even with keep_default_na=False
@@ -97,16 +108,16 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     if bad.any():
         raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: not a postcode in form")
     text = frame.iloc[:, count_col].str.strip()
+    column = f"column {count_col + 1} (the count)"
     bad = ~text.str.fullmatch(_COUNT.pattern).to_numpy(dtype=bool)
     if bad.any():
         raise SourceDataError(
-            f"{label}: line {_first_bad_line(bad)}: "
-            f"{names[count_col]!r} is not a non-negative integer"
+            f"{label}: line {_first_bad_line(bad)}: {column} is not a non-negative integer"
         )
-    try:
-        counts = text.astype("int64").to_numpy()
-    except (OverflowError, ValueError):
-        raise SourceDataError(f"{label}: {names[count_col]!r} has a count too large") from None
+    bad = (text.str.lstrip("0").str.len() > _MAX_COUNT_DIGITS).to_numpy(dtype=bool)
+    if bad.any():
+        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: {column} is too large")
+    counts = text.astype("int64").to_numpy()
 
     if sex_col is None:
         duplicated = pd.Series(postcodes).duplicated().to_numpy()
@@ -117,7 +128,8 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     sex = frame.iloc[:, sex_col].str.strip()
     if (sex == "").any():
         raise SourceDataError(
-            f"{label}: line {_first_bad_line((sex == '').to_numpy())}: {names[sex_col]!r} is empty"
+            f"{label}: line {_first_bad_line((sex == '').to_numpy())}: "
+            f"column {sex_col + 1} (the sex) is empty"
         )
     pairs = pd.DataFrame({"postcode": postcodes, "sex": sex.to_numpy(dtype=object)})
     duplicated = pairs.duplicated().to_numpy()

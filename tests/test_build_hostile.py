@@ -1,0 +1,172 @@
+"""``build`` and its source readers against a hostile user: messages that could quote a cell
+(a headerless file's first row is data, so its "header names" are cells too), inputs that are
+not regular files, and ``--max-edge-km`` values that mean nothing."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from postcode_privacy.cli import main
+from postcode_privacy.errors import InvalidParameterError, SourceDataError
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.sources.codepoint import read_codepoint
+from postcode_privacy.sources.onspd import read_onspd
+from postcode_privacy.sources.population import read_population
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sources"
+ONSPD = FIXTURES / "ONSPD_FEB_2024_UK.csv"
+SECRET = "QZXSECRETQZX"  # a value no message may contain
+
+
+def fifo_nobody_writes(path, after: float):
+    """A FIFO no one writes to; from ``after`` seconds on, for ten seconds, every reader blocked
+    on it is freed (a writer opens and closes it), so code that waits fails instead of hanging."""
+    os.mkfifo(path)
+
+    def free_blocked_readers():
+        time.sleep(after)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:  # succeeds only while a reader has the FIFO open
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+    threading.Thread(target=free_blocked_readers, daemon=True).start()
+    return path
+
+
+def _message(excinfo) -> str:
+    return str(excinfo.value)
+
+
+# -- messages never quote a cell ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # headerless: the first row is data, so it names no column
+        (f"{SECRET} 1AA,{SECRET}\nAB1 0AA,3\n", "no postcode column"),
+        (f"postcode,{SECRET}\nAB1 0AA,{SECRET}\n", "line 2: column 2 .*not a non-negative"),
+        (f"postcode,{SECRET}\nAB1 0AA,1{'9' * 30}\n", "line 2: column 2 .*too large"),
+        (f"postcode,sex,count\nAB1 0AA,,{SECRET}\n", "line 2: column 3"),
+        (f"postcode,{SECRET},other\nAB1 0AA,1\n", "no count column"),
+    ],
+)
+def test_population_messages_name_positions_not_values(tmp_path, content, expected):
+    path = tmp_path / "pop.csv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SourceDataError, match=expected) as excinfo:
+        read_population(path)
+    assert "pop.csv" in _message(excinfo)
+    assert SECRET.lower() not in _message(excinfo).lower()
+
+
+def test_population_sex_column_named_by_position(tmp_path):
+    path = tmp_path / "pop.csv"
+    path.write_text(f"postcode,{SECRET} sex,count\nAB1 0AA,,1\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match="line 2: column 2 .*empty") as excinfo:
+        read_population(path)
+    assert SECRET.lower() not in _message(excinfo).lower()
+
+
+def test_undecodable_bytes_are_not_quoted(tmp_path):
+    population = tmp_path / "pop.csv"
+    population.write_bytes(b"postcode,population\nAB1 0AA,3\xfe\n")
+    with pytest.raises(SourceDataError, match="pop.csv is not UTF-8 text") as excinfo:
+        read_population(population)
+    assert "0xfe" not in _message(excinfo)
+
+    onspd = tmp_path / "o.csv"
+    onspd.write_bytes(b"pcds,oseast1m,osnrth1m\nAB1 0AA,1\xfe,3\n")
+    with pytest.raises(SourceDataError, match="o.csv is not UTF-8 text") as excinfo:
+        read_onspd(onspd)
+    assert "0xfe" not in _message(excinfo)
+
+
+def test_malformed_csv_names_the_line_only(tmp_path):
+    path = tmp_path / "pop.csv"
+    path.write_text(f"postcode,population\nAB1 0AA,3\nAB1 0AB,4,{SECRET}\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match="not a well-formed CSV file at line 3") as excinfo:
+        read_population(path)
+    assert SECRET not in _message(excinfo)
+
+
+def test_onspd_bad_coordinate_names_column_by_position_and_role(tmp_path):
+    path = tmp_path / "o.csv"
+    path.write_text(f"pcds,OSEAST1M,osnrth1m\nAB1 0AA,{SECRET},3\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match=r"line 2: column 2 \(easting\) is not a number"):
+        read_onspd(path)
+
+
+def test_codepoint_bad_gzip_does_not_quote_its_bytes(tmp_path):
+    data = tmp_path / "cp" / "Data" / "CSV"
+    data.mkdir(parents=True)
+    (data / "ab.csv.gz").write_bytes(b"QZ" + SECRET.encode())
+    with pytest.raises(SourceDataError, match="ab.csv.gz is truncated or not in") as excinfo:
+        read_codepoint(tmp_path / "cp")
+    assert "QZ" not in _message(excinfo)
+
+
+# -- inputs must be regular files --------------------------------------------------------------
+
+
+def test_fifo_inputs_are_refused_without_waiting(tmp_path):
+    fifo = fifo_nobody_writes(tmp_path / "fifo.csv", after=3)
+    for reader in (read_population, read_onspd, read_codepoint):
+        with pytest.raises(SourceDataError, match="fifo.csv is not a regular file"):
+            reader(fifo)
+
+
+def test_a_fifo_among_codepoint_data_files_is_refused(tmp_path):
+    data = tmp_path / "cp" / "Data" / "CSV"
+    data.mkdir(parents=True)
+    fifo_nobody_writes(data / "ab.csv", after=3)
+    with pytest.raises(SourceDataError, match="ab.csv is not a regular file"):
+        read_codepoint(tmp_path / "cp")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_a_device_is_refused(tmp_path):
+    # /dev/null stands for every device: /dev/zero would never end (and fill memory).
+    for reader in (read_population, read_onspd):
+        with pytest.raises(SourceDataError, match="null is not a regular file"):
+            reader("/dev/null")
+    data = tmp_path / "cp" / "Data" / "CSV"
+    data.mkdir(parents=True)
+    (data / "ab.csv").symlink_to("/dev/null")
+    with pytest.raises(SourceDataError, match="ab.csv is not a regular file"):
+        read_codepoint(tmp_path / "cp")
+
+
+def test_build_refuses_a_fifo_population_file(tmp_path, capsys):
+    fifo = fifo_nobody_writes(tmp_path / "pop.csv", after=3)
+    out = tmp_path / "g.ppgraph"
+    args = ["build", "--onspd", str(ONSPD), "--population", str(fifo), "-o", str(out), "--quiet"]
+    assert main(args) == 7
+    assert "pop.csv is not a regular file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# -- --max-edge-km -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-1", "0", "10000.5", "1e308"])
+def test_max_edge_km_out_of_range_is_a_usage_error(tmp_path, capsys, value):
+    out = tmp_path / "g.ppgraph"
+    args = ["build", "--onspd", str(ONSPD), "--max-edge-km", value, "-o", str(out), "--quiet"]
+    assert main(args) == 2
+    assert "Invalid value for '--max-edge-km'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_build_graph_refuses_a_limit_with_no_finite_length_in_metres():
+    with pytest.raises(InvalidParameterError, match="max_edge_km must be a positive finite"):
+        build_graph(["AB1 0AA", "AB1 0AB"], [0, 1], [0, 0], max_edge_km=1e306)
