@@ -22,6 +22,7 @@ recording at once can never both spend the same allowance.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -37,7 +38,7 @@ from ..version import OUTPUT_STABILITY_VERSION
 from .accounting import KNOWN_SUBJECT, NEW_SUBJECT, REPEAT, ReleaseAccount, distribution
 from .digests import DrawParameters
 from .errors import LedgerError
-from .ledger import Ledger, now, owner_tag
+from .ledger import Ledger, _damage_is_a_ledger_error, now, owner_tag
 
 if TYPE_CHECKING:
     from ..graph.graph import Graph
@@ -168,7 +169,7 @@ class LedgerRecorder:
         uid = secrets.token_hex(16)
         path = os.path.abspath(output_path)
         new = account.new_draws + account.borrowed
-        with store.write():
+        with store.write(), _damage_is_a_ledger_error(store):
             if self.budget is not None and new:
                 self._recheck_budget(account, self.budget)
             rid = (store.query("SELECT COALESCE(MAX(id), 0) FROM releases")[0][0] or 0) + 1
@@ -224,23 +225,33 @@ class LedgerRecorder:
             raise LedgerError("the release was not recorded in the ledger before its renames")
         _pause_for_tests("renamed")
         store = self.ledger.store
-        with store.write():
-            state = store.query(
-                "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
-            )
-            if state and state[0][0] == "abandoned":
-                # Another process judged this release dead before its renames (possible only
-                # across machines, after the grace period): the files exist now, so restore.
-                account = self.account
-                self.ledger._record_rows(entry.rid, account.new_draws + account.borrowed)
-                state = [("pending",)]
-            if state and state[0][0] == "pending":
-                self.ledger._commit_rows(entry.rid)
-            elif not state:
-                raise LedgerError(
-                    "the ledger entry of this release was removed while it was "
-                    "being written; run `postcode-privacy ledger show` to check"
+        removed = False
+        try:
+            with store.write(), _damage_is_a_ledger_error(store):
+                state = store.query(
+                    "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
                 )
+                if state and state[0][0] == "abandoned":
+                    # Another process judged this release dead before its renames (possible
+                    # only across machines, after the grace period): the files exist now, so
+                    # restore.
+                    account = self.account
+                    self.ledger._record_rows(entry.rid, account.new_draws + account.borrowed)
+                    state = [("pending",)]
+                if state and state[0][0] == "pending":
+                    self.ledger._commit_rows(entry.rid)
+                removed = not state
+        except LedgerError as exc:  # the ledger's surroundings (a full disk, a lost server)
+            raise LedgerError(
+                f"the release's files are in place, but {exc}; its ledger entry may still be "
+                "pending, counting against budgets until the ledger is next opened and settles "
+                'it (docs/ledger.md, "Atomicity")'
+            ) from None
+        if removed:
+            raise LedgerError(
+                "the ledger entry of this release was removed while it was "
+                "being written; run `postcode-privacy ledger show` to check"
+            )
         self._committed = True
 
     def finish(self) -> None:
@@ -248,8 +259,11 @@ class LedgerRecorder:
         entry = self._entry
         if entry is None or self._committed:
             return
+        # Only a failed release gets here, and its error is the one to report: an entry that
+        # cannot be settled now (a full disk, a lost server) stays pending, for the next
+        # opening of the ledger to settle (docs/ledger.md, "Atomicity").
         store = self.ledger.store
-        with store.write():
+        with contextlib.suppress(LedgerError), store.write(), _damage_is_a_ledger_error(store):
             state = store.query("SELECT state FROM releases WHERE id = ?", (entry.rid,))
             if not state or state[0][0] != "pending":
                 return
