@@ -183,7 +183,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 # column missing, ...) is about its contents.
 _SQLITE_SURROUNDINGS = {
     sqlite3.SQLITE_FULL: "its disk is full",
-    sqlite3.SQLITE_IOERR: "reading or writing its disk failed (an I/O error)",
+    sqlite3.SQLITE_IOERR: "reading or writing its disk failed (an I/O error, or a full disk)",
     sqlite3.SQLITE_READONLY: (
         "it cannot be written here (a read-only file, directory or file system)"
     ),
