@@ -153,14 +153,16 @@ def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypa
     real_connect = sqlite3.connect
 
     def connect(path, *args, **kwargs):
-        at_connect.append(os.stat(path).st_mode & 0o777 if os.path.exists(path) else None)
+        if not kwargs.get("uri"):  # a read-only probe (a URI) never creates a file
+            at_connect.append(os.stat(path).st_mode & 0o777 if os.path.exists(path) else None)
         return real_connect(path, *args, **kwargs)
 
     monkeypatch.setattr(stores.sqlite3, "connect", connect)
     old_umask = os.umask(0)
     try:
         Ledger.init(str(where), None).close()
-        assert at_connect == [0o600]  # SQLite never creates the file itself
+        # SQLite never creates the file itself: not the one being built, nor the one in place
+        assert at_connect == [0o600, 0o600]
         with Ledger.open(str(where), None):
             files = sorted(tmp_path.glob("ledger.db*"))
             modes = {p.name: p.stat().st_mode & 0o777 for p in files}
@@ -990,15 +992,17 @@ def test_a_ledger_whose_creation_fails_part_way_leaves_nothing_and_no_traceback(
     assert main(["ledger", "init", str(tmp_path / "L.db")]) == 0  # a second try is not blocked
 
 
-def test_files_beside_a_new_ledger_that_were_there_before_are_left_alone(tmp_path, capsys):
-    """SQLite cannot make its write-ahead log where a directory has its name: the creation
-    fails cleanly, and the files that were there before it are still there."""
-    (tmp_path / "L.db-wal").mkdir()
-    (tmp_path / "L.db-shm").write_text("keep")
-    assert main(["ledger", "init", str(tmp_path / "L.db")]) != 0
-    assert "cannot create the ledger" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db-shm", "L.db-wal"]
-    assert (tmp_path / "L.db-shm").read_text() == "keep"
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_sqlite_files_beside_a_new_ledger_refuse_it_and_are_left_alone(tmp_path, capsys, suffix):
+    """A -wal, -shm or -journal file of another database beside the path (SQLite would read
+    a stale -wal as part of the new ledger) refuses the creation up front (exit code 5); the
+    file is left as it was and nothing is created."""
+    (tmp_path / f"L.db{suffix}").write_text("keep")
+    assert main(["ledger", "init", str(tmp_path / "L.db")]) == 5
+    err = capsys.readouterr().err
+    assert f"SQLite's files of another database are beside that path ({suffix}" in err
+    assert [p.name for p in tmp_path.iterdir()] == [f"L.db{suffix}"]
+    assert (tmp_path / f"L.db{suffix}").read_text() == "keep"
 
 
 def test_spend_text_keeps_every_digit_and_budgets_are_bounded():

@@ -42,9 +42,10 @@ def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str
 
 
 def open_ledger(location: str, secret: str | None):
+    """For the commands that only read the ledger: read-only where it cannot be written."""
     from ..ledger import Ledger
 
-    return Ledger.open(location, secret)
+    return Ledger.open_for_reading(location, secret)
 
 
 @cli.group("ledger")
@@ -74,6 +75,15 @@ def show_command(location, secret, as_json) -> None:
     """Releases recorded, and the distribution of cumulative spend over subjects."""
     with open_ledger(location, secret) as ledger:
         summary = ledger.summary()
+        unsettled = ledger.store.read_only and any(
+            r["state"] == "pending" for r in summary["releases"]
+        )
+    if unsettled:
+        click.echo(
+            "note: the ledger cannot be written here, so releases left pending were not "
+            'settled (docs/ledger.md, "Read-only media")',
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(_jsonable(summary), indent=2))
         return
@@ -155,9 +165,9 @@ def run_check(
     from ..ledger import check_release, parse_budget
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
+    limit = None if budget is None else parse_budget(budget)  # after --epsilon, before any file
     refuse_ledger_secret_as_key(key_path, location, secret)
     key = resolve_key(key_path)
-    limit = None if budget is None else parse_budget(budget)
     with open_ledger(location, secret) as ledger:
         return check_release(
             ledger,

@@ -181,6 +181,11 @@ def perturb_command(
     options = pop_release_options(release_options)  # validated here, once
     if ledger_location is None and (budget is not None or dry_run or ledger_secret is not None):
         raise click.UsageError("--budget, --dry-run and --ledger-secret need --ledger")
+    limit = None
+    if budget is not None:  # checked after --epsilon and before any file, as in `ledger check`
+        from ..ledger.accounting import parse_budget
+
+        limit = parse_budget(budget)
     refusal = None if ledger_location is None else options.ledger_refusal()
     if refusal is not None:  # before the ledger opens: --dry-run is refused too
         raise click.UsageError(refusal)
@@ -212,9 +217,8 @@ def perturb_command(
     with contextlib.ExitStack() as stack:
         recorder = None
         if ledger_location is not None:
-            from ..ledger import Ledger, LedgerRecorder, parse_budget
+            from ..ledger import Ledger, LedgerRecorder
 
-            limit = None if budget is None else parse_budget(budget)
             ledger = stack.enter_context(Ledger.open(ledger_location, ledger_secret))
             recorder = LedgerRecorder(ledger, limit)
         with sigterm_as_interrupt(), echo_library_warnings():

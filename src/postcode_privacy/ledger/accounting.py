@@ -77,21 +77,14 @@ def spend_text(value: Fraction) -> str:
 
 
 def parse_budget(value: object) -> Fraction:
-    """A budget: an exact positive decimal, parsed like epsilon's text (never a float), from
-    0.0001 to 1,000,000 with at most 30 significant digits (the range keeps the exact
-    arithmetic and its text small: ``1e999999999`` would be a billion-digit integer)."""
-    from ..errors import InvalidParameterError, option_name
-    from ..mechanism.epsilon import MAX_DIGITS, decimal_from_text, significant_digits
+    """A budget: an exact positive decimal, parsed by epsilon's own rules (``exact_decimal``,
+    never a float), from 0.0001 to 1,000,000 with at most 30 significant digits (the range
+    keeps the exact arithmetic and its text small: ``1e999999999`` would be a billion-digit
+    integer)."""
+    from ..errors import option_name
+    from ..mechanism.epsilon import exact_decimal
 
-    name = option_name("budget")
-    number = decimal_from_text(value, name, "4")
-    if number <= 0:
-        raise InvalidParameterError(f"{name} must be greater than 0")
-    if not MIN_BUDGET <= number <= MAX_BUDGET:
-        raise InvalidParameterError(f"{name} must be from {MIN_BUDGET} to {MAX_BUDGET}")
-    if significant_digits(number) > MAX_DIGITS:
-        raise InvalidParameterError(f"{name} may have at most {MAX_DIGITS} significant digits")
-    return Fraction(number)
+    return Fraction(exact_decimal(value, option_name("budget"), "4", MIN_BUDGET, MAX_BUDGET))
 
 
 class ReleaseAccount:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from .._digest import sha256_of_file
 from .._input_files import MIB, parse_json, read_small_file
-from ..errors import InvalidParameterError, KeyFileError, OutputExistsError
+from ..errors import InvalidParameterError, KeyFileError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
 from ..release.manifest import manifest_path_for
@@ -22,17 +21,17 @@ from .digests import Digester
 from .errors import LedgerError
 from .owner import Owner
 from .stores import (
+    LEDGER_FORMAT,
     SCHEMA_VERSION,
+    SqliteStore,
     Store,
     is_url,
     open_store,
-    remove_made_files,
-    sqlite_side_files,
+    refuse_unusable_new_path,
+    sqlite_is_writable,
 )
 
 __all__ = ["Ledger", "secret_path_for", "LEDGER_FORMAT"]
-
-LEDGER_FORMAT = "postcode-privacy-ledger"
 SECRET_SUFFIX = ".key"
 # A pending release not provably of this machine, younger than this, may still be renaming
 # its output.
@@ -81,20 +80,21 @@ class Ledger:
 
     @classmethod
     def init(cls, location: str, secret_path: str | os.PathLike | None = None) -> Ledger:
-        """Create an empty ledger and its secret (a new key file, mode 0600, never overwritten)."""
+        """Create an empty ledger and its secret (a new key file, mode 0600, never overwritten).
+
+        A SQLite ledger is built under a temporary name beside its path and moved into place
+        once complete (``SqliteStore.publish``), never over an existing file: a creation that
+        fails or is killed leaves no ledger at the path (docs/ledger.md, "Creating a ledger").
+        A PostgreSQL ledger's tables are created in one transaction."""
         from ..keyfile import write_key_file
 
         path = secret_path_for(location, secret_path)
-        # os.path: pathlib's exists() raises for a name too long, where creating the file
-        # below gives the clean error.  The ledger first: it is what the command names.
-        if not is_url(location) and os.path.lexists(location):
-            raise OutputExistsError(
-                "a ledger (or another file) already exists at that path; refusing to overwrite it"
-            )
+        # The ledger first: it is what the command names.
+        if not is_url(location):
+            refuse_unusable_new_path(location)
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
-        before = sqlite_side_files(location)  # never this call's to delete
         store = open_store(location, create=True)
         made_key = False
         try:
@@ -112,25 +112,46 @@ class Ledger:
                         ("created", now()),
                     ],
                 )
+            if isinstance(store, SqliteStore):
+                store.publish()
         except BaseException as exc:
-            store.close()
-            if store.kind == "sqlite":  # this call made the database (exclusively)
-                remove_made_files(location, before)
+            store.close()  # a SQLite ledger still being built is removed
             if made_key:  # a key without its ledger would only block the next try
                 path.unlink(missing_ok=True)
-            if isinstance(exc, sqlite3.Error):  # a full disk, say
-                raise LedgerError(f"cannot create the ledger: {exc}") from None
+            if isinstance(exc, store.database_errors):
+                raise LedgerError(f"cannot create the ledger ({type(exc).__name__})") from None
             raise
+        if isinstance(store, SqliteStore):  # published, so closed: open it where it is now
+            store = open_store(location)
         return cls(store, Digester(secret))
 
     @classmethod
-    def open(
-        cls, location: str, secret_path: str | os.PathLike | None = None, *, resolve: bool = True
+    def open_for_reading(
+        cls, location: str, secret_path: str | os.PathLike | None = None
     ) -> Ledger:
+        """For commands that only read: a SQLite ledger this process cannot write (on
+        read-only media, or a file or directory without write permission) is opened
+        read-only, its pending releases left as they are; any other is opened as by
+        :meth:`open` (docs/ledger.md, "Read-only media")."""
+        read_only = (
+            not is_url(location) and os.path.isfile(location) and not sqlite_is_writable(location)
+        )
+        return cls.open(location, secret_path, read_only=read_only)
+
+    @classmethod
+    def open(
+        cls,
+        location: str,
+        secret_path: str | os.PathLike | None = None,
+        *,
+        resolve: bool = True,
+        read_only: bool = False,
+    ) -> Ledger:
+        """Open a ledger.  ``read_only`` (SQLite): write nothing, so resolve nothing."""
         from ..keyfile import read_key_file
 
         # The ledger first: a mistyped --ledger is "no ledger at that path", not a missing key.
-        store = open_store(location)
+        store = open_store(location, read_only=read_only)
         try:
             try:
                 secret = read_key_file(secret_path_for(location, secret_path))
@@ -147,7 +168,7 @@ class Ledger:
             store.close()
             raise
         ledger = cls(store, Digester(secret))
-        if resolve:
+        if resolve and not read_only:
             try:
                 ledger.resolve_pending()
             except BaseException:
@@ -271,12 +292,14 @@ class Ledger:
     # -- reading ------------------------------------------------------------------------------
 
     def epsilons(self) -> dict[int, Fraction]:
-        """Epsilon of every release, exactly."""
-        with _damage_is_a_ledger_error(self.store):
-            return {
-                rid: parse_epsilon(text).fraction
-                for rid, text in self.store.query("SELECT id, epsilon FROM releases")
-            }
+        """Epsilon of every release, exactly (and each release's id and state as written)."""
+        with _damage_is_a_ledger_error(self.store, "releases"):
+            out = {}
+            for rid, state, text in self.store.query("SELECT id, state, epsilon FROM releases"):
+                if type(rid) is not int or state not in _STATES:
+                    raise ValueError("a release's id or state")
+                out[rid] = parse_epsilon(text).fraction
+            return out
 
     def lookup(
         self, draws: Iterable[bytes], subjects: Iterable[bytes]
@@ -309,7 +332,9 @@ class Ledger:
             "SELECT d.subject, d.release, COUNT(*) FROM q_subjects q CROSS JOIN draws d "
             "WHERE d.subject = q.k GROUP BY d.subject, d.release"
         )
-        return known, pending, spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
+        with _damage_is_a_ledger_error(store, "draws"):  # a draw of no release, say
+            spend = spend_by(((bytes(s), r, n) for s, r, n in rows), epsilon_of)
+        return known, pending, spend
 
     def summary(self) -> dict:
         """Releases, and the distribution of cumulative spend over subjects and over (subject,
@@ -344,17 +369,20 @@ class Ledger:
                     "records, new_draws, budget FROM releases ORDER BY id"
                 )
             ]
+            with _damage_is_a_ledger_error(store, "releases"):
+                for r in releases:
+                    _check_release_row(r)
+                    r["output"] = os.path.basename(r["output"])
+                    r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
             per = {}
-            for group in ("subject", "pair"):
-                rows = store.query(
-                    f"SELECT {group}, release, COUNT(*) FROM draws GROUP BY {group}, release"
-                )
-                spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
-                per[group] = distribution(spend.values())
+            with _damage_is_a_ledger_error(store, "draws"):
+                for group in ("subject", "pair"):
+                    rows = store.query(
+                        f"SELECT {group}, release, COUNT(*) FROM draws GROUP BY {group}, release"
+                    )
+                    spend = spend_by(((bytes(g), r, n) for g, r, n in rows), epsilon_of)
+                    per[group] = distribution(spend.values())
             draws = store.query("SELECT COUNT(*) FROM draws")[0][0]
-            for r in releases:
-                r["output"] = os.path.basename(r["output"])
-                r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
         return {
             "releases": releases,
             "draws": draws,
@@ -363,20 +391,45 @@ class Ledger:
         }
 
 
+_STATES = frozenset({"pending", "committed", "abandoned"})
+
+
+def _check_release_row(release: dict) -> None:
+    """Raise ValueError for a ``releases`` row postcode-privacy would not have written."""
+    for name in ("radius", "records", "new_draws"):
+        if type(release[name]) is not int or release[name] < 0:
+            raise ValueError(name)
+    for name in ("created", "output", "output_sha256", "graph_sha256", "key_fingerprint"):
+        if not isinstance(release[name], str):
+            raise ValueError(name)
+    budget = release["budget"]
+    if budget is not None and (not isinstance(budget, str) or Fraction(budget) <= 0):
+        raise ValueError("budget")
+
+
 @contextlib.contextmanager
-def _damage_is_a_ledger_error(store: Store) -> Iterator[None]:
-    """A stored value this version cannot read (a release's epsilon, budget, owner or time), or
-    a table or column missing, means the ledger was damaged or edited by hand: one clear
-    :class:`LedgerError` (exit code 1) rather than a traceback."""
-    damage: tuple[type[BaseException], ...] = (ValueError, TypeError, *store.database_errors)
+def _damage_is_a_ledger_error(store: Store, table: str = "") -> Iterator[None]:
+    """A stored value this version cannot read (a release's epsilon, budget, state, owner or
+    time; a draw of no release), or a table or column missing, means the ledger was damaged
+    or edited by hand: one clear :class:`LedgerError` (exit code 1), naming the ``table``
+    where it is known, rather than a traceback.  Errors of the ledger's surroundings (a full
+    disk, a lost server) are LedgerErrors already (``stores.Store._surroundings``)."""
+    damage: tuple[type[BaseException], ...] = (
+        ValueError,
+        TypeError,
+        LookupError,
+        ArithmeticError,
+        *store.database_errors,
+    )
     try:
         yield
     except (LedgerError, KeyFileError):
         raise
     except damage as exc:
+        where = f"a value in its {table} table" if table else "a value or table in it"
         raise LedgerError(
-            "the ledger is damaged: a value or table in it is not as postcode-privacy writes "
-            f"it ({type(exc).__name__}); restore it from a backup"
+            f"the ledger is damaged: {where} is not as postcode-privacy writes it "
+            f"({type(exc).__name__}); restore it from a backup"
         ) from None
 
 

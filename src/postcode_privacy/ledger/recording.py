@@ -23,6 +23,7 @@ recording at once can never both spend the same allowance.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -46,7 +47,7 @@ from .accounting import (
 )
 from .digests import DrawParameters
 from .errors import LedgerError
-from .ledger import Ledger, now, owner_tag
+from .ledger import Ledger, _damage_is_a_ledger_error, now, owner_tag
 
 if TYPE_CHECKING:
     from ..graph.graph import Graph
@@ -195,7 +196,7 @@ class LedgerRecorder:
         uid = secrets.token_hex(16)
         path = os.path.abspath(output_path)
         new = account.new_draws + account.borrowed
-        with store.write():
+        with store.write(), _damage_is_a_ledger_error(store):
             if self.budget is not None and new:
                 self._recheck_budget(account, self.budget)
             rid = (store.query("SELECT COALESCE(MAX(id), 0) FROM releases")[0][0] or 0) + 1
@@ -264,30 +265,41 @@ class LedgerRecorder:
             raise LedgerError("the release was not recorded in the ledger before its renames")
         _pause_for_tests("renamed")
         store = self.ledger.store
-        budget, over_budget = self.budget, False
-        with store.write():
-            state = store.query(
-                "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
+        budget, over_budget, removed = self.budget, False, False
+        try:
+            with store.write(), _damage_is_a_ledger_error(store):
+                state = store.query(
+                    "SELECT state FROM releases WHERE id = ? AND uid = ?", (entry.rid, entry.uid)
+                )
+                if state and state[0][0] == "abandoned":
+                    # Another process judged this release dead before its renames (it should
+                    # not: this process is alive; a clone of this machine or an edit by hand
+                    # could).  The files exist now, so the draws count, whatever the budget
+                    # says.
+                    account = self.account
+                    rows = account.new_draws + account.borrowed
+                    over_budget = (
+                        budget is not None and bool(rows) and self._over_budget(account, budget)
+                    )
+                    added = self.ledger._record_rows(entry.rid, rows)
+                    store.execute(
+                        "UPDATE releases SET new_draws = ? WHERE id = ?", (added, entry.rid)
+                    )
+                    state = [("pending",)]
+                if state and state[0][0] == "pending":
+                    self.ledger._commit_rows(entry.rid)
+                removed = not state
+        except LedgerError as exc:  # the ledger's surroundings (a full disk, a lost server)
+            raise LedgerError(
+                f"the release's files are in place, but {exc}; its ledger entry may still be "
+                "pending, counting against budgets until the ledger is next opened and settles "
+                'it (docs/ledger.md, "Atomicity")'
+            ) from None
+        if removed:
+            raise LedgerError(
+                "the ledger entry of this release was removed while it was "
+                "being written; run `postcode-privacy ledger show` to check"
             )
-            if state and state[0][0] == "abandoned":
-                # Another process judged this release dead before its renames (it should not:
-                # this process is alive; a clone of this machine or an edit by hand could).
-                # The files exist now, so the draws count, whatever the budget says.
-                account = self.account
-                rows = account.new_draws + account.borrowed
-                over_budget = (
-                    budget is not None and bool(rows) and self._over_budget(account, budget)
-                )
-                added = self.ledger._record_rows(entry.rid, rows)
-                store.execute("UPDATE releases SET new_draws = ? WHERE id = ?", (added, entry.rid))
-                state = [("pending",)]
-            if state and state[0][0] == "pending":
-                self.ledger._commit_rows(entry.rid)
-            elif not state:
-                raise LedgerError(
-                    "the ledger entry of this release was removed while it was "
-                    "being written; run `postcode-privacy ledger show` to check"
-                )
         self._committed = True
         if over_budget and budget is not None:
             raise LedgerError(
@@ -303,8 +315,11 @@ class LedgerRecorder:
         entry = self._entry
         if entry is None or self._committed:
             return
+        # Only a failed release gets here, and its error is the one to report: an entry that
+        # cannot be settled now (a full disk, a lost server) stays pending, for the next
+        # opening of the ledger to settle (docs/ledger.md, "Atomicity").
         store = self.ledger.store
-        with store.write():
+        with contextlib.suppress(LedgerError), store.write(), _damage_is_a_ledger_error(store):
             state = store.query("SELECT state FROM releases WHERE id = ?", (entry.rid,))
             if not state or state[0][0] != "pending":
                 return

@@ -8,21 +8,30 @@ SQLite and ``COPY`` on PostgreSQL.
 Writers are serialised: ``BEGIN IMMEDIATE`` (with a busy timeout) on SQLite, a
 transaction-scoped advisory lock on PostgreSQL, so two releases recording at once queue rather
 than interleave, and a budget re-checked inside the write transaction stays true until commit.
+
+A driver error that says something about the ledger's surroundings rather than its contents
+(a full disk, a read-only file system, a lost server, a missing privilege) becomes one
+:class:`LedgerError` saying so, classified by SQLite result code or PostgreSQL SQLSTATE, never
+by message text (docs/ledger.md, "When something goes wrong").  Other driver errors pass
+through: the ledger reads them as damage (``ledger._damage_is_a_ledger_error``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerError
 
-__all__ = ["Store", "SqliteStore", "PostgresStore", "open_store", "is_url"]
+__all__ = ["Store", "SqliteStore", "PostgresStore", "open_store", "is_url", "LEDGER_FORMAT"]
 
+LEDGER_FORMAT = "postcode-privacy-ledger"
 SCHEMA_VERSION = "1"
 _BUSY_TIMEOUT_S = 600
 _PG_LOCK_ID = 0x7070_6C65_6467_6572  # advisory lock key ("ppledger"): one writer at a time
@@ -34,37 +43,97 @@ def is_url(location: str) -> bool:
 
 
 class Store:
-    """A connection to one ledger database.  ``?`` placeholders in every statement."""
+    """A connection to one ledger database.  ``?`` placeholders in every statement.
+
+    Every statement runs under :meth:`_surroundings`: a driver error about the surroundings
+    becomes a :class:`LedgerError` naming what was being done (``_doing``: open, read or
+    write to the ledger)."""
 
     blob = "BLOB"
     kind = ""
+    read_only = False
     # The driver's errors for a statement that fails on the database's contents (a table
     # dropped, a column missing): the ledger turns them into a LedgerError.
     database_errors: tuple[type[BaseException], ...] = ()
+    _doing = "open"
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def surroundings(self, exc: BaseException) -> str | None:
+        """What ``exc`` (a driver error) says is wrong around the ledger, or None when it is
+        about the ledger's contents (or unknown)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _surroundings(self, doing: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except self.database_errors as exc:
+            reason = self.surroundings(exc)
+            if reason is None:
+                raise
+            raise LedgerError(f"cannot {doing or self._doing} the ledger: {reason}") from None
+
+    @contextlib.contextmanager
+    def _as(self, doing: str) -> Iterator[None]:
+        # While a ledger is being created, everything done to it is part of creating it.
+        before = self._doing
+        self._doing = before if before == "create" else doing
+        try:
+            with self._surroundings():
+                yield
+        finally:
+            self._doing = before
 
     # -- connection-level -----------------------------------------------------------------------
 
     def execute(self, sql: str, params: Sequence = ()):
+        with self._surroundings():
+            return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: Sequence = ()):
         raise NotImplementedError
 
     def query(self, sql: str, params: Sequence = ()) -> list[tuple]:
-        return [tuple(row) for row in self.execute(sql, params).fetchall()]
+        with self._surroundings():
+            return [tuple(row) for row in self._execute(sql, params).fetchall()]
 
     def bulk_insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+        with self._surroundings():
+            self._bulk_insert(table, columns, rows)
+
+    def _bulk_insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
         raise NotImplementedError
 
     def insert_new(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
         """Insert the rows whose primary key is not yet present; return how many were."""
+        with self._surroundings():
+            return self._insert_new(table, columns, rows)
+
+    def _insert_new(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
         raise NotImplementedError
 
     @contextlib.contextmanager
     def write(self) -> Iterator[None]:
         """A serialised read-write transaction, committed on success."""
-        raise NotImplementedError
+        if self.read_only:
+            raise LedgerError(
+                "cannot write to the ledger: it was opened read-only (it is on read-only "
+                "media, or its file or directory is not writable)"
+            )
+        with self._as("write to"), self._write():
+            yield
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:
         """A consistent read-only snapshot."""
+        with self._as("read"), self._read():
+            yield
+
+    def _write(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _read(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -107,11 +176,47 @@ class Store:
 
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+# SQLite primary result codes (the low byte of an extended code) that describe the ledger's
+# surroundings.  Every other code (SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_ERROR for a table or
+# column missing, ...) is about its contents.
+_SQLITE_SURROUNDINGS = {
+    sqlite3.SQLITE_FULL: "its disk is full",
+    sqlite3.SQLITE_IOERR: "reading or writing its disk failed (an I/O error, or a full disk)",
+    sqlite3.SQLITE_READONLY: (
+        "it cannot be written here (a read-only file, directory or file system)"
+    ),
+    sqlite3.SQLITE_CANTOPEN: (
+        "its file, or SQLite's -wal and -shm files beside it, cannot be opened or created "
+        "(check the permissions of the file and its directory, and that the file system "
+        "is not read-only)"
+    ),
+    sqlite3.SQLITE_PERM: "the operating system denied access to it",
+    sqlite3.SQLITE_BUSY: "another process kept it locked for too long",
+    sqlite3.SQLITE_LOCKED: "another process kept it locked for too long",
+    sqlite3.SQLITE_NOMEM: "out of memory",
+    sqlite3.SQLITE_NOLFS: "its file system cannot hold a file this large",
+    sqlite3.SQLITE_PROTOCOL: "its file locks failed (is it on a network file system?)",
+    sqlite3.SQLITE_AUTH: "access to it was denied",
+}
+
+
+def _sqlite_code_name(exc: BaseException) -> str:
+    name = getattr(exc, "sqlite_errorname", None)
+    return f" ({name})" if name else ""
+
+
+def sqlite_surroundings(exc: BaseException) -> str | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return None
+    reason = _SQLITE_SURROUNDINGS.get(code & 0xFF)
+    return None if reason is None else reason + _sqlite_code_name(exc)
 
 
 def sqlite_side_files(path: str) -> set[str]:
-    """The suffixes of SQLite's files that are beside ``path`` now (``remove_made_files``
-    leaves them alone)."""
+    """The suffixes of SQLite's files that are beside ``path`` now."""
     return {s for s in _SIDE_FILES if os.path.lexists(path + s)}
 
 
@@ -125,83 +230,252 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
+def _on_read_only_file_system(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def sqlite_is_writable(path: str) -> bool:
+    """Whether this process may write the ledger's file and create SQLite's files beside it
+    (a read-only file system, or a file or directory without write permission, is not)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(directory, os.W_OK)
+
+
+def _uri(path: str, **params: str) -> str:
+    # as_uri() percent-encodes "?" and "#", so a file name holding them is not a parameter.
+    return Path(path).absolute().as_uri() + "?" + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+def _connect_read_only(
+    path: str, *, probe: bool = False, timeout: float = 5.0
+) -> sqlite3.Connection:
+    """A read-only connection.
+
+    SQLite reads a WAL-mode database through its -shm file, which even a read-only connection
+    creates when it is missing (and leaves behind).  ``immutable`` opens it with no file
+    created and no lock taken, which is safe when nothing can write the file meanwhile: on a
+    read-only file system (when no -wal holds pages the file lacks).  A ``probe`` (is this
+    another program's database?) must create nothing beside a file that may not be ours, so
+    it is immutable too whenever neither -wal nor -shm is there: the file then holds every
+    committed page, and a writer starting meanwhile could at worst make the probe see a page
+    half written, which refuses the file, never accepts another one."""
+    present = sqlite_side_files(path)
+    frozen = _on_read_only_file_system(path) and not _has_content(path + "-wal")
+    if frozen or (probe and not {"-wal", "-shm"} & present):
+        params = {"immutable": "1"}
+    else:
+        params = {"mode": "ro"}
+    return sqlite3.connect(_uri(path, **params), uri=True, timeout=timeout, isolation_level=None)
+
+
+def _has_content(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def _starts_like_sqlite(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return True  # let SQLite say why it cannot open it
+    try:
+        return os.read(fd, len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _refuse_other_databases(path: str) -> None:
     """Refuse, before anything writes to it, a file that is not a ledger (an empty file,
-    another program's SQLite database): opening it as the ledger would switch it to WAL
-    mode or give it a header.  Read-only: the file is not changed."""
-    from pathlib import Path
-
+    another program's SQLite database, one with a ``ledger_meta`` table of its own): opening
+    it as the ledger would switch it to WAL mode or give it a header.  Nothing is written and
+    no file is created beside it (``_connect_read_only``)."""
+    not_a_ledger = LedgerError("the database is not a postcode-privacy ledger")
+    if not _starts_like_sqlite(path):
+        raise not_a_ledger
     try:
-        probe = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
+        probe = _connect_read_only(path, probe=True)
         try:
-            probe.execute("SELECT value FROM ledger_meta WHERE name = 'format'").fetchone()
+            row = probe.execute("SELECT value FROM ledger_meta WHERE name = 'format'").fetchone()
         finally:
             probe.close()
-    except sqlite3.Error:
-        raise LedgerError("the database is not a postcode-privacy ledger") from None
+    except sqlite3.Error as exc:
+        reason = sqlite_surroundings(exc)
+        if reason is not None:
+            raise LedgerError(f"cannot open the ledger: {reason}") from None
+        raise not_a_ledger from None
+    if row is None or row[0] != LEDGER_FORMAT:
+        raise not_a_ledger
+
+
+def _name_max(directory: str) -> int:
+    try:
+        return int(os.pathconf(directory or ".", "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def refuse_unusable_new_path(path: str) -> None:
+    """Before creating a SQLite ledger at ``path``: nothing there, none of SQLite's files
+    beside it (a stale -wal would be read as part of the new database), and a name that
+    leaves room for them."""
+    refuse_directory_path(path, "ledger")
+    if os.path.lexists(path):
+        raise OutputExistsError(
+            "a ledger (or another file) already exists at that path; refusing to overwrite it"
+        )
+    present = sqlite_side_files(path)
+    if present:
+        raise OutputExistsError(
+            f"SQLite's files of another database are beside that path ({', '.join(sorted(present))} "
+            "after its name); remove them or choose another name"
+        )
+    directory, name = os.path.split(path)
+    longest = len(os.fsencode(name)) + len("-journal")
+    if longest > _name_max(directory):
+        raise LedgerError(
+            "cannot create the ledger: its file name is too long (SQLite needs room for "
+            f"'-journal' after it: at most {_name_max(directory) - len('-journal')} bytes)"
+        )
 
 
 class SqliteStore(Store):
+    """A SQLite ledger.  ``create``: built at a temporary name beside ``path`` and moved into
+    place by :meth:`publish`, so an interrupted creation never leaves a half-made ledger at
+    ``path``.  ``read_only``: opened without writing anything, for reading commands on a
+    ledger this process cannot write."""
+
     kind = "sqlite"
-    database_errors = (sqlite3.DatabaseError,)
+    database_errors = (sqlite3.Error,)
     without_rowid = " WITHOUT ROWID"
 
-    def __init__(self, path: str, create: bool):
-        refuse_directory_path(path, "ledger")
+    def __init__(self, path: str, create: bool, read_only: bool = False):
+        self.location = path
+        self.read_only = read_only
+        self.building: str | None = None
         if create:
-            if os.path.exists(path):
-                raise LedgerError("a ledger (or another file) already exists at that path")
-        elif not os.path.isfile(path):
+            self._create(path)
+            return
+        refuse_directory_path(path, "ledger")
+        if not os.path.isfile(path):
             raise InvalidParameterError(
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
             )
-        self.location = path
-        before = sqlite_side_files(path)  # a failure here must not delete them
-        if not create:
-            _refuse_other_databases(path)
-        if create:
-            # Owner-only from its creation (SQLite gives its journal and WAL files the
-            # database's mode): a chmod after connecting would leave a moment in which
-            # another user could open the file and keep reading it.
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            except FileExistsError:
-                raise OutputExistsError(
-                    "a ledger (or another file) already exists at that path; refusing to "
-                    "overwrite it"
-                ) from None
-            except OSError as exc:
-                raise LedgerError(
-                    f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
-                ) from None
-        # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE for writers).
-        self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        _refuse_other_databases(path)
+        if not read_only and not sqlite_is_writable(path):
+            raise LedgerError(
+                "cannot write to the ledger: it is on read-only media, or its file or its "
+                "directory is not writable (`ledger show` and `ledger check` can still read it)"
+            )
+        with self._surroundings():
+            if read_only:
+                self.conn = _connect_read_only(path, timeout=_BUSY_TIMEOUT_S)
+            else:
+                # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE).
+                self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=FULL")
-            self.conn.execute("PRAGMA temp_store=MEMORY")
-            # Digests are random keys, so inserts touch pages all over the indexes: a page
-            # cache of up to 256 MiB (used only as needed) halves the time to record a large
-            # release.
-            self.conn.execute("PRAGMA cache_size=-262144")
-        except sqlite3.Error as exc:  # e.g. a name leaving no room for SQLite's own files
+            with self._surroundings():
+                if not read_only:
+                    self.conn.execute("PRAGMA journal_mode=WAL")
+                self._tune()
+        except BaseException:
             self.conn.close()
-            if create:
-                remove_made_files(path, before)
-            doing = "create" if create else "open"
-            raise LedgerError(f"cannot {doing} the ledger: {exc}") from None
+            raise
 
-    def execute(self, sql, params=()):
+    def _tune(self) -> None:
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA temp_store=MEMORY")
+        # Digests are random keys, so inserts touch pages all over the indexes: a page
+        # cache of up to 256 MiB (used only as needed) halves the time to record a large
+        # release.
+        self.conn.execute("PRAGMA cache_size=-262144")
+
+    def _create(self, path: str) -> None:
+        refuse_unusable_new_path(path)
+        self._doing = "create"
+        directory = os.path.dirname(path)
+        # A short fixed-length name, so SQLite's -journal beside it always fits.
+        self.building = os.path.join(directory, f".ledger-{secrets.token_hex(8)}.tmp")
+        # Owner-only from its creation (SQLite gives its journal and WAL files the
+        # database's mode): a chmod after connecting would leave a moment in which
+        # another user could open the file and keep reading it.
+        try:
+            os.close(os.open(self.building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
+            ) from None
+        try:
+            with self._surroundings("create"):
+                # The rollback journal while building: nothing but the database file is
+                # left once the connection closes, so one rename moves the whole ledger.
+                self.conn = sqlite3.connect(
+                    self.building, timeout=_BUSY_TIMEOUT_S, isolation_level=None
+                )
+                self.conn.execute("PRAGMA journal_mode=DELETE")
+                self._tune()
+        except BaseException:
+            self.discard()
+            raise
+
+    def publish(self) -> None:
+        """Switch the built database to WAL, close it and move it to its path (never over a
+        file that appeared there meanwhile)."""
+        assert self.building is not None
+        with self._surroundings("create"):
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.close()
+        try:
+            with open(self.building, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.link(self.building, self.location)
+        except FileExistsError:
+            raise OutputExistsError(
+                "a ledger (or another file) appeared at that path while this one was being "
+                "created; refusing to overwrite it"
+            ) from None
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
+            ) from None
+        with contextlib.suppress(OSError):
+            os.unlink(self.building)
+        self.building = None
+        from ..atomic import fsync_directory
+
+        fsync_directory(os.path.dirname(os.path.abspath(self.location)))
+
+    def discard(self) -> None:
+        """Remove a database being built (and SQLite's files beside it)."""
+        with contextlib.suppress(sqlite3.Error, AttributeError):
+            self.conn.close()
+        if self.building is not None:
+            remove_made_files(self.building, set())
+            self.building = None
+
+    def surroundings(self, exc):
+        return sqlite_surroundings(exc)
+
+    def _execute(self, sql, params=()):
         return self.conn.execute(sql, params)
 
     def close(self):
+        if self.building is not None:
+            self.discard()
+            return
         self.conn.close()
 
-    def bulk_insert(self, table, columns, rows):
+    def _bulk_insert(self, table, columns, rows):
         marks = ", ".join("?" for _ in columns)
         self.conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
 
-    def insert_new(self, table, columns, rows):
+    def _insert_new(self, table, columns, rows):
         before = self.conn.total_changes
         marks = ", ".join("?" for _ in columns)
         self.conn.executemany(
@@ -211,25 +485,49 @@ class SqliteStore(Store):
         return self.conn.total_changes - before
 
     @contextlib.contextmanager
-    def write(self):
+    def _write(self):
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): the original error
+            # is the one to report.
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
     @contextlib.contextmanager
-    def read(self):
+    def _read(self):
         self.conn.execute("BEGIN")
         try:
             yield
         finally:
-            self.conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
 
     def has_schema(self):
         return bool(self.query("SELECT 1 FROM sqlite_master WHERE name = 'ledger_meta'"))
+
+
+# PostgreSQL SQLSTATEs (and classes, their first two characters) that describe the
+# surroundings; every other one (42P01 a table missing, 22xxx a value, XX001 corruption, ...)
+# is about the contents.
+_PG_STATES = {
+    "42501": (
+        "the PostgreSQL role lacks a privilege the ledger needs on its tables (it needs "
+        "SELECT, INSERT, UPDATE and DELETE on all four)"
+    ),
+    "25006": "the PostgreSQL server accepts only read-only transactions (a standby?)",
+}
+_PG_CLASSES = {
+    "08": "the connection to the PostgreSQL server failed",
+    "53": "the PostgreSQL server is out of resources (disk, memory or connections)",
+    "57": "the PostgreSQL server ended the session or cancelled the statement",
+    "58": "the PostgreSQL server reported a system error (an I/O error?)",
+    "40": "the PostgreSQL server rolled the transaction back (a serialization failure)",
+    "55": "an object of the ledger was locked or busy on the PostgreSQL server",
+}
 
 
 class PostgresStore(Store):
@@ -253,53 +551,70 @@ class PostgresStore(Store):
                 f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})"
             ) from None
         self._psycopg = psycopg
-        self.database_errors = (psycopg.DatabaseError,)
-        if create and self.has_schema():
-            raise OutputExistsError(
-                "that database already holds a ledger; refusing to overwrite it"
-            )
-        if not create and not self.has_schema():
-            raise InvalidParameterError(
-                "that database holds no ledger; create one with `postcode-privacy ledger init`"
-            )
+        self.database_errors = (psycopg.Error,)
+        try:
+            if create and self.has_schema():
+                raise OutputExistsError(
+                    "that database already holds a ledger; refusing to overwrite it"
+                )
+            if not create and not self.has_schema():
+                raise InvalidParameterError(
+                    "that database holds no ledger; create one with `postcode-privacy ledger init`"
+                )
+        except BaseException:
+            self.close()
+            raise
 
-    def execute(self, sql, params=()):
+    def surroundings(self, exc):
+        psycopg = self._psycopg
+        state = getattr(exc, "sqlstate", None)
+        if not state:
+            # Raised by the driver itself: a connection lost or closed, never the contents.
+            if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                return "the connection to the PostgreSQL server was lost"
+            return None
+        reason = _PG_STATES.get(state) or _PG_CLASSES.get(state[:2])
+        return None if reason is None else f"{reason} (SQLSTATE {state})"
+
+    def _execute(self, sql, params=()):
         return self.conn.execute(sql.replace("?", "%s"), params)
 
     def close(self):
-        self.conn.close()
+        with contextlib.suppress(self._psycopg.Error):
+            self.conn.close()
 
-    def bulk_insert(self, table, columns, rows):
+    def _bulk_insert(self, table, columns, rows):
         with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 
-    def insert_new(self, table, columns, rows):
+    def _insert_new(self, table, columns, rows):
         # COPY cannot skip conflicts: copy into a temporary table, then insert from it.
-        self.execute("DROP TABLE IF EXISTS incoming")
-        self.execute(f"CREATE TEMPORARY TABLE incoming (LIKE {table})")
-        self.bulk_insert("incoming", columns, rows)
+        self._execute("DROP TABLE IF EXISTS incoming")
+        self._execute(f"CREATE TEMPORARY TABLE incoming (LIKE {table})")
+        self._bulk_insert("incoming", columns, rows)
         names = ", ".join(columns)
-        cursor = self.execute(
+        cursor = self._execute(
             f"INSERT INTO {table} ({names}) SELECT {names} FROM incoming ON CONFLICT DO NOTHING"
         )
         count = cursor.rowcount
-        self.execute("DROP TABLE incoming")
+        self._execute("DROP TABLE incoming")
         return count
 
     @contextlib.contextmanager
-    def write(self):
+    def _write(self):
         with self.conn.transaction():
-            self.execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+            self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
             yield
 
     @contextlib.contextmanager
-    def read(self):
-        self.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    def _read(self):
+        self._execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         try:
             yield
         finally:
-            self.execute("ROLLBACK")
+            with contextlib.suppress(self._psycopg.Error):
+                self._execute("ROLLBACK")
 
     def load_keys(self, name, keys):
         # ANALYZE after loading, so that the planner joins on the index rather than scanning.
@@ -312,12 +627,13 @@ class PostgresStore(Store):
         return bool(self.query("SELECT to_regclass('ledger_meta') IS NOT NULL")[0][0])
 
 
-def open_store(location: str, *, create: bool = False) -> Store:
-    """Connect to the ledger at ``location``: a PostgreSQL URL or a SQLite file path."""
+def open_store(location: str, *, create: bool = False, read_only: bool = False) -> Store:
+    """Connect to the ledger at ``location``: a PostgreSQL URL or a SQLite file path.
+    ``read_only`` (SQLite): write nothing, not even SQLite's files beside it."""
     if not isinstance(location, str) or not location:
         raise InvalidParameterError("the ledger must be a file path or a postgresql:// URL")
     if is_url(location):
         return PostgresStore(location, create)
     if "://" in location:
         raise InvalidParameterError("a ledger URL must start with postgresql://")
-    return SqliteStore(location, create)
+    return SqliteStore(location, create, read_only)

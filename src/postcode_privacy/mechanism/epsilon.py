@@ -74,6 +74,9 @@ def parse_epsilon(value: object) -> Epsilon:
     name = option_name("epsilon")
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InvalidParameterError(f"{name} must be a number")
+    if isinstance(value, str):
+        dec = exact_decimal(value, name, "0.5", MIN_EPSILON, MAX_EPSILON)
+        return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
     try:
         if isinstance(value, float):
             # float.__repr__, not repr(): numpy.float64 is a float whose repr is
@@ -81,26 +84,35 @@ def parse_epsilon(value: object) -> Epsilon:
             dec = Decimal(float.__repr__(value))
         elif isinstance(value, (numbers.Integral, Decimal)):
             dec = Decimal(value if isinstance(value, Decimal) else int(value))
-        elif isinstance(value, str):
-            dec = decimal_from_text(value, name, "0.5")
         else:
             raise InvalidParameterError(
                 f"{name} must be a number (an int, a float, a Decimal or decimal text)"
             )
     except (InvalidOperation, ValueError, OverflowError):
         raise InvalidParameterError(f"{name} must be a number") from None
+    dec = exact_decimal(dec, name, "0.5", MIN_EPSILON, MAX_EPSILON)
+    return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+
+
+def exact_decimal(value: object, name: str, example: str, low: Decimal, high: Decimal) -> Decimal:
+    """The one set of rules for an exact positive decimal option (``--epsilon``,
+    ``--budget``): plain ASCII decimal text (:func:`decimal_from_text`) or a Decimal, finite,
+    above zero, from ``low`` to ``high``, at most 30 significant digits, and never rounded
+    (a value that would need rounding is refused).  Checked in that order, so each bad
+    value always gets the same message."""
+    dec = value if isinstance(value, Decimal) else decimal_from_text(value, name, example)
     if not dec.is_finite():
         raise InvalidParameterError(f"{name} must be finite")
     if dec <= 0:
         raise InvalidParameterError(f"{name} must be greater than zero")
-    if dec < MIN_EPSILON:
-        raise InvalidParameterError(f"{name} below 0.0001 is not supported")
-    if dec > MAX_EPSILON:
-        raise InvalidParameterError(f"{name} above 100 is not supported")
+    if dec < low:
+        raise InvalidParameterError(f"{name} below {canonical_text(low)} is not supported")
+    if dec > high:
+        raise InvalidParameterError(f"{name} above {canonical_text(high)} is not supported")
     # Count significant digits on the exact value, before anything that could round it.
     if significant_digits(dec) > MAX_DIGITS:
-        raise InvalidParameterError(f"{name} may have at most 30 significant digits")
-    return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+        raise InvalidParameterError(f"{name} may have at most {MAX_DIGITS} significant digits")
+    return dec
 
 
 def decimal_from_text(value: object, name: str, example: str) -> Decimal:

@@ -1,0 +1,449 @@
+"""The ledger in hostile surroundings (docs/ledger.md, "When something goes wrong"): a full
+disk, read-only media, a lost server, missing privileges, files that are not ledgers, hand
+edits.  Each is one clear error in the CLI's terms (exit code 1 unless said otherwise), never a
+traceback, and a file that is not ours is never changed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from graphs import leeds_grid
+
+from postcode_privacy import Key, write_key_file
+from postcode_privacy.cli import main
+from postcode_privacy.ledger import Ledger, LedgerError
+
+GRAPH, CODES = leeds_grid()
+KEY = Key.from_bytes(b"k" * 32)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A release key, a graph artefact, a small input and a ledger holding one release."""
+    write_key_file(KEY, tmp_path / "release.key")
+    GRAPH.save(tmp_path / "g.ppgraph")
+    people = [str(i) for i in range(300)]
+    pd.DataFrame({"person": people, "pc": [CODES[i % len(CODES)] for i in range(300)]}).to_csv(
+        tmp_path / "in.csv", index=False
+    )
+    pd.DataFrame({"person": ["a"], "pc": [CODES[0]]}).to_csv(tmp_path / "one.csv", index=False)
+    ledger = tmp_path / "L.db"
+    assert main(["ledger", "init", str(ledger)]) == 0
+    assert main(perturb_args(tmp_path, ledger, "first.csv", source="one.csv")) == 0
+    return tmp_path
+
+
+def perturb_args(tmp_path, ledger, out, *, source="in.csv", secret=None):
+    args = ["perturb", str(tmp_path / source), "-o", str(tmp_path / out), "-q"]
+    args += ["--key", str(tmp_path / "release.key"), "--graph", str(tmp_path / "g.ppgraph")]
+    args += ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
+    args += ["--ledger", str(ledger)]
+    return args + (["--ledger-secret", str(secret)] if secret else [])
+
+
+def check_args(tmp_path, ledger):
+    args = ["ledger", "check", str(tmp_path / "in.csv"), "--ledger", str(ledger)]
+    args += ["--key", str(tmp_path / "release.key"), "--graph", str(tmp_path / "g.ppgraph")]
+    return args + ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
+
+
+def releases_in(ledger, *, on_read_only_media: bool = False) -> list[tuple]:
+    where = Path(ledger).absolute().as_uri() + "?immutable=1" if on_read_only_media else ledger
+    with contextlib.closing(sqlite3.connect(where, uri=on_read_only_media)) as conn:
+        return conn.execute("SELECT id, state FROM releases ORDER BY id").fetchall()
+
+
+def quiet_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("error: "), err
+    return err
+
+
+@pytest.fixture
+def sqlite_connections(monkeypatch):
+    """Every read-write SQLite connection the ledger opens (read-only probes, opened by URI,
+    are not listed), after ``limit`` (if set) has been applied to it."""
+    import postcode_privacy.ledger.stores as stores
+
+    real_connect = sqlite3.connect
+
+    class Opened(list):
+        limit: str | None = None  # a statement run on each connection as it opens
+
+    opened = Opened()
+
+    def connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        if not kwargs.get("uri"):
+            if opened.limit:
+                conn.execute(opened.limit)
+            opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(stores.sqlite3, "connect", connect)
+    return opened
+
+
+# -- the surroundings: a full disk, an I/O error after the renames --------------------------------
+
+
+def test_a_full_disk_while_recording_is_a_clean_error_and_nothing_is_released(
+    files, capsys, sqlite_connections
+):
+    """SQLite's own page limit makes the pending entry's transaction fail as on a full disk
+    (SQLITE_FULL): the release stops before its renames, with one line saying so."""
+    ledger = files / "L.db"
+    before = releases_in(ledger)
+    sqlite_connections.limit = "PRAGMA max_page_count = " + str(
+        sqlite3.connect(ledger).execute("PRAGMA page_count").fetchone()[0]
+    )
+    capsys.readouterr()
+    assert main(perturb_args(files, ledger, "out.csv")) == 1
+    err = quiet_error(capsys)
+    assert "cannot write to the ledger: its disk is full (SQLITE_FULL)" in err
+    assert not any(files.glob("out.csv*"))
+    assert releases_in(ledger) == before
+
+
+def test_a_failure_to_mark_a_written_release_committed_says_the_files_are_in_place(
+    files, capsys, sqlite_connections, monkeypatch
+):
+    """The files are renamed, then the ledger cannot be written (SQLITE_READONLY here): the
+    message says the release exists and its entry may still be pending, and the entry is
+    there, pending, for the next opening of the ledger to settle."""
+    import postcode_privacy.ledger.recording as recording
+
+    def pause(stage):
+        if stage == "renamed":
+            for conn in sqlite_connections:
+                with contextlib.suppress(sqlite3.ProgrammingError):  # closed
+                    conn.execute("PRAGMA query_only = 1")
+
+    monkeypatch.setattr(recording, "_pause_for_tests", pause)
+    ledger = files / "L.db"
+    capsys.readouterr()
+    assert main(perturb_args(files, ledger, "out.csv")) == 1
+    err = quiet_error(capsys)
+    assert "the release's files are in place, but cannot write to the ledger" in err
+    assert "(SQLITE_READONLY)" in err and "may still be pending" in err
+    assert (files / "out.csv").exists()
+    assert releases_in(ledger)[-1] == (2, "pending")
+    # Pending, so it counts against budgets until settled (docs/ledger.md, "Atomicity").
+    assert main(["ledger", "show", str(ledger)]) == 0
+    assert "#2 pending" in capsys.readouterr().out
+
+
+# -- read-only media --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_copy(files):
+    """The ledger and its secret copied to read-only media: a tmpfs mounted read-only as root,
+    otherwise a directory and files without write permission."""
+    target = files / "ro"
+    target.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        mount = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)], capture_output=True
+        )
+        if mount.returncode != 0:
+            pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+        mounted = True
+    for name in ("L.db", "L.db.key"):
+        shutil.copy2(files / name, target / name)
+    try:
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
+        else:
+            (target / "L.db").chmod(0o400)
+            target.chmod(0o500)
+        yield target
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], check=True)
+        else:
+            target.chmod(0o700)
+
+
+def test_a_ledger_on_read_only_media_can_be_read_but_not_written(read_only_copy, files, capsys):
+    ro_ledger = read_only_copy / "L.db"
+    listing = sorted(p.name for p in read_only_copy.iterdir())
+    capsys.readouterr()
+    assert main(["ledger", "show", str(ro_ledger), "--json"]) == 0
+    assert '"state": "committed"' in capsys.readouterr().out
+    assert main(check_args(files, ro_ledger)) == 0
+    assert "300 records" in capsys.readouterr().out
+    assert main(perturb_args(files, ro_ledger, "out.csv")) == 1
+    err = quiet_error(capsys)
+    assert "cannot write to the ledger: it is on read-only media" in err
+    assert "`ledger show` and `ledger check` can still read it" in err
+    assert not any(files.glob("out.csv*"))
+    assert sorted(p.name for p in read_only_copy.iterdir()) == listing
+
+
+def test_pending_releases_on_read_only_media_are_listed_not_settled(files, capsys, request):
+    """Read-only, a release left pending (here one whose output is in place, so a writable
+    ledger would mark it committed) is listed as pending, with a note; nothing is written."""
+    with contextlib.closing(sqlite3.connect(files / "L.db")) as conn:
+        conn.execute(
+            "UPDATE releases SET state = 'pending', owner = 'elsewhere:1', "
+            "created = '2000-01-01T00:00:00+00:00'"
+        )
+        conn.commit()
+    ro_ledger = request.getfixturevalue("read_only_copy") / "L.db"
+    capsys.readouterr()
+    assert main(["ledger", "show", str(ro_ledger)]) == 0
+    captured = capsys.readouterr()
+    assert "#1 pending" in captured.out and "were not settled" in captured.err
+    assert releases_in(ro_ledger, on_read_only_media=True) == [(1, "pending")]
+    assert main(["ledger", "show", str(files / "L.db")]) == 0  # writable: settled
+    assert releases_in(files / "L.db") == [(1, "committed")]
+
+
+# -- files that are not ledgers ---------------------------------------------------------------------
+
+
+def _snapshot(directory: Path) -> dict:
+    return {
+        p.name: (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None)
+        for p in directory.iterdir()
+        if not p.is_fifo()
+    } | {p.name: "fifo" for p in directory.iterdir() if p.is_fifo()}
+
+
+@pytest.mark.parametrize("kind", ["wal-database", "own-ledger_meta", "fifo", "directory"])
+def test_a_path_that_is_not_a_ledger_is_refused_and_left_exactly_as_it_was(files, capsys, kind):
+    """No table created, no journal switched, no -wal or -shm file left beside it, no mtime
+    changed, whichever command is given it."""
+    where = files / "other"
+    where.mkdir()
+    target = where / "x.db"
+    if kind == "wal-database":
+        with contextlib.closing(sqlite3.connect(target)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE t (x)")
+            conn.commit()
+    elif kind == "own-ledger_meta":  # another program's table of the same name
+        with contextlib.closing(sqlite3.connect(target)) as conn:
+            conn.execute("CREATE TABLE ledger_meta (name TEXT, value TEXT)")
+            conn.execute("INSERT INTO ledger_meta VALUES ('format', 'something else')")
+            conn.commit()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    before = _snapshot(where)
+    secret = files / "L.db.key"
+    for args in (
+        ["ledger", "show", str(target), "--ledger-secret", str(secret)],
+        check_args(files, target) + ["--ledger-secret", str(secret)],
+        perturb_args(files, target, "out.csv", secret=secret),
+    ):
+        capsys.readouterr()
+        assert main(args) != 0
+        err = quiet_error(capsys)
+        assert (
+            "not a postcode-privacy ledger" in err
+            or "no ledger at that path" in err
+            or "names a directory" in err
+        ), err
+    assert _snapshot(where) == before
+    assert not any(files.glob("out.csv*"))
+
+
+# -- creating a ledger ------------------------------------------------------------------------------
+
+
+def test_init_builds_the_ledger_elsewhere_and_an_interrupted_init_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """Nothing is at the ledger's path until the complete ledger is moved there, and a
+    creation interrupted while the tables are made leaves no file at all."""
+    from postcode_privacy.ledger.stores import Store
+
+    where = tmp_path / "L.db"
+    seen = []
+    real = Store.create_schema
+
+    def create_schema(self):
+        seen.append(os.path.lexists(where))
+        real(self)
+
+    monkeypatch.setattr(Store, "create_schema", create_schema)
+    Ledger.init(str(where)).close()
+    assert seen == [False] and sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
+    with contextlib.closing(sqlite3.connect(where)) as conn:  # moved into place in WAL mode
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "create_schema", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.init(str(tmp_path / "M.db"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
+
+
+def test_a_ledger_name_without_room_for_sqlites_files_is_a_clear_error(tmp_path, capsys):
+    assert main(["ledger", "init", str(tmp_path / ("n" * 245 + ".db"))]) == 1
+    err = quiet_error(capsys)
+    assert "its file name is too long (SQLite needs room for '-journal' after it" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- --budget is read by --epsilon's rules ----------------------------------------------------------
+
+BAD_NUMBERS = [
+    "1e-400",
+    "nan",
+    "inf",
+    "-inf",
+    "0x1p-3",
+    "½",
+    "１",
+    "1_0",
+    "9" * 2000,
+    "1." + "1" * 30,  # 31 significant digits
+    "0",
+    "-1",
+    "",
+    "1.5.2",
+]
+
+
+@pytest.mark.parametrize("text", BAD_NUMBERS)
+def test_budget_and_epsilon_refuse_the_same_text_with_the_same_message(files, capsys, text):
+    ledger = files / "L.db"
+    args = perturb_args(files, ledger, "out.csv")
+    assert main([*args, "--budget", text]) == 8
+    budget_message = quiet_error(capsys).replace("--budget", "OPTION").replace(" such as 4", "")
+    eps = [*args[: args.index("--epsilon")], *args[args.index("--epsilon") + 2 :]]
+    assert main([*eps, "--epsilon", text]) == 8
+    epsilon_message = quiet_error(capsys).replace("--epsilon", "OPTION").replace(" such as 0.5", "")
+    # The same rule and message; only the bounds of the range differ.
+    bounds = re.compile(r"(above|below) [0-9.]+ ")
+    assert bounds.sub(r"\1 BOUND ", budget_message) == bounds.sub(r"\1 BOUND ", epsilon_message)
+    assert not any(files.glob("out.csv*"))
+
+
+def test_a_bad_budget_is_reported_in_a_stable_order(files, capsys):
+    """--epsilon first, then --budget, both before any file is read (a missing key file
+    is not what is reported)."""
+    ledger = files / "L.db"
+    args = perturb_args(files, ledger, "out.csv")
+    args[args.index("--key") + 1] = str(files / "missing.key")
+    eps = args.index("--epsilon") + 1
+    for command in (args, [*args, "--dry-run"]):
+        both = list(command)
+        both[eps] = "nan"
+        assert main([*both, "--budget", "nan"]) == 8
+        assert "--epsilon must be a plain decimal" in quiet_error(capsys)
+        assert main([*command, "--budget", "nan"]) == 8
+        assert "--budget must be a plain decimal" in quiet_error(capsys)
+    check = check_args(files, ledger)
+    check[check.index("--key") + 1] = str(files / "missing.key")
+    assert main([*check, "--budget", "nan"]) == 8
+    assert "--budget must be a plain decimal" in quiet_error(capsys)
+
+
+# -- hand edits -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "table"),
+    [
+        ("UPDATE releases SET state = 'weird'", "releases"),
+        ("UPDATE releases SET budget = '-1'", "releases"),
+        ("UPDATE releases SET records = 'abc'", "releases"),
+        ("UPDATE releases SET radius = -3", "releases"),
+        ("UPDATE releases SET epsilon = '-1'", "releases"),
+        ("UPDATE draws SET release = 99", "draws"),
+        ("UPDATE draws SET subject = 'text'", "draws"),
+    ],
+)
+def test_a_hand_edited_ledger_is_damaged_and_the_message_names_the_table(
+    files, capsys, edit, table
+):
+    ledger = files / "L.db"
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        conn.execute(edit)
+        conn.commit()
+    capsys.readouterr()
+    assert main(["ledger", "show", str(ledger)]) == 1
+    err = quiet_error(capsys)
+    assert f"the ledger is damaged: a value in its {table} table is not as" in err
+
+
+def test_a_table_dropped_by_hand_is_damage_when_recording_too(files, capsys):
+    ledger = files / "L.db"
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        conn.execute("DROP TABLE shared_draws")
+        conn.commit()
+    capsys.readouterr()
+    assert main(perturb_args(files, ledger, "out.csv")) == 1
+    assert "the ledger is damaged" in quiet_error(capsys)
+
+
+# -- PostgreSQL: a lost server, a role without privileges ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    from ledger_backends import PostgresServer, postgres_bin
+
+    bindir = postgres_bin()
+    if bindir is None:
+        message = "PostgreSQL binaries not installed (Debian package postgresql)"
+        if os.environ.get("POSTCODE_PRIVACY_REQUIRE_OPTIONAL") == "1":
+            pytest.fail(message + "; .ci/run installs them, so this run must have them")
+        pytest.skip(message)
+    server = PostgresServer(bindir)
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+def test_a_lost_postgresql_server_is_a_clean_error(postgres, tmp_path):
+    import psycopg
+
+    url, secret = postgres.new_database(), str(tmp_path / "s.key")
+    Ledger.init(url, secret).close()
+    with Ledger.open(url, secret) as ledger:
+        pid = ledger.store.conn.info.backend_pid
+        with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(
+            LedgerError, match="^cannot read the ledger: the PostgreSQL server ended"
+        ):
+            ledger.summary()  # the server's last word: 57P01, the session was terminated
+        with pytest.raises(LedgerError, match="^cannot read the ledger: the connection") as raised:
+            ledger.summary()
+        assert url not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_postgresql_role_without_privileges_is_told_so(postgres, files, capsys):
+    import psycopg
+
+    url, secret = postgres.new_database(), str(files / "pg.key")
+    Ledger.init(url, secret).close()
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS reader")
+        admin.execute("CREATE ROLE reader LOGIN")
+        admin.execute(f"GRANT CONNECT ON DATABASE {database} TO reader")
+    reader = url.replace("postgres@", "reader@")
+    capsys.readouterr()
+    assert main(perturb_args(files, reader, "out.csv", secret=secret)) == 1
+    err = quiet_error(capsys)
+    assert "lacks a privilege the ledger needs on its tables" in err and "42501" in err
+    assert not any(files.glob("out.csv*"))
