@@ -737,3 +737,62 @@ def test_probe_reports_another_output_stability_version():
 
     assert pps._probe_function(OUTPUT_STABILITY_VERSION)() == ""
     assert "output-stability version" in pps._probe_function("not-" + OUTPUT_STABILITY_VERSION)()
+
+
+def test_column_metadata_comes_back_with_every_column(spark, small_graph):
+    """Each column keeps its metadata (a comment, ML attributes): the release pass renames the
+    columns positionally around ``mapInArrow``, and a hostile review found every column of the
+    result without its metadata."""
+    from pyspark.sql import functions as F
+
+    _, path = small_graph
+    sdf = spark.createDataFrame(small_records(20, seed=40))
+    sdf = sdf.select(
+        F.col("sid").alias("sid", metadata={"comment": "person"}),
+        F.col("pc").alias("pc", metadata={"comment": "true postcode"}),
+        F.col("x").alias("x", metadata={"ml_attr": {"type": "numeric", "name": "x"}}),
+        "w",
+    )
+    common = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
+    out = pps.perturb(sdf, on_error="null", **common)
+    assert [(f.name, f.metadata) for f in out.schema.fields] == [
+        ("sid", {"comment": "person"}),
+        ("x", {"ml_attr": {"type": "numeric", "name": "x"}}),
+        ("w", {}),
+        ("postcode_dp", {}),
+    ]
+    kept = pps.perturb(sdf, on_error="null", keep_source_postcode=True, **common)
+    assert [f.metadata for f in kept.schema.fields] == [f.metadata for f in sdf.schema] + [{}]
+    assert kept.drop("postcode_dp").collect() == sdf.collect()
+
+
+def test_a_column_arrow_cannot_carry_is_refused_before_any_job(spark, small_graph):
+    """A column of a type ``mapInArrow`` cannot carry (an interval year to month, bare or
+    nested) is refused on the driver with the library's own error naming its position and
+    type, before the check pass runs: a hostile review found PySpark's NotImplementedError
+    about the internal "o1" column, raised after a whole Spark job."""
+    from pyspark.sql import functions as F
+
+    _, path = small_graph
+    base = spark.createDataFrame(small_records(10, seed=41)).select("sid", "pc")
+    months = F.make_ym_interval(F.lit(1), F.lit(2))
+    tracker = spark.sparkContext.statusTracker()
+    group = f"arrow-types-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "unsupported column types")
+    common = dict(
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",  # the failing records of small_records are not the point here
+    )
+    with pytest.raises(InputDataError, match=r"^column 3 has type interval year to month, "):
+        pps.perturb(base.withColumn("span", months), **common)
+    nested = base.withColumn("spans", F.array(months))
+    with pytest.raises(InputDataError, match=r"^column 3 has type array<interval year to month>"):
+        pps.check(nested, id_column="sid", postcode_column="pc", graph=path)
+    assert tracker.getJobIdsForGroup(group) == []
+    spark.sparkContext.setJobGroup("after", "")

@@ -690,6 +690,7 @@ def _prepare(
     # Cheap checks first, so that a typo fails before the graph is loaded.
     options = ReleaseOptions.build(options, **option_kwargs)
     options.check_columns(df.columns)
+    _check_arrow_types(df.schema)
     session = df.sparkSession
     if str(session.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
         _check_columns_ignoring_case(df.columns, options)
@@ -698,6 +699,25 @@ def _prepare(
     _probe_executors(session)
     ref = _ship_graph(session, resolved, path)
     return _TaskSpec(graph=ref, options=options, expected_radius=plan.mechanism.radius)
+
+
+def _check_arrow_types(schema: StructType) -> None:
+    """Refuse, before any Spark job, a column whose type Spark cannot hand to Python as Arrow
+    (an interval year to month, a calendar interval, or either inside a struct, array or
+    map): both passes go through ``mapInArrow``, which would otherwise fail after the check
+    pass with PySpark's own error about its internal column names.  The column is named by
+    its 1-based position and its type, as ``check_columns`` names columns."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    for position, column in enumerate(schema.fields, start=1):
+        try:
+            to_arrow_type(column.dataType, timezone="UTC")
+        except Exception:  # PySpark's type error: the type alone is the news
+            raise InputDataError(
+                f"column {position} has type {column.dataType.simpleString()}, which Spark "
+                "cannot pass to Python as Arrow for the release; cast it (for example to a "
+                "string) or leave it out first"
+            ) from None
 
 
 def _check_columns_ignoring_case(columns: list[str], options: ReleaseOptions) -> None:
@@ -809,6 +829,11 @@ def _release_frame(
         ]
     )
     released = positional.mapInArrow(_release_function(spec, sealed, offsets, names, chunk), schema)
+    # Each column gets its metadata back too (comments, ML attributes): the positional
+    # aliases would otherwise leave every column of the release without it.
     return released.select(
-        *[F.col(alias).alias(f.name) for f, alias in zip(fields, _positional("o", len(fields)))]
+        *[
+            F.col(alias).alias(f.name, metadata=f.metadata)
+            for f, alias in zip(fields, _positional("o", len(fields)))
+        ]
     )
