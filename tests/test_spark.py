@@ -796,3 +796,40 @@ def test_a_column_arrow_cannot_carry_is_refused_before_any_job(spark, small_grap
         pps.check(nested, id_column="sid", postcode_column="pc", graph=path)
     assert tracker.getJobIdsForGroup(group) == []
     spark.sparkContext.setJobGroup("after", "")
+
+
+def test_a_library_error_on_an_executor_fails_the_check_pass_as_that_error(spark, small_graph):
+    """An executor whose graph is not the driver's fails the check pass (which ``perturb`` and
+    ``check`` run at once) with the library's ``ArtefactError`` and its message, not Spark's
+    ``PythonException`` holding a worker traceback (a hostile review of round 22)."""
+    from dataclasses import replace
+
+    _, path = small_graph
+    sdf = spark.createDataFrame(small_records(30, seed=42))
+    spec = pps._prepare(
+        sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
+    elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
+    with pytest.raises(ArtefactError) as failure:
+        pps._run_check(sdf, elsewhere)
+    assert str(failure.value) == (
+        "the graph artefact on this executor is not the driver's graph (its sha256 differs)"
+    )
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+
+
+def test_library_errors_are_found_only_as_the_workers_last_library_error():
+    """What ``_library_error`` rebuilds from Spark's text, and what it leaves alone."""
+    trace = (
+        "Traceback (most recent call last):\n  File ...\n"
+        "postcode_privacy.errors.InvalidParameterError: the radius on this executor differs\n"
+    )
+    rebuilt = pps._library_error(RuntimeError(trace))
+    assert type(rebuilt) is InvalidParameterError
+    assert str(rebuilt) == "the radius on this executor differs"
+    assert pps._library_error(RuntimeError("ValueError: no")) is None
+    assert pps._library_error(RuntimeError("postcode_privacy.errors.Graph: x")) is None
+    assert (
+        pps._library_error(RuntimeError("postcode_privacy.errors.DuplicateSubjectWarning: x"))
+        is None
+    )

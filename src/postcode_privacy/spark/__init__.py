@@ -42,6 +42,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -65,8 +66,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'"
     ) from exc
 
+from .. import errors
 from ..engine.batch import WORKERS_ENV
-from ..errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
+from ..errors import (
+    ArtefactError,
+    InputDataError,
+    InvalidParameterError,
+    PostcodePrivacyError,
+    TeleportWarning,
+)
 from ..graph.artefact import load_graph, save_graph
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
@@ -532,7 +540,13 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         F.sum(F.when(conflict, 1).otherwise(0)).alias("conflicts"),
         F.sort_array(F.collect_list(F.when(conflict, others[0]))).alias("conflict_at"),
     )
-    row = final.collect()[0]
+    try:
+        row = final.collect()[0]
+    except Exception as exc:  # Spark's wrapper of whatever a Python worker raised
+        raised = _library_error(exc)
+        if raised is None:
+            raise
+        raise raised from None
 
     summaries = sorted((json.loads(s) for s in (row["summaries"] or [])), key=lambda s: s["p"])
     n_partitions = summaries[-1]["p"] + 1 if summaries else 0
@@ -556,6 +570,25 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         partition_records=records,
         conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS],
     )
+
+
+_WORKER_ERROR = re.compile(r"^postcode_privacy\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def _library_error(exc: Exception) -> PostcodePrivacyError | None:
+    """The library's own error that a Python worker raised, as Spark reports it (the worker's
+    traceback inside a ``PythonException``, local or over Spark Connect), rebuilt as that
+    type with the same message; None if the failure was not one of the library's errors.
+    So an executor that cannot read the shipped graph fails the check pass with
+    :class:`ArtefactError`, as ``perturb_frame`` would, not a Py4J or gRPC traceback."""
+    found = _WORKER_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, PostcodePrivacyError)):
+        return None
+    return kind(message)
 
 
 # -- the release pass -----------------------------------------------------------------------------
