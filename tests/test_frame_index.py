@@ -79,3 +79,22 @@ def test_pruned_categories_keep_their_order(options):
     result = perturb_frame(people(pd.RangeIndex(3)).assign(note=note), **options)
     assert list(result["note"].cat.categories) == ["z", "a", "m"]
     assert list(result["note"]) == ["z", "a"]
+
+
+@pytest.mark.parametrize("name", ["postcode", "Postcode ", "POSTCODE"])
+def test_an_index_named_like_the_postcode_column_is_refused(options, name):
+    """``df.set_index("postcode", drop=False)`` puts the true postcodes in the index, which is
+    released as it is: refused like a column named like the postcode column, by position
+    and never by value, unless the true postcode is kept anyway."""
+    from postcode_privacy import InputDataError
+
+    source = people(pd.RangeIndex(3)).assign(postcode=[CODES[0], CODES[3], CODES[5]])
+    indexed = source.set_index(source["postcode"].rename(name))
+    with pytest.raises(InputDataError, match=r"^index level 1 \(.*\) is named like ") as failure:
+        perturb_frame(indexed, **options)
+    assert CODES[0] not in str(failure.value)
+    nested = source.set_index([pd.Index([1, 2, 3], name="n"), source["postcode"].rename(name)])
+    with pytest.raises(InputDataError, match=r"^index level 2 "):
+        perturb_frame(nested, **options)
+    kept = perturb_frame(indexed, **{**options, "keep_source_postcode": True})
+    pd.testing.assert_index_equal(kept.index, indexed.index)

@@ -78,6 +78,9 @@ def perturb_frame(
     out of ``attrs``, which pandas carries into every copy and every Parquet file it writes.
     For the same reason ``df.attrs`` is not carried over (it may describe the true records):
     the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was.
+    The index is released as it is, so an index level named like ``postcode_column`` (but
+    for case, surrounding spaces or Unicode form, as for columns) is refused unless
+    ``keep_source_postcode``: it may hold the true postcodes.
     An identifier seen with two different postcodes gives one
     :class:`DuplicateSubjectWarning`.
     """
@@ -137,6 +140,26 @@ def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
             raise InputDataError(
                 f"the frame has no column {name!r}: {name!r} is its index; pass "
                 "df.reset_index() to release it as a column"
+            )
+    if not options.keep_source_postcode:
+        _refuse_postcode_index(df.index, options)
+
+
+def _refuse_postcode_index(index: pd.Index, options: ReleaseOptions) -> None:
+    """Refuse an index level named like the postcode column, even but for case, surrounding
+    spaces or Unicode form (``df.set_index("postcode", drop=False)``): it may hold the true
+    postcodes, and the index is released as it is, as ``check_columns`` refuses such a
+    column (docs/release.md)."""
+    from .options import _loosely
+
+    wanted = _loosely(options.postcode_column)
+    for position, name in enumerate(index.names, start=1):
+        if name is not None and _loosely(name) == wanted:
+            raise InputDataError(
+                f"index level {position} ({name!r}) is named like postcode_column "
+                f"{options.postcode_column!r}: it may hold true postcodes, and the index is "
+                "released as it is; drop it (df.reset_index(drop=True)) if it does, rename it "
+                "if it does not"
             )
 
 
