@@ -743,3 +743,99 @@ def test_probe_reports_another_output_stability_version():
 
     assert pps._probe_function(OUTPUT_STABILITY_VERSION)() == ""
     assert "output-stability version" in pps._probe_function("not-" + OUTPUT_STABILITY_VERSION)()
+
+
+def test_column_metadata_comes_back_with_every_column(spark, small_graph):
+    """Each column keeps its metadata (a comment, ML attributes): the release pass renames the
+    columns positionally around ``mapInArrow``, and a hostile review found every column of the
+    result without its metadata."""
+    from pyspark.sql import functions as F
+
+    _, path = small_graph
+    sdf = spark.createDataFrame(small_records(20, seed=40))
+    sdf = sdf.select(
+        F.col("sid").alias("sid", metadata={"comment": "person"}),
+        F.col("pc").alias("pc", metadata={"comment": "true postcode"}),
+        F.col("x").alias("x", metadata={"ml_attr": {"type": "numeric", "name": "x"}}),
+        "w",
+    )
+    common = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
+    out = pps.perturb(sdf, on_error="null", **common)
+    assert [(f.name, f.metadata) for f in out.schema.fields] == [
+        ("sid", {"comment": "person"}),
+        ("x", {"ml_attr": {"type": "numeric", "name": "x"}}),
+        ("w", {}),
+        ("postcode_dp", {}),
+    ]
+    kept = pps.perturb(sdf, on_error="null", keep_source_postcode=True, **common)
+    assert [f.metadata for f in kept.schema.fields] == [f.metadata for f in sdf.schema] + [{}]
+    assert kept.drop("postcode_dp").collect() == sdf.collect()
+
+
+def test_a_column_arrow_cannot_carry_is_refused_before_any_job(spark, small_graph):
+    """A column of a type ``mapInArrow`` cannot carry (an interval year to month, bare or
+    nested) is refused on the driver with the library's own error naming its position and
+    type, before the check pass runs: a hostile review found PySpark's NotImplementedError
+    about the internal "o1" column, raised after a whole Spark job."""
+    from pyspark.sql import functions as F
+
+    _, path = small_graph
+    base = spark.createDataFrame(small_records(10, seed=41)).select("sid", "pc")
+    months = F.make_ym_interval(F.lit(1), F.lit(2))
+    tracker = spark.sparkContext.statusTracker()
+    group = f"arrow-types-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "unsupported column types")
+    common = dict(
+        key=Key.generate(),
+        epsilon=EPSILON,
+        id_column="sid",
+        postcode_column="pc",
+        graph=path,
+        on_error="null",  # the failing records of small_records are not the point here
+    )
+    with pytest.raises(InputDataError, match=r"^column 3 has type interval year to month, "):
+        pps.perturb(base.withColumn("span", months), **common)
+    nested = base.withColumn("spans", F.array(months))
+    with pytest.raises(InputDataError, match=r"^column 3 has type array<interval year to month>"):
+        pps.check(nested, id_column="sid", postcode_column="pc", graph=path)
+    assert tracker.getJobIdsForGroup(group) == []
+    spark.sparkContext.setJobGroup("after", "")
+
+
+def test_a_library_error_on_an_executor_fails_the_check_pass_as_that_error(spark, small_graph):
+    """An executor whose graph is not the driver's fails the check pass (which ``perturb`` and
+    ``check`` run at once) with the library's ``ArtefactError`` and its message, not Spark's
+    ``PythonException`` holding a worker traceback (a hostile review of round 22)."""
+    from dataclasses import replace
+
+    _, path = small_graph
+    sdf = spark.createDataFrame(small_records(30, seed=42))
+    spec = pps._prepare(
+        sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
+    elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
+    with pytest.raises(ArtefactError) as failure:
+        pps._run_check(sdf, elsewhere)
+    assert str(failure.value) == (
+        "the graph artefact on this executor is not the driver's graph (its sha256 differs)"
+    )
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+
+
+def test_library_errors_are_found_only_as_the_workers_last_library_error():
+    """What ``_library_error`` rebuilds from Spark's text, and what it leaves alone."""
+    trace = (
+        "Traceback (most recent call last):\n  File ...\n"
+        "postcode_privacy.errors.InvalidParameterError: the radius on this executor differs\n"
+    )
+    rebuilt = pps._library_error(RuntimeError(trace))
+    assert type(rebuilt) is InvalidParameterError
+    assert str(rebuilt) == "the radius on this executor differs"
+    assert pps._library_error(RuntimeError("ValueError: no")) is None
+    assert pps._library_error(RuntimeError("postcode_privacy.errors.Graph: x")) is None
+    assert (
+        pps._library_error(RuntimeError("postcode_privacy.errors.DuplicateSubjectWarning: x"))
+        is None
+    )

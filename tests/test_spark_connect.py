@@ -135,3 +135,34 @@ def test_executor_probe_runs_on_spark_connect(spark):
     pps._probe_executors(spark)  # the package imports on the server's Python workers
     frame = spark.createDataFrame(pd.DataFrame({"id": ["a"], "postcode": ["LS1 1AA"]}))
     assert pps._session_id(frame.sparkSession) == spark.session_id
+
+
+def test_metadata_types_and_worker_errors_on_spark_connect(spark, tmp_path):
+    """On Spark Connect as locally: every column keeps its metadata, a column Arrow cannot
+    carry is refused on the client by position and type, and a library error raised on an
+    executor in the check pass arrives as that error (not a gRPC-wrapped traceback)."""
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    from postcode_privacy import InputDataError
+    from postcode_privacy.errors import ArtefactError
+
+    _, path = make_small_graph(tmp_path)
+    sdf = spark.createDataFrame(pd.DataFrame({"sid": ["a", "b"], "pc": ["LS1 1AA", "LS2 2BD"]}))
+    sdf = sdf.select(F.col("sid").alias("sid", metadata={"comment": "person"}), "pc")
+    common = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
+    out = pps.perturb(sdf, **common)
+    assert [(f.name, f.metadata) for f in out.schema.fields] == [
+        ("sid", {"comment": "person"}),
+        ("postcode_dp", {}),
+    ]
+    months = sdf.withColumn("span", F.make_ym_interval(F.lit(1), F.lit(2)))
+    with pytest.raises(InputDataError, match=r"^column 3 has type interval year to month, "):
+        pps.perturb(months, **common)
+    spec = pps._prepare(sdf, **common)
+    elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
+    with pytest.raises(ArtefactError, match=r"^the graph artefact on this executor is not the"):
+        pps._run_check(sdf, elsewhere)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, overload
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InputDataError
@@ -65,7 +66,8 @@ def perturb_frame(
     modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
     radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
-    ``"drop"`` (leave the row out).  ``terminated="nearest"`` maps located terminated postcodes
+    ``"drop"`` (leave the row out; no label, level value or category that only left-out rows
+    held stays in the result's index or categorical columns).  ``terminated="nearest"`` maps located terminated postcodes
     to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
@@ -76,6 +78,9 @@ def perturb_frame(
     out of ``attrs``, which pandas carries into every copy and every Parquet file it writes.
     For the same reason ``df.attrs`` is not carried over (it may describe the true records):
     the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was.
+    The index is released as it is, so an index level named like ``postcode_column`` (but
+    for case, surrounding spaces or Unicode form, as for columns) is refused unless
+    ``keep_source_postcode``: it may hold the true postcodes.
     An identifier seen with two different postcodes gives one
     :class:`DuplicateSubjectWarning`.
     """
@@ -136,6 +141,26 @@ def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
                 f"the frame has no column {name!r}: {name!r} is its index; pass "
                 "df.reset_index() to release it as a column"
             )
+    if not options.keep_source_postcode:
+        _refuse_postcode_index(df.index, options)
+
+
+def _refuse_postcode_index(index: pd.Index, options: ReleaseOptions) -> None:
+    """Refuse an index level named like the postcode column, even but for case, surrounding
+    spaces or Unicode form (``df.set_index("postcode", drop=False)``): it may hold the true
+    postcodes, and the index is released as it is, as ``check_columns`` refuses such a
+    column (docs/release.md)."""
+    from .options import _loosely
+
+    wanted = _loosely(options.postcode_column)
+    for position, name in enumerate(index.names, start=1):
+        if name is not None and _loosely(name) == wanted:
+            raise InputDataError(
+                f"index level {position} is named like postcode_column "
+                f"{options.postcode_column!r}: it may hold true postcodes, and the index is "
+                "released as it is; drop it (df.reset_index(drop=True)) if it does, rename it "
+                "if it does not"
+            )
 
 
 def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
@@ -150,12 +175,62 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
     for name in result.columns:
         column = result[name]
         if isinstance(column.dtype, pd.CategoricalDtype) and name in df.columns:
-            gone = set(df[name].dropna().unique()) - set(column.dropna().unique())
+            gone = _only_dropped(df[name], column)
             if gone:
-                result[name] = column.cat.remove_categories(sorted(gone, key=repr))
+                result[name] = column.cat.set_categories(
+                    _categories_without(column.cat.categories, gone)
+                )
         elif isinstance(column.dtype, pd.ArrowDtype) and _holds_dictionary(column.dtype):
             result[name] = _arrow_dictionaries_afresh(column, column_label(name, df.columns))
+    result.index = _index_without_dropped_labels(result.index, df.index)
     return result
+
+
+def _only_dropped(before, after) -> list:
+    """The values ``before`` holds and ``after`` (its kept rows) does not, in a fixed order."""
+    return sorted(set(before.dropna().unique()) - set(after.dropna().unique()), key=repr)
+
+
+def _index_without_dropped_labels(index: pd.Index, source: pd.Index) -> pd.Index:
+    """``index`` (the released rows' labels, taken from ``source``) without the labels only
+    dropped records held: a MultiIndex keeps every level value of its source, and a
+    categorical index every category, so either would publish a dropped record's label
+    (``result.index.levels``, the dtype, a Parquet file).  Labels the input did not use stay,
+    as for categorical columns."""
+    if isinstance(index, pd.MultiIndex):
+        levels: list[Any] = []
+        codes: list[Any] = []
+        for i in range(index.nlevels):
+            gone = _only_dropped(source.get_level_values(i), index.get_level_values(i))
+            level, code = _level_without(index.levels[i], np.asarray(index.codes[i]), gone)
+            levels.append(level)
+            codes.append(code)
+        return pd.MultiIndex(levels=levels, codes=codes, names=index.names, verify_integrity=False)
+    if isinstance(index, pd.CategoricalIndex):
+        gone = _only_dropped(source, index)
+        return index.set_categories(_categories_without(index.categories, gone)) if gone else index
+    return index
+
+
+def _level_without(level: pd.Index, code: np.ndarray, gone: list) -> tuple[pd.Index, np.ndarray]:
+    """A MultiIndex level without the values ``gone`` (none of which ``code`` points at), and
+    ``code`` renumbered to match; a categorical level loses them from its categories too."""
+    if not gone:
+        return level, code
+    keep = ~level.isin(gone)
+    renumbered = np.cumsum(keep) - 1
+    code = np.where(code >= 0, renumbered[np.maximum(code, 0)], -1)
+    level = level[keep]
+    if isinstance(level, pd.CategoricalIndex):
+        level = level.set_categories(_categories_without(level.categories, gone))
+    return level, code
+
+
+def _categories_without(categories: pd.Index, gone: list) -> list:
+    """``categories`` less ``gone``, in their order (pandas' ``remove_categories``
+    sorts the rest of an unordered categorical's categories)."""
+    dropped = set(gone)
+    return [value for value in categories if value not in dropped]
 
 
 def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:

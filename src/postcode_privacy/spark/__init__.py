@@ -42,6 +42,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -65,8 +66,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "postcode_privacy.spark needs PySpark: pip install 'postcode-privacy[spark]'"
     ) from exc
 
+from .. import errors
 from ..engine.batch import WORKERS_ENV
-from ..errors import ArtefactError, InputDataError, InvalidParameterError, TeleportWarning
+from ..errors import (
+    ArtefactError,
+    InputDataError,
+    InvalidParameterError,
+    PostcodePrivacyError,
+    TeleportWarning,
+)
 from ..graph.artefact import load_graph, save_graph
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
@@ -532,7 +540,13 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         F.sum(F.when(conflict, 1).otherwise(0)).alias("conflicts"),
         F.sort_array(F.collect_list(F.when(conflict, others[0]))).alias("conflict_at"),
     )
-    row = final.collect()[0]
+    try:
+        row = final.collect()[0]
+    except Exception as exc:  # Spark's wrapper of whatever a Python worker raised
+        raised = _library_error(exc)
+        if raised is None:
+            raise
+        raise raised from None
 
     summaries = sorted((json.loads(s) for s in (row["summaries"] or [])), key=lambda s: s["p"])
     n_partitions = summaries[-1]["p"] + 1 if summaries else 0
@@ -556,6 +570,25 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         partition_records=records,
         conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS],
     )
+
+
+_WORKER_ERROR = re.compile(r"^postcode_privacy\.errors\.(\w+): (.+)$", re.MULTILINE)
+
+
+def _library_error(exc: Exception) -> PostcodePrivacyError | None:
+    """The library's own error that a Python worker raised, as Spark reports it (the worker's
+    traceback inside a ``PythonException``, local or over Spark Connect), rebuilt as that
+    type with the same message; None if the failure was not one of the library's errors.
+    So an executor that cannot read the shipped graph fails the check pass with
+    :class:`ArtefactError`, as ``perturb_frame`` would, not a Py4J or gRPC traceback."""
+    found = _WORKER_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, PostcodePrivacyError)):
+        return None
+    return kind(message)
 
 
 # -- the release pass -----------------------------------------------------------------------------
@@ -690,6 +723,7 @@ def _prepare(
     # Cheap checks first, so that a typo fails before the graph is loaded.
     options = ReleaseOptions.build(options, **option_kwargs)
     options.check_columns(df.columns)
+    _check_arrow_types(df.schema)
     session = df.sparkSession
     if str(session.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
         _check_columns_ignoring_case(df.columns, options)
@@ -698,6 +732,25 @@ def _prepare(
     _probe_executors(session)
     ref = _ship_graph(session, resolved, path)
     return _TaskSpec(graph=ref, options=options, expected_radius=plan.mechanism.radius)
+
+
+def _check_arrow_types(schema: StructType) -> None:
+    """Refuse, before any Spark job, a column whose type Spark cannot hand to Python as Arrow
+    (an interval year to month, a calendar interval, or either inside a struct, array or
+    map): both passes go through ``mapInArrow``, which would otherwise fail after the check
+    pass with PySpark's own error about its internal column names.  The column is named by
+    its 1-based position and its type, as ``check_columns`` names columns."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    for position, column in enumerate(schema.fields, start=1):
+        try:
+            to_arrow_type(column.dataType, timezone="UTC")
+        except Exception:  # PySpark's type error: the type alone is the news
+            raise InputDataError(
+                f"column {position} has type {column.dataType.simpleString()}, which Spark "
+                "cannot pass to Python as Arrow for the release; cast it (for example to a "
+                "string) or leave it out first"
+            ) from None
 
 
 def _check_columns_ignoring_case(columns: list[str], options: ReleaseOptions) -> None:
@@ -811,6 +864,11 @@ def _release_frame(
         ]
     )
     released = positional.mapInArrow(_release_function(spec, sealed, offsets, names, chunk), schema)
+    # Each column gets its metadata back too (comments, ML attributes): the positional
+    # aliases would otherwise leave every column of the release without it.
     return released.select(
-        *[F.col(alias).alias(f.name) for f, alias in zip(fields, _positional("o", len(fields)))]
+        *[
+            F.col(alias).alias(f.name, metadata=f.metadata)
+            for f, alias in zip(fields, _positional("o", len(fields)))
+        ]
     )

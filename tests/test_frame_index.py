@@ -1,0 +1,100 @@
+"""``perturb_frame`` and the index of the frame it returns: under ``on_error="drop"`` no label
+that only a dropped record held survives anywhere in the result (a hostile review of round 22).
+
+pandas keeps every level value of a MultiIndex, and every category of a categorical index,
+when rows are taken from it: a dropped record's label would stay readable in
+``result.index.levels`` or the index's dtype (and so in a Parquet file written from it).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from postcode_privacy import Graph, Key, perturb_frame
+
+CODES = [f"LS1 {d}{a}{b}" for d in (1, 2) for a in "ABD" for b in "ABDE"]
+
+
+@pytest.fixture(scope="module")
+def options():
+    edges = [(i, i + 1) for i in range(len(CODES) - 1)]
+    return dict(
+        key=Key.from_bytes(b"i" * 32),
+        graph=Graph.from_edges(CODES, edges),
+        epsilon=1,
+        id_column="subject",
+        postcode_column="postcode",
+        on_error="drop",
+    )
+
+
+def people(index: pd.Index) -> pd.DataFrame:
+    """Three records on ``index``; the second has a malformed postcode and is dropped."""
+    return pd.DataFrame(
+        {"subject": ["a", "b", "c"], "postcode": [CODES[0], "not a postcode", CODES[5]]},
+        index=index,
+    )
+
+
+def test_multiindex_levels_lose_labels_only_dropped_records_held(options):
+    index = pd.MultiIndex(  # "SPARE" is a level value no record uses: the caller's own
+        levels=[["SPARE", "SECRET", "x", "z"], [1, 2, 3]],
+        codes=[[2, 1, 3], [0, 1, 2]],
+        names=["site", "visit"],
+    )
+    source = people(index)
+    result = perturb_frame(source, **options)
+    assert [list(level) for level in result.index.levels] == [["SPARE", "x", "z"], [1, 3]]
+    assert list(result.index) == [("x", 1), ("z", 3)]  # the labels themselves unchanged
+    assert result.index.names == ["site", "visit"]
+    assert "SECRET" in list(source.index.levels[0])  # the input's index untouched
+
+
+def test_categorical_index_and_levels_lose_dropped_categories(options):
+    site = pd.Categorical(["x", "SECRET", "z"], categories=["x", "SECRET", "z", "SPARE"])
+    flat = perturb_frame(people(pd.CategoricalIndex(site, name="site")), **options)
+    assert list(flat.index.categories) == ["x", "z", "SPARE"]
+    assert list(flat.index) == ["x", "z"] and flat.index.name == "site"
+
+    nested = perturb_frame(people(pd.MultiIndex.from_arrays([site, [1, 2, 3]])), **options)
+    level = nested.index.levels[0]
+    assert "SECRET" not in list(level) and "SECRET" not in list(level.categories)
+    assert list(nested.index) == [("x", 1), ("z", 3)]
+
+
+def test_an_index_without_dropped_records_is_returned_as_it_was(options):
+    index = pd.MultiIndex.from_arrays([["x", "y", "z"], [1, 2, 3]])
+    kept = people(index).assign(postcode=[CODES[0], CODES[1], CODES[2]])
+    result = perturb_frame(kept, **options)
+    pd.testing.assert_index_equal(result.index, index, exact=True)
+    nulled = perturb_frame(people(index), **{**options, "on_error": "null"})
+    pd.testing.assert_index_equal(nulled.index, index, exact=True)
+
+
+def test_pruned_categories_keep_their_order(options):
+    """Only the dropped records' categories go: pandas' ``remove_categories`` would also sort
+    the others of an unordered categorical, changing the dtype of cells that were kept."""
+    note = pd.Categorical(["z", "SECRET", "a"], categories=["z", "SECRET", "a", "m"])
+    result = perturb_frame(people(pd.RangeIndex(3)).assign(note=note), **options)
+    assert list(result["note"].cat.categories) == ["z", "a", "m"]
+    assert list(result["note"]) == ["z", "a"]
+
+
+@pytest.mark.parametrize("name", ["postcode", "Postcode ", "POSTCODE"])
+def test_an_index_named_like_the_postcode_column_is_refused(options, name):
+    """``df.set_index("postcode", drop=False)`` puts the true postcodes in the index, which is
+    released as it is: refused like a column named like the postcode column, by position
+    and never by value, unless the true postcode is kept anyway."""
+    from postcode_privacy import InputDataError
+
+    source = people(pd.RangeIndex(3)).assign(postcode=[CODES[0], CODES[3], CODES[5]])
+    indexed = source.set_index(source["postcode"].rename(name))
+    with pytest.raises(InputDataError, match=r"^index level 1 \(.*\) is named like ") as failure:
+        perturb_frame(indexed, **options)
+    assert CODES[0] not in str(failure.value)
+    nested = source.set_index([pd.Index([1, 2, 3], name="n"), source["postcode"].rename(name)])
+    with pytest.raises(InputDataError, match=r"^index level 2 "):
+        perturb_frame(nested, **options)
+    kept = perturb_frame(indexed, **{**options, "keep_source_postcode": True})
+    pd.testing.assert_index_equal(kept.index, indexed.index)
