@@ -92,7 +92,7 @@ def test_an_index_named_like_the_postcode_column_is_refused(options, name):
     indexed = source.set_index(source["postcode"].rename(name))
     with pytest.raises(InputDataError, match=r"^index level 1 is named like ") as failure:
         perturb_frame(indexed, **options)
-    assert CODES[0] not in str(failure.value) and repr(name) not in str(failure.value)
+    assert CODES[0] not in str(failure.value)
     nested = source.set_index([pd.Index([1, 2, 3], name="n"), source["postcode"].rename(name)])
     with pytest.raises(InputDataError, match=r"^index level 2 "):
         perturb_frame(nested, **options)
