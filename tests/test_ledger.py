@@ -425,6 +425,7 @@ DOCUMENTED_COLUMNS = {
     ],
     "draws": ["draw", "subject", "pair", "release"],
     "shared_draws": ["release", "draw", "subject", "pair"],
+    "settlements": ["release", "outcome", "settled", "settled_by", "basis"],
 }
 
 

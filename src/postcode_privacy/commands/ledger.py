@@ -102,11 +102,69 @@ def echo_summary(summary: dict) -> None:
             f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
             + (f"  budget {spend_text(r['budget'])}" if r["budget"] is not None else "")
         )
+        hand = r.get("settled_by_hand")
+        if hand:
+            click.echo(
+                f"      settled by hand as {hand['outcome']} by {hand['settled_by']} at "
+                f"{hand['settled']} on {hand['basis']}"
+            )
     for label, key in (("subject", "subjects"), ("(subject, true postcode) pair", "pairs")):
         dist = summary[key]
         click.echo(f"cumulative spend per {label} ({sum(n for _, n in dist)}):")
         for value, count in dist:
             click.echo(f"  {spend_text(value):>8}  {count}")
+
+
+@ledger_group.command("settle")
+@click.argument("location", metavar="PATH_OR_URL")
+@click.argument("rid", metavar="RELEASE_ID", type=click.IntRange(min=1))
+@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@click.option(
+    "--committed",
+    is_flag=True,
+    help="The release was published: needs its output at its recorded path, or --output.",
+)
+@click.option(
+    "--abandoned",
+    is_flag=True,
+    help="The release was never published: its draws stop counting against budgets.",
+)
+@click.option(
+    "--output",
+    metavar="FILE",
+    help="With --committed: the published output, whose sha256 must be the recorded one.",
+)
+@click.option("--yes", is_flag=True, help="With --abandoned: do not ask for confirmation.")
+def settle_command(location, rid, secret, committed, abandoned, output, yes) -> None:
+    """Settle by hand a release left pending (RELEASE_ID: the number `ledger show` prints
+    after #)."""
+    import sys
+
+    from ..ledger import Ledger
+    from ..ledger.settling import pending_release, settle_by_hand
+
+    if committed == abandoned:
+        raise click.UsageError("give exactly one of --committed and --abandoned")
+    if output is not None and not committed:
+        raise click.UsageError("--output is evidence for --committed only")
+    if yes and not abandoned:
+        raise click.UsageError("--yes is for --abandoned only")
+    if abandoned and not yes and not sys.stdin.isatty():
+        raise click.UsageError("--abandoned needs --yes when standard input is not a terminal")
+    with Ledger.open(location, secret) as ledger:
+        if abandoned and not yes:
+            shown = pending_release(ledger, rid)
+            click.echo(
+                f"release #{rid}: {shown['output']}, recorded {shown['created']} by "
+                f"{shown['owner']}, {shown['records']} records, epsilon {shown['epsilon']}"
+            )
+            click.confirm(
+                "Abandon it? Its draws will stop counting against budgets; if its files were "
+                "published after all, every budget then under-counts",
+                abort=True,
+            )
+        done = settle_by_hand(ledger, rid, "committed" if committed else "abandoned", output=output)
+    click.echo(f"release #{rid} settled by hand as {done['outcome']} on {done['basis']}")
 
 
 @ledger_group.command("check")

@@ -23,6 +23,7 @@ from .owner import Owner
 from .stores import (
     LEDGER_FORMAT,
     SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     SqliteStore,
     Store,
     is_url,
@@ -160,7 +161,7 @@ class Ledger:
             meta = dict(store.query("SELECT name, value FROM ledger_meta"))
             if meta.get("format") != LEDGER_FORMAT:
                 raise LedgerError("the database is not a postcode-privacy ledger")
-            if meta.get("schema_version") != SCHEMA_VERSION:
+            if meta.get("schema_version") not in SCHEMA_VERSIONS:
                 raise LedgerError("the ledger has an unsupported schema version")
             if meta.get("secret_fingerprint") != secret.fingerprint:
                 raise KeyFileError("that key file is not this ledger's secret")
@@ -374,6 +375,14 @@ class Ledger:
                     _check_release_row(r)
                     r["output"] = os.path.basename(r["output"])
                     r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
+            settled = {}
+            if store.schema_version() != "1":  # version 1 has no settlements table
+                for rid, *rest in store.query(
+                    "SELECT release, outcome, settled, settled_by, basis FROM settlements"
+                ):
+                    settled[rid] = dict(zip(("outcome", "settled", "settled_by", "basis"), rest))
+            for r in releases:
+                r["settled_by_hand"] = settled.get(r["id"])
             per = {}
             with _damage_is_a_ledger_error(store, "draws"):
                 for group in ("subject", "pair"):

@@ -1,6 +1,6 @@
 """Where a ledger lives: a SQLite file (the default) or a PostgreSQL database.
 
-Both backends hold the same four tables (docs/ledger.md, "Tables") and answer the same few
+Both backends hold the same five tables (docs/ledger.md, "Tables") and answer the same few
 questions; everything that differs between the two SQL dialects is in this module.  Digests
 are stored as raw bytes (BLOB / BYTEA) in indexed columns; bulk loads use ``executemany`` on
 SQLite and ``COPY`` on PostgreSQL.
@@ -29,10 +29,24 @@ from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerError
 
-__all__ = ["Store", "SqliteStore", "PostgresStore", "open_store", "is_url", "LEDGER_FORMAT"]
+__all__ = [
+    "Store",
+    "SqliteStore",
+    "PostgresStore",
+    "open_store",
+    "is_url",
+    "LEDGER_FORMAT",
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSIONS",
+]
 
 LEDGER_FORMAT = "postcode-privacy-ledger"
-SCHEMA_VERSION = "1"
+# Version 2 adds the ``settlements`` table (releases settled by hand).  A version-1 ledger is
+# still read and written as it is, and becomes version 2 only in the transaction that first
+# settles a release by hand (``Store.upgrade_schema``): a ledger nobody settles by hand stays
+# readable by the versions before this one (docs/ledger.md, "Tables").
+SCHEMA_VERSION = "2"
+SCHEMA_VERSIONS = frozenset({"1", SCHEMA_VERSION})
 _BUSY_TIMEOUT_S = 600
 _PG_LOCK_ID = 0x7070_6C65_6467_6572  # advisory lock key ("ppledger"): one writer at a time
 _BATCH = 50_000
@@ -157,9 +171,25 @@ class Store:
             "CREATE INDEX draws_subject ON draws (subject)",
             f"CREATE TABLE shared_draws (release INTEGER NOT NULL, draw {b} NOT NULL, "
             f"subject {b} NOT NULL, pair {b} NOT NULL, PRIMARY KEY (draw, release))",
+            _SETTLEMENTS,
         ]
         for sql in statements:
             self.execute(sql)
+
+    def schema_version(self) -> str | None:
+        """The schema version the ledger records now (inside the caller's transaction)."""
+        rows = self.query("SELECT value FROM ledger_meta WHERE name = 'schema_version'")
+        return rows[0][0] if rows else None
+
+    def upgrade_schema(self) -> None:
+        """Bring a version-1 ledger to the current version (inside the caller's write
+        transaction, which re-reads the version so that two upgrades at once do one)."""
+        if self.schema_version() == "1":
+            self.execute(_SETTLEMENTS)
+            self.execute(
+                "UPDATE ledger_meta SET value = ? WHERE name = 'schema_version'",
+                (SCHEMA_VERSION,),
+            )
 
     without_rowid = ""
 
@@ -174,6 +204,12 @@ class Store:
         self.execute(f"CREATE TEMPORARY TABLE {name} (k {self.blob} PRIMARY KEY)")
         self.bulk_insert(name, ("k",), ((k,) for k in set(keys)))
 
+
+# Schema version 2: who settled which pending release by hand, when, how, and on what basis.
+_SETTLEMENTS = (
+    "CREATE TABLE settlements (release INTEGER PRIMARY KEY, outcome TEXT NOT NULL, "
+    "settled TEXT NOT NULL, settled_by TEXT NOT NULL, basis TEXT NOT NULL)"
+)
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -516,7 +552,8 @@ class SqliteStore(Store):
 _PG_STATES = {
     "42501": (
         "the PostgreSQL role lacks a privilege the ledger needs on its tables (it needs "
-        "SELECT, INSERT, UPDATE and DELETE on all four)"
+        "SELECT, INSERT, UPDATE and DELETE on all its tables, and CREATE on its schema to "
+        "settle a release by hand in a ledger made by an earlier version)"
     ),
     "25006": "the PostgreSQL server accepts only read-only transactions (a standby?)",
 }
