@@ -44,7 +44,7 @@ __all__ = [
 _LINE = re.compile(r"\bline (\d+)")  # pandas counts lines from 1 (its "row" from 0)
 
 # The largest published file is ONSPD's data CSV, under 2 GB unpacked (Code-Point Open's are a
-# few MB each); a bound of four times that refuses only what no real release is.
+# few MB each); a bound of three times that refuses only what no real release is.
 MAX_MEMBER_BYTES = 6 << 30
 MAX_ZIP_MEMBERS = 10_000  # the published zips hold about a hundred files
 
