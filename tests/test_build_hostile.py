@@ -170,3 +170,73 @@ def test_max_edge_km_out_of_range_is_a_usage_error(tmp_path, capsys, value):
 def test_build_graph_refuses_a_limit_with_no_finite_length_in_metres():
     with pytest.raises(InvalidParameterError, match="max_edge_km must be a positive finite"):
         build_graph(["AB1 0AA", "AB1 0AB"], [0, 1], [0, 0], max_edge_km=1e306)
+
+
+# -- compressed sources: bounded, and their failures are messages -------------------------------
+
+
+def _onspd_zip(path, flag_bits=0):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("Data/ONSPD_FEB_2024_UK.csv", ONSPD.read_bytes())
+    if flag_bits:
+        data = bytearray(path.read_bytes())
+        data[6] |= flag_bits
+        central = data.rfind(b"PK\x01\x02")
+        data[central + 8] |= flag_bits
+        path.write_bytes(bytes(data))
+    return path
+
+
+def test_onspd_zip_member_larger_than_the_bound_is_refused(tmp_path, monkeypatch, capsys):
+    import postcode_privacy.sources._reading as reading
+
+    monkeypatch.setattr(reading, "MAX_MEMBER_BYTES", 1000)  # the fixture is larger than this
+    out = tmp_path / "g.ppgraph"
+    args = ["build", "--onspd", str(_onspd_zip(tmp_path / "o.zip")), "-o", str(out), "--quiet"]
+    assert main(args) == 7
+    assert "decompresses to more than" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_encrypted_onspd_zip_member_is_a_message(tmp_path, capsys):
+    out = tmp_path / "g.ppgraph"
+    zipped = _onspd_zip(tmp_path / "o.zip", flag_bits=1)
+    assert main(["build", "--onspd", str(zipped), "-o", str(out), "--quiet"]) == 7
+    assert "is encrypted" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_codepoint_gzip_bomb_is_refused(tmp_path, monkeypatch):
+    import gzip
+
+    import postcode_privacy.sources.codepoint as codepoint
+
+    monkeypatch.setattr(codepoint, "MAX_FILE_BYTES", 1 << 20)
+    data = tmp_path / "cp" / "Data" / "CSV"
+    data.mkdir(parents=True)
+    with gzip.open(data / "ab.csv.gz", "wb") as handle:
+        handle.write(b'"AB1 0AA",10,385386,801193\n' * 100_000)  # 2.7 MB from a few kB
+    with pytest.raises(SourceDataError, match="ab.csv.gz decompresses to more than 1 MiB"):
+        read_codepoint(tmp_path / "cp")
+
+
+def test_population_total_above_the_prior_bound_names_the_option(tmp_path, capsys):
+    import csv
+
+    from postcode_privacy.postcodes import try_normalise
+
+    with ONSPD.open(encoding="utf-8") as handle:
+        postcodes = {try_normalise(row["pcds"]) for row in csv.DictReader(handle)} - {None}
+    population = tmp_path / "pop.csv"
+    population.write_text(
+        "postcode,population\n" + "".join(f"{p},{'9' * 18}\n" for p in sorted(postcodes)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "g.ppgraph"
+    args = ["build", "--onspd", str(ONSPD), "--population", str(population), "-o", str(out)]
+    assert main([*args, "--quiet"]) == 7
+    err = capsys.readouterr().err
+    assert "pop.csv" in err and "--population" in err and "2**62" in err
+    assert not out.exists()

@@ -1,7 +1,7 @@
 """The documentation site: it builds strictly, its CLI reference is current, its links resolve.
 
-Also checks the contract between code and docs: every section of methods.md or threat-model.md
-that the library or its tests cite by name, as (docs/methods.md, "Section"), is a heading there.
+Also checks the contract between code and docs: every docs page the library or its tests name
+exists, and every section they cite by name, as (docs/methods.md, "Section"), is a heading there.
 """
 
 from __future__ import annotations
@@ -348,21 +348,36 @@ def test_link_checker_sees_broken_links(tmp_path):
     assert _anchors(page) == {"code-title", "same", "same_1"}
 
 
-# Section names the code cites, e.g. (docs/methods.md, "Choosing the radius").
-CITATION = re.compile(
-    r"docs/(methods|threat-model|spec|graph|limitations|release)\.md,?\s*(?:section\s+)?\"([^\"]+)\""
-)
+# Section names the code cites, on any docs page: (docs/methods.md, "Choosing the radius"),
+# (docs/methods.md, section "The graph"), docs/performance.md ("The ball-mass profile table").
+CITATION = re.compile(r"docs/([\w-]+)\.md(?:,\s*(?:section\s+)?|\s+section\s+|\s*\()\"([^\"]+)\"")
+# Any docs page the code names, cited with a section or not.
+PAGE = re.compile(r"docs/([\w-]+)\.md")
 
 
-def _citations():
+def _cited_texts():
     sources = sorted(SRC.rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
     for path in sources:
         if path.name == "test_docs.py":
             continue
         text = path.read_text(encoding="utf-8")
-        joined = re.sub(r"\n\s*#?\s*", " ", text)  # join wrapped docstrings and comments
+        yield path.relative_to(ROOT), re.sub(r"\n\s*#?\s*", " ", text)  # wrapped lines joined
+
+
+def _citations():
+    for path, joined in _cited_texts():
         for match in CITATION.finditer(joined):
-            yield path.relative_to(ROOT), f"{match.group(1)}.md", " ".join(match.group(2).split())
+            yield path, f"{match.group(1)}.md", " ".join(match.group(2).split())
+
+
+def test_pages_cited_by_the_code_exist():
+    missing = sorted(
+        f"{src} cites docs/{match.group(1)}.md"
+        for src, joined in _cited_texts()
+        for match in PAGE.finditer(joined)
+        if not (DOCS / f"{match.group(1)}.md").is_file()
+    )
+    assert not missing, "\n".join(missing)
 
 
 def test_sections_cited_by_the_code_exist():

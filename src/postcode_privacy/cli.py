@@ -160,7 +160,8 @@ def _exit_without_teardown(code: int) -> None:
     interpreter's teardown.
 
     Freeing every object of pandas, numba and the graph one at a time took 0.3 to 0.4 s of a
-    3 s release (docs/performance-history.md, "Twelfth round"), and nothing depends on it:
+    3 s release (docs/performance-history.md, "Twelfth round: an exit without teardown, and a
+    search laid out along the map"), and nothing depends on it:
     the outputs are already renamed into place.  What a normal exit does that matters is done
     here, in CPython's order: the threading module's shutdown (its exit callbacks, which tell idle
     thread pools to stop, then a join of every non-daemon thread), the exit handlers

@@ -104,7 +104,7 @@ def build_from_sources(
         from ..sources.population import apply_population, read_population
 
         counts = read_population(population)
-        prior, coverage = apply_population(table.postcodes, counts)
+        prior, coverage = apply_population(table.postcodes, counts, file_label(population))
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": os.path.abspath(os.fspath(population)),

@@ -3,7 +3,7 @@
 
 All privacy figures come from the mechanism's exact integer weights (``evaluate.exact``) and
 become floats only for display.  The attacker figures are those of ``postcode-privacy evaluate``
-(docs/evaluation.md) on a smaller, named sample: a seeded draw of postcodes by prior, never
+(docs/choosing-epsilon.md, "`evaluate`: both sides of one release") on a smaller, named sample: a seeded draw of postcodes by prior, never
 anyone's true data, with stand-in keys derived from the seed.
 """
 

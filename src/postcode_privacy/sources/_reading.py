@@ -7,22 +7,135 @@ memory blow-up, and turns a parser's complaint into a message through :func:`unr
 which keeps the line number and drops the text: Python's and pandas' own messages can quote
 bytes of the file ("can't decode byte 0xff", "Not a gzipped file (b'SE')"), and in a
 headerless file every row, the first included, is data (docs/graph.md, "Building from source files").
+
+Compressed data (a zip member, a ``.csv.gz``) is read only through :func:`open_member` and
+:func:`gunzip`, which stop at a bound on the bytes it decompresses to (:data:`MAX_MEMBER_BYTES`),
+so a small "zip bomb" is refused instead of filling memory or running for hours, and which turn
+an encrypted member, an unsupported compression method or damaged compressed data into a
+:class:`~postcode_privacy.errors.SourceDataError` rather than a traceback.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
+import lzma
 import os
 import re
 import zipfile
+import zlib
 
 from .._digest import sha256_of_stream
 from .._input_files import open_regular_file, visible_text
 from ..errors import SourceDataError
 
-__all__ = ["file_label", "open_source", "source_sha256", "unreadable"]
+__all__ = [
+    "MAX_MEMBER_BYTES",
+    "MAX_ZIP_MEMBERS",
+    "check_member_count",
+    "file_label",
+    "gunzip",
+    "open_member",
+    "open_source",
+    "source_sha256",
+    "unreadable",
+]
 
 _LINE = re.compile(r"\bline (\d+)")  # pandas counts lines from 1 (its "row" from 0)
+
+# The largest published file is ONSPD's data CSV, under 2 GB unpacked (Code-Point Open's are a
+# few MB each); a bound of three times that refuses only what no real release is.
+MAX_MEMBER_BYTES = 6 << 30
+MAX_ZIP_MEMBERS = 10_000  # the published zips hold about a hundred files
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 30} GiB" if limit >= 1 << 30 else f"{limit >> 20} MiB"
+
+
+# What damaged compressed data raises, by the codec that meets it.
+_DAMAGED = (zlib.error, lzma.LZMAError, zipfile.BadZipFile, EOFError, OSError, ValueError)
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressing stream read only up to ``limit`` bytes, its codec's errors made ours."""
+
+    def __init__(self, stream, label: str, limit: int):
+        self._stream = stream
+        self._label = label
+        self._left = limit
+        self._limit = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        # One byte more than the bound says whether there is more than the bound.
+        want = min(len(buffer), self._left + 1)
+        try:
+            data = self._stream.read(want)
+        except _DAMAGED:
+            raise SourceDataError(
+                f"{self._label} is truncated or not in the compressed format its name says"
+            ) from None
+        if len(data) > self._left:
+            raise SourceDataError(
+                f"{self._label} decompresses to more than {_size(self._limit)}, more than "
+                "any published postcode file (a damaged or hostile archive?)"
+            )
+        self._left -= len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            super().close()
+
+
+def check_member_count(archive: zipfile.ZipFile, label: str) -> None:
+    """Refuse a zip of more members than any published release has."""
+    if len(archive.infolist()) > MAX_ZIP_MEMBERS:
+        raise SourceDataError(
+            f"{label}: the zip holds more than {MAX_ZIP_MEMBERS:,} files, more than any "
+            "published postcode release"
+        )
+
+
+def open_member(
+    archive: zipfile.ZipFile, name: str, label: str, limit: int | None = None
+) -> io.BufferedReader:
+    """Member ``name`` of ``archive``, decompressed, ending with an error past ``limit`` bytes.
+
+    ``label`` names the member in messages.  The size the zip declares is checked first, and
+    the bytes read are counted too (``zipfile`` stops at the declared size, but a ``.gz``
+    member inside is decompressed again by :func:`gunzip`).
+    """
+    limit = MAX_MEMBER_BYTES if limit is None else limit
+    info = archive.getinfo(name)
+    if info.flag_bits & 0x1:
+        raise SourceDataError(f"{label} is encrypted; give the file unencrypted")
+    if info.file_size > limit:
+        raise SourceDataError(
+            f"{label} decompresses to more than {_size(limit)}, more than any published "
+            "postcode file (a damaged or hostile archive?)"
+        )
+    try:
+        stream = archive.open(info)
+    except NotImplementedError:
+        raise SourceDataError(
+            f"{label} is compressed by a method this reader does not support (use deflate)"
+        ) from None
+    except (zipfile.BadZipFile, RuntimeError, OSError):
+        raise SourceDataError(f"{label}: the zip's entry for it is damaged") from None
+    return io.BufferedReader(_Bounded(stream, label, limit))
+
+
+def gunzip(handle, label: str, limit: int | None = None) -> io.BufferedReader:
+    """The gzip data in ``handle``, decompressed, ending with an error past ``limit`` bytes."""
+    limit = MAX_MEMBER_BYTES if limit is None else limit
+    return io.BufferedReader(_Bounded(gzip.GzipFile(fileobj=handle, mode="rb"), label, limit))
 
 
 def file_label(path: str | os.PathLike) -> str:

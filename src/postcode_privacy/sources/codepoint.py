@@ -19,7 +19,6 @@ import os
 import re
 import zipfile
 from collections.abc import Iterator
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -27,7 +26,15 @@ import pandas as pd
 from .._digest import sha256_of_stream
 from .._input_files import visible_text
 from ..errors import SourceDataError
-from ._reading import file_label, open_source, source_sha256, unreadable
+from ._reading import (
+    check_member_count,
+    file_label,
+    gunzip,
+    open_member,
+    open_source,
+    source_sha256,
+    unreadable,
+)
 from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_codepoint", "bundled_codepoint_dir"]
@@ -36,6 +43,9 @@ _NO_LOCATION = 90  # positional quality 90: the postcode has no grid reference
 _DATA = re.compile(r"(?:^|/)data/csv/[^/]+\.csv(?:\.gz)?$", re.IGNORECASE)
 _HEADERS = re.compile(r"(?:^|/)doc/[^/]*header[^/]*\.csv$", re.IGNORECASE)
 _DISTRICT_NAMES = {"dc", "admin_district_code"}
+# Each published data file is a few MB unpacked; a bound far above that, for a zip member or a
+# .gz, so a small "zip bomb" is refused rather than read into memory (sources._reading).
+MAX_FILE_BYTES = 256 << 20
 
 
 def bundled_codepoint_dir() -> str:
@@ -61,6 +71,7 @@ class _Files:
                 self.archive.close()
                 raise
         if self.zip is not None:
+            check_member_count(self.zip, label)
             names = [n for n in self.zip.namelist() if not n.endswith("/")]
         else:
             names = [
@@ -73,12 +84,18 @@ class _Files:
 
     @contextlib.contextmanager
     def open(self, name: str) -> Iterator:
+        """The file's text bytes: a zip member or a ``.gz`` decompressed, never past a bound."""
+        label = visible_text(name)
         if self.zip is not None:
-            with self.zip.open(name) as handle:
-                yield handle
+            raw = open_member(self.zip, name, label, MAX_FILE_BYTES)
         else:
-            with open_source(os.path.join(self.path, name), visible_text(name)) as handle:
-                yield handle
+            raw = open_source(os.path.join(self.path, name), label)
+        with raw:
+            if name.lower().endswith(".gz"):
+                with gunzip(raw, label, MAX_FILE_BYTES) as handle:
+                    yield handle
+            else:
+                yield raw
 
     def sources(self) -> list[dict[str, str]]:
         if self.archive is not None:
@@ -153,8 +170,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
 
 
 def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
-    compression: Literal["gzip"] | None = "gzip" if name.lower().endswith(".gz") else None
-    with files.open(name) as handle:
+    with files.open(name) as handle:  # already decompressed, within its bound
         try:
             return pd.read_csv(
                 handle,
@@ -163,7 +179,6 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
                 dtype=dtype,
                 keep_default_na=False,
                 na_values=[""],
-                compression=compression,
                 encoding="utf-8-sig",
             )
         except pd.errors.EmptyDataError:

@@ -24,7 +24,7 @@ import pandas as pd
 from .._digest import sha256_of_stream
 from .._input_files import visible_text
 from ..errors import SourceDataError
-from ._reading import file_label, open_source, unreadable
+from ._reading import check_member_count, file_label, open_member, open_source, unreadable
 from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
@@ -76,6 +76,7 @@ def _pick(header: dict[str, str], patterns) -> str | None:
 
 def _data_member(archive: zipfile.ZipFile, label: str) -> str:
     """The main data CSV in a published zip: the largest ``*_UK.csv``, else the largest CSV."""
+    check_member_count(archive, label)
     csvs = [i for i in archive.infolist() if i.filename.lower().endswith(".csv") and not i.is_dir()]
     if not csvs:
         raise SourceDataError(f"{label}: no CSV file inside the zip")
@@ -85,19 +86,20 @@ def _data_member(archive: zipfile.ZipFile, label: str) -> str:
 
 
 @contextlib.contextmanager
-def _open(source: io.BufferedReader, member: str | None) -> Iterator:
-    """The data CSV from its start: the file itself, or its member in the zip."""
+def _open(source: io.BufferedReader, member: str | None, label: str) -> Iterator:
+    """The data CSV from its start: the file itself, or its member in the zip (decompressed
+    only up to a bound, ``sources._reading.open_member``)."""
     source.seek(0)
     if member is None:
         yield source
     else:
-        with zipfile.ZipFile(source) as archive, archive.open(member) as handle:
+        with zipfile.ZipFile(source) as archive, open_member(archive, member, label) as handle:
             yield handle
 
 
 def _read_header(source: io.BufferedReader, member: str | None, label: str) -> list[str]:
     try:
-        with _open(source, member) as handle:
+        with _open(source, member, label) as handle:
             return list(pd.read_csv(handle, nrows=0, encoding="utf-8-sig").columns)
     except pd.errors.EmptyDataError:
         raise SourceDataError(f"{label} is empty") from None
@@ -174,7 +176,7 @@ def _read_open_onspd(
     dropped = dict.fromkeys(reasons, 0)
     live: list[pd.DataFrame] = []
     dead: list[pd.DataFrame] = []
-    with _open(source, member) as handle:
+    with _open(source, member, label) as handle:
         reader = pd.read_csv(
             handle,
             usecols=list(wanted.values()),

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ..errors import SourceDataError
+from ..errors import SourceDataError, option_name
+from ..graph.graph import MAX_TOTAL_PRIOR
 from ._reading import file_label, open_source, unreadable
 from .table import normalise_postcodes
 
@@ -148,12 +149,15 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
 
 
 def apply_population(
-    postcodes: Iterable[str], population: dict[str, int]
+    postcodes: Iterable[str], population: dict[str, int], label: str = "the population file"
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Prior weight per postcode: its population when at least 1, otherwise 1.
 
     The floor of 1 keeps every postcode releasable (the guarantee needs a positive prior).
     ``population_total`` sums the counts of the given postcodes as found in the file.
+    The priors must total at most 2**62 (docs/methods.md, "Supported priors"); a file whose
+    counts exceed that is refused here, naming the population option and ``label``, with the
+    totals summed exactly (an int64 sum of 18-digit counts could wrap).
     """
     postcodes = list(postcodes)
     raw = np.fromiter(
@@ -163,12 +167,17 @@ def apply_population(
         raise SourceDataError("population counts must be non-negative")
     present = raw >= 1
     prior = np.where(present, raw, 1).astype(np.int64)
+    if sum(prior.tolist()) > MAX_TOTAL_PRIOR:  # exact: Python integers cannot wrap
+        raise SourceDataError(
+            f"{label}: the counts of the graph's postcodes add up to more than 2**62, the most "
+            f"a prior may total; {option_name('population')} must be a file of population counts"
+        )
     known = set(postcodes)
     missing = [p for p in population if p not in known]
     coverage = {
         "postcodes_with_population": int(present.sum()),
         "postcodes_floored_to_1": int((~present).sum()),
-        "population_total": int(raw.sum()),
+        "population_total": sum(raw.tolist()),
         "file_postcodes_not_in_graph": len(missing),
         "population_not_in_graph": int(sum(population[p] for p in missing)),
     }
