@@ -209,6 +209,37 @@ def test_pending_releases_on_read_only_media_are_listed_not_settled(files, capsy
     assert releases_in(files / "L.db") == [(1, "committed")]
 
 
+def test_a_link_to_a_ledger_on_read_only_media_reads_the_pages_in_its_wal(files, capsys, request):
+    """SQLite follows a link to the ledger's real file and reads the -wal beside it, so the
+    choice of opening it ``immutable`` (ignoring any -wal) must look there too: a link whose
+    own name has no -wal beside it must not hide the releases the real file's -wal holds."""
+    ledger = files / "L.db"
+    with contextlib.closing(sqlite3.connect(ledger)) as holder:  # keeps the -wal un-checkpointed
+        holder.execute("SELECT count(*) FROM releases").fetchone()
+        assert main(perturb_args(files, ledger, "second.csv")) == 0
+        assert releases_in(ledger) == [(1, "committed"), (2, "committed")]
+        assert (files / "L.db-wal").stat().st_size > 0
+        target = files / "ro"
+        target.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("needs root to mount read-only media")
+        mount = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)], capture_output=True
+        )
+        if mount.returncode != 0:
+            pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+        for name in ("L.db", "L.db-wal", "L.db-shm", "L.db.key"):
+            shutil.copy2(files / name, target / name)
+    request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
+    (target / "current.db").symlink_to("L.db")
+    shutil.copy2(files / "L.db.key", target / "current.db.key")
+    subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
+    for name in ("L.db", "current.db"):
+        capsys.readouterr()
+        assert main(["ledger", "show", str(target / name), "--json"]) == 0
+        assert capsys.readouterr().out.count('"state": "committed"') == 2, name
+
+
 # -- files that are not ledgers ---------------------------------------------------------------------
 
 
@@ -291,6 +322,26 @@ def test_init_builds_the_ledger_elsewhere_and_an_interrupted_init_leaves_nothing
     with pytest.raises(KeyboardInterrupt):
         Ledger.init(str(tmp_path / "M.db"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
+
+
+def test_init_interrupted_once_the_ledger_is_in_place_keeps_its_key(tmp_path, monkeypatch):
+    """The ledger is published by linking it to its path; an interrupt arriving just after
+    that link must not delete the key the published ledger needs (docs/ledger.md, "Creating
+    a ledger")."""
+    import postcode_privacy.ledger.stores as stores
+
+    real_link = os.link
+
+    def link_then_interrupt(src, dst, *args, **kwargs):
+        real_link(src, dst, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stores.os, "link", link_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.init(str(tmp_path / "L.db"))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
+    Ledger.open(str(tmp_path / "L.db")).close()  # the key is the ledger's own
 
 
 def test_a_ledger_name_without_room_for_sqlites_files_is_a_clear_error(tmp_path, capsys):

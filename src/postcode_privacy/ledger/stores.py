@@ -276,8 +276,8 @@ def _on_read_only_file_system(path: str) -> bool:
 def sqlite_is_writable(path: str) -> bool:
     """Whether this process may write the ledger's file and create SQLite's files beside it
     (a read-only file system, or a file or directory without write permission, is not)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    return os.access(path, os.W_OK) and os.access(directory, os.W_OK)
+    path = os.path.realpath(path)  # SQLite's -wal and -shm go beside the link's target
+    return os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
 
 
 def _uri(path: str, **params: str) -> str:
@@ -395,6 +395,7 @@ class SqliteStore(Store):
         self.location = path
         self.read_only = read_only
         self.building: str | None = None
+        self.published = False
         if create:
             self._create(path)
             return
@@ -403,6 +404,11 @@ class SqliteStore(Store):
             raise InvalidParameterError(
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
             )
+        # SQLite follows a link and keeps its -wal and -shm beside the real file, so every
+        # check of the files beside the ledger (is a -wal there? is it read-only media?)
+        # looks there too: a link with no -wal beside its own name must not be opened
+        # immutable, which would ignore the pages in the real -wal.
+        path = os.path.realpath(path)
         _refuse_other_databases(path)
         if not read_only and not sqlite_is_writable(path):
             raise LedgerError(
@@ -480,12 +486,24 @@ class SqliteStore(Store):
             raise LedgerError(
                 f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
             ) from None
+        built, self.building, self.published = self.building, None, True
         with contextlib.suppress(OSError):
-            os.unlink(self.building)
-        self.building = None
+            os.unlink(built)
         from ..atomic import fsync_directory
 
         fsync_directory(os.path.dirname(os.path.abspath(self.location)))
+
+    def is_published(self) -> bool:
+        """Whether the ledger is at its path: :meth:`publish` returned, or an interrupt came
+        between its link and its bookkeeping (the path then names the very file built)."""
+        if self.published:
+            return True
+        if self.building is None:
+            return False
+        try:
+            return os.path.samefile(self.building, self.location)
+        except OSError:
+            return False
 
     def discard(self) -> None:
         """Remove a database being built (and SQLite's files beside it)."""
