@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,23 @@ import pytest  # noqa: E402
 # Test tiers (markers registered in pyproject.toml; CONTRIBUTING.md, "Running the tests").
 # `slow` is what `pytest -m "not slow"` leaves out; the sub-markers say why a test is slow.
 SLOW_TIERS = ("national", "spark", "browser")
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of this test session, bound to 127.0.0.1 (tests/ledger_backends.py);
+    a failure, not a skip, where .ci/run has installed PostgreSQL."""
+    from ledger_backends import PostgresServer, postgres_bin
+
+    bindir = postgres_bin()
+    if bindir is None:
+        message = "PostgreSQL binaries not installed (Debian package postgresql)"
+        if os.environ.get("POSTCODE_PRIVACY_REQUIRE_OPTIONAL") == "1":
+            pytest.fail(message + "; .ci/run installs them, so this run must have them")
+        pytest.skip(message)
+    server = PostgresServer(bindir)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

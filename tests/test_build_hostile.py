@@ -5,11 +5,10 @@ not regular files, and ``--max-edge-km`` values that mean nothing."""
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from hostile_files import fifo_nobody_writes
 
 from postcode_privacy.cli import main
 from postcode_privacy.errors import InvalidParameterError, SourceDataError
@@ -21,25 +20,6 @@ from postcode_privacy.sources.population import read_population
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 ONSPD = FIXTURES / "ONSPD_FEB_2024_UK.csv"
 SECRET = "QZXSECRETQZX"  # a value no message may contain
-
-
-def fifo_nobody_writes(path, after: float):
-    """A FIFO no one writes to; from ``after`` seconds on, for ten seconds, every reader blocked
-    on it is freed (a writer opens and closes it), so code that waits fails instead of hanging."""
-    os.mkfifo(path)
-
-    def free_blocked_readers():
-        time.sleep(after)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:  # succeeds only while a reader has the FIFO open
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-            time.sleep(0.05)
-
-    threading.Thread(target=free_blocked_readers, daemon=True).start()
-    return path
 
 
 def _message(excinfo) -> str:

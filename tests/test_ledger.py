@@ -37,21 +37,6 @@ KEY = Key.from_bytes(b"k" * 32)
 # -- backends ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def postgres():
-    from ledger_backends import PostgresServer, postgres_bin
-
-    bindir = postgres_bin()
-    if bindir is None:
-        message = "PostgreSQL binaries not installed (Debian package postgresql)"
-        if os.environ.get("POSTCODE_PRIVACY_REQUIRE_OPTIONAL") == "1":
-            pytest.fail(message + "; .ci/run installs them, so this run must have them")
-        pytest.skip(message)
-    server = PostgresServer(bindir)
-    yield server
-    server.stop()
-
-
 # The PostgreSQL runs start a server once per session: they belong to the slow tier.
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def location(request, tmp_path):

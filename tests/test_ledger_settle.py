@@ -12,7 +12,6 @@ from test_ledger import (
     CODES,
     _stopped_release,
     location,
-    postgres,
     release,
     spends,
     write_input,
@@ -22,7 +21,7 @@ from postcode_privacy.cli import main
 from postcode_privacy.ledger import Ledger, LedgerError
 from postcode_privacy.ledger.settling import settle_by_hand
 
-__all__ = ["location", "postgres"]  # the fixtures, used by name
+__all__ = ["location"]  # the fixture, used by name
 FOREIGN = "another-machine:1"  # the older owner format: never settled automatically
 
 

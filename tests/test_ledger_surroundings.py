@@ -447,21 +447,6 @@ def test_a_table_dropped_by_hand_is_damage_when_recording_too(files, capsys):
 # -- PostgreSQL: a lost server, a role without privileges ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def postgres():
-    from ledger_backends import PostgresServer, postgres_bin
-
-    bindir = postgres_bin()
-    if bindir is None:
-        message = "PostgreSQL binaries not installed (Debian package postgresql)"
-        if os.environ.get("POSTCODE_PRIVACY_REQUIRE_OPTIONAL") == "1":
-            pytest.fail(message + "; .ci/run installs them, so this run must have them")
-        pytest.skip(message)
-    server = PostgresServer(bindir)
-    yield server
-    server.stop()
-
-
 @pytest.mark.slow
 def test_a_lost_postgresql_server_is_a_clean_error(postgres, tmp_path):
     import psycopg

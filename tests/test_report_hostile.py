@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 import time
 from fractions import Fraction
 
 import pytest
+from hostile_files import fifo_nobody_writes
 from test_evaluate_graphs import postcode_graph
 
 from postcode_privacy.cli import main
@@ -35,26 +35,6 @@ def geo():
 def graph_file(geo, tmp_path_factory):
     path = tmp_path_factory.mktemp("graph") / "g.ppg"
     geo.save(path)
-    return path
-
-
-def fifo_nobody_writes(path, after: float = 0.0):
-    """A FIFO that no one writes to, which a reader that blocks on it is freed from ``after``
-    seconds (a writer opens and closes it), so that code that waits for a writer fails a test
-    instead of hanging it."""
-    os.mkfifo(path)
-
-    def free_a_blocked_reader():
-        time.sleep(after)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:  # succeeds only while a reader has the FIFO open
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-                return
-            except OSError:
-                time.sleep(0.05)
-
-    threading.Thread(target=free_a_blocked_reader, daemon=True).start()
     return path
 
 

@@ -111,3 +111,20 @@ def hops_option(name: str, help: str):
         metavar="H",
         help=help,
     )
+
+
+def ledger_secret_option(dest: str = "ledger_secret"):
+    """``--ledger-secret FILE``, for every command that opens a ledger."""
+    return click.option(
+        "--ledger-secret",
+        dest,
+        metavar="FILE",
+        help="The ledger's secret key file.  Default: LEDGER.key beside a SQLite ledger; "
+        "required for a PostgreSQL URL.",
+    )
+
+
+# For the commands that print a result (calibrate, the ledger commands).
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the machine-readable result (JSON)."
+)

@@ -8,6 +8,7 @@ from ..cli import cli
 from ._shared_options import (
     force_file_option,
     graph_option,
+    json_option,
     output_file_option,
     progress_quiet_option,
     sample_option,
@@ -29,7 +30,7 @@ from .evaluate import claim_output, emit_json, load_graph
 @graph_option
 @sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
 @seed_option("Seed of the sample.")
-@click.option("--json", "as_json", is_flag=True, help="Print the machine-readable result.")
+@json_option
 @output_file_option(
     required=False,
     help="Write the machine-readable result to FILE (atomically; an existing file needs --force).",

@@ -10,12 +10,7 @@ import click
 
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
-from ._shared_options import graph_option
-
-LEDGER_SECRET_HELP = (
-    "The ledger's secret key file.  Default: LEDGER.key beside a SQLite "
-    "ledger; required for a PostgreSQL URL."
-)
+from ._shared_options import graph_option, json_option, ledger_secret_option
 
 
 def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str | None) -> None:
@@ -55,7 +50,7 @@ def ledger_group() -> None:
 
 @ledger_group.command("init")
 @click.argument("location", metavar="PATH_OR_URL")
-@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@ledger_secret_option("secret")
 def init_command(location, secret) -> None:
     """Create an empty ledger (a SQLite file, or a postgresql:// database) and its secret."""
     from ..ledger import Ledger, secret_path_for
@@ -69,8 +64,8 @@ def init_command(location, secret) -> None:
 
 @ledger_group.command("show")
 @click.argument("location", metavar="PATH_OR_URL")
-@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@ledger_secret_option("secret")
+@json_option
 def show_command(location, secret, as_json) -> None:
     """Releases recorded, and the distribution of cumulative spend over subjects."""
     with open_ledger(location, secret) as ledger:
@@ -118,7 +113,7 @@ def echo_summary(summary: dict) -> None:
 @ledger_group.command("settle")
 @click.argument("location", metavar="PATH_OR_URL")
 @click.argument("rid", metavar="RELEASE_ID", type=click.IntRange(min=1))
-@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@ledger_secret_option("secret")
 @click.option(
     "--committed",
     is_flag=True,
@@ -170,7 +165,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
 @ledger_group.command("check")
 @click.argument("input_path", metavar="INPUT")
 @click.option("--ledger", "location", required=True, metavar="PATH_OR_URL", help="The ledger.")
-@click.option("--ledger-secret", "secret", metavar="FILE", help=LEDGER_SECRET_HELP)
+@ledger_secret_option("secret")
 @click.option(
     "--key",
     "key_path",
@@ -188,7 +183,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
     metavar="N",
     help="Records held in memory at once.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 def check_command(
     input_path: str,
     location: str,

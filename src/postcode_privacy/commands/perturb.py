@@ -14,7 +14,7 @@ import click
 
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
-from ._shared_options import graph_option
+from ._shared_options import graph_option, ledger_secret_option
 
 
 def resolve_key(key_path: str | None):
@@ -139,11 +139,7 @@ def graph_loader(graph_path: str | None, progress: bool):
     metavar="PATH_OR_URL",
     help="Record the release in this privacy ledger (docs/ledger.md).",
 )
-@click.option(
-    "--ledger-secret",
-    metavar="FILE",
-    help="The ledger's secret key file (default: LEDGER.key beside a SQLite ledger).",
-)
+@ledger_secret_option()
 @click.option(
     "--budget",
     metavar="E",
