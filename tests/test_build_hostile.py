@@ -4,7 +4,9 @@ not regular files, and ``--max-edge-km`` values that mean nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,54 @@ def test_build_refuses_a_fifo_population_file(tmp_path, capsys):
     assert main(args) == 7
     assert "pop.csv is not a regular file" in capsys.readouterr().err
     assert not out.exists()
+
+
+# -- provenance records the bytes read -------------------------------------------------------------
+
+
+def test_provenance_hashes_the_population_bytes_read_not_a_file_swapped_in_later(
+    tmp_path, monkeypatch
+):
+    """The population file replaced under its name after it was read (here, while its counts
+    are applied): the graph records the digest of what shaped its prior, not of the newcomer."""
+    import postcode_privacy.sources.population as population_module
+    from postcode_privacy.graph.national import build_from_sources
+
+    path = tmp_path / "pop.csv"
+    shutil.copy(FIXTURES / "population.csv", path)
+    read_digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    real_apply = population_module.apply_population
+
+    def apply_then_swap(*args, **kwargs):
+        path.write_text("postcode,population\nAB1 0AA,999\n", encoding="utf-8")
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(population_module, "apply_population", apply_then_swap)
+    graph = build_from_sources(onspd=ONSPD, population=path)
+    assert graph.provenance["population"]["sha256"] == read_digest
+
+
+def test_provenance_hashes_each_codepoint_file_as_read_not_as_it_is_later(tmp_path, monkeypatch):
+    """A Code-Point directory's data files are hashed from the handle they were parsed from: a
+    file rewritten after it was read (while the next one is read) keeps its first digest."""
+    import postcode_privacy.sources.codepoint as codepoint_module
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    files = sorted((source / "Data" / "CSV").glob("*.csv"))
+    assert len(files) >= 2
+    digests = {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    real_read = codepoint_module._read_file
+
+    def read_then_rewrite_the_first(files_, name, district):
+        frame = real_read(files_, name, district)
+        with open(files[0], "a", encoding="utf-8") as handle:
+            handle.write("\n")  # after its own read, so only its later bytes differ
+        return frame
+
+    monkeypatch.setattr(codepoint_module, "_read_file", read_then_rewrite_the_first)
+    table = read_codepoint(source)
+    assert {s["path"]: s["sha256"] for s in table.sources} == digests
 
 
 # -- --max-edge-km -----------------------------------------------------------------------------

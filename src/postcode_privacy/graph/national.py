@@ -100,16 +100,15 @@ def build_from_sources(
     }
     prior = None
     if population is not None:
-        from ..sources._reading import file_label, source_sha256
-        from ..sources.population import apply_population, read_population
+        from ..sources._reading import file_label
+        from ..sources.population import apply_population, read_population_source
 
-        counts = read_population(population)
+        counts, sha256 = read_population_source(population)
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": os.path.abspath(os.fspath(population)),
-            # as a regular file again: a name swapped for a FIFO since must not hang the build
-            "sha256": source_sha256(population, file_label(population)),
+            "sha256": sha256,  # of the bytes read
             "coverage": coverage,
         }
     else:

@@ -25,7 +25,6 @@ import re
 import zipfile
 import zlib
 
-from .._digest import sha256_of_stream
 from .._input_files import open_regular_file, visible_text
 from ..errors import SourceDataError
 
@@ -37,7 +36,6 @@ __all__ = [
     "gunzip",
     "open_member",
     "open_source",
-    "source_sha256",
     "unreadable",
 ]
 
@@ -147,12 +145,6 @@ def file_label(path: str | os.PathLike) -> str:
 def open_source(path: str | os.PathLike, label: str) -> io.BufferedReader:
     """``path`` opened for reading; a missing file, a FIFO, a device or a directory is refused."""
     return open_regular_file(path, what=label, error=SourceDataError)
-
-
-def source_sha256(path: str | os.PathLike, label: str) -> str:
-    """Hex SHA-256 of the regular file at ``path`` (for provenance records)."""
-    with open_source(path, label) as handle:
-        return sha256_of_stream(handle)
 
 
 def unreadable(label: str, exc: BaseException) -> SourceDataError:

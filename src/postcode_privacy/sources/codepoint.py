@@ -32,7 +32,6 @@ from ._reading import (
     gunzip,
     open_member,
     open_source,
-    source_sha256,
     unreadable,
 )
 from .table import PostcodeTable, build_table, normalise_postcodes
@@ -81,6 +80,7 @@ class _Files:
             ]
         self.data = sorted(n for n in names if _DATA.search(n))
         self.headers = sorted(n for n in names if _HEADERS.search(n))
+        self.digests: dict[str, str] = {}  # a directory's files, hashed as they were read
 
     @contextlib.contextmanager
     def open(self, name: str) -> Iterator:
@@ -96,6 +96,9 @@ class _Files:
                     yield handle
             else:
                 yield raw
+            if self.zip is None:  # the very bytes read, not whatever the name holds by now
+                raw.seek(0)
+                self.digests[name] = sha256_of_stream(raw)
 
     def sources(self) -> list[dict[str, str]]:
         if self.archive is not None:
@@ -103,10 +106,7 @@ class _Files:
             sha256 = sha256_of_stream(self.archive)
             return [{"path": os.path.abspath(self.path), "sha256": sha256}]
         return [
-            {
-                "path": os.path.abspath(os.path.join(self.path, n)),
-                "sha256": source_sha256(os.path.join(self.path, n), visible_text(n)),
-            }
+            {"path": os.path.abspath(os.path.join(self.path, n)), "sha256": self.digests[n]}
             for n in self.data
         ]
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from .._digest import sha256_of_stream
 from ..errors import SourceDataError, option_name
 from ..graph.graph import MAX_TOTAL_PRIOR
 from ._reading import file_label, open_source, unreadable
@@ -92,6 +93,12 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
     In the long (per-sex) layout, the sexes are summed; a total row ("All persons", code 0)
     is used only for a postcode that has no per-sex rows, so nothing is counted twice.
     """
+    return read_population_source(path)[0]
+
+
+def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str]:
+    """:func:`read_population`, and the hex SHA-256 of the very bytes it read (for the graph's
+    provenance: a file replaced under its name meanwhile cannot be recorded for another)."""
     label = file_label(path)
     with open_source(path, label) as handle:
         try:
@@ -100,6 +107,12 @@ def read_population(path: str | os.PathLike) -> dict[str, int]:
             raise SourceDataError(f"{label} is empty") from None
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
             raise unreadable(label, exc) from None
+        handle.seek(0)
+        sha256 = sha256_of_stream(handle)
+    return _counts(frame, label), sha256
+
+
+def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
     names = [str(c).strip().lower() for c in frame.columns]
     pc_col, count_col, sex_col = _layout(names, label)
     frame = frame.fillna("")  # short rows leave NaN even with keep_default_na=False
