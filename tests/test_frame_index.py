@@ -98,3 +98,24 @@ def test_an_index_named_like_the_postcode_column_is_refused(options, name):
         perturb_frame(nested, **options)
     kept = perturb_frame(indexed, **{**options, "keep_source_postcode": True})
     pd.testing.assert_index_equal(kept.index, indexed.index)
+
+
+def test_an_arrow_dictionary_index_loses_labels_only_dropped_records_held(options):
+    """An index read with ``dtype_backend="pyarrow"`` from a dictionary-encoded Parquet column
+    keeps its whole dictionary when rows are taken from it, as a categorical index keeps its
+    categories: the dropped record's label would stay in ``result.index.array``."""
+    pa = pytest.importorskip("pyarrow")
+    for kind in (pa.string(), pa.list_(pa.string())):
+        values = ["x", "SECRET", "z"] if kind == pa.string() else [["x"], ["SECRET"], ["z"]]
+        if kind == pa.string():
+            labels = pa.array(values).dictionary_encode()
+        else:
+            inner = pa.array(["x", "SECRET", "z"]).dictionary_encode()
+            labels = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3], pa.int32()), inner)
+        index = pd.Index(pd.arrays.ArrowExtensionArray(labels), name="site")
+        result = perturb_frame(people(index), **options)
+        assert "SECRET" not in str(result.index.array._pa_array), kind
+        assert result.index.name == "site" and len(result) == 2
+        assert [str(v) for v in result.index] == [str(v) for v in index[[0, 2]]]
+        kept = perturb_frame(people(index)[[True, False, True]], **options)  # nothing dropped
+        assert kept.index.array._pa_array.equals(index[[0, 2]].array._pa_array)

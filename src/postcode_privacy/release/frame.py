@@ -209,6 +209,14 @@ def _index_without_dropped_labels(index: pd.Index, source: pd.Index) -> pd.Index
     if isinstance(index, pd.CategoricalIndex):
         gone = _only_dropped(source, index)
         return index.set_categories(_categories_without(index.categories, gone)) if gone else index
+    if isinstance(index.dtype, pd.ArrowDtype) and _holds_dictionary(index.dtype):
+        # An Arrow dictionary (top-level or nested) keeps every value of its source, as
+        # categories do: encoded afresh from the released labels, as a dictionary column is,
+        # whenever a record was dropped.
+        if len(index) == len(source):
+            return index
+        fresh = _arrow_dictionaries_afresh(pd.Series(index.array), "the index")
+        return pd.Index(fresh.array, name=index.name)
     return index
 
 
