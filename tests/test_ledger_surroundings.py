@@ -240,6 +240,52 @@ def test_a_link_to_a_ledger_on_read_only_media_reads_the_pages_in_its_wal(files,
         assert capsys.readouterr().out.count('"state": "committed"') == 2, name
 
 
+def test_a_ledger_on_a_full_disk_is_shown_read_only_when_settling_cannot_be_written(
+    files, capsys, request
+):
+    """`ledger show` would settle a release left pending (its output is in place), but the
+    ledger's disk is full: it lists the release as pending with the read-only note, instead of
+    failing, and writes nothing.  `perturb` (which must write) still fails, saying why."""
+    with contextlib.closing(sqlite3.connect(files / "L.db")) as conn:
+        conn.execute(
+            "UPDATE releases SET state = 'pending', owner = 'elsewhere:1', "
+            "created = '2000-01-01T00:00:00+00:00'"
+        )
+        conn.commit()
+    target = files / "full"
+    target.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small file system")
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)], capture_output=True
+    )
+    if mount.returncode != 0:
+        pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+    request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
+    for name in ("L.db", "L.db.key", "first.csv"):
+        shutil.copy2(files / name, target / name)
+    with contextlib.closing(sqlite3.connect(target / "L.db")) as conn:  # the output's new place
+        conn.execute("UPDATE releases SET output_path = ?", (str(target / "first.csv"),))
+        conn.commit()
+    with open(target / "filler", "wb", buffering=0) as filler:  # every block taken
+        with contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+    # (The writable attempt may leave SQLite's empty -wal and its -shm: another process may
+    # be using them, so they are never removed.)
+    listing = {p.name: p.read_bytes() for p in target.iterdir() if p.name != "filler"}
+    capsys.readouterr()
+    assert main(["ledger", "show", str(target / "L.db")]) == 0
+    captured = capsys.readouterr()
+    assert "#1 pending" in captured.out and "were not settled" in captured.err
+    assert {n: (target / n).read_bytes() for n in listing} == listing
+    assert not (target / "L.db-wal").exists() or (target / "L.db-wal").stat().st_size == 0
+    assert main(check_args(files, target / "L.db")) == 0
+    (files / "first.csv").unlink()
+    assert main(perturb_args(files, target / "L.db", "out.csv")) == 1
+    assert "cannot" in quiet_error(capsys)
+
+
 # -- files that are not ledgers ---------------------------------------------------------------------
 
 

@@ -5,3 +5,13 @@ from ..errors import PostcodePrivacyError
 
 class LedgerError(PostcodePrivacyError):
     """The ledger is missing, belongs to another secret, or changed under a release."""
+
+
+class LedgerSurroundingsError(LedgerError):
+    """Something around the ledger stopped it: its disk, file system or server.
+    ``cannot_write``: the ledger can still be read, not written (a full disk, a read-only file
+    system, an I/O error writing), so a command that only reads may open it read-only."""
+
+    def __init__(self, message: str, *, cannot_write: bool = False):
+        super().__init__(message)
+        self.cannot_write = cannot_write

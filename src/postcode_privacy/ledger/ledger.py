@@ -18,7 +18,7 @@ from ..mechanism.keys import Key
 from ..release.manifest import manifest_path_for
 from .accounting import distribution, spend_by
 from .digests import Digester
-from .errors import LedgerError
+from .errors import LedgerError, LedgerSurroundingsError
 from .owner import Owner
 from .stores import (
     LEDGER_FORMAT,
@@ -136,11 +136,19 @@ class Ledger:
         """For commands that only read: a SQLite ledger this process cannot write (on
         read-only media, or a file or directory without write permission) is opened
         read-only, its pending releases left as they are; any other is opened as by
-        :meth:`open` (docs/ledger.md, "Read-only media")."""
-        read_only = (
-            not is_url(location) and os.path.isfile(location) and not sqlite_is_writable(location)
-        )
-        return cls.open(location, secret_path, read_only=read_only)
+        :meth:`open`, and read-only after all if settling its pending releases finds it
+        cannot be written (a full disk: ``LedgerSurroundingsError.cannot_write``)
+        (docs/ledger.md, "Read-only media")."""
+        if is_url(location) or not os.path.isfile(location):
+            return cls.open(location, secret_path)
+        if not sqlite_is_writable(location):
+            return cls.open(location, secret_path, read_only=True)
+        try:
+            return cls.open(location, secret_path)
+        except LedgerSurroundingsError as exc:
+            if not exc.cannot_write:
+                raise
+        return cls.open(location, secret_path, read_only=True)
 
     @classmethod
     def open(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError
-from .errors import LedgerError
+from .errors import LedgerError, LedgerSurroundingsError
 
 __all__ = [
     "Store",
@@ -86,7 +86,15 @@ class Store:
             reason = self.surroundings(exc)
             if reason is None:
                 raise
-            raise LedgerError(f"cannot {doing or self._doing} the ledger: {reason}") from None
+            raise LedgerSurroundingsError(
+                f"cannot {doing or self._doing} the ledger: {reason}",
+                cannot_write=self.cannot_write(exc),
+            ) from None
+
+    def cannot_write(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (a driver error about the surroundings) leaves the ledger readable,
+        only not writable."""
+        return False
 
     @contextlib.contextmanager
     def _as(self, doing: str) -> Iterator[None]:
@@ -266,11 +274,14 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
-def _on_read_only_file_system(path: str) -> bool:
+def _nothing_can_be_written_beside(path: str) -> bool:
+    """Whether no process can write beside ``path``: a read-only file system, or one with no
+    free block left (not even root's reserve), where SQLite cannot make its -shm file."""
     try:
-        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+        found = os.statvfs(os.path.dirname(os.path.abspath(path)))
     except (OSError, AttributeError):
         return False
+    return bool(found.f_flag & os.ST_RDONLY) or found.f_bfree == 0
 
 
 def sqlite_is_writable(path: str) -> bool:
@@ -293,13 +304,14 @@ def _connect_read_only(
     SQLite reads a WAL-mode database through its -shm file, which even a read-only connection
     creates when it is missing (and leaves behind).  ``immutable`` opens it with no file
     created and no lock taken, which is safe when nothing can write the file meanwhile: on a
-    read-only file system (when no -wal holds pages the file lacks).  A ``probe`` (is this
+    read-only file system, or a full one (a writer needs room for its -wal), when no -wal
+    holds pages the file lacks.  A ``probe`` (is this
     another program's database?) must create nothing beside a file that may not be ours, so
     it is immutable too whenever neither -wal nor -shm is there: the file then holds every
     committed page, and a writer starting meanwhile could at worst make the probe see a page
     half written, which refuses the file, never accepts another one."""
     present = sqlite_side_files(path)
-    frozen = _on_read_only_file_system(path) and not _has_content(path + "-wal")
+    frozen = _nothing_can_be_written_beside(path) and not _has_content(path + "-wal")
     if frozen or (probe and not {"-wal", "-shm"} & present):
         params = {"immutable": "1"}
     else:
@@ -515,6 +527,10 @@ class SqliteStore(Store):
 
     def surroundings(self, exc):
         return sqlite_surroundings(exc)
+
+    def cannot_write(self, exc):
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        return code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY)
 
     def _execute(self, sql, params=()):
         return self.conn.execute(sql, params)
