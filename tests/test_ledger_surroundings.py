@@ -174,6 +174,31 @@ def read_only_copy(files):
             target.chmod(0o700)
 
 
+def mount_tmpfs(target: Path, request, size: str) -> Path:
+    """A fresh tmpfs of ``size`` at ``target``, unmounted after the test (skipped where root
+    cannot mount one)."""
+    target.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small file system")
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)], capture_output=True
+    )
+    if mount.returncode != 0:
+        pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+    request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
+    return target
+
+
+def leave_pending(ledger: Path) -> None:
+    """Mark every release pending, owned by another machine (never settled by its owner)."""
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        conn.execute(
+            "UPDATE releases SET state = 'pending', owner = 'elsewhere:1', "
+            "created = '2000-01-01T00:00:00+00:00'"
+        )
+        conn.commit()
+
+
 def test_a_ledger_on_read_only_media_can_be_read_but_not_written(read_only_copy, files, capsys):
     ro_ledger = read_only_copy / "L.db"
     listing = sorted(p.name for p in read_only_copy.iterdir())
@@ -193,12 +218,7 @@ def test_a_ledger_on_read_only_media_can_be_read_but_not_written(read_only_copy,
 def test_pending_releases_on_read_only_media_are_listed_not_settled(files, capsys, request):
     """Read-only, a release left pending (here one whose output is in place, so a writable
     ledger would mark it committed) is listed as pending, with a note; nothing is written."""
-    with contextlib.closing(sqlite3.connect(files / "L.db")) as conn:
-        conn.execute(
-            "UPDATE releases SET state = 'pending', owner = 'elsewhere:1', "
-            "created = '2000-01-01T00:00:00+00:00'"
-        )
-        conn.commit()
+    leave_pending(files / "L.db")
     ro_ledger = request.getfixturevalue("read_only_copy") / "L.db"
     capsys.readouterr()
     assert main(["ledger", "show", str(ro_ledger)]) == 0
@@ -219,18 +239,9 @@ def test_a_link_to_a_ledger_on_read_only_media_reads_the_pages_in_its_wal(files,
         assert main(perturb_args(files, ledger, "second.csv")) == 0
         assert releases_in(ledger) == [(1, "committed"), (2, "committed")]
         assert (files / "L.db-wal").stat().st_size > 0
-        target = files / "ro"
-        target.mkdir()
-        if os.geteuid() != 0:
-            pytest.skip("needs root to mount read-only media")
-        mount = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)], capture_output=True
-        )
-        if mount.returncode != 0:
-            pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+        target = mount_tmpfs(files / "ro", request, "4m")
         for name in ("L.db", "L.db-wal", "L.db-shm", "L.db.key"):
             shutil.copy2(files / name, target / name)
-    request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
     (target / "current.db").symlink_to("L.db")
     shutil.copy2(files / "L.db.key", target / "current.db.key")
     subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
@@ -246,22 +257,8 @@ def test_a_ledger_on_a_full_disk_is_shown_read_only_when_settling_cannot_be_writ
     """`ledger show` would settle a release left pending (its output is in place), but the
     ledger's disk is full: it lists the release as pending with the read-only note, instead of
     failing, and writes nothing.  `perturb` (which must write) still fails, saying why."""
-    with contextlib.closing(sqlite3.connect(files / "L.db")) as conn:
-        conn.execute(
-            "UPDATE releases SET state = 'pending', owner = 'elsewhere:1', "
-            "created = '2000-01-01T00:00:00+00:00'"
-        )
-        conn.commit()
-    target = files / "full"
-    target.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small file system")
-    mount = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)], capture_output=True
-    )
-    if mount.returncode != 0:
-        pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
-    request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
+    leave_pending(files / "L.db")
+    target = mount_tmpfs(files / "full", request, "1m")
     for name in ("L.db", "L.db.key", "first.csv"):
         shutil.copy2(files / name, target / name)
     with contextlib.closing(sqlite3.connect(target / "L.db")) as conn:  # the output's new place
