@@ -1,5 +1,6 @@
-"""``perturb_frame`` and the index of the frame it returns: under ``on_error="drop"`` no label
-that only a dropped record held survives anywhere in the result (a hostile review of round 22).
+"""``perturb_frame`` and the index (and Arrow columns) of the frame it returns: under
+``on_error="drop"`` no label that only a dropped record held survives anywhere in the result
+(hostile reviews of rounds 22 and 23).
 
 pandas keeps every level value of a MultiIndex, and every category of a categorical index,
 when rows are taken from it: a dropped record's label would stay readable in
@@ -119,3 +120,42 @@ def test_an_arrow_dictionary_index_loses_labels_only_dropped_records_held(option
         assert [str(v) for v in result.index] == [str(v) for v in index[[0, 2]]]
         kept = perturb_frame(people(index)[[True, False, True]], **options)  # nothing dropped
         assert kept.index.array._pa_array.equals(index[[0, 2]].array._pa_array)
+
+
+def test_an_arrow_dictionary_multiindex_level_loses_labels_only_dropped_records_held(options):
+    """``groupby`` on a dictionary column read with ``dtype_backend="pyarrow"`` makes a level
+    that is an Arrow dictionary; trimming the level's values left its dictionary whole."""
+    import io
+    import pickle
+
+    pa = pytest.importorskip("pyarrow")
+    site = pd.arrays.ArrowExtensionArray(pa.array(["x", "SECRET", "z"]).dictionary_encode())
+    source = people(pd.RangeIndex(3)).assign(site=site, visit=[1, 2, 3])
+    grouped = source.groupby(["site", "visit"]).first()
+    assert isinstance(grouped.index.levels[0].dtype, pd.ArrowDtype)
+    result = perturb_frame(grouped, **options)
+    assert list(result.index) == [("x", 1), ("z", 3)]
+    parquet = io.BytesIO()
+    result.to_parquet(parquet)
+    assert b"SECRET" not in pickle.dumps(result) and b"SECRET" not in parquet.getvalue()
+
+
+def test_arrow_columns_drop_cannot_rewrite_are_refused_never_leaked(options):
+    """A dictionary inside a union column cannot be encoded afresh, and Arrow cannot take rows
+    of a run-end-encoded column: each is refused naming the column by position, before any
+    draw, instead of keeping the dropped cell (union) or failing with Arrow's own error."""
+    import pickle
+
+    from postcode_privacy.errors import InputDataError
+
+    pa = pytest.importorskip("pyarrow")
+    secret = pa.array(["x", "SECRET", "z"]).dictionary_encode()
+    union = pa.UnionArray.from_sparse(pa.array([0, 0, 0], pa.int8()), [secret])
+    run_ends = pa.RunEndEncodedArray.from_arrays(pa.array([1, 2, 3], pa.int32()), secret)
+    for column, message in ((union, "dictionary-encoded"), (run_ends, "run-end encoded")):
+        source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(column))
+        with pytest.raises(InputDataError, match=f"^column 3 is {message}") as raised:
+            perturb_frame(source, **options)
+        assert "SECRET" not in str(raised.value)
+        kept = perturb_frame(source, **{**options, "on_error": "null"})  # nothing left out
+        assert len(kept) == 3 and b"SECRET" in pickle.dumps(kept)  # the caller's own cells

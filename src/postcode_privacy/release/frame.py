@@ -66,8 +66,9 @@ def perturb_frame(
     modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
     radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
-    ``"drop"`` (leave the row out; no label, level value or category that only left-out rows
-    held stays in the result's index or categorical columns).  ``terminated="nearest"`` maps located terminated postcodes
+    ``"drop"`` (leave the row out; no label, level value, category or Arrow dictionary entry
+    that only left-out rows held stays in the result's index or columns; a run-end-encoded
+    column is refused).  ``terminated="nearest"`` maps located terminated postcodes
     to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
@@ -89,6 +90,8 @@ def perturb_frame(
     plan = ReleasePlan(key=key, options=ReleaseOptions.build(options, **option_kwargs), graph=graph)
     _refuse_index_columns(df, plan.options)
     plan.check_columns(df.columns, header_line=False)
+    if plan.on_error == "drop":
+        _refuse_run_end_encoding(df)
     step = 10_000 if progress else max(len(df), 1)
     if plan.on_error == "error" and len(df) > step:
         check = ChunkCheck()
@@ -123,6 +126,38 @@ def perturb_frame(
     # may describe the true records; the release carries only its own description.
     result.attrs = {"postcode_privacy": plan.describe()}
     return (result, counts) if with_counts else result
+
+
+def _refuse_run_end_encoding(df: pd.DataFrame) -> None:
+    """Under ``on_error="drop"`` rows are taken from every column, and Arrow cannot take rows
+    of a run-end-encoded array: name such a column (or index level) up front, by position,
+    instead of Arrow's own error halfway through."""
+    import pyarrow as pa
+
+    from .tables import _replaced_within
+
+    def holds_run_ends(dtype) -> bool:
+        if not isinstance(dtype, pd.ArrowDtype):
+            return False
+        kind = dtype.pyarrow_dtype
+        decoded = _replaced_within(
+            kind, lambda k: k.value_type if pa.types.is_run_end_encoded(k) else k
+        )
+        return decoded != kind
+
+    where = [f"column {i}" for i, dtype in enumerate(df.dtypes, start=1) if holds_run_ends(dtype)]
+    where += [
+        f"index level {i}"
+        for i, level in enumerate(
+            df.index.levels if isinstance(df.index, pd.MultiIndex) else [df.index], start=1
+        )
+        if holds_run_ends(level.dtype)
+    ]
+    if where:
+        raise InputDataError(
+            f"{where[0]} is run-end encoded, and rows cannot be left out of it "
+            '(on_error="drop"); decode it (pyarrow.compute.run_end_decode) and release again'
+        )
 
 
 def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
@@ -203,21 +238,25 @@ def _index_without_dropped_labels(index: pd.Index, source: pd.Index) -> pd.Index
         for i in range(index.nlevels):
             gone = _only_dropped(source.get_level_values(i), index.get_level_values(i))
             level, code = _level_without(index.levels[i], np.asarray(index.codes[i]), gone)
+            if gone:
+                level = _arrow_index_afresh(level)
             levels.append(level)
             codes.append(code)
         return pd.MultiIndex(levels=levels, codes=codes, names=index.names, verify_integrity=False)
     if isinstance(index, pd.CategoricalIndex):
         gone = _only_dropped(source, index)
         return index.set_categories(_categories_without(index.categories, gone)) if gone else index
-    if isinstance(index.dtype, pd.ArrowDtype) and _holds_dictionary(index.dtype):
-        # An Arrow dictionary (top-level or nested) keeps every value of its source, as
-        # categories do: encoded afresh from the released labels, as a dictionary column is,
-        # whenever a record was dropped.
-        if len(index) == len(source):
-            return index
-        fresh = _arrow_dictionaries_afresh(pd.Series(index.array), "the index")
-        return pd.Index(fresh.array, name=index.name)
-    return index
+    return index if len(index) == len(source) else _arrow_index_afresh(index)
+
+
+def _arrow_index_afresh(index: pd.Index) -> pd.Index:
+    """``index`` with its Arrow dictionaries (top-level or nested) encoded afresh from its own
+    labels: like categories, a dictionary keeps every value of the index it was taken from
+    (``level[keep]`` too), as a dictionary column does (``_arrow_dictionaries_afresh``)."""
+    if not (isinstance(index.dtype, pd.ArrowDtype) and _holds_dictionary(index.dtype)):
+        return index
+    fresh = _arrow_dictionaries_afresh(pd.Series(index.array), "the index")
+    return pd.Index(fresh.array, name=index.name)
 
 
 def _level_without(level: pd.Index, code: np.ndarray, gone: list) -> tuple[pd.Index, np.ndarray]:

@@ -977,7 +977,7 @@ def _without_views(kind):
 
 def _replaced_within(kind, replace):
     """``kind`` with ``replace`` applied to it and to every type nested in it (struct fields,
-    list, map and list-view items)."""
+    list, map and list-view items, union members, run-end-encoded values)."""
     import pyarrow as pa
 
     types = pa.types
@@ -1000,6 +1000,10 @@ def _replaced_within(kind, replace):
         return pa.list_view(inner(kind.value_field))
     if getattr(types, "is_large_list_view", lambda _: False)(kind):
         return pa.large_list_view(inner(kind.value_field))
+    if types.is_union(kind):
+        return pa.union([inner(f) for f in kind], kind.mode, kind.type_codes)
+    if getattr(types, "is_run_end_encoded", lambda _: False)(kind):
+        return pa.run_end_encoded(kind.run_end_type, _replaced_within(kind.value_type, replace))
     return kind
 
 
