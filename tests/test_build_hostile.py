@@ -7,17 +7,20 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hostile_files import fifo_nobody_writes
 
+import postcode_privacy.sources.onspd as onspd_module
 from postcode_privacy.cli import main
 from postcode_privacy.errors import InvalidParameterError, SourceDataError
 from postcode_privacy.graph.build import build_graph
 from postcode_privacy.sources.codepoint import read_codepoint
 from postcode_privacy.sources.onspd import read_onspd
-from postcode_privacy.sources.population import read_population
+from postcode_privacy.sources.population import read_population, read_population_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 ONSPD = FIXTURES / "ONSPD_FEB_2024_UK.csv"
@@ -183,6 +186,97 @@ def test_provenance_hashes_each_codepoint_file_as_read_not_as_it_is_later(tmp_pa
     monkeypatch.setattr(codepoint_module, "_read_file", read_then_rewrite_the_first)
     table = read_codepoint(source)
     assert {s["path"]: s["sha256"] for s in table.sources} == digests
+
+
+def _one_digit_changed(data: bytes) -> bytes:
+    """``data`` with its last digit changed: the same size, so only the file's times tell."""
+    at = max(data.rfind(bytes([d])) for d in b"0123456789")
+    return data[:at] + (b"1" if data[at : at + 1] == b"0" else b"0") + data[at + 1 :]
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> None:
+    """A writer that changes the file itself (same inode), as an editor saving over it may."""
+    time.sleep(0.02)  # past the file system's timestamp granularity
+    with open(path, "r+b") as handle:
+        handle.write(data)
+        handle.truncate()
+
+
+def test_a_source_rewritten_in_place_while_read_is_refused_not_hashed_afresh(tmp_path, monkeypatch):
+    """The digest is taken by reading the open file again: a file rewritten in place after it
+    was parsed would be recorded with bytes the build never used, so the build stops."""
+    import postcode_privacy.sources.codepoint as codepoint_module
+    import postcode_privacy.sources.population as population_module
+
+    population = tmp_path / "pop.csv"
+    shutil.copy(FIXTURES / "population.csv", population)
+    real_read_csv = pd.read_csv
+
+    def parse_then_rewrite(target):
+        def read_csv(*args, **kwargs):
+            frame = real_read_csv(*args, **kwargs)
+            _rewrite_in_place(target, _one_digit_changed(target.read_bytes()))
+            return frame
+
+        return read_csv
+
+    monkeypatch.setattr(population_module.pd, "read_csv", parse_then_rewrite(population))
+    with pytest.raises(SourceDataError, match="^pop.csv changed while it was being read"):
+        read_population_source(population)
+    monkeypatch.undo()
+
+    onspd = tmp_path / "onspd.csv"
+    shutil.copy(ONSPD, onspd)
+    real_filter = onspd_module._filter_chunk
+
+    def filter_then_rewrite(*args, **kwargs):
+        kept = real_filter(*args, **kwargs)
+        _rewrite_in_place(onspd, b"pcd,oseast1m,osnrth1m\n")
+        return kept
+
+    monkeypatch.setattr(onspd_module, "_filter_chunk", filter_then_rewrite)
+    with pytest.raises(SourceDataError, match="^onspd.csv changed while it was being read"):
+        read_onspd(onspd)
+    monkeypatch.undo()
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    first = sorted((source / "Data" / "CSV").glob("*.csv"))[0]
+    monkeypatch.setattr(codepoint_module.pd, "read_csv", parse_then_rewrite(first))
+    with pytest.raises(SourceDataError, match=f"{first.name} changed while it was being read"):
+        read_codepoint(source)
+
+
+def test_a_codepoint_file_replaced_before_its_bad_line_is_located_is_refused(tmp_path, monkeypatch):
+    """A blank coordinate makes the reader parse the file again (as text) to name the line; if
+    the name holds another file by then, nothing there is bad: the build stops rather than
+    keep the first file's rows under the second file's digest."""
+    import postcode_privacy.sources.codepoint as codepoint_module
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    data = sorted((source / "Data" / "CSV").glob("*.csv"))[0]
+    clean = data.read_bytes()
+    lines = clean.split(b"\n")
+    fields = lines[0].split(b",")
+    fields[2] = b""  # a blank easting
+    lines[0] = b",".join(fields)
+    data.write_bytes(b"\n".join(lines))
+    real_parse = codepoint_module._parse
+    parsed = []
+
+    def parse_then_replace(files, name, usecols, dtype):
+        frame = real_parse(files, name, usecols, dtype)
+        parsed.append(name)
+        if name.endswith(data.name) and parsed.count(name) == 1:
+            replacement = data.with_suffix(".new")
+            replacement.write_bytes(clean)
+            os.replace(replacement, data)
+        return frame
+
+    monkeypatch.setattr(codepoint_module, "_parse", parse_then_replace)
+    with pytest.raises(SourceDataError, match="changed while it was being read"):
+        read_codepoint(source)
 
 
 # -- --max-edge-km -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import re
 import zipfile
 import zlib
 
+from .._digest import sha256_of_stream
 from .._input_files import open_regular_file, visible_text
 from ..errors import SourceDataError
 
@@ -33,9 +34,11 @@ __all__ = [
     "MAX_ZIP_MEMBERS",
     "check_member_count",
     "file_label",
+    "digest_of_what_was_read",
     "gunzip",
     "open_member",
     "open_source",
+    "opened_state",
     "unreadable",
 ]
 
@@ -145,6 +148,25 @@ def file_label(path: str | os.PathLike) -> str:
 def open_source(path: str | os.PathLike, label: str) -> io.BufferedReader:
     """``path`` opened for reading; a missing file, a FIFO, a device or a directory is refused."""
     return open_regular_file(path, what=label, error=SourceDataError)
+
+
+def opened_state(handle) -> tuple[int, int, int]:
+    """What a write to the open file changes: its size and its modification and change times
+    (``digest_of_what_was_read`` compares it with the state after the hash)."""
+    found = os.fstat(handle.fileno())
+    return found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+
+def digest_of_what_was_read(handle, label: str, opened: tuple[int, int, int]) -> str:
+    """Hex SHA-256 of the open file ``handle`` (read again from its start) for provenance,
+    refused if the file was written since ``opened`` (taken before it was parsed): the digest
+    must be of the bytes the build used.  A file replaced under its name is no matter (this
+    handle still reads the file that was parsed); one rewritten in place is."""
+    handle.seek(0)
+    digest = sha256_of_stream(handle)
+    if opened_state(handle) != opened:
+        raise SourceDataError(f"{label} changed while it was being read; build again")
+    return digest
 
 
 def unreadable(label: str, exc: BaseException) -> SourceDataError:

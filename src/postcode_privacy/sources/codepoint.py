@@ -23,15 +23,16 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from .._digest import sha256_of_stream
 from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
     check_member_count,
+    digest_of_what_was_read,
     file_label,
     gunzip,
     open_member,
     open_source,
+    opened_state,
     unreadable,
 )
 from .table import PostcodeTable, build_table, normalise_postcodes
@@ -62,8 +63,10 @@ class _Files:
         self.path = path
         self.archive: io.BufferedReader | None = None
         self.zip: zipfile.ZipFile | None = None
+        self.label = label
         if not os.path.isdir(path):  # then a zip, and a regular file
             self.archive = open_source(path, label)
+            self.opened = opened_state(self.archive)
             try:
                 self.zip = zipfile.ZipFile(self.archive)
             except zipfile.BadZipFile:
@@ -91,19 +94,18 @@ class _Files:
         else:
             raw = open_source(os.path.join(self.path, name), label)
         with raw:
+            opened = opened_state(raw) if self.zip is None else None
             if name.lower().endswith(".gz"):
                 with gunzip(raw, label, MAX_FILE_BYTES) as handle:
                     yield handle
             else:
                 yield raw
-            if self.zip is None:  # the very bytes read, not whatever the name holds by now
-                raw.seek(0)
-                self.digests[name] = sha256_of_stream(raw)
+            if opened is not None:  # the very bytes read, not whatever the name holds by now
+                self.digests[name] = digest_of_what_was_read(raw, label, opened)
 
     def sources(self) -> list[dict[str, str]]:
-        if self.archive is not None:
-            self.archive.seek(0)  # the very bytes read, not whatever the name holds by now
-            sha256 = sha256_of_stream(self.archive)
+        if self.archive is not None:  # the very bytes read, not whatever the name holds now
+            sha256 = digest_of_what_was_read(self.archive, self.label, self.opened)
             return [{"path": os.path.abspath(self.path), "sha256": sha256}]
         return [
             {"path": os.path.abspath(os.path.join(self.path, n)), "sha256": self.digests[n]}
@@ -160,6 +162,8 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     )
     if out[["quality", "easting", "northing"]].isna().to_numpy().any():
         _locate_bad_number(_parse(files, name, usecols, str), name)
+        # Found nothing: the file read again is not the file parsed.
+        raise SourceDataError(f"{visible_text(name)} changed while it was being read; build again")
     if district is not None and district in frame:
         # An all-blank column comes back as float NaN, so no ``.str`` here.
         out["laua"] = [

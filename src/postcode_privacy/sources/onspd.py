@@ -21,10 +21,17 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from .._digest import sha256_of_stream
 from .._input_files import visible_text
 from ..errors import SourceDataError
-from ._reading import check_member_count, file_label, open_member, open_source, unreadable
+from ._reading import (
+    check_member_count,
+    digest_of_what_was_read,
+    file_label,
+    open_member,
+    open_source,
+    opened_state,
+    unreadable,
+)
 from .table import PostcodeTable, build_table, normalise_postcodes
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
@@ -137,6 +144,7 @@ def read_onspd(
 def _read_open_onspd(
     source: io.BufferedReader, path: str, label: str, gb_only: bool, progress: bool
 ) -> PostcodeTable:
+    opened = opened_state(source)  # before any byte is read
     member = None
     if zipfile.is_zipfile(source):
         try:
@@ -203,8 +211,9 @@ def _read_open_onspd(
     if frame.empty:
         frame = pd.DataFrame({"postcode": [], "easting": [], "northing": [], "laua": []})
     terminated = pd.concat(dead, ignore_index=True) if dead else None
-    source.seek(0)  # the very bytes read, not whatever the name holds by now
-    sources = [{"path": os.path.abspath(path), "sha256": sha256_of_stream(source)}]
+    # the very bytes read, not whatever the name holds by now
+    sha256 = digest_of_what_was_read(source, file_label(path), opened)
+    sources = [{"path": os.path.abspath(path), "sha256": sha256}]
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"

@@ -19,10 +19,15 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from .._digest import sha256_of_stream
 from ..errors import SourceDataError, option_name
 from ..graph.graph import MAX_TOTAL_PRIOR
-from ._reading import file_label, open_source, unreadable
+from ._reading import (
+    digest_of_what_was_read,
+    file_label,
+    open_source,
+    opened_state,
+    unreadable,
+)
 from .table import normalise_postcodes
 
 __all__ = ["read_population", "apply_population"]
@@ -101,14 +106,14 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
     provenance: a file replaced under its name meanwhile cannot be recorded for another)."""
     label = file_label(path)
     with open_source(path, label) as handle:
+        opened = opened_state(handle)
         try:
             frame = pd.read_csv(handle, dtype=str, keep_default_na=False, encoding="utf-8-sig")
         except pd.errors.EmptyDataError:
             raise SourceDataError(f"{label} is empty") from None
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
             raise unreadable(label, exc) from None
-        handle.seek(0)
-        sha256 = sha256_of_stream(handle)
+        sha256 = digest_of_what_was_read(handle, label, opened)
     return _counts(frame, label), sha256
 
 
