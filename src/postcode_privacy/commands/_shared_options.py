@@ -119,12 +119,22 @@ def ledger_secret_option(dest: str = "ledger_secret"):
         "--ledger-secret",
         dest,
         metavar="FILE",
-        help="The ledger's secret key file.  Default: LEDGER.key beside a SQLite ledger; "
-        "required for a PostgreSQL URL.",
+        help="The ledger's secret key file.  Default: the SQLite ledger's path with .key "
+        "added (ledger.db.key); required for a PostgreSQL URL.",
     )
 
 
 # For the commands that print a result (calibrate, the ledger commands).
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print the machine-readable result (JSON)."
+)
+
+
+# For the commands that use the release key (perturb, ledger check).
+release_key_option = click.option(
+    "--key",
+    "key_path",
+    metavar="KEYFILE",
+    help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
+    "read from $POSTCODE_PRIVACY_KEY.",
 )

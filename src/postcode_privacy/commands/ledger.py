@@ -10,7 +10,7 @@ import click
 
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
-from ._shared_options import graph_option, json_option, ledger_secret_option
+from ._shared_options import graph_option, json_option, ledger_secret_option, release_key_option
 
 
 def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str | None) -> None:
@@ -166,12 +166,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
 @click.argument("input_path", metavar="INPUT")
 @click.option("--ledger", "location", required=True, metavar="PATH_OR_URL", help="The ledger.")
 @ledger_secret_option("secret")
-@click.option(
-    "--key",
-    "key_path",
-    metavar="KEYFILE",
-    help="Release key file (default: $POSTCODE_PRIVACY_KEY).",
-)
+@release_key_option
 @click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
 @graph_option
 @click.option("--budget", metavar="E", help="Also count records this budget would refuse.")

@@ -14,7 +14,7 @@ import click
 
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
-from ._shared_options import graph_option, ledger_secret_option
+from ._shared_options import graph_option, ledger_secret_option, release_key_option
 
 
 def resolve_key(key_path: str | None):
@@ -114,13 +114,7 @@ def graph_loader(graph_path: str | None, progress: bool):
     "publishable manifest is written beside it as OUTPUT.manifest.json, and a private audit "
     "file (owner-only; never publish it) as OUTPUT.audit.json.",
 )
-@click.option(
-    "--key",
-    "key_path",
-    metavar="KEYFILE",
-    help="Key file from `postcode-privacy keygen`.  If omitted, the key file's text is "
-    "read from $POSTCODE_PRIVACY_KEY.",
-)
+@release_key_option
 @click_options
 @graph_option
 @click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
