@@ -283,6 +283,45 @@ def test_a_ledger_on_a_full_disk_is_shown_read_only_when_settling_cannot_be_writ
     assert "cannot" in quiet_error(capsys)
 
 
+def test_a_read_only_view_of_a_ledger_written_elsewhere_never_under_counts(files, capsys, request):
+    """A read-only bind mount of a directory another process writes through (a container's
+    `-v dir:ro`): the ledger is read immutable there, without following its writer, so a
+    release recorded meanwhile must stop the reader, never be missed or called damage."""
+    view = files / "view"
+    view.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a read-only bind mount")
+    bind = subprocess.run(["mount", "--bind", str(files), str(view)], capture_output=True)
+    if bind.returncode != 0:
+        pytest.skip("root here cannot make a bind mount")
+    request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(view)], check=True))
+    subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
+    reader = Ledger.open_for_reading(str(view / "L.db"))
+    try:
+        assert reader.store.read_only and len(reader.summary()["releases"]) == 1
+        assert main(perturb_args(files, files / "L.db", "second.csv")) == 0  # the writer
+        with pytest.raises(LedgerError, match="^the ledger changed while it was being read"):
+            reader.summary()
+    finally:
+        reader.close()
+
+
+def test_a_file_system_that_reports_no_size_is_not_taken_for_a_full_one(files, request):
+    """An unlimited tmpfs reports no blocks at all, free or used: it is writable, so a reader
+    that may not write the ledger there reads it following its writers (mode=ro)."""
+    target = mount_tmpfs(files / "unlimited", request, "0")
+    for name in ("L.db", "L.db.key"):
+        shutil.copy2(files / name, target / name)
+    assert os.statvfs(target).f_blocks == 0
+    reader = Ledger.open(str(target / "L.db"), read_only=True)
+    try:
+        assert reader.store.frozen is None
+        assert main(perturb_args(files, target / "L.db", "second.csv")) == 0
+        assert [r["id"] for r in reader.summary()["releases"]] == [1, 2]
+    finally:
+        reader.close()
+
+
 # -- files that are not ledgers ---------------------------------------------------------------------
 
 
@@ -385,6 +424,30 @@ def test_init_interrupted_once_the_ledger_is_in_place_keeps_its_key(tmp_path, mo
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
     Ledger.open(str(tmp_path / "L.db")).close()  # the key is the ledger's own
+
+
+def test_init_succeeds_once_the_ledger_and_key_exist_even_if_it_cannot_be_opened_now(
+    tmp_path, monkeypatch, capsys
+):
+    """`ledger init` on a disk that fills as it ends: the ledger and its key are in place, so
+    the command says it created them (exit 0) rather than fail and leave them there; opening
+    the ledger is the next command's business."""
+    import postcode_privacy.ledger.ledger as ledger_module
+    from postcode_privacy.ledger.errors import LedgerSurroundingsError
+
+    real_open_store = ledger_module.open_store
+
+    def open_store(location, create=False, **kwargs):
+        if not create:
+            raise LedgerSurroundingsError("cannot open the ledger: its disk is full")
+        return real_open_store(location, create=create, **kwargs)
+
+    monkeypatch.setattr(ledger_module, "open_store", open_store)
+    assert main(["ledger", "init", str(tmp_path / "L.db")]) == 0
+    assert "created ledger" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["L.db", "L.db.key"]
+    Ledger.open(str(tmp_path / "L.db")).close()
 
 
 def test_a_ledger_name_without_room_for_sqlites_files_is_a_clear_error(tmp_path, capsys):

@@ -55,7 +55,7 @@ def init_command(location, secret) -> None:
     """Create an empty ledger (a SQLite file, or a postgresql:// database) and its secret."""
     from ..ledger import Ledger, secret_path_for
 
-    Ledger.init(location, secret).close()
+    Ledger.create(location, secret)
     click.echo(
         f"created ledger; its secret is in {click.format_filename(str(secret_path_for(location, secret)))}"
         " (mode 0600): keep it apart from releases and back it up"

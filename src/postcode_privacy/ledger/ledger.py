@@ -81,7 +81,15 @@ class Ledger:
 
     @classmethod
     def init(cls, location: str, secret_path: str | os.PathLike | None = None) -> Ledger:
-        """Create an empty ledger and its secret (a new key file, mode 0600, never overwritten).
+        """:meth:`create` the ledger, then open it."""
+        secret = cls.create(location, secret_path)
+        return cls(open_store(location), Digester(secret))
+
+    @classmethod
+    def create(cls, location: str, secret_path: str | os.PathLike | None = None) -> Key:
+        """Create an empty ledger and its secret (a new key file, mode 0600, never overwritten);
+        return the secret.  Once this returns both exist, whether or not the ledger can be
+        opened now (a disk just filled may refuse SQLite's -shm file).
 
         A SQLite ledger is built under a temporary name beside its path and moved into place
         once complete (``SqliteStore.publish``), never over an existing file: a creation that
@@ -125,9 +133,9 @@ class Ledger:
             if isinstance(exc, store.database_errors):
                 raise LedgerError(f"cannot create the ledger ({type(exc).__name__})") from None
             raise
-        if isinstance(store, SqliteStore):  # published, so closed: open it where it is now
-            store = open_store(location)
-        return cls(store, Digester(secret))
+        if not isinstance(store, SqliteStore):  # (a published SQLite ledger is closed)
+            store.close()
+        return secret
 
     @classmethod
     def open_for_reading(

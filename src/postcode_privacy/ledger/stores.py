@@ -118,7 +118,13 @@ class Store:
 
     def query(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self._surroundings():
-            return [tuple(row) for row in self._execute(sql, params).fetchall()]
+            try:
+                return [tuple(row) for row in self._execute(sql, params).fetchall()]
+            finally:
+                self.check_unchanged()
+
+    def check_unchanged(self) -> None:
+        """Raise if what was just read may not be the ledger as it is (``_FrozenView``)."""
 
     def bulk_insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
         with self._surroundings():
@@ -150,7 +156,10 @@ class Store:
     def read(self) -> Iterator[None]:
         """A consistent read-only snapshot."""
         with self._as("read"), self._read():
-            yield
+            try:
+                yield
+            finally:
+                self.check_unchanged()
 
     def _write(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
@@ -274,14 +283,51 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
-def _nothing_can_be_written_beside(path: str) -> bool:
-    """Whether no process can write beside ``path``: a read-only file system, or one with no
-    free block left (not even root's reserve), where SQLite cannot make its -shm file."""
+def _cannot_make_files_beside(path: str) -> bool:
+    """Whether this process cannot make SQLite's -shm file beside ``path``: a read-only file
+    system (or read-only view of one), or one whose free blocks are all taken or reserved for
+    root.  (A file system that reports no blocks at all, like an unlimited tmpfs, is not
+    full.)  Others may still write there: ``_FrozenView`` checks that nothing did."""
     try:
         found = os.statvfs(os.path.dirname(os.path.abspath(path)))
     except (OSError, AttributeError):
         return False
-    return bool(found.f_flag & os.ST_RDONLY) or found.f_bfree == 0
+    return bool(found.f_flag & os.ST_RDONLY) or (found.f_blocks > 0 and found.f_bavail == 0)
+
+
+class _FrozenView:
+    """What a writer changes in a ledger's files, taken when it was opened ``immutable``
+    (which reads the file as it is, with no lock and no -wal): before every read returns, the
+    files must be as they were, or what was read may mix two states of the ledger, or miss
+    releases recorded meanwhile (docs/ledger.md, "Read-only media")."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.state = self._state()
+
+    def _state(self) -> tuple:
+        def of(name: str):
+            try:
+                found = os.stat(name)
+            except OSError:
+                return None
+            return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+        try:
+            with open(self.path, "rb") as handle:
+                header = handle.read(100)  # the change counter and the schema cookie
+        except OSError:
+            header = b""
+        return of(self.path), header, *(of(self.path + s) for s in _SIDE_FILES)
+
+    def check(self) -> None:
+        if self._state() != self.state:
+            raise LedgerError(
+                "the ledger changed while it was being read: something writes it elsewhere, "
+                "and a ledger that cannot be written here is read without following its "
+                "writers; run the command again when nothing writes it, or where it can be "
+                "written"
+            )
 
 
 def sqlite_is_writable(path: str) -> bool:
@@ -304,19 +350,24 @@ def _connect_read_only(
     SQLite reads a WAL-mode database through its -shm file, which even a read-only connection
     creates when it is missing (and leaves behind).  ``immutable`` opens it with no file
     created and no lock taken, which is safe when nothing can write the file meanwhile: on a
-    read-only file system, or a full one (a writer needs room for its -wal), when no -wal
-    holds pages the file lacks.  A ``probe`` (is this
+    read-only file system, or a full one, when no -wal holds pages the file lacks; as others
+    may still write it (through a writable view of the same files, or once space is freed),
+    every read then checks that they did not (``_FrozenView``).  A ``probe`` (is this
     another program's database?) must create nothing beside a file that may not be ours, so
     it is immutable too whenever neither -wal nor -shm is there: the file then holds every
     committed page, and a writer starting meanwhile could at worst make the probe see a page
     half written, which refuses the file, never accepts another one."""
     present = sqlite_side_files(path)
-    frozen = _nothing_can_be_written_beside(path) and not _has_content(path + "-wal")
-    if frozen or (probe and not {"-wal", "-shm"} & present):
+    if opens_immutable(path) or (probe and not {"-wal", "-shm"} & present):
         params = {"immutable": "1"}
     else:
         params = {"mode": "ro"}
     return sqlite3.connect(_uri(path, **params), uri=True, timeout=timeout, isolation_level=None)
+
+
+def opens_immutable(path: str) -> bool:
+    """Whether :func:`_connect_read_only` (not a probe) opens ``path`` immutable."""
+    return _cannot_make_files_beside(path) and not _has_content(path + "-wal")
 
 
 def _has_content(path: str) -> bool:
@@ -408,6 +459,7 @@ class SqliteStore(Store):
         self.read_only = read_only
         self.building: str | None = None
         self.published = False
+        self.frozen: _FrozenView | None = None
         if create:
             self._create(path)
             return
@@ -429,6 +481,8 @@ class SqliteStore(Store):
             )
         with self._surroundings():
             if read_only:
+                # Taken before connecting: a change from here on is caught.
+                self.frozen = _FrozenView(path) if opens_immutable(path) else None
                 self.conn = _connect_read_only(path, timeout=_BUSY_TIMEOUT_S)
             else:
                 # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE).
@@ -527,6 +581,10 @@ class SqliteStore(Store):
 
     def surroundings(self, exc):
         return sqlite_surroundings(exc)
+
+    def check_unchanged(self):
+        if self.frozen is not None:
+            self.frozen.check()
 
     def cannot_write(self, exc):
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
