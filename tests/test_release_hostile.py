@@ -840,6 +840,7 @@ def test_an_unclosed_quote_names_the_line_its_record_starts_on(setup, tmp_path, 
     assert names(tmp_path) == ["in.csv"]
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_a_header_name_past_the_csv_modules_default_limit_is_read(setup, tmp_path):
     """Python's CSV reader stops at 131,072 characters a field by default; the header may hold
     up to 1,000,000 characters, so one long column name is read, and released unchanged."""
@@ -1061,6 +1062,7 @@ def test_a_dictionary_the_release_cannot_rewrite_is_named_by_its_input_column(
     assert names(tmp_path) == ["in.parquet"]
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_dictionaries_nested_or_ordered_are_rewritten_from_the_rows_alone(setup, tmp_path):
     """A review of the fix above: a dictionary inside a struct or a list leaked the dropped
     value too; an ordered dictionary lost its order; and a flush spanning two row groups

@@ -444,6 +444,7 @@ def test_profiles_on_odd_coordinates_are_the_reference_shells_without_warnings(
 # -- memory: "bounded by two chunks" --------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_at_most_two_input_chunks_are_held_while_the_next_is_checked(grid, tmp_path, monkeypatch):
     """release/files.py: "Memory is bounded by two chunks (the one being drawn and the one being
     checked or written)".  When chunk k + 2 is checked, chunk k was written already and must be

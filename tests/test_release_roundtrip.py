@@ -107,6 +107,7 @@ def check_round_trip(df, out):
 @settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 @given(cells=st.lists(st.tuples(CELL, CELL), min_size=1, max_size=12))
 def test_every_writer_round_trips_any_cell(small, tmp_path_factory, suffix, cells):
     graph, codes = small
@@ -215,6 +216,7 @@ PLAIN_CELL = st.one_of(
     cells=st.lists(st.lists(PLAIN_CELL, min_size=4, max_size=4), max_size=15),
     dtype=st.sampled_from([object, "str"]),
 )
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_text_cells_are_written_as_pandas_writes_them(width, cells, dtype):
     """The CSV writer's quoting (tables.py ``_csv_rows``) gives pandas' very text for a CSV
     input's cells, so releases of CSV inputs keep their bytes; pandas (the csv module) leaves

@@ -219,6 +219,7 @@ def _csv_of(path, chunk_size: int) -> bytes:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 @given(drawn=typed_tables())
 def test_a_typed_cell_is_the_same_text_whatever_its_chunk_holds(tmp_path_factory, drawn):
     """Every type's text reads back as its value, and neither the chunk size nor a bare

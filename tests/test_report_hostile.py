@@ -128,6 +128,7 @@ def test_the_ledger_reads_a_hostile_manifest_as_unreadable_without_hanging(tmp_p
 # -- 2. control and direction characters -----------------------------------------------------------
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_control_and_direction_characters_in_a_manifest_are_shown_as_visible_escapes(
     geo, tmp_path, graph_file
 ):
@@ -161,6 +162,7 @@ def test_control_and_direction_characters_in_a_manifest_are_shown_as_visible_esc
     assert "\\u202e" not in written.replace("\\\\u202e", "")  # no JSON escape of the character
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_a_lone_surrogate_in_a_manifest_does_not_break_the_page(geo, tmp_path, graph_file):
     """JSON can spell half a UTF-16 pair ("\\ud800"), which no UTF-8 page can hold: writing
     the report failed with a traceback."""
@@ -174,6 +176,7 @@ def test_a_lone_surrogate_in_a_manifest_does_not_break_the_page(geo, tmp_path, g
     assert "2026\\ud800" in out.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_graph_labels_reach_the_page_with_their_hidden_characters_made_visible(tmp_path, capsys):
     """A --graph is user input as much as a manifest: labels carrying a direction override or
     an escape sequence reached the page and its JSON raw (and matplotlib warned of a missing
@@ -434,6 +437,7 @@ def test_floats_of_probabilities_are_0_or_1_only_when_exactly_so():
     assert honest_float(Fraction(1, 3)) == 1 / 3
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_a_report_on_a_large_sample_is_written(geo, graph_file, tmp_path, capsys):
     """The one-release rates were once kept as exact fractions: their denominators grow with
     the sample (140 postcodes: past the 4,300 digits Python writes out), a traceback."""
