@@ -300,7 +300,9 @@ def test_a_read_only_view_of_a_ledger_written_elsewhere_never_under_counts(files
     try:
         assert reader.store.read_only and len(reader.summary()["releases"]) == 1
         assert main(perturb_args(files, files / "L.db", "second.csv")) == 0  # the writer
-        with pytest.raises(LedgerError, match="^the ledger changed while it was being read"):
+        with pytest.raises(
+            LedgerError, match="^the ledger's files changed while it was being read"
+        ):
             reader.summary()
     finally:
         reader.close()
@@ -320,6 +322,39 @@ def test_a_file_system_that_reports_no_size_is_not_taken_for_a_full_one(files, r
         assert [r["id"] for r in reader.summary()["releases"]] == [1, 2]
     finally:
         reader.close()
+
+
+def test_a_ledger_with_a_second_hard_linked_name_is_refused(files, capsys):
+    """SQLite keeps the -wal beside the name it opened: through a second name a reader would
+    miss the releases in the first name's -wal."""
+    os.link(files / "L.db", files / "other.db")
+    shutil.copy2(files / "L.db.key", files / "other.db.key")
+    for name in ("L.db", "other.db"):
+        capsys.readouterr()
+        assert main(["ledger", "show", str(files / name)]) == 1
+        assert "has another name (a hard link)" in quiet_error(capsys)
+
+
+def test_no_file_of_a_ledger_this_process_holds_open_is_opened_outside_sqlite(files, monkeypatch):
+    """Closing any descriptor of a file drops all this process's POSIX locks on it, SQLite's
+    too; another process could then delete the -wal under the open ledger.  So a second
+    opening in the same process reads nothing of the file itself."""
+    import postcode_privacy.ledger.stores as stores
+
+    ledger = str(files / "L.db")
+    with Ledger.open(ledger):
+        opened = []
+        real_open = os.open
+
+        def recording_open(path, *args, **kwargs):
+            opened.append(os.fspath(path))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(stores.os, "open", recording_open)
+        with Ledger.open(ledger) as again, Ledger.open(ledger, read_only=True) as reader:
+            assert again.summary() == reader.summary()
+        monkeypatch.undo()
+    assert ledger not in opened
 
 
 # -- files that are not ledgers ---------------------------------------------------------------------

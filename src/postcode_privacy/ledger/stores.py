@@ -18,6 +18,7 @@ through: the ledger reads them as damage (``ledger._damage_is_a_ledger_error``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
@@ -283,6 +284,14 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
+# Real paths of the ledgers this process holds open with SQLite's locks (read-write, or
+# read-only following writers).  Closing any descriptor of a file drops every POSIX lock this
+# process holds on it, SQLite's included, after which another process may take itself for the
+# file's last user and delete the -wal under this one: so no file of such a ledger is opened
+# here outside SQLite (``_starts_like_sqlite``, ``_FrozenView``).
+_HELD_WITH_LOCKS: collections.Counter[str] = collections.Counter()
+
+
 def _cannot_make_files_beside(path: str) -> bool:
     """Whether this process cannot make SQLite's -shm file beside ``path``: a read-only file
     system (or read-only view of one), or one whose free blocks are all taken or reserved for
@@ -304,6 +313,9 @@ class _FrozenView:
     def __init__(self, path: str):
         self.path = path
         self.state = self._state()
+        wal = self.state[1]  # (the -wal's stat, or None)
+        # Decided once, from this very snapshot: a -wal emptied after it is a change.
+        self.immutable = _cannot_make_files_beside(path) and not (wal and wal[1] > 0)
 
     def _state(self) -> tuple:
         def of(name: str):
@@ -313,20 +325,31 @@ class _FrozenView:
                 return None
             return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
 
+        return (of(self.path), *(of(self.path + s) for s in _SIDE_FILES), self._header())
+
+    def _header(self) -> bytes | None:
+        """The file's first 100 bytes (its change counter, page count and schema cookie), when
+        reading them cannot drop this process's SQLite locks (``_HELD_WITH_LOCKS``)."""
+        if _HELD_WITH_LOCKS[self.path]:
+            return None
         try:
             with open(self.path, "rb") as handle:
-                header = handle.read(100)  # the change counter and the schema cookie
+                return handle.read(100)
         except OSError:
-            header = b""
-        return of(self.path), header, *(of(self.path + s) for s in _SIDE_FILES)
+            return b""
 
     def check(self) -> None:
-        if self._state() != self.state:
+        now = self._state()
+        if None in (now[-1], self.state[-1]):  # a header not read: compare the rest
+            now, then = now[:-1], self.state[:-1]
+        else:
+            then = self.state
+        if now != then:
             raise LedgerError(
-                "the ledger changed while it was being read: something writes it elsewhere, "
-                "and a ledger that cannot be written here is read without following its "
-                "writers; run the command again when nothing writes it, or where it can be "
-                "written"
+                "the ledger's files changed while it was being read: another process wrote "
+                "or opened it, and a ledger that cannot be written here is read without "
+                "following other processes; run the command again when no other process "
+                "uses it, or where it can be written"
             )
 
 
@@ -343,31 +366,28 @@ def _uri(path: str, **params: str) -> str:
 
 
 def _connect_read_only(
-    path: str, *, probe: bool = False, timeout: float = 5.0
+    path: str, *, probe: bool = False, immutable: bool = False, timeout: float = 5.0
 ) -> sqlite3.Connection:
     """A read-only connection.
 
     SQLite reads a WAL-mode database through its -shm file, which even a read-only connection
     creates when it is missing (and leaves behind).  ``immutable`` opens it with no file
-    created and no lock taken, which is safe when nothing can write the file meanwhile: on a
-    read-only file system, or a full one, when no -wal holds pages the file lacks; as others
-    may still write it (through a writable view of the same files, or once space is freed),
-    every read then checks that they did not (``_FrozenView``).  A ``probe`` (is this
+    created and no lock taken, which is what a reader that cannot make the -shm file must use
+    (``_FrozenView.immutable``: a read-only or full file system, no -wal holding pages the
+    file lacks); as others may still write it (through a writable view of the same files, or
+    once space is freed), every read then checks that they did not (``_FrozenView.check``).  A ``probe`` (is this
     another program's database?) must create nothing beside a file that may not be ours, so
     it is immutable too whenever neither -wal nor -shm is there: the file then holds every
     committed page, and a writer starting meanwhile could at worst make the probe see a page
     half written, which refuses the file, never accepts another one."""
     present = sqlite_side_files(path)
-    if opens_immutable(path) or (probe and not {"-wal", "-shm"} & present):
+    if probe and not immutable:  # (as a reader would, or with nothing beside the file)
+        immutable = _FrozenView(path).immutable or not {"-wal", "-shm"} & present
+    if immutable:
         params = {"immutable": "1"}
     else:
         params = {"mode": "ro"}
     return sqlite3.connect(_uri(path, **params), uri=True, timeout=timeout, isolation_level=None)
-
-
-def opens_immutable(path: str) -> bool:
-    """Whether :func:`_connect_read_only` (not a probe) opens ``path`` immutable."""
-    return _cannot_make_files_beside(path) and not _has_content(path + "-wal")
 
 
 def _has_content(path: str) -> bool:
@@ -378,6 +398,8 @@ def _has_content(path: str) -> bool:
 
 
 def _starts_like_sqlite(path: str) -> bool:
+    if _HELD_WITH_LOCKS[path]:
+        return True  # open in this process already, so SQLite took it (and holds its locks)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -460,6 +482,7 @@ class SqliteStore(Store):
         self.building: str | None = None
         self.published = False
         self.frozen: _FrozenView | None = None
+        self.held: str | None = None  # the real path, while registered in _HELD_WITH_LOCKS
         if create:
             self._create(path)
             return
@@ -473,6 +496,12 @@ class SqliteStore(Store):
         # looks there too: a link with no -wal beside its own name must not be opened
         # immutable, which would ignore the pages in the real -wal.
         path = os.path.realpath(path)
+        if os.stat(path).st_nlink > 1:
+            raise LedgerError(
+                "the ledger's file has another name (a hard link): SQLite keeps its "
+                "write-ahead log beside the name it was opened by, so a command using the "
+                "other name could miss releases; remove the other name, or copy the ledger"
+            )
         _refuse_other_databases(path)
         if not read_only and not sqlite_is_writable(path):
             raise LedgerError(
@@ -482,8 +511,11 @@ class SqliteStore(Store):
         with self._surroundings():
             if read_only:
                 # Taken before connecting: a change from here on is caught.
-                self.frozen = _FrozenView(path) if opens_immutable(path) else None
-                self.conn = _connect_read_only(path, timeout=_BUSY_TIMEOUT_S)
+                view = _FrozenView(path)
+                self.conn = _connect_read_only(
+                    path, immutable=view.immutable, timeout=_BUSY_TIMEOUT_S
+                )
+                self.frozen = view if view.immutable else None
             else:
                 # isolation_level=None: transactions are begun explicitly (BEGIN IMMEDIATE).
                 self.conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
@@ -495,6 +527,9 @@ class SqliteStore(Store):
         except BaseException:
             self.conn.close()
             raise
+        if self.frozen is None:  # a connection with SQLite's locks
+            self.held = path
+            _HELD_WITH_LOCKS[path] += 1
 
     def _tune(self) -> None:
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -598,6 +633,9 @@ class SqliteStore(Store):
             self.discard()
             return
         self.conn.close()
+        if self.held is not None:
+            _HELD_WITH_LOCKS[self.held] -= 1
+            self.held = None
 
     def _bulk_insert(self, table, columns, rows):
         marks = ", ".join("?" for _ in columns)
