@@ -203,8 +203,9 @@ def _rewrite_in_place(path: Path, data: bytes) -> None:
 
 
 def test_a_source_rewritten_in_place_while_read_is_refused_not_hashed_afresh(tmp_path, monkeypatch):
-    """The digest is taken by reading the open file again: a file rewritten in place after it
-    was parsed would be recorded with bytes the build never used, so the build stops."""
+    """ONSPD and Code-Point digests are taken by reading the open file again: a file rewritten
+    in place after it was parsed would be recorded with bytes the build never used, so the
+    build stops.  (The population file is hashed from the very bytes parsed.)"""
     import postcode_privacy.sources.codepoint as codepoint_module
     import postcode_privacy.sources.population as population_module
 
@@ -220,10 +221,18 @@ def test_a_source_rewritten_in_place_while_read_is_refused_not_hashed_afresh(tmp
 
         return read_csv
 
+    # The population file is read once, into memory: its digest is of the bytes parsed, and
+    # a rewrite after that changes neither.
+    parsed = population.read_bytes()
     monkeypatch.setattr(population_module.pd, "read_csv", parse_then_rewrite(population))
-    with pytest.raises(SourceDataError, match="^pop.csv changed while it was being read"):
-        read_population_source(population)
+    counts, digest = read_population_source(population)
     monkeypatch.undo()
+    assert (
+        digest
+        == hashlib.sha256(parsed).hexdigest()
+        != hashlib.sha256(population.read_bytes()).hexdigest()
+    )
+    assert counts == read_population(FIXTURES / "population.csv")
 
     onspd = tmp_path / "onspd.csv"
     shutil.copy(ONSPD, onspd)
@@ -364,3 +373,41 @@ def test_population_total_above_the_prior_bound_names_the_option(tmp_path, capsy
     err = capsys.readouterr().err
     assert "pop.csv" in err and "--population" in err and "2**62" in err
     assert not out.exists()
+
+
+def test_population_messages_name_the_line_blank_lines_included(tmp_path):
+    """pandas skips blank lines, and a quoted field may span lines: the line named is the
+    record's own line in the file, as an editor numbers it."""
+    path = tmp_path / "pop.csv"
+    path.write_text(
+        'postcode,population\n\nAB10 1AB,20\n\n\n"SW1A\n1AA",3\nSW1A 2AA,xx\n', encoding="utf-8"
+    )
+    with pytest.raises(SourceDataError, match=r"^pop.csv: line 8: column 2 \(the count\)"):
+        read_population(path)  # (the quoted postcode spans lines 6 and 7)
+    path.write_text("postcode,population\n\nAB10 1AB,20\n\n\nSW1A 1AA,xx\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match=r"^pop.csv: line 6: column 2 \(the count\)"):
+        read_population(path)
+
+
+def test_onspd_and_codepoint_messages_name_the_line_blank_lines_included(tmp_path):
+    """As for the population file: the line named is the record's line in the file, though
+    pandas skipped the blank lines before it."""
+    lines = ONSPD.read_text(encoding="utf-8").splitlines()
+    fields = lines[3].split(",")
+    fields[lines[0].split(",").index("oseast1m")] = "abc"
+    lines[3] = ",".join(fields)  # the third record, after two blank lines: line 6
+    onspd = tmp_path / "onspd.csv"
+    onspd.write_text("\n".join([lines[0], "", "", *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match=r"^onspd.csv: line 6: column 12 \(easting\)"):
+        read_onspd(onspd)
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    data = sorted((source / "Data" / "CSV").glob("*.csv"))[0]
+    rows = data.read_text(encoding="utf-8").splitlines()
+    fields = rows[1].split(",")
+    fields[2] = "abc"  # the second record's easting, after one blank line: line 3
+    rows[1] = ",".join(fields)
+    data.write_text("\n".join([rows[0], "", *rows[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match=rf"{data.name}: line 3: field 3 is not a number"):
+        read_codepoint(source)

@@ -17,6 +17,7 @@ an encrypted member, an unsupported compression method or damaged compressed dat
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import lzma
@@ -32,10 +33,12 @@ from ..errors import SourceDataError
 __all__ = [
     "MAX_MEMBER_BYTES",
     "MAX_ZIP_MEMBERS",
+    "RecordFault",
     "check_member_count",
     "file_label",
     "digest_of_what_was_read",
     "gunzip",
+    "line_of_record",
     "open_member",
     "open_source",
     "opened_state",
@@ -167,6 +170,41 @@ def digest_of_what_was_read(handle, label: str, opened: tuple[int, int, int]) ->
     if opened_state(handle) != opened:
         raise SourceDataError(f"{label} changed while it was being read; build again")
     return digest
+
+
+class RecordFault(SourceDataError):
+    """A fault in data record ``record`` (0-based; pandas skips blank lines, so not a line):
+    the reader that parsed the file turns it into a message naming the record's line
+    (:func:`line_of_record`) with ``with_line``."""
+
+    def __init__(self, record: int, before_line: str, after_line: str):
+        super().__init__(f"{before_line}record {record + 1}{after_line}")
+        self.record, self.before_line, self.after_line = record, before_line, after_line
+
+    def with_line(self, line: int) -> SourceDataError:
+        return SourceDataError(f"{self.before_line}line {line}{self.after_line}")
+
+
+def line_of_record(handle, record: int, *, header: bool) -> int:
+    """The line on which data record ``record`` (0-based, as pandas numbers the rows it
+    returns) starts in the CSV bytes ``handle`` reads from where it stands: blank lines, which
+    pandas skips, and quoted fields that span lines are counted as an editor counts them.
+    Used only to word a message, so a second pass over the data costs nothing otherwise."""
+    text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace", newline="")
+    reader = csv.reader(text)
+    seen = -1 if header else 0
+    try:
+        while True:
+            start = reader.line_num + 1
+            if not next(reader):  # a blank line
+                continue
+            if seen == record:
+                return start
+            seen += 1
+    except (StopIteration, csv.Error):
+        return record + (2 if header else 1)  # (pandas read it: not reached)
+    finally:
+        text.detach()
 
 
 def unreadable(label: str, exc: BaseException) -> SourceDataError:

@@ -30,6 +30,7 @@ from ._reading import (
     digest_of_what_was_read,
     file_label,
     gunzip,
+    line_of_record,
     open_member,
     open_source,
     opened_state,
@@ -141,7 +142,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         frame = _parse(files, name, usecols, numeric)
     except ValueError:
         # Fast path failed on a non-numeric field: re-read as text to say which line.
-        _locate_bad_number(_parse(files, name, usecols, str), name)
+        _locate_bad_number(_parse(files, name, usecols, str), files, name)
         raise SourceDataError(
             f"{visible_text(name)}: cannot parse the quality and coordinate fields"
         ) from None
@@ -161,7 +162,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         }
     )
     if out[["quality", "easting", "northing"]].isna().to_numpy().any():
-        _locate_bad_number(_parse(files, name, usecols, str), name)
+        _locate_bad_number(_parse(files, name, usecols, str), files, name)
         # Found nothing: the file read again is not the file parsed.
         raise SourceDataError(f"{visible_text(name)} changed while it was being read; build again")
     if district is not None and district in frame:
@@ -197,13 +198,15 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
             raise unreadable(visible_text(name), exc) from None
 
 
-def _locate_bad_number(frame: pd.DataFrame, name: str) -> None:
-    """Raise naming the first line whose quality or coordinate field is not a number."""
+def _locate_bad_number(frame: pd.DataFrame, files: _Files, name: str) -> None:
+    """Raise naming the first line whose quality or coordinate field is not a number (the
+    record's line in the file: pandas skips blank lines)."""
     for column in (1, 2, 3):
         text = frame[column].fillna("").str.strip()
         bad = pd.to_numeric(text.where(text != ""), errors="coerce").isna().to_numpy()
         if bad.any():
-            line = int(np.argmax(bad)) + 1  # headerless: row i is line i + 1
+            with files.open(name) as handle:
+                line = line_of_record(handle, int(np.argmax(bad)), header=False)
             raise SourceDataError(
                 f"{visible_text(name)}: line {line}: field {column + 1} is not a number"
             )

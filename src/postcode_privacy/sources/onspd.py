@@ -24,9 +24,11 @@ import pandas as pd
 from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
+    RecordFault,
     check_member_count,
     digest_of_what_was_read,
     file_label,
+    line_of_record,
     open_member,
     open_source,
     opened_state,
@@ -120,9 +122,9 @@ def _coordinates(chunk: pd.DataFrame, column: str, label: str, where: str) -> np
     text = chunk[column].str.strip()
     values = pd.to_numeric(text.where(text != ""), errors="coerce").to_numpy(dtype="float64")
     bad = np.isnan(values) & (text != "").to_numpy()
-    if bad.any():
-        line = int(chunk.index[int(np.argmax(bad))]) + 2  # +1 for the header, +1 for 1-based lines
-        raise SourceDataError(f"{label}: line {line}: {where} is not a number")
+    if bad.any():  # (the chunks' index counts the records from the file's first)
+        record = int(chunk.index[int(np.argmax(bad))])
+        raise RecordFault(record, f"{label}: ", f": {where} is not a number")
     return values
 
 
@@ -197,6 +199,7 @@ def _read_open_onspd(
             from tqdm import tqdm
 
             reader = tqdm(reader, desc=f"reading {os.path.basename(path)}", unit=" chunks")
+        fault = None
         try:
             for chunk in reader:
                 kept, located_dead = _filter_chunk(
@@ -204,8 +207,14 @@ def _read_open_onspd(
                 )
                 live.append(kept)
                 dead.append(located_dead)
+        except RecordFault as exc:
+            fault = exc
         except (pd.errors.ParserError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as exc:
             raise unreadable(label, exc) from None
+    if fault is not None:  # its line, counted in the data read again from its start
+        with _open(source, member, label) as again:
+            line = line_of_record(again, fault.record, header=True)
+        raise fault.with_line(line) from None
 
     frame = pd.concat(live, ignore_index=True) if live else pd.DataFrame()
     if frame.empty:

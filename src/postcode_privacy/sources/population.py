@@ -12,6 +12,8 @@ file without a header has a first row of data (docs/graph.md, "Building from sou
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import re
 from collections.abc import Iterable
@@ -19,15 +21,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from .._input_files import read_small_file
 from ..errors import SourceDataError, option_name
 from ..graph.graph import MAX_TOTAL_PRIOR
-from ._reading import (
-    digest_of_what_was_read,
-    file_label,
-    open_source,
-    opened_state,
-    unreadable,
-)
+from ._reading import RecordFault, file_label, line_of_record, unreadable
 from .table import normalise_postcodes
 
 __all__ = ["read_population", "apply_population"]
@@ -88,8 +85,9 @@ def _layout(names: list[str], label: str) -> tuple[int, int, int | None]:
     return postcode, single, None
 
 
-def _first_bad_line(bad: np.ndarray) -> int:
-    return int(np.argmax(bad)) + 2  # +1 for the header row, +1 for 1-based line numbers
+# The Census 2021 postcode file is about 50 MB; a bound far above it, so a file that cannot be
+# one is refused before it is read into memory.
+MAX_POPULATION_BYTES = 1 << 30
 
 
 def read_population(path: str | os.PathLike) -> dict[str, int]:
@@ -105,16 +103,25 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
     """:func:`read_population`, and the hex SHA-256 of the very bytes it read (for the graph's
     provenance: a file replaced under its name meanwhile cannot be recorded for another)."""
     label = file_label(path)
-    with open_source(path, label) as handle:
-        opened = opened_state(handle)
-        try:
-            frame = pd.read_csv(handle, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-        except pd.errors.EmptyDataError:
-            raise SourceDataError(f"{label} is empty") from None
-        except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-            raise unreadable(label, exc) from None
-        sha256 = digest_of_what_was_read(handle, label, opened)
-    return _counts(frame, label), sha256
+    # Read once: the digest is of exactly the bytes parsed, and lines can be counted in them.
+    data = read_small_file(path, what=label, limit=MAX_POPULATION_BYTES, error=SourceDataError)
+    try:
+        frame = pd.read_csv(
+            io.BytesIO(data), dtype=str, keep_default_na=False, encoding="utf-8-sig"
+        )
+    except pd.errors.EmptyDataError:
+        raise SourceDataError(f"{label} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise unreadable(label, exc) from None
+    try:
+        counts = _counts(frame, label)
+    except RecordFault as fault:
+        raise fault.with_line(line_of_record(io.BytesIO(data), fault.record, header=True)) from None
+    return counts, hashlib.sha256(data).hexdigest()
+
+
+def _first_bad(bad: np.ndarray) -> int:
+    return int(np.argmax(bad))
 
 
 def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
@@ -125,37 +132,35 @@ def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
     postcodes = normalise_postcodes(frame.iloc[:, pc_col].to_numpy())
     bad = pd.isna(postcodes)
     if bad.any():
-        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: not a postcode in form")
+        raise RecordFault(_first_bad(bad), f"{label}: ", ": not a postcode in form")
     text = frame.iloc[:, count_col].str.strip()
     column = f"column {count_col + 1} (the count)"
     bad = ~text.str.fullmatch(_COUNT.pattern).to_numpy(dtype=bool)
     if bad.any():
-        raise SourceDataError(
-            f"{label}: line {_first_bad_line(bad)}: {column} is not a non-negative integer"
+        raise RecordFault(
+            _first_bad(bad), f"{label}: ", f": {column} is not a non-negative integer"
         )
     bad = (text.str.lstrip("0").str.len() > _MAX_COUNT_DIGITS).to_numpy(dtype=bool)
     if bad.any():
-        raise SourceDataError(f"{label}: line {_first_bad_line(bad)}: {column} is too large")
+        raise RecordFault(_first_bad(bad), f"{label}: ", f": {column} is too large")
     counts = text.astype("int64").to_numpy()
 
     if sex_col is None:
         duplicated = pd.Series(postcodes).duplicated().to_numpy()
         if duplicated.any():
-            raise SourceDataError(f"{label}: line {_first_bad_line(duplicated)}: postcode repeated")
+            raise RecordFault(_first_bad(duplicated), f"{label}: ", ": postcode repeated")
         return dict(zip(postcodes.tolist(), counts.tolist(), strict=True))
 
     sex = frame.iloc[:, sex_col].str.strip()
     if (sex == "").any():
-        raise SourceDataError(
-            f"{label}: line {_first_bad_line((sex == '').to_numpy())}: "
-            f"column {sex_col + 1} (the sex) is empty"
+        empty = (sex == "").to_numpy()
+        raise RecordFault(
+            _first_bad(empty), f"{label}: ", f": column {sex_col + 1} (the sex) is empty"
         )
     pairs = pd.DataFrame({"postcode": postcodes, "sex": sex.to_numpy(dtype=object)})
     duplicated = pairs.duplicated().to_numpy()
     if duplicated.any():
-        raise SourceDataError(
-            f"{label}: line {_first_bad_line(duplicated)}: postcode and sex repeated"
-        )
+        raise RecordFault(_first_bad(duplicated), f"{label}: ", ": postcode and sex repeated")
     lowered = sex.str.lower()
     is_total = ((sex == "0") | lowered.str.startswith("all") | (lowered == "total")).to_numpy()
     table = pd.DataFrame({"postcode": postcodes, "count": counts, "total": is_total})
