@@ -85,8 +85,8 @@ def _layout(names: list[str], label: str) -> tuple[int, int, int | None]:
     return postcode, single, None
 
 
-# The Census 2021 postcode file is about 50 MB; a bound far above it, so a file that cannot be
-# one is refused before it is read into memory.
+# Census 2021's pcd_p001.csv (a row per postcode and sex) is a small fraction of this bound,
+# which refuses, before it is read into memory, a file that cannot be a population file.
 MAX_POPULATION_BYTES = 1 << 30
 
 
