@@ -357,6 +357,55 @@ def test_no_file_of_a_ledger_this_process_holds_open_is_opened_outside_sqlite(fi
     assert ledger not in opened
 
 
+def test_a_ledger_file_bind_mounted_on_its_own_is_refused(files, capsys, request):
+    """`docker -v /data/L.db:/L.db`: the mounted name has one link, but its -wal would be
+    beside the other name only, so releases recorded there would be missed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount a file")
+    (files / "elsewhere").mkdir()
+    target = files / "elsewhere" / "L.db"
+    target.touch()
+    bind = subprocess.run(
+        ["mount", "--bind", str(files / "L.db"), str(target)], capture_output=True
+    )
+    if bind.returncode != 0:
+        pytest.skip("root here cannot make a bind mount")
+    request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(target)], check=True))
+    shutil.copy2(files / "L.db.key", files / "elsewhere" / "L.db.key")
+    capsys.readouterr()
+    assert main(["ledger", "show", str(target)]) == 1
+    assert "is mounted on its own" in quiet_error(capsys)
+    assert main(["ledger", "show", str(files / "L.db")]) == 0  # its own name still works
+
+
+def test_a_ledger_this_process_may_not_write_beside_is_read_without_making_files(
+    files, capsys, monkeypatch
+):
+    """Without write permission on the ledger or its directory (another user's ledger), a
+    reader opens it without making SQLite's -shm, which it could not make, or must not make
+    beside a file it may not write: immutable, and checked on every read."""
+    import postcode_privacy.ledger.stores as stores
+
+    real_access = os.access
+    monkeypatch.setattr(
+        stores.os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode)
+    )
+    listing = sorted(p.name for p in files.iterdir())
+    capsys.readouterr()
+    assert main(["ledger", "show", str(files / "L.db"), "--json"]) == 0
+    assert '"state": "committed"' in capsys.readouterr().out
+    assert sorted(p.name for p in files.iterdir()) == listing
+
+
+def test_a_leftover_of_an_interrupted_init_is_named(files, capsys):
+    """`ledger init` killed between linking the ledger into place and removing its temporary
+    name leaves two names of one file: the message names the leftover to delete."""
+    os.link(files / "L.db", files / ".ledger-0123456789abcdef.tmp")
+    capsys.readouterr()
+    assert main(["ledger", "show", str(files / "L.db")]) == 1
+    assert "left a second name of the ledger, .ledger-0123456789abcdef.tmp" in quiet_error(capsys)
+
+
 # -- files that are not ledgers ---------------------------------------------------------------------
 
 

@@ -184,7 +184,7 @@ class Ledger:
                 raise LedgerError("the ledger has an unsupported schema version")
             if meta.get("secret_fingerprint") != secret.fingerprint:
                 raise KeyFileError("that key file is not this ledger's secret")
-        except Exception:
+        except BaseException:
             store.close()
             raise
         ledger = cls(store, Digester(secret))

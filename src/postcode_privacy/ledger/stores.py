@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -284,12 +285,25 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
-# Real paths of the ledgers this process holds open with SQLite's locks (read-write, or
+# The files (device, inode) of the ledgers this process holds open with SQLite's locks (read-write, or
 # read-only following writers).  Closing any descriptor of a file drops every POSIX lock this
 # process holds on it, SQLite's included, after which another process may take itself for the
 # file's last user and delete the -wal under this one: so no file of such a ledger is opened
 # here outside SQLite (``_starts_like_sqlite``, ``_FrozenView``).
-_HELD_WITH_LOCKS: collections.Counter[str] = collections.Counter()
+_HELD_WITH_LOCKS: collections.Counter[tuple[int, int]] = collections.Counter()
+
+
+def _file_key(path: str) -> tuple[int, int]:
+    """The file's identity (device, inode), the same under every name it has."""
+    found = os.stat(path)
+    return found.st_dev, found.st_ino
+
+
+def _held_with_locks(path: str) -> bool:
+    try:
+        return _HELD_WITH_LOCKS[_file_key(path)] > 0
+    except OSError:
+        return False
 
 
 def _cannot_make_files_beside(path: str) -> bool:
@@ -313,9 +327,16 @@ class _FrozenView:
     def __init__(self, path: str):
         self.path = path
         self.state = self._state()
-        wal = self.state[1]  # (the -wal's stat, or None)
-        # Decided once, from this very snapshot: a -wal emptied after it is a change.
-        self.immutable = _cannot_make_files_beside(path) and not (wal and wal[1] > 0)
+        wal, shm = self.state[1], self.state[2]  # (their stat, or None)
+        # Decided once, from this very snapshot: a -wal emptied after it is a change.  Without
+        # a -shm, SQLite's read-only mode would make one, which it cannot do where this
+        # process may not write, and must not do beside a file it may not write.
+        no_shm_may_be_made = shm is None and not (
+            os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+        )
+        self.immutable = not (wal and wal[1] > 0) and (
+            _cannot_make_files_beside(path) or no_shm_may_be_made
+        )
 
     def _state(self) -> tuple:
         def of(name: str):
@@ -330,7 +351,7 @@ class _FrozenView:
     def _header(self) -> bytes | None:
         """The file's first 100 bytes (its change counter, page count and schema cookie), when
         reading them cannot drop this process's SQLite locks (``_HELD_WITH_LOCKS``)."""
-        if _HELD_WITH_LOCKS[self.path]:
+        if _held_with_locks(self.path):
             return None
         try:
             with open(self.path, "rb") as handle:
@@ -398,7 +419,7 @@ def _has_content(path: str) -> bool:
 
 
 def _starts_like_sqlite(path: str) -> bool:
-    if _HELD_WITH_LOCKS[path]:
+    if _held_with_locks(path):
         return True  # open in this process already, so SQLite took it (and holds its locks)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -410,6 +431,59 @@ def _starts_like_sqlite(path: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _refuse_other_names(path: str) -> None:
+    """SQLite keeps a ledger's -wal beside the name it was opened by: a command using another
+    name of the same file (a hard link, or the file bind-mounted on its own elsewhere, as a
+    container's ``-v ledger.db:/ledger.db`` does) would not see that -wal, and so could miss
+    releases, or record its own beside the other name.  (docs/ledger.md, "Read-only media")"""
+    found = os.stat(path)
+    if found.st_nlink > 1:
+        directory = os.path.dirname(path)
+        leftovers = [
+            name
+            for name in sorted(os.listdir(directory))
+            if name.startswith(".ledger-")
+            and name.endswith(".tmp")
+            and os.stat(os.path.join(directory, name)).st_ino == found.st_ino
+        ]
+        if leftovers:
+            raise LedgerError(
+                f"an interrupted `ledger init` left a second name of the ledger, {leftovers[0]}, "
+                "beside it; delete that file"
+            )
+        raise LedgerError(
+            "the ledger's file has another name (a hard link): SQLite keeps its write-ahead "
+            "log beside the name it was opened by, so a command using the other name could "
+            "miss releases; remove the other name, or use a copy of the ledger"
+        )
+    if _is_a_mount_point(path, found):
+        raise LedgerError(
+            "the ledger's file is mounted on its own (a bind mount of the file): SQLite keeps "
+            "its write-ahead log beside the name it was opened by, so this name could miss "
+            "releases; mount the ledger's directory instead"
+        )
+
+
+def _is_a_mount_point(path: str, found: os.stat_result) -> bool:
+    """Whether the file at ``path`` (a real path) is itself mounted there."""
+    try:
+        if os.stat(os.path.dirname(path)).st_dev != found.st_dev:
+            return True
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+            for line in table:
+                fields = line.split(" ")
+                # (the mount point is octal-escaped: \040 for a space, \134 for a backslash)
+                if len(fields) > 4 and _unescaped(fields[4]) == path:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _unescaped(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
 def _refuse_other_databases(path: str) -> None:
@@ -482,7 +556,7 @@ class SqliteStore(Store):
         self.building: str | None = None
         self.published = False
         self.frozen: _FrozenView | None = None
-        self.held: str | None = None  # the real path, while registered in _HELD_WITH_LOCKS
+        self.held: tuple[int, int] | None = None  # the file, while in _HELD_WITH_LOCKS
         if create:
             self._create(path)
             return
@@ -496,12 +570,7 @@ class SqliteStore(Store):
         # looks there too: a link with no -wal beside its own name must not be opened
         # immutable, which would ignore the pages in the real -wal.
         path = os.path.realpath(path)
-        if os.stat(path).st_nlink > 1:
-            raise LedgerError(
-                "the ledger's file has another name (a hard link): SQLite keeps its "
-                "write-ahead log beside the name it was opened by, so a command using the "
-                "other name could miss releases; remove the other name, or copy the ledger"
-            )
+        _refuse_other_names(path)
         _refuse_other_databases(path)
         if not read_only and not sqlite_is_writable(path):
             raise LedgerError(
@@ -528,8 +597,8 @@ class SqliteStore(Store):
             self.conn.close()
             raise
         if self.frozen is None:  # a connection with SQLite's locks
-            self.held = path
-            _HELD_WITH_LOCKS[path] += 1
+            self.held = _file_key(path)
+            _HELD_WITH_LOCKS[self.held] += 1
 
     def _tune(self) -> None:
         self.conn.execute("PRAGMA synchronous=FULL")
