@@ -376,6 +376,35 @@ def test_a_ledger_file_bind_mounted_on_its_own_is_refused(files, capsys, request
     assert main(["ledger", "show", str(target)]) == 1
     assert "is mounted on its own" in quiet_error(capsys)
     assert main(["ledger", "show", str(files / "L.db")]) == 0  # its own name still works
+    # Bound onto its very own path (systemd's ReadOnlyPaths=): the same name, the same -wal.
+    itself = str(files / "L.db")
+    subprocess.run(["mount", "--bind", "-o", "ro", itself, itself], check=True)
+    request.addfinalizer(lambda: subprocess.run(["umount", "-l", itself], check=True))
+    assert main(["ledger", "show", itself]) == 0
+
+
+def test_a_ledger_on_an_overlay_of_two_file_systems_is_read(files, capsys, request):
+    """An overlay reports a file's device from its layer, not the directory's: that is not a
+    file mounted on its own (a live system, a read-only root with an overlay)."""
+    lower = mount_tmpfs(files / "lower", request, "4m")
+    upper = mount_tmpfs(files / "upper", request, "4m")
+    for name in ("L.db", "L.db.key"):
+        shutil.copy2(files / name, lower / name)
+    (upper / "data").mkdir()
+    (upper / "work").mkdir()
+    merged = files / "merged"
+    merged.mkdir()
+    options = f"lowerdir={lower},upperdir={upper / 'data'},workdir={upper / 'work'}"
+    overlay = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], capture_output=True
+    )
+    if overlay.returncode != 0:
+        pytest.skip("root here cannot mount an overlay")
+    request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(merged)], check=True))
+    assert os.stat(merged / "L.db").st_dev != os.stat(merged).st_dev
+    capsys.readouterr()
+    assert main(["ledger", "show", str(merged / "L.db")]) == 0
+    assert "1 release(s)" in capsys.readouterr().out
 
 
 def test_a_ledger_this_process_may_not_write_beside_is_read_without_making_files(

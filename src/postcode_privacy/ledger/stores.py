@@ -331,8 +331,8 @@ class _FrozenView:
         # Decided once, from this very snapshot: a -wal emptied after it is a change.  Without
         # a -shm, SQLite's read-only mode would make one, which it cannot do where this
         # process may not write, and must not do beside a file it may not write.
-        no_shm_may_be_made = shm is None and not (
-            os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+        no_shm_may_be_made = not os.access(os.path.dirname(path), os.W_OK) or (
+            shm is None and not os.access(path, os.W_OK)
         )
         self.immutable = not (wal and wal[1] > 0) and (
             _cannot_make_files_beside(path) or no_shm_may_be_made
@@ -440,14 +440,7 @@ def _refuse_other_names(path: str) -> None:
     releases, or record its own beside the other name.  (docs/ledger.md, "Read-only media")"""
     found = os.stat(path)
     if found.st_nlink > 1:
-        directory = os.path.dirname(path)
-        leftovers = [
-            name
-            for name in sorted(os.listdir(directory))
-            if name.startswith(".ledger-")
-            and name.endswith(".tmp")
-            and os.stat(os.path.join(directory, name)).st_ino == found.st_ino
-        ]
+        leftovers = _init_leftovers(path, found)
         if leftovers:
             raise LedgerError(
                 f"an interrupted `ledger init` left a second name of the ledger, {leftovers[0]}, "
@@ -458,7 +451,7 @@ def _refuse_other_names(path: str) -> None:
             "log beside the name it was opened by, so a command using the other name could "
             "miss releases; remove the other name, or use a copy of the ledger"
         )
-    if _is_a_mount_point(path, found):
+    if _is_mounted_on_its_own(path):
         raise LedgerError(
             "the ledger's file is mounted on its own (a bind mount of the file): SQLite keeps "
             "its write-ahead log beside the name it was opened by, so this name could miss "
@@ -466,24 +459,79 @@ def _refuse_other_names(path: str) -> None:
         )
 
 
-def _is_a_mount_point(path: str, found: os.stat_result) -> bool:
-    """Whether the file at ``path`` (a real path) is itself mounted there."""
+def _init_leftovers(path: str, found: os.stat_result) -> list[str]:
+    """The temporary names an interrupted ``ledger init`` left for the ledger's file."""
+    directory = os.path.dirname(path)
+    names = []
     try:
-        if os.stat(os.path.dirname(path)).st_dev != found.st_dev:
-            return True
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+        candidates = sorted(os.listdir(directory))
+    except OSError:  # (a directory this process may enter but not list)
+        return []
+    for name in candidates:
+        if name.startswith(".ledger-") and name.endswith(".tmp"):
+            try:
+                if os.stat(os.path.join(directory, name)).st_ino == found.st_ino:
+                    names.append(name)
+            except OSError:  # (gone meanwhile, or a dangling link)
+                continue
+    return names
+
+
+def _mount_id(path: str) -> int | None:
+    """The id of the mount ``path`` lies on (Linux; None where it cannot be told).  Opened
+    with O_PATH: closing such a descriptor does not drop this process's POSIX locks."""
+    flag = getattr(os, "O_PATH", None)
+    if flag is None:
+        return None
+    try:
+        fd = os.open(path, flag)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
+            for line in info:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _mount_entry(mount_id: int) -> tuple[bytes, bytes, bytes] | None:
+    """(device, root within it, mount point) of a mount, from /proc/self/mountinfo (bytes:
+    a path need not be UTF-8; octal escapes such as \\040 undone)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as table:
             for line in table:
-                fields = line.split(" ")
-                # (the mount point is octal-escaped: \040 for a space, \134 for a backslash)
-                if len(fields) > 4 and _unescaped(fields[4]) == path:
-                    return True
+                fields = line.split(b" ")
+                if len(fields) > 4 and fields[0] == str(mount_id).encode():
+                    return fields[2], _unescaped(fields[3]), _unescaped(fields[4])
     except OSError:
         pass
-    return False
+    return None
 
 
-def _unescaped(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+def _unescaped(text: bytes) -> bytes:
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), text)
+
+
+def _is_mounted_on_its_own(path: str) -> bool:
+    """Whether the file at ``path`` (a real path) is a mount of its own, so that its name is
+    not where the file's other names keep the -wal (``docker -v /data/L.db:/L.db``).  A file
+    bound onto its very own path (``mount --bind f f``, systemd's ``ReadOnlyPaths=``) is not:
+    its name, directory and -wal are the same.  Mounts are told apart by id, not by device
+    (an overlay reports its layers' devices)."""
+    own, parent = _mount_id(path), _mount_id(os.path.dirname(path))
+    if own is None or parent is None or own == parent:
+        return False
+    mine, theirs = _mount_entry(own), _mount_entry(parent)
+    if mine is None or theirs is None:
+        return True
+    relative = os.path.relpath(path, os.fsdecode(theirs[2]))
+    same_place = os.path.normpath(os.path.join(os.fsdecode(theirs[1]), relative))
+    return not (mine[0] == theirs[0] and os.fsdecode(mine[1]) == same_place)
 
 
 def _refuse_other_databases(path: str) -> None:
