@@ -411,3 +411,18 @@ def test_onspd_and_codepoint_messages_name_the_line_blank_lines_included(tmp_pat
     data.write_text("\n".join([rows[0], "", *rows[1:]]) + "\n", encoding="utf-8")
     with pytest.raises(SourceDataError, match=rf"{data.name}: line 3: field 3 is not a number"):
         read_codepoint(source)
+
+
+def test_lines_pandas_skips_or_reads_whole_are_counted_as_it_does(tmp_path):
+    """pandas skips a line of spaces and tabs as blank, and reads a field of any length; the
+    csv module that counts lines must do the same (its default field limit is 128 KiB)."""
+    path = tmp_path / "pop.csv"
+    path.write_text("postcode,population\n  \t \nAB10 1AB,20\nSW1A 1AA,xx\n", encoding="utf-8")
+    with pytest.raises(SourceDataError, match=r"^pop.csv: line 4: column 2 \(the count\)"):
+        read_population(path)
+    long_name = "x" * 200_000
+    path.write_text(
+        f'postcode,population,note\n\nAB10 1AB,20,"{long_name}"\nSW1A 1AA,xx,y\n', encoding="utf-8"
+    )
+    with pytest.raises(SourceDataError, match=r"^pop.csv: line 4: column 2 \(the count\)"):
+        read_population(path)

@@ -193,10 +193,13 @@ def line_of_record(handle, record: int, *, header: bool) -> int:
     text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace", newline="")
     reader = csv.reader(text)
     seen = -1 if header else 0
+    limit = csv.field_size_limit(2**31 - 1)  # pandas has no limit on a field's length
     try:
         while True:
             start = reader.line_num + 1
-            if not next(reader):  # a blank line
+            row = next(reader)
+            # pandas skips a line that is empty or holds only spaces and tabs
+            if len(row) <= 1 and not "".join(row).strip(" \t"):
                 continue
             if seen == record:
                 return start
@@ -204,6 +207,7 @@ def line_of_record(handle, record: int, *, header: bool) -> int:
     except (StopIteration, csv.Error):
         return record + (2 if header else 1)  # (pandas read it: not reached)
     finally:
+        csv.field_size_limit(limit)
         text.detach()
 
 
