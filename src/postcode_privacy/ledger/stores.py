@@ -285,11 +285,11 @@ def remove_made_files(path: str, before: set[str]) -> None:
                 os.unlink(path + suffix)
 
 
-# The files (device, inode) of the ledgers this process holds open with SQLite's locks (read-write, or
-# read-only following writers).  Closing any descriptor of a file drops every POSIX lock this
-# process holds on it, SQLite's included, after which another process may take itself for the
-# file's last user and delete the -wal under this one: so no file of such a ledger is opened
-# here outside SQLite (``_starts_like_sqlite``, ``_FrozenView``).
+# The files (device, inode) of the ledgers this process holds open with SQLite's locks
+# (read-write, or read-only following writers).  Closing any descriptor of a file drops every
+# POSIX lock this process holds on it, SQLite's included, after which another process may take
+# itself for the file's last user and delete the -wal under this one: so no file of such a
+# ledger is opened here outside SQLite (``_starts_like_sqlite``, ``_FrozenView``).
 _HELD_WITH_LOCKS: collections.Counter[tuple[int, int]] = collections.Counter()
 
 
@@ -318,6 +318,26 @@ def _cannot_make_files_beside(path: str) -> bool:
     return bool(found.f_flag & os.ST_RDONLY) or (found.f_blocks > 0 and found.f_bavail == 0)
 
 
+def _stat_of(name: str) -> tuple[int, int, int, int] | None:
+    """What a write changes in a file: inode, size, modification and change times."""
+    try:
+        found = os.stat(name)
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+
+def _must_read_immutable(path: str, *, wal: tuple | None, shm: tuple | None) -> bool:
+    """Whether a reader must open ``path`` immutable, given its -wal and -shm (``_stat_of``):
+    no -wal holds pages the file lacks, and SQLite's read-only mode could not make a -shm here
+    (``_cannot_make_files_beside``, a directory this process may not write) or must not (none
+    is there, beside a file this process may not write)."""
+    no_shm_may_be_made = not os.access(os.path.dirname(path), os.W_OK) or (
+        shm is None and not os.access(path, os.W_OK)
+    )
+    return not (wal and wal[1] > 0) and (_cannot_make_files_beside(path) or no_shm_may_be_made)
+
+
 class _FrozenView:
     """What a writer changes in a ledger's files, taken when it was opened ``immutable``
     (which reads the file as it is, with no lock and no -wal): before every read returns, the
@@ -327,26 +347,15 @@ class _FrozenView:
     def __init__(self, path: str):
         self.path = path
         self.state = self._state()
-        wal, shm = self.state[1], self.state[2]  # (their stat, or None)
-        # Decided once, from this very snapshot: a -wal emptied after it is a change.  Without
-        # a -shm, SQLite's read-only mode would make one, which it cannot do where this
-        # process may not write, and must not do beside a file it may not write.
-        no_shm_may_be_made = not os.access(os.path.dirname(path), os.W_OK) or (
-            shm is None and not os.access(path, os.W_OK)
-        )
-        self.immutable = not (wal and wal[1] > 0) and (
-            _cannot_make_files_beside(path) or no_shm_may_be_made
-        )
+        # Decided once, from this very snapshot: a -wal emptied after it is a change.
+        self.immutable = _must_read_immutable(path, wal=self.state[1], shm=self.state[2])
 
     def _state(self) -> tuple:
-        def of(name: str):
-            try:
-                found = os.stat(name)
-            except OSError:
-                return None
-            return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
-
-        return (of(self.path), *(of(self.path + s) for s in _SIDE_FILES), self._header())
+        return (
+            _stat_of(self.path),
+            *(_stat_of(self.path + s) for s in _SIDE_FILES),
+            self._header(),
+        )
 
     def _header(self) -> bytes | None:
         """The file's first 100 bytes (its change counter, page count and schema cookie), when
@@ -394,28 +403,23 @@ def _connect_read_only(
     SQLite reads a WAL-mode database through its -shm file, which even a read-only connection
     creates when it is missing (and leaves behind).  ``immutable`` opens it with no file
     created and no lock taken, which is what a reader that cannot make the -shm file must use
-    (``_FrozenView.immutable``: a read-only or full file system, no -wal holding pages the
-    file lacks); as others may still write it (through a writable view of the same files, or
-    once space is freed), every read then checks that they did not (``_FrozenView.check``).  A ``probe`` (is this
-    another program's database?) must create nothing beside a file that may not be ours, so
-    it is immutable too whenever neither -wal nor -shm is there: the file then holds every
-    committed page, and a writer starting meanwhile could at worst make the probe see a page
-    half written, which refuses the file, never accepts another one."""
+    (``_must_read_immutable``); as others may still write it (through a writable view of the
+    same files, or once space is freed), every read then checks that they did not
+    (``_FrozenView.check``).  A ``probe`` (is this another program's database?) must create
+    nothing beside a file that may not be ours, so it is immutable too where a reader's would
+    be, and whenever neither -wal nor -shm is there: the file then holds every committed page,
+    and a writer starting meanwhile could at worst make the probe see a page half written,
+    which refuses the file, never accepts another one."""
     present = sqlite_side_files(path)
     if probe and not immutable:  # (as a reader would, or with nothing beside the file)
-        immutable = _FrozenView(path).immutable or not {"-wal", "-shm"} & present
+        immutable = not {"-wal", "-shm"} & present or _must_read_immutable(
+            path, wal=_stat_of(path + "-wal"), shm=_stat_of(path + "-shm")
+        )
     if immutable:
         params = {"immutable": "1"}
     else:
         params = {"mode": "ro"}
     return sqlite3.connect(_uri(path, **params), uri=True, timeout=timeout, isolation_level=None)
-
-
-def _has_content(path: str) -> bool:
-    try:
-        return os.path.getsize(path) > 0
-    except OSError:
-        return False
 
 
 def _starts_like_sqlite(path: str) -> bool:
