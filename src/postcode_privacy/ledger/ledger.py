@@ -124,11 +124,12 @@ class Ledger:
             if isinstance(store, SqliteStore):
                 store.publish()
         except BaseException as exc:
-            # Once the ledger is at its path (even if an interrupt came just after its link)
-            # its key stays: deleting it would leave a ledger nothing can open.
+            # A key without its ledger would only block the next try; but once the ledger is
+            # at its path (even if an interrupt came just after its link) its key stays:
+            # deleting it would leave a ledger nothing can open.
             published = isinstance(store, SqliteStore) and store.is_published()
             store.close()  # a SQLite ledger still being built is removed
-            if made_key and not published:  # a key without its ledger would only block the next try
+            if made_key and not published:
                 path.unlink(missing_ok=True)
             if isinstance(exc, store.database_errors):
                 raise LedgerError(f"cannot create the ledger ({type(exc).__name__})") from None

@@ -132,18 +132,13 @@ def _refuse_run_end_encoding(df: pd.DataFrame) -> None:
     """Under ``on_error="drop"`` rows are taken from every column, and Arrow cannot take rows
     of a run-end-encoded array: name such a column (or index level) up front, by position,
     instead of Arrow's own error halfway through."""
-    import pyarrow as pa
-
-    from .tables import _replaced_within
+    from .tables import _without_run_ends
 
     def holds_run_ends(dtype) -> bool:
-        if not isinstance(dtype, pd.ArrowDtype):
-            return False
-        kind = dtype.pyarrow_dtype
-        decoded = _replaced_within(
-            kind, lambda k: k.value_type if pa.types.is_run_end_encoded(k) else k
+        return (
+            isinstance(dtype, pd.ArrowDtype)
+            and _without_run_ends(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
         )
-        return decoded != kind
 
     where = [f"column {i}" for i, dtype in enumerate(df.dtypes, start=1) if holds_run_ends(dtype)]
     where += [

@@ -965,6 +965,14 @@ def _without_dictionaries(kind):
     return _replaced_within(kind, lambda k: k.value_type if pa.types.is_dictionary(k) else k)
 
 
+def _without_run_ends(kind):
+    """``kind`` with every run-end-encoded type in it replaced by its value type."""
+    import pyarrow as pa
+
+    is_run_end_encoded = getattr(pa.types, "is_run_end_encoded", lambda _: False)
+    return _replaced_within(kind, lambda k: k.value_type if is_run_end_encoded(k) else k)
+
+
 def _without_views(kind):
     """``kind`` with every text or binary view type in it replaced by its large (64-bit
     offsets) form: pandas cannot take or filter rows of a view column (``--on-error drop``,

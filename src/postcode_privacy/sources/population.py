@@ -120,8 +120,9 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
     return counts, hashlib.sha256(data).hexdigest()
 
 
-def _first_bad(bad: np.ndarray) -> int:
-    return int(np.argmax(bad))
+def _fault(bad: np.ndarray, label: str, what: str) -> RecordFault:
+    """``what`` is wrong with the first record flagged in ``bad`` (its line found later)."""
+    return RecordFault(int(np.argmax(bad)), f"{label}: ", f": {what}")
 
 
 def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
@@ -132,35 +133,31 @@ def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
     postcodes = normalise_postcodes(frame.iloc[:, pc_col].to_numpy())
     bad = pd.isna(postcodes)
     if bad.any():
-        raise RecordFault(_first_bad(bad), f"{label}: ", ": not a postcode in form")
+        raise _fault(bad, label, "not a postcode in form")
     text = frame.iloc[:, count_col].str.strip()
     column = f"column {count_col + 1} (the count)"
     bad = ~text.str.fullmatch(_COUNT.pattern).to_numpy(dtype=bool)
     if bad.any():
-        raise RecordFault(
-            _first_bad(bad), f"{label}: ", f": {column} is not a non-negative integer"
-        )
+        raise _fault(bad, label, f"{column} is not a non-negative integer")
     bad = (text.str.lstrip("0").str.len() > _MAX_COUNT_DIGITS).to_numpy(dtype=bool)
     if bad.any():
-        raise RecordFault(_first_bad(bad), f"{label}: ", f": {column} is too large")
+        raise _fault(bad, label, f"{column} is too large")
     counts = text.astype("int64").to_numpy()
 
     if sex_col is None:
         duplicated = pd.Series(postcodes).duplicated().to_numpy()
         if duplicated.any():
-            raise RecordFault(_first_bad(duplicated), f"{label}: ", ": postcode repeated")
+            raise _fault(duplicated, label, "postcode repeated")
         return dict(zip(postcodes.tolist(), counts.tolist(), strict=True))
 
     sex = frame.iloc[:, sex_col].str.strip()
     if (sex == "").any():
         empty = (sex == "").to_numpy()
-        raise RecordFault(
-            _first_bad(empty), f"{label}: ", f": column {sex_col + 1} (the sex) is empty"
-        )
+        raise _fault(empty, label, f"column {sex_col + 1} (the sex) is empty")
     pairs = pd.DataFrame({"postcode": postcodes, "sex": sex.to_numpy(dtype=object)})
     duplicated = pairs.duplicated().to_numpy()
     if duplicated.any():
-        raise RecordFault(_first_bad(duplicated), f"{label}: ", ": postcode and sex repeated")
+        raise _fault(duplicated, label, "postcode and sex repeated")
     lowered = sex.str.lower()
     is_total = ((sex == "0") | lowered.str.startswith("all") | (lowered == "total")).to_numpy()
     table = pd.DataFrame({"postcode": postcodes, "count": counts, "total": is_total})
