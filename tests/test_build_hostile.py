@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -426,3 +427,45 @@ def test_lines_pandas_skips_or_reads_whole_are_counted_as_it_does(tmp_path):
     )
     with pytest.raises(SourceDataError, match=r"^pop.csv: line 4: column 2 \(the count\)"):
         read_population(path)
+
+
+def test_a_codepoint_zip_member_is_named_after_its_zip(tmp_path):
+    """A message about a file inside a Code-Point zip names the zip first, as ONSPD's do: a
+    member's own name ("Data/CSV/sw.csv") does not say which of several downloads is at fault."""
+    archive = tmp_path / "codepo_gb.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in sorted((FIXTURES / "codepoint").rglob("*")):
+            if path.is_file():
+                data = path.read_text(encoding="utf-8")
+                if path.suffix == ".csv" and "Data" in path.parts:
+                    rows = data.splitlines()
+                    fields = rows[1].split(",")
+                    fields[2] = "abc"  # the second record's easting
+                    rows[1] = ",".join(fields)
+                    data = "\n".join(rows) + "\n"
+                out.writestr(path.relative_to(FIXTURES / "codepoint").as_posix(), data)
+    first = sorted((FIXTURES / "codepoint" / "Data" / "CSV").glob("*.csv"))[0].name
+    with pytest.raises(
+        SourceDataError, match=rf"^codepo_gb\.zip:Data/CSV/{first}: line 2: field 3 is not a number"
+    ):
+        read_codepoint(archive)
+
+
+def test_an_onspd_file_rewritten_before_its_bad_line_is_counted_is_refused(tmp_path, monkeypatch):
+    """The line of a bad record is counted by reading the file again; if it was rewritten in
+    place meanwhile, that count is of other bytes, so the build stops instead of naming it."""
+    lines = ONSPD.read_text(encoding="utf-8").splitlines()
+    fields = lines[3].split(",")
+    fields[lines[0].split(",").index("oseast1m")] = "abc"
+    lines[3] = ",".join(fields)
+    onspd = tmp_path / "onspd.csv"
+    onspd.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    real_line_of_record = onspd_module.line_of_record
+
+    def rewrite_then_count(handle, record, *, header):
+        _rewrite_in_place(onspd, ("\n".join([lines[0], "", "", *lines[1:]]) + "\n").encode())
+        return real_line_of_record(handle, record, header=header)
+
+    monkeypatch.setattr(onspd_module, "line_of_record", rewrite_then_count)
+    with pytest.raises(SourceDataError, match="^onspd.csv changed while it was being read"):
+        read_onspd(onspd)

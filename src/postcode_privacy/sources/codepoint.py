@@ -86,10 +86,15 @@ class _Files:
         self.headers = sorted(n for n in names if _HEADERS.search(n))
         self.digests: dict[str, str] = {}  # a directory's files, hashed as they were read
 
+    def label_of(self, name: str) -> str:
+        """How a message names data file ``name``: a zip's member after the zip's own name
+        (as ONSPD's are), a directory's file by its path inside the directory."""
+        return f"{self.label}:{visible_text(name)}" if self.zip is not None else visible_text(name)
+
     @contextlib.contextmanager
     def open(self, name: str) -> Iterator:
         """The file's text bytes: a zip member or a ``.gz`` decompressed, never past a bound."""
-        label = visible_text(name)
+        label = self.label_of(name)
         if self.zip is not None:
             raw = open_member(self.zip, name, label, MAX_FILE_BYTES)
         else:
@@ -144,13 +149,13 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         # Fast path failed on a non-numeric field: re-read as text to say which line.
         _locate_bad_number(_parse(files, name, usecols, str), files, name)
         raise SourceDataError(
-            f"{visible_text(name)}: cannot parse the quality and coordinate fields"
+            f"{files.label_of(name)}: cannot parse the quality and coordinate fields"
         ) from None
     if frame.empty:
         return pd.DataFrame(columns=["postcode", "quality", "easting", "northing"])
     if frame.shape[1] < 4:
         raise SourceDataError(
-            f"{visible_text(name)}: expected at least 4 columns, found {frame.shape[1]}"
+            f"{files.label_of(name)}: expected at least 4 columns, found {frame.shape[1]}"
         )
     # Plain object strings: pandas' default Arrow strings cost a conversion per file.
     out = pd.DataFrame(
@@ -164,7 +169,9 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     if out[["quality", "easting", "northing"]].isna().to_numpy().any():
         _locate_bad_number(_parse(files, name, usecols, str), files, name)
         # Found nothing: the file read again is not the file parsed.
-        raise SourceDataError(f"{visible_text(name)} changed while it was being read; build again")
+        raise SourceDataError(
+            f"{files.label_of(name)} changed while it was being read; build again"
+        )
     if district is not None and district in frame:
         # An all-blank column comes back as float NaN, so no ``.str`` here.
         out["laua"] = [
@@ -195,7 +202,7 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
             EOFError,
             zipfile.BadZipFile,
         ) as exc:
-            raise unreadable(visible_text(name), exc) from None
+            raise unreadable(files.label_of(name), exc) from None
 
 
 def _locate_bad_number(frame: pd.DataFrame, files: _Files, name: str) -> None:
@@ -208,7 +215,7 @@ def _locate_bad_number(frame: pd.DataFrame, files: _Files, name: str) -> None:
             with files.open(name) as handle:
                 line = line_of_record(handle, int(np.argmax(bad)), header=False)
             raise SourceDataError(
-                f"{visible_text(name)}: line {line}: field {column + 1} is not a number"
+                f"{files.label_of(name)}: line {line}: field {column + 1} is not a number"
             )
 
 

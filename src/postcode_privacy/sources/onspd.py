@@ -214,6 +214,10 @@ def _read_open_onspd(
     if fault is not None:  # its line, counted in the data read again from its start
         with _open(source, member, label) as again:
             line = line_of_record(again, fault.record, header=True)
+        if opened_state(source) != opened:  # then the line counted is not the record's
+            raise SourceDataError(
+                f"{file_label(path)} changed while it was being read; build again"
+            )
         raise fault.with_line(line) from None
 
     frame = pd.concat(live, ignore_index=True) if live else pd.DataFrame()
