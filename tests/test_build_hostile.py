@@ -85,6 +85,44 @@ def test_malformed_csv_names_the_line_only(tmp_path):
     assert SECRET not in _message(excinfo)
 
 
+@pytest.mark.parametrize(
+    ("rows", "line"),
+    [
+        # a row with an extra field, after a quoted field spanning three lines: line 6
+        (["AB1 0AA,3", '"AB1\n\n0AB",4', "AB1 0AD,4,x"], 6),
+        # the same after blank and whitespace-only lines, the quoted break a CRLF
+        (["", " \t", "AB1 0AA,3", '"AB1\r\n0AB",4', "AB1 0AD,4,x"], 7),
+        # an unterminated quote, after a quoted field spanning two lines: it opens on line 5
+        (['"AB1\n0AA",3', "AB1 0AB,4", '"AB1 0AD,4', "AB1 0AE,5"], 5),
+    ],
+)
+def test_malformed_csv_names_the_line_an_editor_counts(tmp_path, rows, line):
+    """pandas counts a quoted field spanning lines as one line; an editor, and the message,
+    count every line of it, in every source reader."""
+    body = "\n".join(rows) + "\n"
+    expected = rf"is not a well-formed CSV file at line {line}\b"
+    population = tmp_path / "pop.csv"
+    population.write_text("postcode,population\n" + body, encoding="utf-8", newline="")
+    with pytest.raises(SourceDataError, match=expected):
+        read_population(population)
+
+    if ",x" not in body:  # (ONSPD is read by column name: pandas allows extra fields there)
+        onspd = tmp_path / "onspd.csv"
+        onspd_rows = body.replace(",3", ",3,1").replace(",4", ",4,1").replace(",5", ",5,1")
+        onspd.write_text("pcds,oseast1m,osnrth1m\n" + onspd_rows, encoding="utf-8", newline="")
+        with pytest.raises(SourceDataError, match=rf"^onspd.csv {expected}"):
+            read_onspd(onspd)
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    data = sorted((source / "Data" / "CSV").glob("*.csv"))[0]
+    # headerless: the rows start on line 1, so every line is one less than above
+    cp_rows = body.replace(",3", ",10,1,2").replace(",4", ",10,1,2").replace(",5", ",10,1,2")
+    data.write_text(cp_rows, encoding="utf-8", newline="")
+    with pytest.raises(SourceDataError, match=rf"{data.name} .*at line {line - 1}\b"):
+        read_codepoint(source)
+
+
 def test_onspd_bad_coordinate_names_column_by_position_and_role(tmp_path):
     path = tmp_path / "o.csv"
     path.write_text(f"pcds,OSEAST1M,osnrth1m\nAB1 0AA,{SECRET},3\n", encoding="utf-8")

@@ -38,6 +38,7 @@ __all__ = [
     "file_label",
     "digest_of_what_was_read",
     "gunzip",
+    "line_as_an_editor_counts",
     "line_of_record",
     "open_member",
     "open_source",
@@ -45,7 +46,9 @@ __all__ = [
     "unreadable",
 ]
 
-_LINE = re.compile(r"\bline (\d+)")  # pandas counts lines from 1 (its "row" from 0)
+# pandas names a malformed row by "line N" (from 1) or "starting at row N" (from 0), counting
+# rows, so a line break inside a quoted field is not counted (line_as_an_editor_counts).
+_LINE = re.compile(r"\bline (\d+)|\bstarting at row (\d+)")
 
 # The largest published file is ONSPD's data CSV, under 2 GB unpacked (Code-Point Open's are a
 # few MB each); a bound of three times that refuses only what no real release is.
@@ -211,8 +214,29 @@ def line_of_record(handle, record: int, *, header: bool) -> int:
         text.detach()
 
 
-def unreadable(label: str, exc: BaseException) -> SourceDataError:
-    """Why ``label`` cannot be read, from a parser's exception, naming at most a line."""
+def line_as_an_editor_counts(handle, row: int) -> int:
+    """The line on which row ``row`` (1-based, counting every row, blank ones included, as
+    pandas' messages count them) starts in the CSV bytes ``handle`` reads from its position:
+    pandas counts a quoted field that spans lines as one line, an editor as several."""
+    text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace", newline="")
+    reader = csv.reader(text)
+    limit = csv.field_size_limit(2**31 - 1)
+    try:
+        for _ in range(row - 1):
+            next(reader)
+        return reader.line_num + 1
+    except (StopIteration, csv.Error):
+        return row  # the csv module reads the rows before it otherwise: pandas' count stands
+    finally:
+        csv.field_size_limit(limit)
+        text.detach()
+
+
+def unreadable(label: str, exc: BaseException, reread=None) -> SourceDataError:
+    """Why ``label`` cannot be read, from a parser's exception, naming at most a line.
+
+    ``reread``, when given, opens the bytes parsed again from their start, so that the line
+    named is counted as an editor counts it (:func:`line_as_an_editor_counts`)."""
     if isinstance(exc, UnicodeDecodeError):
         reason = "is not UTF-8 text"
     elif isinstance(exc, zipfile.BadZipFile):
@@ -221,7 +245,13 @@ def unreadable(label: str, exc: BaseException) -> SourceDataError:
         reason = "is truncated or not in the compressed format its name says"
     else:  # pandas' ParserError, EmptyDataError, ValueError
         found = _LINE.search(str(exc))
-        where = f" at line {found.group(1)}" if found else ""
+        where = ""
+        if found:
+            row = int(found.group(1)) if found.group(1) else int(found.group(2)) + 1
+            if reread is not None:
+                with reread() as handle:
+                    row = line_as_an_editor_counts(handle, row)
+            where = f" at line {row}"
         reason = (
             f"is not a well-formed CSV file{where} (a stray quote, or a row with extra fields?)"
         )

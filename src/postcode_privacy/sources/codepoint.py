@@ -202,7 +202,7 @@ def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
             EOFError,
             zipfile.BadZipFile,
         ) as exc:
-            raise unreadable(files.label_of(name), exc) from None
+            raise unreadable(files.label_of(name), exc, lambda: files.open(name)) from None
 
 
 def _locate_bad_number(frame: pd.DataFrame, files: _Files, name: str) -> None:

@@ -106,6 +106,22 @@ def _open(source: io.BufferedReader, member: str | None, label: str) -> Iterator
             yield handle
 
 
+def _reread(source: io.BufferedReader, member: str | None, label: str, path: str, opened):
+    """Opens the data CSV again from its start (to count a line for a message); the build
+    stops if the file was written since ``opened``, as then the count is of other bytes."""
+
+    @contextlib.contextmanager
+    def again() -> Iterator:
+        with _open(source, member, label) as handle:
+            yield handle
+        if opened_state(source) != opened:
+            raise SourceDataError(
+                f"{file_label(path)} changed while it was being read; build again"
+            )
+
+    return again
+
+
 def _read_header(source: io.BufferedReader, member: str | None, label: str) -> list[str]:
     try:
         with _open(source, member, label) as handle:
@@ -113,7 +129,7 @@ def _read_header(source: io.BufferedReader, member: str | None, label: str) -> l
     except pd.errors.EmptyDataError:
         raise SourceDataError(f"{label} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise unreadable(label, exc) from None
+        raise unreadable(label, exc, lambda: _open(source, member, label)) from None
 
 
 def _coordinates(chunk: pd.DataFrame, column: str, label: str, where: str) -> np.ndarray:
@@ -210,14 +226,10 @@ def _read_open_onspd(
         except RecordFault as exc:
             fault = exc
         except (pd.errors.ParserError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as exc:
-            raise unreadable(label, exc) from None
+            raise unreadable(label, exc, _reread(source, member, label, path, opened)) from None
     if fault is not None:  # its line, counted in the data read again from its start
-        with _open(source, member, label) as again:
+        with _reread(source, member, label, path, opened)() as again:
             line = line_of_record(again, fault.record, header=True)
-        if opened_state(source) != opened:  # then the line counted is not the record's
-            raise SourceDataError(
-                f"{file_label(path)} changed while it was being read; build again"
-            )
         raise fault.with_line(line) from None
 
     frame = pd.concat(live, ignore_index=True) if live else pd.DataFrame()

@@ -12,6 +12,7 @@ file without a header has a first row of data (docs/graph.md, "Building from sou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -112,7 +113,7 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
     except pd.errors.EmptyDataError:
         raise SourceDataError(f"{label} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise unreadable(label, exc) from None
+        raise unreadable(label, exc, lambda: contextlib.nullcontext(io.BytesIO(data))) from None
     try:
         counts = _counts(frame, label)
     except RecordFault as fault:
