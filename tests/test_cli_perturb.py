@@ -802,6 +802,22 @@ def test_the_closing_lines_keep_true_data_out_of_the_log(setup, tmp_path, capsys
     assert audit["run"]["displacement_m"]["records"] == 8  # where it is kept instead
 
 
+def test_the_ledger_line_comes_before_the_closing_reminder(setup, tmp_path, capsys):
+    """The ledger's count of new draws describes the true records too: the reminder that
+    closes the summary must come after it, so that it covers every line above it."""
+    from postcode_privacy.ledger import Ledger
+
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where, None).close()
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=6)
+    args = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", setup["key"]]
+    args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
+    assert main(args + ["--graph", setup["graph"], "--ledger", where]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "new draws recorded" in lines[-2]
+    assert lines[-1].endswith("keep them out of published logs")
+
+
 def test_keep_source_postcode_is_not_called_a_release_nor_recorded(setup, tmp_path, capsys):
     """An output that keeps the true postcodes is no release: the closing lines say so instead
     of calling its manifest publishable, and a ledger refuses it (from the command line before

@@ -51,8 +51,13 @@ def test_teleport_probability_is_exact_and_bounded(factory, eps, radius):
 
 
 def test_explicit_radius_missing_the_target_warns_with_the_bound():
-    with pytest.warns(TeleportWarning, match="teleport probability bound"):
-        Mechanism(path(30), "1", radius=2)
+    from fractions import Fraction
+
+    for radius in range(1, 12):  # the bound printed is never below the exact one
+        with pytest.warns(TeleportWarning, match="teleport probability bound") as caught:
+            m = Mechanism(path(30), "1", radius=radius)
+        shown = str(caught[0].message).split("bound of ")[1].split(",")[0]
+        assert m.teleport_bound <= Fraction(shown) <= m.teleport_bound * Fraction(101, 100)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m = Mechanism(path(30), "1")  # the default never warns

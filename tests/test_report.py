@@ -324,3 +324,19 @@ def test_bounds_in_the_report_are_rounded_up_never_down():
     assert str(number_up(_exp_upper(Decimal(5)))) == "149"  # e^5 = 148.41
     assert str(number_up(_exp_upper(Decimal(10)))) == "22,027"  # e^10 = 22,026.47
     assert str(number_up(_exp_upper(Decimal(1000)))) == "more than 10<sup>307</sup>"
+
+
+def test_the_jsons_largest_ratios_are_never_below_e_to_the_eps_h(geo):
+    """``max_ratio`` in the report's JSON is a float for readers: it is the float at or above
+    the exact upper bound, never math.exp's nearest (2.718281828459045 < e)."""
+    from decimal import Decimal, localcontext
+
+    for epsilon in ("1", "0.3", "0.7", "2.5"):
+        data = build_report(geo, epsilon).data
+        for row in data["likelihood_ratio_bounds"]:
+            upper = row["max_ratio_upper"]
+            exact = Fraction(int(upper["numerator"]), int(upper["denominator"]))
+            with localcontext() as context:
+                context.prec = 80
+                true = Fraction((Decimal(epsilon) * row["hops"]).exp())
+            assert true <= exact <= Fraction(row["max_ratio"])

@@ -225,16 +225,16 @@ def perturb_command(
                 ledger=recorder,
             )
     if not quiet:
-        echo_summary(manifest, output_path)
+        ledger_line = None
         if recorder is not None:
             from ..release.manifest import read_audit
 
             over = read_audit(output_path)["counts"].get("over_budget", 0)  # private count
             drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
-            echo_status(
-                f"  ledger: {drawn} new draws recorded"
-                + (f", {over} records over budget" if budget is not None else "")
+            ledger_line = f"  ledger: {drawn} new draws recorded" + (
+                f", {over} records over budget" if budget is not None else ""
             )
+        echo_summary(manifest, output_path, ledger_line)
 
 
 def refuse_writing_over_inputs(
@@ -293,7 +293,9 @@ def echo_run_line(audit: dict, counts: dict) -> None:
     click.echo(line, err=True)
 
 
-def echo_summary(manifest: dict, output_path: str) -> None:
+def echo_summary(manifest: dict, output_path: str, ledger_line: str | None = None) -> None:
+    """The closing lines.  Their counts (and the ledger's, and the warnings and the timing
+    before them) describe the true records, so the last line says so: it must come last."""
     from ..mechanism.radius import bound_text
     from ..release.manifest import audit_path_for, manifest_path_for, read_audit
 
@@ -339,4 +341,9 @@ def echo_summary(manifest: dict, output_path: str) -> None:
         f"  audit    {click.format_filename(str(audit_path_for(output_path)))} "
         "(private: do not publish; it also says how far postcodes moved)"
     )
-    echo_status("  the counts above describe the true records: keep them out of published logs")
+    if ledger_line is not None:
+        echo_status(ledger_line)
+    echo_status(
+        "  the lines above describe the true records (counts, warnings, timing): "
+        "keep them out of published logs"
+    )

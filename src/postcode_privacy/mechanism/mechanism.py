@@ -16,7 +16,7 @@ from .epsilon import Epsilon, parse_epsilon
 from .keys import Key
 from .powers import MAX_RADIUS, powers
 from .probabilities import Probabilities
-from .radius import TELEPORT_TARGET, default_radius, teleport_bound
+from .radius import TELEPORT_TARGET, bound_text, default_radius, teleport_bound
 from .sampler import sample
 from .stream import StreamContext
 from .subject import canonical_subject_id
@@ -59,7 +59,7 @@ class Mechanism:
                 hint = "no radius within the supported range meets it at this epsilon"
             warnings.warn(
                 f"radius {self.radius} gives a teleport probability bound of "
-                f"{float(self.teleport_bound):.3g}, above the 1e-06 target; {hint}",
+                f"{bound_text(self.teleport_bound)}, above the 1e-06 target; {hint}",
                 TeleportWarning,
                 stacklevel=2,
             )

@@ -49,8 +49,16 @@ FORMAT_VERSION = 3
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
     ("the subject identifier", "it is hashed into the draw; a new identifier is a new draw"),
-    ("the true postcode", "it is hashed too: someone who moves is drawn again"),
+    (
+        "the true postcode",
+        "it is hashed too: someone who moves is drawn again (a terminated postcode counts as "
+        "the live postcode it is mapped to)",
+    ),
     ("the graph artefact (its sha256)", "node order and prior feed every output"),
+    (
+        "with --terminated nearest, the terminated-postcode table (its sha256)",
+        "it decides which live postcode a terminated one is released from",
+    ),
     ("epsilon and the radius R", "both set the weights and are hashed into the draw"),
     (
         "the library's output-stability version",
@@ -263,16 +271,11 @@ def build_report(
             figures["histogram"] = histogram_figure(hist, f"true postcode {summary['postcode']}")
     report("places and maps", len(places), len(places))
 
-    eps = float(mechanism.epsilon)
-    ratios = [
-        {
-            "hops": h,
-            "max_ratio": _safe_exp(eps * h),
-            "max_ratio_upper": _exp_upper(mechanism.epsilon * h),
-        }
-        for h in sorted({1, 2, 3, 5, 10, mechanism.radius})
-        if h <= mechanism.radius
-    ]
+    ratios = []
+    for h in sorted({1, 2, 3, 5, 10, mechanism.radius}):
+        if h <= mechanism.radius:
+            upper = _exp_upper(mechanism.epsilon * h)
+            ratios.append({"hops": h, "max_ratio": _float_up(upper), "max_ratio_upper": upper})
     data = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -321,8 +324,11 @@ def _exp_upper(x: Decimal) -> dict | None:
     return {"numerator": str(bound.numerator), "denominator": str(bound.denominator)}
 
 
-def _safe_exp(x: float) -> float | None:
-    try:
-        return math.exp(x)
-    except OverflowError:
+def _float_up(upper: dict | None) -> float | None:
+    """The float nearest above an exact upper bound (``_exp_upper``'s), for readers of the
+    JSON: ``math.exp`` rounds to nearest, and so could print a largest ratio below e^(εh)."""
+    if upper is None:
         return None
+    exact = Fraction(int(upper["numerator"]), int(upper["denominator"]))
+    approx = float(exact)
+    return approx if Fraction(approx) >= exact else math.nextafter(approx, math.inf)
