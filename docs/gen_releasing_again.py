@@ -2,6 +2,11 @@
 
     POSTCODE_PRIVACY_CACHE=... python docs/gen_releasing_again.py > /tmp/transcript.md
 
+or only write the page's inputs (the two graphs and q1.csv to q4.csv) into a directory, to run
+the page's commands there by hand:
+
+    python docs/gen_releasing_again.py --inputs cohort
+
 The graphs are real: the postcodes of the Leeds districts LS6 (quarters 1 and 2) and LS6 plus
 LS4 (the rebuild for quarters 3 and 4), with their centroids, taken from the embedded national
 graph and built with ``build_graph``.  The cohort is made up.
@@ -9,6 +14,7 @@ graph and built with ``build_graph``.  The cohort is made up.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -45,10 +51,25 @@ def run(workdir: Path, line: str) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", metavar="DIR", help="only write the inputs into DIR")
+    args = parser.parse_args()
+    if args.inputs is not None:
+        work = Path(args.inputs)
+        work.mkdir(parents=True, exist_ok=True)
+        write_inputs(work)
+        print(f"wrote ls6.ppgraph, ls4-ls6.ppgraph and q1.csv to q4.csv into {work}")
+        return
+    work = Path(tempfile.mkdtemp(prefix="releasing-again-"))
+    write_inputs(work)
+    print_transcripts(work)
+
+
+def write_inputs(work: Path) -> None:
+    """The page's two district graphs and its four quarterly extracts, into ``work``."""
     from postcode_privacy import default_graph
 
     national = default_graph(progress=False)
-    work = Path(tempfile.mkdtemp(prefix="releasing-again-"))
     district_graph(national, ("LS6 ",)).save(work / "ls6.ppgraph")
     district_graph(national, ("LS6 ", "LS4 ")).save(work / "ls4-ls6.ppgraph")
     ls6 = [pc for pc in national.postcodes if pc.startswith("LS6 ")]
@@ -67,6 +88,9 @@ def main() -> None:
                 "visits": [len(p) % 5 for p in people],
             }
         ).to_csv(work / f"{name}.csv", index=False)
+
+
+def print_transcripts(work: Path) -> None:
     common = "--key study.key --epsilon 1 --id-column study_id --postcode-column postcode"
     steps = {
         "setup": [

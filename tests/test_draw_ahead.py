@@ -359,6 +359,6 @@ def test_an_input_gone_before_it_is_written_is_the_inputs_error(
         return real_open_writer(*args, **kwargs)
 
     monkeypatch.setattr(files, "open_writer", delete_input_then_open)
-    with pytest.raises(InputDataError, match="cannot read the input file"):
+    with pytest.raises(InputDataError, match="the input file does not exist"):
         release(src, tmp_path / "out.csv", graph, chunk_size=chunk_size)
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -516,6 +516,8 @@ def read_failure(path: str, exc: BaseException) -> str:
         exc, FileNotFoundError | PermissionError
     ):
         return "the compressed input is damaged or ends early (truncated?)"
+    if isinstance(exc, FileNotFoundError):  # worded as release_file's own check words it
+        return "the input file does not exist"
     return f"cannot read the input file: {_os_reason(exc)}"
 
 
