@@ -682,7 +682,7 @@ import sys
 
 class Hide:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "postcode_privacy":
+        if name.split(".")[0] == {hidden!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
@@ -697,12 +697,15 @@ else:
 """
 
 
+@pytest.mark.parametrize("hidden", ["postcode_privacy", "pyarrow"])
 def test_executors_without_the_package_fail_early_naming_pyspark_python(
-    spark, small_graph, tmp_path
+    spark, small_graph, tmp_path, hidden
 ):
+    """The message names what the executors' Python lacks; without pyarrow, Spark cannot start
+    even the probe's plain UDF (it runs them through Arrow), and its first line says nothing."""
     _, path = small_graph
     python = tmp_path / "python-without-package"
-    python.write_text(HIDING_PYTHON.format(python=sys.executable))
+    python.write_text(HIDING_PYTHON.format(python=sys.executable, hidden=hidden))
     python.chmod(0o755)
     sdf = spark.createDataFrame(small_records(30, seed=23))
     context = spark.sparkContext
@@ -724,7 +727,7 @@ def test_executors_without_the_package_fail_early_naming_pyspark_python(
     message = str(failure.value)
     assert "\n" not in message
     assert "PYSPARK_PYTHON" in message
-    assert "ModuleNotFoundError: No module named 'postcode_privacy" in message
+    assert f"ModuleNotFoundError: No module named '{hidden}" in message
     # With the right Python again, the same call works.
     out = pps.perturb(
         sdf,
@@ -839,3 +842,56 @@ def test_library_errors_are_found_only_as_the_workers_last_library_error():
         pps._library_error(RuntimeError("postcode_privacy.errors.DuplicateSubjectWarning: x"))
         is None
     )
+
+
+def test_text_that_is_not_utf8_is_refused_naming_the_record_never_quoting_it(
+    spark, small_graph, tmp_path, event_log
+):
+    """Spark does not check that text read from Parquet (or cast from binary) is UTF-8, and
+    pyarrow's conversion of such a value failed quoting it, in the exception and in the
+    event log, under every error policy.  It is refused as the library's error instead,
+    naming the record by its place in its partition and never quoting it (hostile review of
+    round 24)."""
+    from pathlib import Path
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, path = small_graph
+    pdf = small_records(12, seed=3).head(6)
+    secret = f"QZ{uuid.uuid4().hex[:12]}"  # found nowhere else, if it is ever quoted
+    ids = pa.array(pdf["sid"].tolist(), type=pa.string())
+    bad = [str(v).encode() for v in pdf["pc"]]
+    bad[2] = secret.encode() + b"\xff"
+    postcodes = pa.Array.from_buffers(
+        pa.string(),
+        len(bad),
+        [
+            None,
+            pa.py_buffer(np.cumsum([0] + [len(b) for b in bad]).astype(np.int32).tobytes()),
+            pa.py_buffer(b"".join(bad)),
+        ],
+    )
+    source = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"sid": ids, "pc": postcodes}), source)
+    sdf = spark.read.parquet(str(source)).coalesce(1)
+    for on_error in ("error", "null", "drop"):
+        with pytest.raises(InputDataError) as failure:
+            pps.perturb(
+                sdf,
+                key=Key.generate(),
+                epsilon=EPSILON,
+                id_column="sid",
+                postcode_column="pc",
+                graph=path,
+                on_error=on_error,
+            )
+        assert str(failure.value) == (
+            "record 3 of Spark partition 0: its postcode is text that is not valid UTF-8"
+        )
+        assert secret not in str(failure.value)
+    logged = "".join(
+        p.read_text(errors="replace") for p in Path(event_log).rglob("*") if p.is_file()
+    )
+    assert secret not in logged

@@ -166,3 +166,10 @@ def test_metadata_types_and_worker_errors_on_spark_connect(spark, tmp_path):
     elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
     with pytest.raises(ArtefactError, match=r"^the graph artefact on this executor is not the"):
         pps._run_check(sdf, elsewhere)
+    # text that is not UTF-8 (a cast from binary) is refused naming its record, never quoted
+    bad = sdf.withColumn("pc", F.expr("CAST(X'515A37375146FF' AS STRING)")).coalesce(1)
+    with pytest.raises(InputDataError) as failure:
+        pps.perturb(bad, **common)
+    assert str(failure.value) == (
+        "record 1 of Spark partition 0: its postcode is text that is not valid UTF-8"
+    )

@@ -61,6 +61,7 @@ __all__ = [
     "written_with",
     "uncompressed_sha256",
     "read_failure",
+    "first_invalid_record",
     "MAX_COLUMNS",
     "MAX_HEADER_CHARS",
 ]
@@ -693,19 +694,38 @@ def _check_utf8(batch, offset: int) -> None:
                 f"column {position + 1}, from record {offset + 1} on, holds "
                 "dictionary-encoded text that is not valid UTF-8"
             ) from None
-        for row in range(len(column)):
-            try:
-                column.slice(row, 1).validate(full=True)
-            except pa.ArrowInvalid:
-                what = (
-                    "text that is not valid UTF-8"
-                    if _is_text(column.type)
-                    else f"a value that is not valid for its type ({column.type})"
-                )
-                raise InputDataError(
-                    f"record {offset + row + 1}, column {position + 1} holds {what}"
-                ) from None
+        row = first_invalid_record(column)
+        if row is not None:
+            what = (
+                "text that is not valid UTF-8"
+                if _is_text(column.type)
+                else f"a value that is not valid for its type ({column.type})"
+            )
+            raise InputDataError(f"record {offset + row + 1}, column {position + 1} holds {what}")
     raise InputDataError("the input Parquet file holds invalid data")
+
+
+def first_invalid_record(column) -> int | None:
+    """The 0-based position of the first value of an Arrow array (or chunked array) that is not
+    valid for its type, text that is not UTF-8 above all, or None if every one is valid.
+    Arrow's own message is never used: it can quote the bytes."""
+    import pyarrow as pa
+
+    try:
+        column.validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        pass
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    start = 0
+    for chunk in chunks:
+        for row in range(len(chunk)):
+            try:
+                chunk.slice(row, 1).validate(full=True)
+            except pa.ArrowInvalid:
+                return start + row
+        start += len(chunk)
+    return None
 
 
 def _range_index_names(metadata) -> list[str]:

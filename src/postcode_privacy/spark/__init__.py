@@ -82,6 +82,7 @@ from ..release.options import ReleaseOptions
 from ..release.plan import ReleasePlan
 from ..release.records import MAX_LISTED_ERRORS, ChunkCheck, failure_error
 from ..release.subjects import subject_hash, warn_duplicate_subjects
+from ..release.tables import first_invalid_record
 
 __all__ = ["perturb", "check", "SparkCheck", "ExecutorEnvironmentError", "ARTEFACT_PREFIX"]
 
@@ -317,6 +318,21 @@ def _probe_function(expected: str):
     return postcode_privacy_probe
 
 
+_RAISED = re.compile(r"^\s*([\w.]*(?:Error|Exception): .+)$", re.MULTILINE)
+
+
+def _worker_failure(exc: Exception) -> str:
+    """The line of a failed probe job that says why: the last exception its Python worker
+    raised (such as "ModuleNotFoundError: No module named 'pyarrow'", where Spark runs even a
+    plain UDF through Arrow), else the first line; Spark's own first line is a generic header.
+    (The probe reads no records, so nothing here can quote one.)"""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    raised = _RAISED.findall(text)
+    return (raised[-1] if raised else text.splitlines()[0]).strip()[:300]
+
+
 def _probe_executors(session) -> None:
     """Run one tiny job that imports the package on an executor; fail with one clear message.
 
@@ -335,9 +351,8 @@ def _probe_executors(session) -> None:
     try:
         found = session.range(0, 1, 1, 1).select(probe().alias("v")).collect()[0]["v"]
     except Exception as exc:  # the Python worker itself could not start
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ExecutorEnvironmentError(
-            f"the executors could not run a Python task ({first}); {advice}"
+            f"the executors could not run a Python task ({_worker_failure(exc)}); {advice}"
         ) from None
     if found:
         raise ExecutorEnvironmentError(
@@ -513,11 +528,15 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         # Arrow in and out (``mapInArrow``), the records read as the release pass reads them
         # (``_records_frame``), so that both passes judge every record alike.
         names = [_CHECK_ID, _CHECK_POSTCODE]
-        frames = (
-            _records_frame(pa.Table.from_batches([batch]), names, renamed.options)
-            for batch in batches
-        )
-        for found in _check_partition(renamed, frames):
+
+        def frames():
+            seen = 0
+            for batch in batches:
+                table = pa.Table.from_batches([batch])
+                yield _records_frame(table, names, renamed.options, seen)
+                seen += table.num_rows
+
+        for found in _check_partition(renamed, frames()):
             yield pa.RecordBatch.from_pandas(found, schema=_CHECK_ARROW, preserve_index=False)
 
     # Plain aliases: Spark parses the names of a ``mapInArrow`` input, so a name holding a dot
@@ -615,13 +634,25 @@ def _chunks(batches, size: int):
         yield pa.Table.from_batches(pending)
 
 
-def _records_frame(table: pa.Table, names: list[str], options: ReleaseOptions) -> pd.DataFrame:
+def _records_frame(
+    table: pa.Table, names: list[str], options: ReleaseOptions, first: int
+) -> pd.DataFrame:
     """The two columns a release reads (identifier and true postcode), under their own names,
     as pandas, with a 0-based index: only these cross into pandas.  Integers keep every digit
-    (pandas' nullable integers, not float64) and text stays text."""
+    (pandas' nullable integers, not float64) and text stays text.
+
+    Spark does not check that text is UTF-8 (a Parquet file's bytes, a cast from binary), and
+    pyarrow's conversion would fail quoting the bad value: such a record is refused first,
+    named by its place in the partition (``first`` records precede the table), never quoted."""
     columns = {}
-    for name in (options.id_column, options.postcode_column):
+    for role, name in (("identifier", options.id_column), ("postcode", options.postcode_column)):
         column = table.column(names.index(name))
+        bad = first_invalid_record(column)
+        if bad is not None:
+            raise InputDataError(
+                f"record {first + bad + 1} of Spark partition {_partition_id()}: its {role} "
+                "is text that is not valid UTF-8"
+            )
         columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
     return pd.DataFrame(columns)
 
@@ -662,7 +693,7 @@ def _release_partition(
     out_names = _positional("o", len(kept_columns) + 1)
     seen = 0
     for table in _chunks(batches, chunk):
-        records = _records_frame(table, names, options)
+        records = _records_frame(table, names, options, seen)
         try:
             with _engine_workers(cpus):
                 out, _ = plan.process_chunk(records, offset + seen, warn=False)
