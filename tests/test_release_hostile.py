@@ -1124,3 +1124,33 @@ def test_perturb_frame_prunes_dropped_categories_whatever_the_index_or_chunks(se
     result = perturb_frame(people, **common)
     assert list(result["note"].cat.categories) == ["ok"]
     assert perturb_frame(people, progress=True, **common)["note"].dtype == result["note"].dtype
+
+
+def test_after_the_first_stop_signal_the_next_ones_are_ignored_until_main_returns(
+    setup, monkeypatch, capsys
+):
+    """In-process, ``main`` handles SIGINT by stopping once and ignoring what follows (so a
+    burst of Ctrl-C cannot cut the clean-up short), then puts Python's own handlers back."""
+    import signal
+
+    import postcode_privacy.commands.perturb as command
+
+    seen = []
+
+    def interrupted_twice(*a, **k):
+        seen.append(signal.getsignal(signal.SIGINT))
+        try:
+            signal.raise_signal(signal.SIGINT)
+        finally:
+            seen.append(signal.getsignal(signal.SIGINT))
+            signal.raise_signal(signal.SIGINT)  # during the clean-up: ignored
+            signal.raise_signal(signal.SIGTERM)  # so is this
+
+    monkeypatch.setattr(command, "resolve_key", interrupted_twice)
+    before = signal.getsignal(signal.SIGTERM)
+    args = ["perturb", "x.csv", "-o", "y.csv", "--epsilon", "1"]
+    assert main([*args, "--id-column", "a", "--postcode-column", "b"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert seen[1] is signal.SIG_IGN and seen[0] is not signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -14,6 +14,7 @@ import threading
 import click
 
 from . import errors
+from ._interrupts import first_stop_signal_only
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
 # Documented in docs/cli.md.  Order matters: the first matching class wins.
@@ -52,11 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     Library messages name options the command-line way here (``--force``, ``--on-error``):
     see :func:`postcode_privacy.errors.option`.
     """
-    token = errors.SURFACE.set("cli")
-    try:
-        return _run(argv)
-    finally:
-        errors.SURFACE.reset(token)
+    return _main(argv, restore_signals=True)
+
+
+def _main(argv: list[str] | None, *, restore_signals: bool) -> int:
+    # The first Ctrl-C stops the run; later ones must not cut its clean-up short
+    # (``_interrupts``).  The process's own run keeps ignoring them until it has exited.
+    with first_stop_signal_only(restore=restore_signals):
+        token = errors.SURFACE.set("cli")
+        try:
+            return _run(argv)
+        finally:
+            errors.SURFACE.reset(token)
 
 
 def _run(argv: list[str] | None) -> int:
@@ -146,7 +154,7 @@ def _silence_stdout() -> None:
 
 
 def entry_point() -> None:
-    code = main()
+    code = _main(None, restore_signals=False)
     try:
         if sys.stdout is not None:
             sys.stdout.flush()

@@ -44,19 +44,19 @@ def resolve_key(key_path: str | None):
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """Turn SIGTERM into KeyboardInterrupt while the block runs, so clean-up code runs."""
+    """Turn SIGTERM into KeyboardInterrupt while the block runs, so clean-up code runs; from
+    the first stop signal on, later ones are ignored (``_interrupts.stop_once``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    from .._interrupts import stop_once
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, stop_once)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is stop_once:  # else stopped: keep ignoring
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
