@@ -163,6 +163,28 @@ def test_a_missing_column_points_to_its_near_miss_by_position_only():
     message = str(caught.value)
     assert "no column 'postcode'; column 3 has that name but for case" in message
     assert "Post Code" not in message  # the header's cells are not echoed
+    with pytest.raises(InputDataError) as caught:
+        options().check_columns(["Subject", "POSTCODE"])
+    assert "columns 1 and 2 have that name but for case" in str(caught.value)
+
+
+def test_a_header_read_from_utf16_without_a_byte_order_mark_says_so(tmp_path):
+    """Such a file reads as UTF-8 with a NUL beside every letter: the message names the
+    likely cause, not a near miss of case or spacing."""
+    from postcode_privacy.mechanism import Key
+    from postcode_privacy.release import release_file
+
+    src = tmp_path / "in.csv"
+    src.write_bytes("subject,postcode\nA1,LS1 1AA\n".encode("utf-16-le"))
+    with pytest.raises(InputDataError, match="saved as UTF-16 without a byte order mark"):
+        release_file(
+            src,
+            tmp_path / "out.csv",
+            key=Key.generate(),
+            options=options(),
+            graph=lambda: None,
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
 def test_perturb_refuses_a_postcode_twin_and_writes_nothing(tmp_path, capsys):

@@ -311,12 +311,19 @@ def _near_misses(names: list, missing: list) -> str:
     """For a column not found: the columns whose names match it but for case, surrounding
     spaces, invisible characters or Unicode form, by position only (the header is not
     echoed)."""
+    if any("\x00" in str(name) for name in names):
+        # Read as UTF-8, UTF-16 without a byte order mark puts a NUL beside every ASCII letter.
+        return (
+            "the header's names hold NUL characters, as text saved as UTF-16 without a byte "
+            "order mark does; save the file as UTF-8"
+        )
     wanted = {_loosely(c) for c in missing}
     close = [str(i) for i, name in enumerate(names, start=1) if _loosely(name) in wanted]
     if not close:
         return ""
+    which = f"columns {' and '.join(close)} have" if len(close) > 1 else f"column {close[0]} has"
     return (
-        f"column {' and '.join(close)} has that name but for case, surrounding spaces, "
+        f"{which} that name but for case, surrounding spaces, "
         "invisible characters or Unicode form; give the name exactly as the header has it"
     )
 
