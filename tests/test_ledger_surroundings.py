@@ -11,6 +11,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -281,6 +282,39 @@ def test_a_ledger_on_a_full_disk_is_shown_read_only_when_settling_cannot_be_writ
     (files / "first.csv").unlink()
     assert main(perturb_args(files, target / "L.db", "out.csv")) == 1
     assert "cannot" in quiet_error(capsys)
+
+
+def test_a_second_reader_on_a_full_disk_does_not_stop_the_first(files, capsys, request):
+    """A reader of a ledger on a full disk reads it immutable and checks its files after every
+    read.  Another reader opening it meanwhile tries a writable opening first, which may leave
+    SQLite's empty -wal and its -shm beside it: that is no release, so the first reader goes
+    on (it used to stop with "the ledger's files changed").  A release recorded meanwhile
+    still stops it (test_a_read_only_view_of_a_ledger_written_elsewhere_never_under_counts)."""
+    target = mount_tmpfs(files / "full", request, "1m")
+    for name in ("L.db", "L.db.key"):
+        shutil.copy2(files / name, target / name)
+    with open(target / "filler", "wb", buffering=0) as filler:  # every block taken
+        with contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+    for side in ("-wal", "-shm"):
+        (target / f"L.db{side}").unlink(missing_ok=True)
+    reader = Ledger.open_for_reading(str(target / "L.db"))
+    try:
+        assert reader.store.frozen is not None and reader.store.frozen.immutable
+        first = reader.summary()
+        script = "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))"
+        other = subprocess.run(
+            [sys.executable, "-c", script, "ledger", "show", str(target / "L.db")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert other.returncode == 0, other.stderr
+        assert {p.name for p in target.iterdir()} >= {"L.db-shm"}  # what it left beside
+        assert reader.summary() == first
+    finally:
+        reader.close()
 
 
 def test_a_read_only_view_of_a_ledger_written_elsewhere_never_under_counts(files, capsys, request):

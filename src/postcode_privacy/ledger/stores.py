@@ -368,12 +368,20 @@ class _FrozenView:
         except OSError:
             return b""
 
+    @staticmethod
+    def _written(state: tuple) -> tuple:
+        """What of a ``_state`` only a write changes.  The -shm is left out: readers update it
+        too.  So is a -wal or a journal that is absent or empty, as another reader's writable
+        attempt on a full disk leaves them; a release recorded meanwhile grows the -wal, or
+        changes the file itself."""
+        file, wal, _shm, journal, header = state
+        present = tuple(side if side and side[1] > 0 else None for side in (wal, journal))
+        return (file, *present, header)
+
     def check(self) -> None:
-        now = self._state()
-        if None in (now[-1], self.state[-1]):  # a header not read: compare the rest
-            now, then = now[:-1], self.state[:-1]
-        else:
-            then = self.state
+        now, then = self._written(self._state()), self._written(self.state)
+        if None in (now[-1], then[-1]):  # a header not read: compare the rest
+            now, then = now[:-1], then[:-1]
         if now != then:
             raise LedgerError(
                 "the ledger's files changed while it was being read: another process wrote "
