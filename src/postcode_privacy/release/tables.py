@@ -683,25 +683,21 @@ def _check_utf8(batch, offset: int) -> None:
         pass
     for position in range(batch.num_columns):
         column = batch.column(position)
-        try:
-            column.validate(full=True)
+        row = first_invalid_record(column)
+        if row is None:
             continue
-        except pa.ArrowInvalid:
-            pass
         if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
             # The bad text is in the column's dictionary, shared by many records.
             raise InputDataError(
                 f"column {position + 1}, from record {offset + 1} on, holds "
                 "dictionary-encoded text that is not valid UTF-8"
-            ) from None
-        row = first_invalid_record(column)
-        if row is not None:
-            what = (
-                "text that is not valid UTF-8"
-                if _is_text(column.type)
-                else f"a value that is not valid for its type ({column.type})"
             )
-            raise InputDataError(f"record {offset + row + 1}, column {position + 1} holds {what}")
+        what = (
+            "text that is not valid UTF-8"
+            if _is_text(column.type)
+            else f"a value that is not valid for its type ({column.type})"
+        )
+        raise InputDataError(f"record {offset + row + 1}, column {position + 1} holds {what}")
     raise InputDataError("the input Parquet file holds invalid data")
 
 

@@ -17,6 +17,7 @@ an encrypted member, an unsupported compression method or damaged compressed dat
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -25,6 +26,7 @@ import os
 import re
 import zipfile
 import zlib
+from collections.abc import Generator
 
 from .._digest import sha256_of_stream
 from .._input_files import open_regular_file, visible_text
@@ -188,48 +190,58 @@ class RecordFault(SourceDataError):
         return SourceDataError(f"{self.before_line}line {line}{self.after_line}")
 
 
-def line_of_record(handle, record: int, *, header: bool) -> int:
-    """The line on which data record ``record`` (0-based, as pandas numbers the rows it
-    returns) starts in the CSV bytes ``handle`` reads from where it stands: blank lines, which
-    pandas skips, and quoted fields that span lines are counted as an editor counts them.
-    Used only to word a message, so a second pass over the data costs nothing otherwise."""
+def _rows_with_lines(handle) -> Generator[tuple[int, list[str] | None], None, None]:
+    """(the line it starts on, as an editor counts lines, and its fields) of every row of the
+    CSV bytes ``handle`` reads from where it stands; a row the csv module cannot read (an
+    unterminated quote) comes with None and ends the rows.  Used only to word messages, so a
+    second pass over the data costs nothing otherwise.  Close it (``contextlib.closing``):
+    that gives ``handle`` back and puts the csv module's field limit back."""
     text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace", newline="")
     reader = csv.reader(text)
-    seen = -1 if header else 0
     limit = csv.field_size_limit(2**31 - 1)  # pandas has no limit on a field's length
     try:
         while True:
             start = reader.line_num + 1
-            row = next(reader)
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error:
+                yield start, None
+                return
+            yield start, row
+    finally:
+        csv.field_size_limit(limit)
+        text.detach()
+
+
+def line_of_record(handle, record: int, *, header: bool) -> int:
+    """The line on which data record ``record`` (0-based, as pandas numbers the rows it
+    returns) starts in the CSV bytes ``handle`` reads from where it stands: blank lines, which
+    pandas skips, and quoted fields that span lines are counted as an editor counts them."""
+    seen = -1 if header else 0
+    with contextlib.closing(_rows_with_lines(handle)) as rows:
+        for start, row in rows:
+            if row is None:
+                break
             # pandas skips a line that is empty or holds only spaces and tabs
             if len(row) <= 1 and not "".join(row).strip(" \t"):
                 continue
             if seen == record:
                 return start
             seen += 1
-    except (StopIteration, csv.Error):
-        return record + (2 if header else 1)  # (pandas read it: not reached)
-    finally:
-        csv.field_size_limit(limit)
-        text.detach()
+    return record + (2 if header else 1)  # (pandas read it: not reached)
 
 
 def line_as_an_editor_counts(handle, row: int) -> int:
     """The line on which row ``row`` (1-based, counting every row, blank ones included, as
     pandas' messages count them) starts in the CSV bytes ``handle`` reads from its position:
     pandas counts a quoted field that spans lines as one line, an editor as several."""
-    text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace", newline="")
-    reader = csv.reader(text)
-    limit = csv.field_size_limit(2**31 - 1)
-    try:
-        for _ in range(row - 1):
-            next(reader)
-        return reader.line_num + 1
-    except (StopIteration, csv.Error):
-        return row  # the csv module reads the rows before it otherwise: pandas' count stands
-    finally:
-        csv.field_size_limit(limit)
-        text.detach()
+    with contextlib.closing(_rows_with_lines(handle)) as rows:
+        for number, (start, _) in enumerate(rows, start=1):
+            if number == row:
+                return start
+    return row  # the csv module reads the rows before it otherwise: pandas' count stands
 
 
 def unreadable(label: str, exc: BaseException, reread=None) -> SourceDataError:
