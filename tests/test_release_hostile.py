@@ -1129,28 +1129,80 @@ def test_perturb_frame_prunes_dropped_categories_whatever_the_index_or_chunks(se
 def test_after_the_first_stop_signal_the_next_ones_are_ignored_until_main_returns(
     setup, monkeypatch, capsys
 ):
-    """In-process, ``main`` handles SIGINT by stopping once and ignoring what follows (so a
-    burst of Ctrl-C cannot cut the clean-up short), then puts Python's own handlers back."""
+    """In-process, ``main`` handles SIGINT and SIGTERM by stopping once and ignoring what
+    follows at once (so a burst of Ctrl-C cannot cut the clean-up short), then puts Python's
+    own handlers back."""
     import signal
 
     import postcode_privacy.commands.perturb as command
+    from postcode_privacy._interrupts import stop_once
 
-    seen = []
+    handlers, cut_short = [], []
 
-    def interrupted_twice(*a, **k):
-        seen.append(signal.getsignal(signal.SIGINT))
+    def interrupted_again_and_again(*a, **k):
+        handlers.append((signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)))
         try:
             signal.raise_signal(signal.SIGINT)
         finally:
-            seen.append(signal.getsignal(signal.SIGINT))
-            signal.raise_signal(signal.SIGINT)  # during the clean-up: ignored
-            signal.raise_signal(signal.SIGTERM)  # so is this
+            try:
+                signal.raise_signal(signal.SIGINT)  # during the clean-up: the same stop
+                if handlers[0][1] is stop_once:
+                    signal.raise_signal(signal.SIGTERM)  # so is this
+            except KeyboardInterrupt:
+                cut_short.append(True)
 
-    monkeypatch.setattr(command, "resolve_key", interrupted_twice)
+    monkeypatch.setattr(command, "resolve_key", interrupted_again_and_again)
     before = signal.getsignal(signal.SIGTERM)
     args = ["perturb", "x.csv", "-o", "y.csv", "--epsilon", "1"]
     assert main([*args, "--id-column", "a", "--postcode-column", "b"]) == 130
     assert "interrupted" in capsys.readouterr().err
-    assert seen[1] is signal.SIG_IGN and seen[0] is not signal.SIG_IGN
+    assert handlers[0][0] is stop_once and cut_short == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stop_python_dropped_does_not_leave_a_run_no_signal_can_stop(setup, monkeypatch, capsys):
+    """Python drops a KeyboardInterrupt raised while a finaliser runs.  The run then goes on,
+    so a stop signal after the grace period must stop it: it is not ignored for ever."""
+    import signal
+    import time
+
+    import postcode_privacy._interrupts as interrupts
+    import postcode_privacy.commands.perturb as command
+
+    monkeypatch.setattr(interrupts, "STOP_GRACE", 0.05)
+    went_on = []
+
+    def stop_lost_then_sent_again(*a, **k):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass  # as Python does with one raised inside __del__
+        time.sleep(0.2)
+        signal.raise_signal(signal.SIGINT)
+        went_on.append(True)
+
+    monkeypatch.setattr(command, "resolve_key", stop_lost_then_sent_again)
+    args = ["perturb", "x.csv", "-o", "y.csv", "--epsilon", "1"]
+    assert main([*args, "--id-column", "a", "--postcode-column", "b"]) == 130
+    assert "interrupted" in capsys.readouterr().err and went_on == []
+
+
+def test_sigterm_stops_every_command_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """Not only ``perturb``: ``keygen`` (as every command) turns SIGTERM into a clean stop,
+    exit code 130 and nothing written, where it used to die at once."""
+    import signal
+
+    import postcode_privacy.keyfile as keyfile
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("this test process already handles SIGTERM")
+
+    def terminated(*a, **k):
+        signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(keyfile, "write_key_file", terminated)
+    assert main(["keygen", "-o", str(tmp_path / "k.key")]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

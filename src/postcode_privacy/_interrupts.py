@@ -1,11 +1,16 @@
-"""One stop signal stops a run; those after it are ignored while it cleans up.
+"""Every command stops on its first Ctrl-C or SIGTERM, and is not cut short by the next ones.
 
 Ctrl-C in a terminal sends SIGINT to the whole process group, and an impatient user sends
 several.  Each becomes a KeyboardInterrupt wherever the main thread then is: a second one
 landing in the clean-up of the first (stopping the worker pool, deleting temporary files, the
 exit handlers) cut it short, left forked workers running for ever and printed a traceback.  So
-the handler used by the command line ignores SIGINT and SIGTERM from the first one on: the run
-is stopping anyway, and its clean-up is bounded (``engine.forking.stop_pool``).
+for :data:`STOP_GRACE` seconds after a stop, further stop signals are ignored: the run is
+stopping, and its clean-up is bounded (``engine.forking.stop_pool``).  Past that, a signal
+stops the main thread again: Python drops a KeyboardInterrupt raised while a finaliser
+(``__del__``) runs, and a stop lost so must not leave a run that no signal can stop.
+
+SIGTERM is handled like Ctrl-C, so a ``kill`` cleans up as Ctrl-C does (docs/release.md,
+"Nothing is lost").
 """
 
 from __future__ import annotations
@@ -13,45 +18,52 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
-__all__ = ["first_stop_signal_only", "stop_once"]
+__all__ = ["STOP_GRACE", "first_stop_signal_only", "note_stop", "stop_once"]
 
+STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_stopped_at: list[float] = []  # when this run was last told to stop (monotonic clock)
+
+
+def note_stop() -> None:
+    """Record a stop that is dealt with elsewhere (``atomic`` holds signals while it renames):
+    the signals right after it are part of the same stop."""
+    _stopped_at[:] = [time.monotonic()]
 
 
 def stop_once(signum, frame) -> None:
-    """A signal handler: ignore every later stop signal, then stop the main thread."""
-    for stop in _STOP_SIGNALS:
-        signal.signal(stop, signal.SIG_IGN)
+    """A signal handler: stop the main thread, unless a stop came within :data:`STOP_GRACE`."""
+    if _stopped_at and time.monotonic() - _stopped_at[0] < STOP_GRACE:
+        return
+    note_stop()
     raise KeyboardInterrupt
-
-
-def stopped() -> bool:
-    """Whether :func:`stop_once` has run (it leaves SIGINT ignored)."""
-    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 @contextlib.contextmanager
 def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
-    """Handle SIGINT with :func:`stop_once` while the block runs.
+    """Handle SIGINT and SIGTERM with :func:`stop_once` while the block runs.
 
-    Python's own handler is replaced only where it is the one in place (a program embedding
-    the command keeps its own).  Afterwards the handlers are put back, unless the block was
-    stopped and ``restore`` is false: a process about to exit keeps ignoring signals through
-    its exit handlers.
+    A handler is replaced only where it is Python's own (a program embedding the command keeps
+    its own).  Afterwards the handlers are put back, unless the block was stopped and
+    ``restore`` is false: a process about to exit then ignores stop signals through its exit
+    handlers.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
     previous = {stop: signal.getsignal(stop) for stop in _STOP_SIGNALS}
-    if previous[signal.SIGINT] is not signal.default_int_handler:
-        yield
-        return
-    signal.signal(signal.SIGINT, stop_once)
+    for stop in _STOP_SIGNALS:
+        if previous[stop] is defaults[stop]:
+            signal.signal(stop, stop_once)
+    _stopped_at.clear()
     try:
         yield
     finally:
-        if restore or not stopped():
-            for stop, handler in previous.items():
-                signal.signal(stop, handler)
+        stopped = bool(_stopped_at)
+        _stopped_at.clear()
+        for stop, handler in previous.items():
+            signal.signal(stop, signal.SIG_IGN if stopped and not restore else handler)

@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ._interrupts import note_stop
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
@@ -236,6 +237,7 @@ def _signals_held():
 
     def note(signum, frame):
         arrived.append(signum)
+        note_stop()  # the signals of the same burst after the renames are part of this stop
 
     previous = {}
     try:

@@ -91,7 +91,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from ..mechanism import Key
     from ..mechanism.epsilon import parse_epsilon
     from ..release import ReleaseOptions, release_file
-    from .perturb import echo_library_warnings, show_progress, sigterm_as_interrupt
+    from .perturb import echo_library_warnings, show_progress
 
     progress = show_progress(quiet)
     out_dir = Path(output_dir)
@@ -104,7 +104,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     output = out_dir / "records_dp.csv"
     _refuse_an_earlier_release(output, force=force)
 
-    with sigterm_as_interrupt(), echo_library_warnings():
+    with echo_library_warnings():
         with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
             key_path = Path(keydir) / "demo.key"
             write_key_file(Key.generate(), key_path)

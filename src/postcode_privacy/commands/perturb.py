@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -40,23 +38,6 @@ def resolve_key(key_path: str | None):
     if from_env is not None and from_env != key:
         raise KeyFileError(f"--key and ${ENV_VAR} hold different keys; give only one")
     return key
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Turn SIGTERM into KeyboardInterrupt while the block runs, so clean-up code runs; from
-    the first stop signal on, later ones are ignored (``_interrupts.stop_once``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    from .._interrupts import stop_once
-
-    previous = signal.signal(signal.SIGTERM, stop_once)
-    try:
-        yield
-    finally:
-        if signal.getsignal(signal.SIGTERM) is stop_once:  # else stopped: keep ignoring
-            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -211,7 +192,7 @@ def perturb_command(
 
             ledger = stack.enter_context(Ledger.open(ledger_location, ledger_secret))
             recorder = LedgerRecorder(ledger, limit)
-        with sigterm_as_interrupt(), echo_library_warnings():
+        with echo_library_warnings():
             manifest = release_file(
                 input_path,
                 output_path,
