@@ -876,17 +876,12 @@ def test_text_that_is_not_utf8_is_refused_naming_the_record_never_quoting_it(
     source = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"sid": ids, "pc": postcodes}), source)
     sdf = spark.read.parquet(str(source)).coalesce(1)
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
+    )
     for on_error in ("error", "null", "drop"):
         with pytest.raises(InputDataError) as failure:
-            pps.perturb(
-                sdf,
-                key=Key.generate(),
-                epsilon=EPSILON,
-                id_column="sid",
-                postcode_column="pc",
-                graph=path,
-                on_error=on_error,
-            )
+            pps.perturb(sdf, **options, on_error=on_error)
         assert str(failure.value) == (
             "record 3 of Spark partition 0: its postcode is text that is not valid UTF-8"
         )
