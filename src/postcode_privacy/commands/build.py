@@ -18,16 +18,31 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
     return Path(os.fspath(artefact) + TERMINATED_SUFFIX)
 
 
+def _refuse_output_inside(output: str, codepoint: str | None) -> None:
+    """A Code-Point Open directory's files are inputs too: the artefact is never written
+    among them, even with --force."""
+    from ..errors import OutputExistsError
+
+    if codepoint is None or not os.path.isdir(codepoint):
+        return
+    directory = os.path.realpath(codepoint)
+    if os.path.commonpath([directory, os.path.realpath(output)]) == directory:
+        raise OutputExistsError(
+            f"the output {output} is inside the Code-Point Open directory this run reads; "
+            "choose an output elsewhere"
+        )
+
+
 @cli.command("build")
 @click.option(
     "--onspd",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(),  # (checked by its reader, as any source: exit 7, like its content)
     help="ONSPD or NSPL CSV, or the published zip.",
 )
-@click.option("--codepoint", type=click.Path(exists=True), help="Code-Point Open directory or zip.")
+@click.option("--codepoint", type=click.Path(), help="Code-Point Open directory or zip.")
 @click.option(
     "--population",
-    type=click.Path(exists=True, dir_okay=False),
+    type=click.Path(),
     help="Postcode population file (Census 2021 pcd_p001.csv, the 2011 layout, or postcode,population).",
 )
 @click.option(
@@ -48,16 +63,24 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
-    from ..atomic import OutputClaim
+    from ..atomic import OutputClaim, write_failure
     from ..errors import InvalidParameterError
-    from ..graph.artefact import save_graph
+    from ..graph.artefact import write_graph
     from ..graph.national import build_from_sources
 
     if (onspd is None) == (codepoint is None):
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")
-    # The shared output rules (atomic.OutputClaim): checked before the build, one run at a
-    # time, never over a key file.
-    with OutputClaim([output], force=force):
+    sidecar = terminated_sidecar(output)
+    _refuse_output_inside(output, codepoint)
+    # The shared output rules (atomic.OutputClaim), for the artefact and its sidecar together:
+    # checked before the build, one run at a time, never over a source this run reads or a
+    # key file, and an old sidecar is replaced (or removed) only with --force.
+    sources = {"the ONSPD file": onspd, "the Code-Point Open source": codepoint}
+    with OutputClaim(
+        [output, sidecar],
+        force=force,
+        inputs={**sources, "the population file": population},
+    ) as claim:
         graph, table = build_from_sources(
             codepoint=codepoint,
             onspd=onspd,
@@ -67,21 +90,26 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
             progress=not quiet,
             with_table=True,
         )
-        sidecar = terminated_sidecar(output)
-        if len(table.terminated):
-            from ..atomic import write_atomic
-            from ..release.terminated import PROVENANCE_KEY, sidecar_record
+        try:
+            if len(table.terminated):
+                from ..release.terminated import PROVENANCE_KEY, sidecar_record
 
-            # The sidecar shapes releases under --terminated nearest: the artefact records its
-            # sha256, and perturb refuses a sidecar that does not match (docs/release.md).
-            data = table.terminated.to_parquet(index=False)
-            graph.provenance[PROVENANCE_KEY] = sidecar_record(
-                data, sidecar.name, len(table.terminated)
-            )
-            write_atomic(sidecar, data)
-        else:
-            sidecar.unlink(missing_ok=True)  # a stale sidecar must not sit beside the new artefact
-        save_graph(graph, output)
+                # The sidecar shapes releases under --terminated nearest: the artefact records
+                # its sha256, and perturb refuses a sidecar that does not match (docs/release.md).
+                data = table.terminated.to_parquet(index=False)
+                graph.provenance[PROVENANCE_KEY] = sidecar_record(
+                    data, sidecar.name, len(table.terminated)
+                )
+                temp = claim.temp(sidecar)
+                temp.handle.write(data)
+                temp.finish()
+            temp = claim.temp(output)
+            write_graph(graph, temp.handle)
+            temp.finish()
+        except OSError as exc:
+            raise write_failure(exc) from None
+        # both in place together; with no sidecar, a stale one is removed (--force only)
+        claim.commit()
     build = graph.provenance.get("build", {})
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")

@@ -32,7 +32,7 @@ import math
 import os
 import stat
 import struct
-from typing import TypedDict
+from typing import BinaryIO, TypedDict
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from ..atomic import atomic_output
 from ..errors import ArtefactError, GraphError
 from .graph import Graph
 
-__all__ = ["save_graph", "load_graph", "MAGIC", "FORMAT_VERSION"]
+__all__ = ["save_graph", "write_graph", "load_graph", "MAGIC", "FORMAT_VERSION"]
 
 MAGIC = b"POSTCODE-PRIVACY-GRAPH\x00"
 FORMAT_VERSION = 1
@@ -87,6 +87,13 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     moved into place with ``os.replace``, so a reader sees the old file or the complete new one.
     Refuses (GraphError) a graph whose arrays no longer match its ``sha256``.
     """
+    with atomic_output(path) as out:
+        write_graph(graph, out)
+
+
+def write_graph(graph: Graph, out: BinaryIO) -> None:
+    """Write ``graph`` in the artefact format to the binary handle ``out``, from its start
+    (``save_graph``; ``build`` writes through its output claim)."""
     if graph._content_hash() != graph.sha256:
         raise GraphError("the graph's arrays have changed since its sha256 was computed")
     arrays = {
@@ -132,13 +139,14 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> None:
     )
     data_start = _align(len(preamble))
 
-    with atomic_output(path) as out:
-        out.write(preamble)
-        out.write(bytes(data_start - len(preamble)))
-        for name, arr in arrays.items():
-            pad = data_start + specs[name]["offset"] - out.tell()
-            out.write(bytes(pad))
-            out.write(arr.reshape(-1).view(np.uint8).data)  # a view of the bytes, no copy
+    out.write(preamble)
+    out.write(bytes(data_start - len(preamble)))
+    written = data_start
+    for name, arr in arrays.items():
+        pad = data_start + specs[name]["offset"] - written
+        out.write(bytes(pad))
+        out.write(arr.reshape(-1).view(np.uint8).data)  # a view of the bytes, no copy
+        written += pad + arr.nbytes
 
 
 def _sha256(data) -> bytes:

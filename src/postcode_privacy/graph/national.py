@@ -83,6 +83,11 @@ def build_from_sources(
         raise InvalidParameterError(
             "give either a Code-Point Open source or an ONSPD source, not both"
         )
+    counts = None
+    if population is not None:  # first: a bad population file stops the build at once
+        from ..sources.population import read_population_source
+
+        counts, population_sha256 = read_population_source(population)
     if onspd is not None:
         from ..sources.onspd import read_onspd
 
@@ -90,6 +95,15 @@ def build_from_sources(
     else:  # (a reader's tqdm bar would garble a log; the build below prints plain lines there)
         table = read_codepoint(codepoint, progress=progress and stderr_is_terminal())
 
+    if not len(table):
+        from ..sources._reading import file_label
+
+        label = file_label(onspd if onspd is not None else codepoint or "Code-Point Open")
+        reasons = ", ".join(f"{n:,} {r.replace('_', ' ')}" for r, n in table.dropped.items() if n)
+        raise SourceDataError(
+            f"{label}: no postcode is left to build a graph from (rows dropped: "
+            f"{reasons or 'none; the source holds no rows'})"
+        )
     params_extra: dict = {"source": table.kind}
     if onspd is not None:
         params_extra["gb_only"] = bool(gb_only)
@@ -99,16 +113,15 @@ def build_from_sources(
         "terminated_with_coordinates": int(len(table.terminated)),
     }
     prior = None
-    if population is not None:
+    if population is not None and counts is not None:
         from ..sources._reading import file_label
-        from ..sources.population import apply_population, read_population_source
+        from ..sources.population import apply_population
 
-        counts, sha256 = read_population_source(population)
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": os.path.abspath(os.fspath(population)),
-            "sha256": sha256,  # of the bytes read
+            "sha256": population_sha256,  # of the bytes read
             "coverage": coverage,
         }
     else:

@@ -36,7 +36,8 @@ __all__ = [
     "MAX_MEMBER_BYTES",
     "MAX_ZIP_MEMBERS",
     "RecordFault",
-    "check_member_count",
+    "check_members",
+    "check_row_shapes",
     "file_label",
     "digest_of_what_was_read",
     "gunzip",
@@ -103,12 +104,19 @@ class _Bounded(io.RawIOBase):
             super().close()
 
 
-def check_member_count(archive: zipfile.ZipFile, label: str) -> None:
-    """Refuse a zip of more members than any published release has."""
-    if len(archive.infolist()) > MAX_ZIP_MEMBERS:
+def check_members(archive: zipfile.ZipFile, label: str) -> None:
+    """Refuse a zip of more members than any published release has, or with two members of
+    one name (only the last of them could be read: the others' rows would be lost)."""
+    names = archive.namelist()
+    if len(names) > MAX_ZIP_MEMBERS:
         raise SourceDataError(
             f"{label}: the zip holds more than {MAX_ZIP_MEMBERS:,} files, more than any "
             "published postcode release"
+        )
+    if len(set(names)) != len(names):
+        raise SourceDataError(
+            f"{label}: the zip holds two files of the same name; only one of them could be "
+            "read (give a zip with each file once)"
         )
 
 
@@ -224,13 +232,97 @@ def line_of_record(handle, record: int, *, header: bool) -> int:
         for start, row in rows:
             if row is None:
                 break
-            # pandas skips a line that is empty or holds only spaces and tabs
-            if len(row) <= 1 and not "".join(row).strip(" \t"):
+            if _is_blank(row):
                 continue
             if seen == record:
                 return start
             seen += 1
     return record + (2 if header else 1)  # (pandas read it: not reached)
+
+
+# A row longer than this is no published postcode file's; pyarrow needs a bound on a row's bytes.
+_BLOCK_BYTES = 16 << 20
+
+
+def _is_blank(fields: list[str]) -> bool:
+    # a line that is empty or holds only spaces and tabs: pandas skips it, and so does this check
+    return len(fields) <= 1 and not "".join(fields).strip(" \t\r")
+
+
+def _fields(count: int) -> str:
+    return "1 field" if count == 1 else f"{count:,} fields"
+
+
+def check_row_shapes(open_data, label: str, *, fields: int | None = None, basis: str) -> None:
+    """Refuse a CSV any of whose rows has more or fewer fields than the first row (or than
+    ``fields``, when given), naming the line as an editor counts it.
+
+    pandas reads only the columns it is asked for and fills a short row with blanks, so a row
+    with a field too many or too few would be read shifted or truncated without a word; this
+    pass (pyarrow's parser, which counts every row's fields) is what stops it.  ``open_data()``
+    opens the CSV bytes from their start; ``basis`` says what the count is taken from in the
+    message ("the header row", "line 1", "the Doc/ header file")."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    first_bad: list[int] = []
+
+    def on_invalid_row(row) -> str:  # (its text is looked at, never repeated)
+        if row.actual_columns == 1 and not row.text.strip(" \t\r"):
+            return "skip"
+        first_bad.append(row.actual_columns)
+        return "error"
+
+    names = [f"f{i}" for i in range(fields)] if fields is not None else None
+    try:
+        with open_data() as handle:
+            reader = pacsv.open_csv(
+                handle,
+                read_options=pacsv.ReadOptions(
+                    block_size=_BLOCK_BYTES,
+                    column_names=names,
+                    autogenerate_column_names=names is None,  # the first row is counted too
+                    use_threads=True,
+                ),
+                parse_options=pacsv.ParseOptions(
+                    newlines_in_values=True, invalid_row_handler=on_invalid_row
+                ),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=["f0"], column_types={"f0": pa.binary()}
+                ),
+            )
+            for _ in reader:
+                pass
+    except pa.ArrowInvalid:
+        pass  # located below, with the csv module
+    except pa.ArrowException:
+        raise SourceDataError(f"{label} is not a well-formed CSV file") from None
+    else:
+        if not first_bad:
+            return
+    with open_data() as handle, contextlib.closing(_rows_with_lines(handle)) as rows:
+        expected, any_rows = fields, False
+        for start, row in rows:
+            if row is None:
+                raise SourceDataError(
+                    f"{label} is not a well-formed CSV file at line {start} (a stray quote?)"
+                )
+            if _is_blank(row):
+                continue
+            any_rows = True
+            if expected is None:
+                expected = len(row)
+            elif len(row) != expected:
+                raise SourceDataError(
+                    f"{label} is not a well-formed CSV file at line {start}: it has "
+                    f"{_fields(len(row))} where {basis} has {expected} (a stray quote, or a "
+                    "field too many or too few?)"
+                )
+        if not any_rows:
+            return  # no rows at all: the reader says the file is empty
+    raise SourceDataError(
+        f"{label} is not a well-formed CSV file (a stray quote, or a row too long?)"
+    )
 
 
 def line_as_an_editor_counts(handle, row: int) -> int:

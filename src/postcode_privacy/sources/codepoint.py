@@ -26,7 +26,8 @@ import pandas as pd
 from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
-    check_member_count,
+    check_members,
+    check_row_shapes,
     digest_of_what_was_read,
     file_label,
     gunzip,
@@ -36,7 +37,13 @@ from ._reading import (
     opened_state,
     unreadable,
 )
-from .table import PostcodeTable, build_table, normalise_postcodes
+from .table import (
+    GRID_EXTENT_TEXT,
+    PostcodeTable,
+    build_table,
+    normalise_postcodes,
+    off_the_grid,
+)
 
 __all__ = ["read_codepoint", "bundled_codepoint_dir"]
 
@@ -70,11 +77,11 @@ class _Files:
             self.opened = opened_state(self.archive)
             try:
                 self.zip = zipfile.ZipFile(self.archive)
-            except zipfile.BadZipFile:
-                self.archive.close()
+                check_members(self.zip, label)
+            except BaseException:  # (not a zip, or refused: nothing stays open)
+                self.close()
                 raise
         if self.zip is not None:
-            check_member_count(self.zip, label)
             names = [n for n in self.zip.namelist() if not n.endswith("/")]
         else:
             names = [
@@ -125,20 +132,34 @@ class _Files:
             self.archive.close()
 
 
-def _district_column(files: _Files) -> int | None:
-    """Index of the admin district column named in ``Doc/``'s headers file, if any."""
+def _doc_header(files: _Files) -> list[str] | None:
+    """The column names in ``Doc/``'s headers file (the row naming the admin district column
+    if one does, else the first), or None without one."""
+    first = None
     for name in files.headers:
         with files.open(name) as handle:
             text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace")
             for row in csv.reader(text):
                 names = [c.strip().lower() for c in row]
-                for i, column in enumerate(names):
-                    if column in _DISTRICT_NAMES:
-                        return i
-    return None
+                if not any(names):
+                    continue
+                if any(column in _DISTRICT_NAMES for column in names):
+                    return names
+                first = first or names
+    return first
+
+
+def _district_column(names: list[str] | None) -> int | None:
+    """Index of the admin district column among the ``Doc/`` names, if any."""
+    return next((i for i, column in enumerate(names or []) if column in _DISTRICT_NAMES), None)
 
 
 def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
+    # Every row must have as many fields as the file's first: pandas would read a row with
+    # one too many or too few shifted or cut short.  (Doc/ may name more columns than a file
+    # has: the bundled copy keeps only the first four.)
+    check_row_shapes(lambda: files.open(name), files.label_of(name), basis="line 1")
+    checked = files.digests.get(name)
     # Without a district column only the first four are needed.  (A callable ``usecols``
     # would tolerate files lacking the column, but pandas misreads headerless files with it.)
     usecols = [0, 1, 2, 3] if district is None else None
@@ -151,6 +172,10 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         raise SourceDataError(
             f"{files.label_of(name)}: cannot parse the quality and coordinate fields"
         ) from None
+    if files.digests.get(name) != checked:  # (a directory's file, hashed at each reading)
+        raise SourceDataError(
+            f"{files.label_of(name)} changed while it was being read; build again"
+        )
     if frame.empty:
         return pd.DataFrame(columns=["postcode", "quality", "easting", "northing"])
     if frame.shape[1] < 4:
@@ -172,6 +197,19 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         raise SourceDataError(
             f"{files.label_of(name)} changed while it was being read; build again"
         )
+    located = ~_no_location(out)
+    for column, field in (("easting", 3), ("northing", 4)):
+        values = out[column].to_numpy(dtype="float64")
+        zeros = np.zeros_like(values)
+        pair = (values, zeros) if column == "easting" else (zeros, values)
+        outside = located & off_the_grid(*pair)
+        if outside.any():
+            with files.open(name) as handle:
+                line = line_of_record(handle, int(np.argmax(outside)), header=False)
+            raise SourceDataError(
+                f"{files.label_of(name)}: line {line}: field {field} ({column}) is "
+                f"{GRID_EXTENT_TEXT}"
+            )
     if district is not None and district in frame:
         # An all-blank column comes back as float NaN, so no ``.str`` here.
         out["laua"] = [
@@ -181,12 +219,20 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     return out
 
 
+def _no_location(frame: pd.DataFrame) -> np.ndarray:
+    """Rows with no grid reference: positional quality 90, or coordinates (0, 0)."""
+    return (
+        (frame["quality"] == _NO_LOCATION) | ((frame["easting"] == 0) & (frame["northing"] == 0))
+    ).to_numpy()
+
+
 def _parse(files: _Files, name: str, usecols, dtype) -> pd.DataFrame:
     with files.open(name) as handle:  # already decompressed, within its bound
         try:
             return pd.read_csv(
                 handle,
                 header=None,
+                index_col=False,
                 usecols=usecols,
                 dtype=dtype,
                 keep_default_na=False,
@@ -229,7 +275,7 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
     path = os.fspath(path) if path is not None else bundled_codepoint_dir()
     label = file_label(path)
     if not os.path.exists(path):
-        raise SourceDataError(f"{label}: no such file or directory")
+        raise SourceDataError(f"{label} does not exist")
     try:
         files = _Files(path, label)
     except zipfile.BadZipFile:
@@ -237,7 +283,7 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
     try:
         if not files.data:
             raise SourceDataError(f"{label}: no Data/CSV/*.csv files found")
-        district = _district_column(files)
+        district = _district_column(_doc_header(files))
         names = files.data
         if progress:
             from tqdm import tqdm
@@ -253,9 +299,7 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
         normalise_postcodes(frame["postcode"].to_numpy()), index=frame.index, dtype=object
     )
     malformed = frame["postcode"].isna().to_numpy()
-    no_location = (
-        (frame["quality"] == _NO_LOCATION) | ((frame["easting"] == 0) & (frame["northing"] == 0))
-    ).to_numpy()
+    no_location = _no_location(frame)
     dropped = {
         "malformed_postcode": int(malformed.sum()),
         "no_grid_reference": int((no_location & ~malformed).sum()),

@@ -25,7 +25,8 @@ from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
     RecordFault,
-    check_member_count,
+    check_members,
+    check_row_shapes,
     digest_of_what_was_read,
     file_label,
     line_of_record,
@@ -34,7 +35,13 @@ from ._reading import (
     opened_state,
     unreadable,
 )
-from .table import PostcodeTable, build_table, normalise_postcodes
+from .table import (
+    GRID_EXTENT_TEXT,
+    PostcodeTable,
+    build_table,
+    normalise_postcodes,
+    off_the_grid,
+)
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
 
@@ -85,7 +92,7 @@ def _pick(header: dict[str, str], patterns) -> str | None:
 
 def _data_member(archive: zipfile.ZipFile, label: str) -> str:
     """The main data CSV in a published zip: the largest ``*_UK.csv``, else the largest CSV."""
-    check_member_count(archive, label)
+    check_members(archive, label)
     csvs = [i for i in archive.infolist() if i.filename.lower().endswith(".csv") and not i.is_dir()]
     if not csvs:
         raise SourceDataError(f"{label}: no CSV file inside the zip")
@@ -190,6 +197,9 @@ def _read_open_onspd(
             f"{label}: not an ONSPD/NSPL file, no column for {', '.join(missing)}"
         )
     wanted = {role: col for role, col in roles.items() if col is not None}
+    # pandas reads only the wanted columns and would take a row with a field too many or too
+    # few as it stands, its coordinates shifted; such a file is refused first.
+    check_row_shapes(lambda: _open(source, member, label), label, basis="the header row")
 
     reasons = [
         "malformed_postcode",
@@ -206,6 +216,7 @@ def _read_open_onspd(
         reader = pd.read_csv(
             handle,
             usecols=list(wanted.values()),
+            index_col=False,  # a trailing comma on every row must not shift the columns
             dtype=str,
             keep_default_na=False,
             chunksize=_CHUNK_ROWS,
@@ -305,6 +316,19 @@ def _filter_chunk(
         remaining &= ~hit
     # Terminated rows are kept aside only when located, and never outside the graph's area.
     keep_terminated &= ~quality_9 & ~no_grid & ~(northern_ireland & gb_only)
+
+    # A located row kept (live, or terminated and set aside) must lie on the grid.
+    for values, column in ((easting, "easting"), (northing, "northing")):
+        zeros = np.zeros_like(values)
+        outside = (
+            (remaining | keep_terminated)
+            & ~no_grid
+            & (off_the_grid(values, zeros) if column == "easting" else off_the_grid(zeros, values))
+        )
+        if outside.any():
+            record = int(chunk.index[int(np.argmax(outside))])
+            where = f"column {position[cols[column]]} ({column})"
+            raise RecordFault(record, f"{label}: ", f": {where} is {GRID_EXTENT_TEXT}")
 
     easting, northing = easting.copy(), northing.copy()
     convert = northern_ireland & ~no_grid & (remaining | keep_terminated)

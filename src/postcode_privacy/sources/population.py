@@ -25,7 +25,7 @@ import pandas as pd
 from .._input_files import read_small_file
 from ..errors import SourceDataError, option_name
 from ..graph.graph import MAX_TOTAL_PRIOR
-from ._reading import RecordFault, file_label, line_of_record, unreadable
+from ._reading import RecordFault, check_row_shapes, file_label, line_of_record, unreadable
 from .table import normalise_postcodes
 
 __all__ = ["read_population", "apply_population"]
@@ -108,12 +108,21 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
     data = read_small_file(path, what=label, limit=MAX_POPULATION_BYTES, error=SourceDataError)
     try:
         frame = pd.read_csv(
-            io.BytesIO(data), dtype=str, keep_default_na=False, encoding="utf-8-sig"
+            io.BytesIO(data),
+            dtype=str,
+            keep_default_na=False,
+            index_col=False,
+            encoding="utf-8-sig",
         )
     except pd.errors.EmptyDataError:
         raise SourceDataError(f"{label} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise unreadable(label, exc, lambda: contextlib.nullcontext(io.BytesIO(data))) from None
+    _layout([str(c).strip().lower() for c in frame.columns], label)
+    # pandas reads a short row with blanks: a file with one is refused, naming its line.
+    check_row_shapes(
+        lambda: contextlib.nullcontext(io.BytesIO(data)), label, basis="the header row"
+    )
     try:
         counts = _counts(frame, label)
     except RecordFault as fault:
@@ -162,11 +171,22 @@ def _counts(frame: pd.DataFrame, label: str) -> dict[str, int]:
     lowered = sex.str.lower()
     is_total = ((sex == "0") | lowered.str.startswith("all") | (lowered == "total")).to_numpy()
     table = pd.DataFrame({"postcode": postcodes, "count": counts, "total": is_total})
-    parts = table.loc[~table["total"]].groupby("postcode", sort=False)["count"].sum()
-    totals = table.loc[table["total"]].groupby("postcode", sort=False)["count"].sum()
-    result = totals.to_dict()
-    result.update(parts.to_dict())  # per-sex sums win over a total row
-    return {str(k): int(v) for k, v in result.items()}
+    result = _sums(table.loc[table["total"]])
+    result.update(_sums(table.loc[~table["total"]]))  # per-sex sums win over a total row
+    return result
+
+
+def _sums(table: pd.DataFrame) -> dict[str, int]:
+    """{postcode: the sum of its counts}, exact: an int64 sum of 18-digit counts can wrap, so
+    a postcode whose rows could reach 2**62 (their number times their largest count) is
+    summed again in Python integers (``apply_population`` then refuses the total)."""
+    grouped = table.groupby("postcode", sort=False)["count"]
+    sums = grouped.sum()
+    result = {str(k): int(v) for k, v in sums.items()}
+    reach = grouped.size().astype("float64") * grouped.max().astype("float64")
+    for postcode in sums.index[(reach >= 2.0**62).to_numpy()]:
+        result[str(postcode)] = sum(table.loc[table["postcode"] == postcode, "count"].tolist())
+    return result
 
 
 def apply_population(
@@ -181,18 +201,18 @@ def apply_population(
     totals summed exactly (an int64 sum of 18-digit counts could wrap).
     """
     postcodes = list(postcodes)
-    raw = np.fromiter(
-        (population.get(p, 0) for p in postcodes), dtype=np.int64, count=len(postcodes)
-    )
-    if (raw < 0).any():
+    counts = [population.get(p, 0) for p in postcodes]
+    if any(count < 0 for count in counts):
         raise SourceDataError("population counts must be non-negative")
-    present = raw >= 1
-    prior = np.where(present, raw, 1).astype(np.int64)
-    if sum(prior.tolist()) > MAX_TOTAL_PRIOR:  # exact: Python integers cannot wrap
+    # exact: Python integers cannot wrap (and a count past int64 is refused before numpy)
+    if sum(max(count, 1) for count in counts) > MAX_TOTAL_PRIOR:
         raise SourceDataError(
             f"{label}: the counts of the graph's postcodes add up to more than 2**62, the most "
             f"a prior may total; {option_name('population')} must be a file of population counts"
         )
+    raw = np.array(counts, dtype=np.int64)
+    present = raw >= 1
+    prior = np.where(present, raw, 1).astype(np.int64)
     known = set(postcodes)
     missing = [p for p in population if p not in known]
     coverage = {

@@ -8,9 +8,40 @@ import numpy as np
 import pandas as pd
 
 from .. import postcodes
+from ..errors import SourceDataError
 from ..postcodes import try_normalise
 
-__all__ = ["PostcodeTable", "normalise_postcodes", "build_table", "empty_terminated"]
+__all__ = [
+    "GRID_EXTENT",
+    "PostcodeTable",
+    "build_table",
+    "empty_terminated",
+    "normalise_postcodes",
+    "off_the_grid",
+]
+
+# The extent of the National Grid in metres (easting, northing); the Irish Grid's coordinates
+# of Northern Ireland, as ONSPD gives them, lie inside it too.  A coordinate outside is no
+# place a postcode can be, and a huge one would overflow the graph's length arithmetic.
+GRID_EXTENT = (700_000.0, 1_300_000.0)
+GRID_EXTENT_TEXT = "outside the grid (easting 0 to 700,000 m, northing 0 to 1,300,000 m)"
+
+
+def off_the_grid(easting: np.ndarray, northing: np.ndarray, margin: float = 0.0) -> np.ndarray:
+    """Which coordinates lie outside :data:`GRID_EXTENT` widened by ``margin`` metres
+    (infinities included; NaN is not flagged here: the readers count a blank coordinate as no
+    grid reference)."""
+    with np.errstate(invalid="ignore"):
+        return (
+            (easting < -margin)
+            | (easting > GRID_EXTENT[0] + margin)
+            | (northing < -margin)
+            | (northing > GRID_EXTENT[1] + margin)
+        )
+
+
+# Northern Ireland moved to the National Grid lies a few km west of its origin.
+_TABLE_MARGIN = 100_000.0
 
 
 def empty_terminated() -> pd.DataFrame:
@@ -130,6 +161,14 @@ def build_table(
 
     easting = frame["easting"].to_numpy(dtype="float64", copy=True)
     northing = frame["northing"].to_numpy(dtype="float64", copy=True)
+    for east, north in (
+        (easting, northing),
+        (terminated["easting"].to_numpy(), terminated["northing"].to_numpy()),
+    ):
+        finite = np.isfinite(east).all() and np.isfinite(north).all()
+        if not finite or off_the_grid(east, north, _TABLE_MARGIN).any():
+            # (the readers name the line first; this guards every other caller)
+            raise SourceDataError(f"a {kind or 'source'} coordinate is missing or off the grid")
     for array in (codes, easting, northing, laua):
         if array is not None:
             array.flags.writeable = False
