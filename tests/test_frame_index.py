@@ -159,3 +159,75 @@ def test_arrow_columns_drop_cannot_rewrite_are_refused_never_leaked(options):
         assert "SECRET" not in str(raised.value)
         kept = perturb_frame(source, **{**options, "on_error": "null"})  # nothing left out
         assert len(kept) == 3 and b"SECRET" in pickle.dumps(kept)  # the caller's own cells
+
+
+def test_categories_keep_their_dtype_when_a_dropped_value_is_removed(options):
+    """Removing a dropped record's category rebuilt the categories from a list, so int8
+    categories came back int64: the released column's dtype changed under the caller."""
+    source = people(pd.RangeIndex(3)).assign(
+        band=pd.Categorical([1, 2, 3], categories=pd.Index([1, 2, 3, 4], dtype="int8"))
+    )
+    result = perturb_frame(source, **options)
+    assert list(result["band"].cat.categories) == [1, 3, 4]  # 2 only the dropped record held
+    assert result["band"].cat.categories.dtype == "int8"
+
+
+@pytest.mark.parametrize("kind", ["string_view", "binary_view"])
+def test_arrow_view_columns_are_refused_under_drop_by_position(options, kind):
+    from postcode_privacy.errors import InputDataError
+
+    pa = pytest.importorskip("pyarrow")
+    values = ["x", "SECRET", "z"] if kind == "string_view" else [b"x", b"SECRET", b"z"]
+    column = pa.array(values, getattr(pa, kind)())
+    source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(column))
+    with pytest.raises(InputDataError, match="^column 3 holds Arrow string or binary views"):
+        perturb_frame(source, **options)  # was Arrow's own error, halfway through
+    assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+
+
+def test_identifiers_too_large_for_text_or_a_float_are_failures_naming_the_row(options):
+    """An int of over 4,300 digits raised Python's own ValueError, and a Fraction past any
+    float an OverflowError; each is now a failing record, its value never quoted."""
+    from fractions import Fraction
+
+    from postcode_privacy.errors import InputDataError
+
+    for huge in (10**5000, Fraction(10**400, 3)):
+        source = people(pd.RangeIndex(3))
+        source["subject"] = pd.Series([1, huge, 3], dtype=object)
+        source["postcode"] = CODES[:3]
+        with pytest.raises(InputDataError) as raised:
+            perturb_frame(source, **{**options, "on_error": "error"})
+        assert raised.value.row_errors[0][0] == 2 and "identifier" in raised.value.row_errors[0][1]
+        assert "1000000000" not in str(raised.value) and len(perturb_frame(source, **options)) == 2
+
+
+def test_a_postcode_cell_too_large_for_a_float_is_malformed_not_a_crash(options):
+    from fractions import Fraction
+
+    source = people(pd.RangeIndex(3))
+    source["postcode"] = pd.Series([CODES[0], Fraction(10**400, 3), CODES[5]], dtype=object)
+    assert len(perturb_frame(source, **options)) == 2
+
+
+def test_a_subclass_metadata_is_not_carried_into_the_release(options):
+    class Cohort(pd.DataFrame):
+        _metadata = ["where_from"]
+
+        @property
+        def _constructor(self):
+            return Cohort
+
+    source = Cohort(people(pd.RangeIndex(3)))
+    source.where_from = "SECRET ward list"
+    result = perturb_frame(source, **options)
+    assert type(result) is pd.DataFrame and not hasattr(result, "where_from")
+    assert source.where_from == "SECRET ward list"  # the caller's frame is left as it was
+
+
+def test_an_index_level_named_like_out_column_is_refused(options):
+    from postcode_privacy.errors import InputDataError
+
+    source = people(pd.Index([7, 8, 9], name="postcode_dp"))
+    with pytest.raises(InputDataError, match="^index level 1 has the name given as out_column"):
+        perturb_frame(source, **options)

@@ -25,9 +25,17 @@ def canonical_subject_id(value: object) -> str:
     if isinstance(value, bool) or value is None:
         raise ValueError("missing or boolean identifier")
     if isinstance(value, numbers.Integral):
-        return str(int(value))
+        try:
+            return str(int(value))
+        except ValueError:  # past Python's limit on digits (sys.set_int_max_str_digits)
+            raise ValueError("identifier is an integer of too many digits to write") from None
     if isinstance(value, numbers.Real):
-        as_float = float(value)
+        try:
+            as_float = float(value)
+        except OverflowError:  # (a Fraction): past any float, so never exact as one
+            raise ValueError(
+                "identifier is a floating-point number too large to be exact"
+            ) from None
         if math.isnan(as_float):
             raise ValueError("missing identifier")
         if not math.isfinite(as_float) or as_float != math.floor(as_float):

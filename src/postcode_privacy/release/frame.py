@@ -68,7 +68,7 @@ def perturb_frame(
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
     ``"drop"`` (leave the row out; no label, level value, category or Arrow dictionary entry
     that only left-out rows held stays in the result's index or columns; a run-end-encoded
-    column is refused).  ``terminated="nearest"`` maps located terminated postcodes
+    or Arrow view column is refused).  ``terminated="nearest"`` maps located terminated postcodes
     to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
@@ -78,7 +78,9 @@ def perturb_frame(
     true records for the custodian only (docs/release.md, "The manifest"), so they are kept
     out of ``attrs``, which pandas carries into every copy and every Parquet file it writes.
     For the same reason ``df.attrs`` is not carried over (it may describe the true records):
-    the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was.
+    the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was;
+    nor is a DataFrame subclass's ``_metadata``: the result is a plain DataFrame.  An index
+    level named like ``out_column`` is refused.
     The index is released as it is, so an index level named like ``postcode_column`` (but
     for case, surrounding spaces or Unicode form, as for columns) is refused unless
     ``keep_source_postcode``: it may hold the true postcodes.
@@ -91,7 +93,7 @@ def perturb_frame(
     _refuse_index_columns(df, plan.options)
     plan.check_columns(df.columns, header_line=False)
     if plan.on_error == "drop":
-        _refuse_run_end_encoding(df)
+        _refuse_untakeable_arrow(df)
     step = 10_000 if progress else max(len(df), 1)
     if plan.on_error == "error" and len(df) > step:
         check = ChunkCheck()
@@ -122,37 +124,42 @@ def perturb_frame(
         result = _without_dropped_categories(result, df)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
     plan.warn_subjects(stacklevel=2)
+    if type(result) is not pd.DataFrame:
+        # A subclass's ``_metadata`` attributes, like ``attrs``, ride along with every slice
+        # and may describe the true records: the release is a plain DataFrame.
+        result = pd.DataFrame(result)
     # A new dict, not an update: pandas copied the caller's attrs into every slice, and they
     # may describe the true records; the release carries only its own description.
     result.attrs = {"postcode_privacy": plan.describe()}
     return (result, counts) if with_counts else result
 
 
-def _refuse_run_end_encoding(df: pd.DataFrame) -> None:
-    """Under ``on_error="drop"`` rows are taken from every column, and Arrow cannot take rows
-    of a run-end-encoded array: name such a column (or index level) up front, by position,
-    instead of Arrow's own error halfway through."""
-    from .tables import _without_run_ends
+def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
+    """Under ``on_error="drop"`` rows are taken from every column, and Arrow can take no rows
+    of a run-end-encoded array or of a text or binary view: name such a column (or index
+    level) up front, by position, instead of Arrow's own error halfway through."""
+    from .tables import _without_run_ends, _without_views
 
-    def holds_run_ends(dtype) -> bool:
-        return (
-            isinstance(dtype, pd.ArrowDtype)
-            and _without_run_ends(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
-        )
-
-    where = [f"column {i}" for i, dtype in enumerate(df.dtypes, start=1) if holds_run_ends(dtype)]
-    where += [
-        f"index level {i}"
-        for i, level in enumerate(
-            df.index.levels if isinstance(df.index, pd.MultiIndex) else [df.index], start=1
-        )
-        if holds_run_ends(level.dtype)
-    ]
-    if where:
-        raise InputDataError(
-            f"{where[0]} is run-end encoded, and rows cannot be left out of it "
-            '(on_error="drop"); decode it (pyarrow.compute.run_end_decode) and release again'
-        )
+    remedies = (
+        (_without_run_ends, "is run-end encoded", "decode it (pyarrow.compute.run_end_decode)"),
+        (
+            _without_views,
+            "holds Arrow string or binary views",
+            "cast it to large_string or large_binary (pd.ArrowDtype(pyarrow.large_string()))",
+        ),
+    )
+    levels = df.index.levels if isinstance(df.index, pd.MultiIndex) else [df.index]
+    places = [(f"column {i}", dtype) for i, dtype in enumerate(df.dtypes, start=1)]
+    places += [(f"index level {i}", level.dtype) for i, level in enumerate(levels, start=1)]
+    for where, dtype in places:
+        if not isinstance(dtype, pd.ArrowDtype):
+            continue
+        for without, what, remedy in remedies:
+            if without(dtype.pyarrow_dtype) != dtype.pyarrow_dtype:
+                raise InputDataError(
+                    f'{where} {what}, and rows cannot be left out of it (on_error="drop"); '
+                    f"{remedy} and release again"
+                )
 
 
 def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
@@ -170,6 +177,13 @@ def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
             raise InputDataError(
                 f"the frame has no column {name!r}: {name!r} is its index; pass "
                 "df.reset_index() to release it as a column"
+            )
+    for position, level_name in enumerate(df.index.names, start=1):
+        if level_name is not None and level_name == options.out_column:
+            raise InputDataError(
+                f"index level {position} has the name given as out_column "
+                f"{options.out_column!r}: a Parquet file, or reset_index(), would then hold two "
+                "columns of that name; choose another out_column or rename the index"
             )
     if not options.keep_source_postcode:
         _refuse_postcode_index(df.index, options)
@@ -268,11 +282,12 @@ def _level_without(level: pd.Index, code: np.ndarray, gone: list) -> tuple[pd.In
     return level, code
 
 
-def _categories_without(categories: pd.Index, gone: list) -> list:
+def _categories_without(categories: pd.Index, gone: list) -> pd.Index:
     """``categories`` less ``gone``, in their order (pandas' ``remove_categories``
-    sorts the rest of an unordered categorical's categories)."""
+    sorts the rest of an unordered categorical's categories) and of their dtype (a list
+    would be inferred afresh: int8 categories would come back int64)."""
     dropped = set(gone)
-    return [value for value in categories if value not in dropped]
+    return categories[np.array([value not in dropped for value in categories], dtype=bool)]
 
 
 def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:

@@ -111,7 +111,10 @@ def _is_missing(value: object) -> bool:
     if value is None or value is pd.NA or value is pd.NaT:
         return True
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-        return math.isnan(float(value))
+        try:
+            return math.isnan(float(value))
+        except OverflowError:  # a Fraction too large for a float: a number, not missing
+            return False
     return False
 
 
@@ -148,7 +151,10 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
         blank = [i for i, text in enumerate(canonical) if not text]
         return canonical, {i: ("missing_identifier", "blank identifier") for i in blank}
     if types == {int}:
-        return list(map(str, values)), {}
+        try:
+            return list(map(str, values)), {}
+        except ValueError:  # an integer of too many digits: row by row, to name its rows
+            pass
     canonical = []
     failures: dict[int, tuple[str, str]] = {}
     for i, value in enumerate(values):
