@@ -289,3 +289,24 @@ def test_the_same_report_twice_is_the_same_bytes(geo, tmp_path, monkeypatch):
         written.append(out.read_bytes())
     assert written[0] == written[1] and written[2] == written[3]
     assert b"seconds" not in written[0]
+
+
+def test_a_manifest_of_an_output_keeping_true_postcodes_is_not_reported_as_a_release(
+    geo, tmp_path, capsys
+):
+    """``--keep-source-postcode`` writes the true postcodes beside the released ones: that file
+    is not a release, and the page (a release described for publication) was made for it."""
+    kept = _manifest(geo, tmp_path, columns={"id": "id", "source_postcode_kept": True})
+    with pytest.raises(InvalidParameterError, match="keeps the true postcodes"):
+        read_manifest(kept)
+    graph_path = tmp_path / "g.ppg"
+    geo.save(graph_path)
+    out = tmp_path / "r.html"
+    code = main(["report", "--manifest", str(kept), "--graph", str(graph_path), "-o", str(out)])
+    assert code == 8 and "--keep-source-postcode" in capsys.readouterr().err
+    assert not out.exists()
+    odd = _manifest(geo, tmp_path, columns={"source_postcode_kept": "no"})
+    with pytest.raises(InvalidParameterError, match="source_postcode_kept is not true or false"):
+        read_manifest(odd)
+    for plain in ({"source_postcode_kept": False}, {}):  # (an older manifest has no field)
+        assert read_manifest(_manifest(geo, tmp_path, columns=plain)).epsilon == "1.2"

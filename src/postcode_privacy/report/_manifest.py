@@ -65,6 +65,24 @@ def _field(data: dict, *path: str, kind: type):
     return value
 
 
+def _refuse_kept_source_postcodes(data: dict) -> None:
+    """An output written with ``--keep-source-postcode`` holds the true postcodes: it is not a
+    release, and a report (which describes a release to publish) must not present it as one
+    (docs/choosing-epsilon.md, "`report`: one page for the data protection officer").  A manifest without the field predates it and kept none."""
+    columns = data.get("columns")
+    kept = columns.get("source_postcode_kept", False) if isinstance(columns, dict) else False
+    if not isinstance(kept, bool):
+        raise InvalidParameterError(
+            "the manifest field columns.source_postcode_kept is not true or false"
+        )
+    if kept:
+        raise InvalidParameterError(
+            "the manifest describes an output that keeps the true postcodes "
+            "(--keep-source-postcode): it is not a release, and a report would present it as "
+            "one; report on a release made without that option, or without --manifest"
+        )
+
+
 def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     """The publishable facts of the manifest at ``path``; raises InvalidParameterError (naming
     the field, never echoing a value) for anything that is not a known manifest."""
@@ -94,6 +112,7 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
             "the release was drawn under another output-stability version than this "
             f"postcode-privacy's ({OUTPUT_STABILITY_VERSION}): this report would not describe it"
         )
+    _refuse_kept_source_postcodes(data)
     if _field(data, "output", "rows", kind=int) < 0:
         raise InvalidParameterError("the manifest field output.rows is negative")
     return ReleaseFacts(
