@@ -21,11 +21,29 @@ import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["STOP_GRACE", "first_stop_signal_only", "note_stop", "stop_once"]
+__all__ = [
+    "STOP_GRACE",
+    "first_stop_signal_only",
+    "note_files_in_place",
+    "note_stop",
+    "files_were_in_place",
+    "stop_once",
+]
 
 STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _stopped_at: list[float] = []  # when this run was last told to stop (monotonic clock)
+_in_place: list[bool] = []  # this run's output files are all written and in place
+
+
+def note_files_in_place() -> None:
+    """Record that the run's output files are complete and in place (``OutputClaim.commit``),
+    so that a stop after it says so rather than leave the user to think the run lost them."""
+    _in_place[:] = [True]
+
+
+def files_were_in_place() -> bool:
+    return bool(_in_place)
 
 
 def note_stop() -> None:
@@ -60,6 +78,7 @@ def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
         if previous[stop] is defaults[stop]:
             signal.signal(stop, stop_once)
     _stopped_at.clear()
+    _in_place.clear()
     try:
         yield
     finally:

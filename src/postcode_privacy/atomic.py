@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ._interrupts import note_stop
+from ._interrupts import note_files_in_place, note_stop
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
@@ -448,6 +448,7 @@ class OutputClaim:
                 self._undo(done)  # whatever stopped the step, no companion stays without its file
                 raise
             fsync_directory(self.directory)
+            note_files_in_place()
         if arrived:
             warnings.warn(
                 "a stop signal arrived while the finished files were being moved into place; "

@@ -14,7 +14,7 @@ import threading
 import click
 
 from . import errors
-from ._interrupts import first_stop_signal_only
+from ._interrupts import files_were_in_place, first_stop_signal_only
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
 # Documented in docs/cli.md.  Order matters: the first matching class wins.
@@ -78,11 +78,9 @@ def _run(argv: list[str] | None) -> int:
                 "error: a file ended unexpectedly (truncated?); nothing was written", err=True
             )
             return 1
-        click.echo("interrupted", err=True)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except click.exceptions.ClickException as exc:
         exc.show()
         return exc.exit_code
@@ -109,6 +107,17 @@ def _run(argv: list[str] | None) -> int:
             click.echo(f"  ... and {total - shown} more rows", err=True)
         return _exit_code(exc)
     return 0
+
+
+def _interrupted() -> int:
+    if files_were_in_place():  # (the stop came after the last rename: nothing was lost)
+        click.echo(
+            "interrupted after the files were written: they are complete and in place",
+            err=True,
+        )
+    else:
+        click.echo("interrupted", err=True)
+    return EXIT_INTERRUPTED
 
 
 def _raised_printing(exc: OSError) -> bool:

@@ -51,9 +51,13 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-    except OSError as exc:
+    except BaseException as exc:
+        # Whatever stopped the write (a full disk, Ctrl-C), a part-written key would only
+        # block the next try: it is no key yet, so it goes.
         Path(path).unlink(missing_ok=True)
-        raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
+        if isinstance(exc, OSError):
+            raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
+        raise
 
 
 def _refuse_open_mode(mode: int) -> None:

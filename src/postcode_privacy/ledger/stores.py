@@ -781,14 +781,21 @@ class SqliteStore(Store):
 
     @contextlib.contextmanager
     def _write(self):
-        self.conn.execute("BEGIN IMMEDIATE")
+        if self.conn.in_transaction:
+            # (only a stop signal landing between BEGIN and the ``try`` below could have left
+            # one open; its writes were never committed)
+            self.conn.execute("ROLLBACK")
         try:
+            # BEGIN inside the ``try``: a Ctrl-C the moment it returns must roll back too, or
+            # the next write (settling this release on the way out) meets an open transaction
+            self.conn.execute("BEGIN IMMEDIATE")
             yield
         except BaseException:
             # SQLite may have rolled back already (a full disk does): the original error
             # is the one to report.
             with contextlib.suppress(sqlite3.Error):
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 

@@ -1,0 +1,120 @@
+"""A stop signal (Ctrl-C, SIGTERM) that lands inside a small write: the key file half
+written, or the moment a ledger transaction has begun.  Each must leave nothing behind that
+blocks or breaks the next run (hostile review of the interrupt handling)."""
+
+from __future__ import annotations
+
+import pytest
+
+from postcode_privacy import Key, write_key_file
+from postcode_privacy.ledger.stores import SqliteStore
+
+
+class _StopAfter:
+    """A file or connection whose method ``name`` does its work, then is interrupted, once."""
+
+    def __init__(self, wrapped, name: str, when=lambda *args: True):
+        self._wrapped, self._name, self._when, self.fired = wrapped, name, when, False
+
+    def __enter__(self):
+        self._wrapped.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._wrapped.__exit__(*exc)
+
+    def __getattr__(self, attribute):
+        real = getattr(self._wrapped, attribute)
+        if attribute != self._name:
+            return real
+
+        def interrupted(*args, **kwargs):
+            result = real(*args, **kwargs)
+            if not self.fired and self._when(*args):
+                self.fired = True
+                raise KeyboardInterrupt
+            return result
+
+        return interrupted
+
+
+def test_a_key_file_interrupted_while_written_is_removed(tmp_path, monkeypatch):
+    """Only an OSError removed the half-written file: after a Ctrl-C the next keygen (or
+    ledger init) was refused, as a file already stood at the key's path."""
+    import postcode_privacy.keyfile as keyfile
+
+    real_fdopen = keyfile.os.fdopen
+    monkeypatch.setattr(
+        keyfile.os, "fdopen", lambda *a, **k: _StopAfter(real_fdopen(*a, **k), "write")
+    )
+    path = tmp_path / "k.key"
+    with pytest.raises(KeyboardInterrupt):
+        write_key_file(Key.generate(), path)
+    assert not path.exists()
+    monkeypatch.undo()
+    write_key_file(Key.generate(), path)  # the next try is not blocked
+    assert path.stat().st_size > 0
+
+
+def test_a_stop_just_after_begin_leaves_no_transaction_open(tmp_path):
+    """A KeyboardInterrupt the moment ``BEGIN IMMEDIATE`` returned escaped before the
+    rollback, so the write that settles the release on the way out met an open transaction:
+    a traceback (exit 1) instead of "interrupted"."""
+    store = SqliteStore(str(tmp_path / "l.sqlite"), create=True)
+    try:
+        with store.write():
+            store.execute("CREATE TABLE t (x INTEGER)")
+        real = store.conn
+        store.conn = _StopAfter(real, "execute", lambda sql, *rest: sql == "BEGIN IMMEDIATE")
+        with pytest.raises(KeyboardInterrupt), store.write():
+            store.execute("INSERT INTO t VALUES (1)")
+        assert store.conn.fired and not real.in_transaction
+        with store.write():  # the next write works, and the interrupted one left nothing
+            store.execute("INSERT INTO t VALUES (2)")
+        assert store.query("SELECT x FROM t") == [(2,)]
+    finally:
+        store.close()
+
+
+def test_a_stop_after_the_release_is_in_place_says_so(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C after the last rename (while the closing lines or the ledger's commit run)
+    gave exit 130 and "interrupted", though the release was complete; the message now says
+    the files are complete and in place.  A stop before the renames still says only
+    "interrupted", and leaves no file."""
+    from graphs import leeds_grid
+
+    from postcode_privacy.atomic import OutputClaim
+    from postcode_privacy.cli import main
+
+    graph, codes = leeds_grid()
+    graph.save(tmp_path / "g.ppgraph")
+    write_key_file(Key.from_bytes(b"k" * 32), tmp_path / "release.key")
+    (tmp_path / "in.csv").write_text(
+        "person,pc\n" + "".join(f"{i},{codes[i % len(codes)]}\n" for i in range(20)),
+        encoding="utf-8",
+    )
+
+    def perturb(out: str) -> int:
+        args = ["perturb", str(tmp_path / "in.csv"), "-o", str(tmp_path / out), "-q"]
+        args += ["--key", str(tmp_path / "release.key"), "--graph", str(tmp_path / "g.ppgraph")]
+        return main(args + ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"])
+
+    real_commit = OutputClaim.commit
+
+    def commit_then_stop(self):
+        real_commit(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(OutputClaim, "commit", commit_then_stop)
+    assert perturb("late.csv") == 130
+    err = capsys.readouterr().err
+    assert "interrupted after the files were written: they are complete and in place" in err
+    assert (tmp_path / "late.csv").exists() and (tmp_path / "late.csv.manifest.json").exists()
+
+    def stop_before(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(OutputClaim, "commit", stop_before)
+    assert perturb("early.csv") == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"
+    assert not list(tmp_path.glob("early.csv*"))
