@@ -118,3 +118,34 @@ def test_a_stop_after_the_release_is_in_place_says_so(tmp_path, monkeypatch, cap
     assert perturb("early.csv") == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"
     assert not list(tmp_path.glob("early.csv*"))
+
+
+def test_a_stop_during_a_cache_s_renames_waits_for_the_last_and_still_stops(tmp_path):
+    """A cached table is moved into place as two files, the header last: a stop between the
+    renames left a table and an old header (refused and rebuilt at the next use).  Now it waits
+    for both renames, and then stops the run as it would have."""
+    import os
+    import signal
+
+    from postcode_privacy.engine.ball_sweeps import cache_files
+
+    paths = [tmp_path / "t.npy", tmp_path / "t.json"]
+    real_replace = os.replace
+    renamed: list[str] = []
+
+    def replace_and_signal(source, target):
+        real_replace(source, target)
+        renamed.append(os.path.basename(target))
+        if len(renamed) == 1:
+            signal.raise_signal(signal.SIGINT)  # between the two renames
+
+    os.replace = replace_and_signal
+    try:
+        with pytest.raises(KeyboardInterrupt), cache_files(paths) as partials:
+            for partial in partials:
+                partial.write_bytes(b"new")
+    finally:
+        os.replace = real_replace
+    assert renamed == ["t.npy", "t.json"]
+    assert [p.read_bytes() for p in paths] == [b"new", b"new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.npy"]

@@ -31,7 +31,7 @@ import signal
 import stat
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ._interrupts import note_files_in_place, note_stop
@@ -52,6 +52,7 @@ __all__ = [
     "refuse_directory_path",
     "same_file",
     "refuse_over_inputs",
+    "signals_deferred",
 ]
 
 # The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
@@ -247,6 +248,27 @@ def _signals_held():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that arrived to
+    the handler that was in place: for a few renames that must happen together (a cache's
+    files), in a run that is not over when they are done, so the stop still stops it."""
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda signum, frame: arrived.append(signum))
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if arrived:
+        signal.raise_signal(arrived[0])
 
 
 _CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVar(

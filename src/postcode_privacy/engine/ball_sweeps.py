@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from ..atomic import signals_deferred
 from ..graph.graph import Graph
 from .forking import fork_pool, stop_pool
 
@@ -431,8 +432,9 @@ def cache_files(paths: Sequence[Path]) -> Iterator[list[Path]]:
     partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}") for path in paths]
     try:
         yield partials
-        for partial, path in zip(partials, paths):
-            os.replace(partial, path)
+        with signals_deferred():  # all renamed, or none: a stop waits for the last one
+            for partial, path in zip(partials, paths):
+                os.replace(partial, path)
     finally:
         for partial in partials:
             partial.unlink(missing_ok=True)
