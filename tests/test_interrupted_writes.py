@@ -149,3 +149,44 @@ def test_a_stop_during_a_cache_s_renames_waits_for_the_last_and_still_stops(tmp_
     assert renamed == ["t.npy", "t.json"]
     assert [p.read_bytes() for p in paths] == [b"new", b"new"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.npy"]
+
+
+def test_the_command_line_starts_without_numpy_and_a_stop_while_it_loads_is_handled():
+    """The commands load numpy, pandas and the graph code (a fifth of a second) while Python's
+    own SIGINT handler is in place: a Ctrl-C then printed a traceback.  The console script now
+    starts from a module that loads none of them, and reports a stop during the rest."""
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text("utf-8"))
+    assert (
+        project["project"]["scripts"]["postcode-privacy"] == "postcode_privacy._start:entry_point"
+    )
+    light = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, postcode_privacy._start; "
+            "print(sorted(m for m in ('numpy', 'pandas', 'click') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert light.stdout.strip() == "[]"
+    stopped_while_loading = (
+        "import sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'postcode_privacy.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from postcode_privacy._start import entry_point\n"
+        "entry_point()\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", stopped_while_loading], capture_output=True, text=True
+    )
+    assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr

@@ -8,6 +8,9 @@ and the warnings a caller may want to filter.  Everything else is internal and m
 Heavy modules load on first use.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from ._environment import before_importing_scipy
 from .errors import (
     ArtefactError,
@@ -22,10 +25,14 @@ from .errors import (
     TeleportWarning,
     UnknownPostcodeError,
 )
-from .graph import Graph
-from .keyfile import read_key_file, write_key_file
-from .mechanism import Key, Mechanism
 from .version import OUTPUT_STABILITY_VERSION, __version__
+
+if TYPE_CHECKING:  # (imported on first use, below: the command line starts without numpy)
+    from .graph import Graph
+    from .graph.national import default_graph
+    from .keyfile import read_key_file, write_key_file
+    from .mechanism import Key, Mechanism
+    from .release import ReleaseOptions, perturb_frame, release_file
 
 # numba (when it compiles) and the graph code import scipy, which a $SOURCE_DATE_EPOCH that
 # int() cannot read would stop with a baffling error; only ``report`` uses the variable.
@@ -58,13 +65,26 @@ __all__ = [
 ]
 
 
+# Where each public name is defined, imported on first use: a stop signal during the command
+# line's start is then caught by its own handling (``_interrupts``), which is in place before
+# numpy, pandas and the graph code load.
+_DEFINED_IN = {
+    "Graph": ".graph",
+    "Key": ".mechanism",
+    "Mechanism": ".mechanism",
+    "read_key_file": ".keyfile",
+    "write_key_file": ".keyfile",
+    "default_graph": ".graph.national",
+    "perturb_frame": ".release",
+    "release_file": ".release",
+    "ReleaseOptions": ".release",
+}
+
+
 def __getattr__(name: str):
-    if name == "default_graph":
-        from .graph.national import default_graph
-
-        return default_graph
-    if name in ("perturb_frame", "release_file", "ReleaseOptions"):
-        from . import release
-
-        return getattr(release, name)
-    raise AttributeError(name)
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -1,5 +1,5 @@
 """``python -m postcode_privacy``: the same command line as ``postcode-privacy``."""
 
-from .cli import entry_point
+from ._start import entry_point
 
 entry_point()
