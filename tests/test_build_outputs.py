@@ -153,3 +153,31 @@ def test_a_zip_with_two_members_of_one_name_is_refused(tmp_path, capsys, source)
     code, err = _build(capsys, f"--{source}", target, "-o", tmp_path / "g.ppg")
     assert code == 7, err
     assert "source.zip: the zip holds two files of the same name" in err
+
+
+def test_a_source_named_like_the_output_s_lock_file_is_not_deleted(tmp_path, capsys):
+    """The claim keeps ``.OUTPUT.lock`` beside the output and removes it at the end: a source
+    at that name was opened as the lock and deleted, without --force."""
+    source = tmp_path / ".g.ppg.lock"
+    shutil.copy(ONSPD, source)
+    before = _digest(source)
+    code, err = _build(capsys, "--onspd", source, "-o", tmp_path / "g.ppg")
+    assert code == 5, err
+    assert ".g.ppg.lock, the lock file a run keeps beside g.ppg, is the ONSPD file" in err
+    assert _digest(source) == before and not (tmp_path / "g.ppg").exists()
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_codepoint_file_reached_by_a_link_is_never_the_output(tmp_path, capsys, link):
+    import os
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    outside = tmp_path / "sw_real.csv"
+    inside = source / "Data" / "CSV" / "sw.csv"
+    shutil.move(inside, outside)
+    (os.symlink if link == "symbolic" else os.link)(outside, inside)
+    before = _digest(outside)
+    code, err = _build(capsys, "--codepoint", source, "-o", outside, "--force")
+    assert code == 5, err
+    assert "one of its files by another name" in err and _digest(outside) == before

@@ -203,3 +203,76 @@ def test_build_refuses_a_population_past_int64_with_the_prior_message(tmp_path, 
     err = capsys.readouterr().err
     assert code == 7, err
     assert "add up to more than 2**62" in err and "Traceback" not in err
+
+
+def test_a_whitespace_first_line_or_a_quoted_blank_line_is_read_as_before(tmp_path):
+    """pyarrow counts a line of spaces, or a lone "", as a row of one field; pandas skips the
+    first and reads the second as a blank row.  Such files were refused with no line named;
+    the csv module now has the last word, and finds every row of one width."""
+    lines = _onspd_lines()
+    plain = read_onspd(ONSPD)
+    for extra in ("   ", '""'):
+        path = _write(
+            tmp_path / "onspd.csv",
+            [extra, *lines] if extra.strip() == "" else [*lines[:3], extra, *lines[3:]],
+        )
+        table = read_onspd(path)
+        assert list(table.postcodes) == list(plain.postcodes)
+    population = tmp_path / "pop.csv"
+    population.write_text(" \t\npostcode,population\nAB1 0AA,3\n", encoding="utf-8")
+    assert read_population(population) == {"AB1 0AA": 3}
+    source, data = _codepoint(tmp_path)
+    before = len(read_codepoint(source))
+    data.write_text("  \n" + data.read_text(encoding="utf-8"), encoding="utf-8")
+    assert len(read_codepoint(source)) == before
+
+
+def test_a_wide_row_of_invalid_utf8_is_refused_without_a_traceback(tmp_path):
+    """pyarrow decoded the row's text to hand it to a callback: a byte that is not UTF-8 made
+    Python print "Exception ignored ... can't decode byte 0xe9" with a traceback."""
+    import subprocess
+    import sys
+
+    source, data = _codepoint(tmp_path)
+    rows = data.read_bytes().splitlines()
+    rows[1] += b',"QZX\xe9SECRET"'
+    data.write_bytes(b"\n".join(rows) + b"\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "postcode_privacy", "build", "--codepoint", str(source)]
+        + ["-o", str(tmp_path / "g.ppg"), "--quiet"],
+        capture_output=True,
+    )
+    assert run.returncode == 7, run.stderr
+    assert b"is not a well-formed CSV file at line 2" in run.stderr
+    assert b"Traceback" not in run.stderr and b"0xe9" not in run.stderr
+    assert b"SECRET" not in run.stderr
+
+
+def test_a_northern_ireland_row_far_from_northern_ireland_names_its_line(tmp_path):
+    lines = _onspd_lines()
+    header = lines[0].split(",")
+    fields = lines[2].split(",")
+    fields[2] = "BT1 1AA"
+    fields[header.index("ctry")] = "N92000002"
+    fields[EASTING], fields[EASTING + 1] = "1", "1"  # on the Irish Grid, off Ireland
+    lines[2] = ",".join(fields)
+    with pytest.raises(
+        SourceDataError,
+        match=r"^onspd.csv: line 3: columns 12 and 13 \(easting, northing\), Irish Grid",
+    ):
+        read_onspd(_write(tmp_path / "onspd.csv", lines))
+
+
+def test_codepoint_counts_a_malformed_row_off_the_grid_without_judging_it(tmp_path):
+    source, data = _codepoint(tmp_path)
+    before = read_codepoint(source).dropped["malformed_postcode"]
+    with open(data, "a", encoding="utf-8") as handle:
+        handle.write('"NOT A CODE",10,1e200,5,"S92000003","","S08000020","","S12000033",""\n')
+    assert read_codepoint(source).dropped["malformed_postcode"] == before + 1
+
+
+def test_a_directory_named_like_a_codepoint_data_file_is_refused(tmp_path):
+    source, _ = _codepoint(tmp_path)
+    (source / "Data" / "CSV" / "zz.csv").mkdir()
+    with pytest.raises(SourceDataError, match="zz.csv is not a regular file"):
+        read_codepoint(source)

@@ -336,6 +336,12 @@ class OutputClaim:
 
     def _check_existing(self) -> None:
         refuse_over_inputs(self.targets, self.inputs)
+        for what, path in self.inputs.items():
+            if same_file(self.lock_path, path):  # (it is removed when the run ends)
+                raise OutputExistsError(
+                    f"{self.lock_path.name}, the lock file a run keeps beside "
+                    f"{self.targets[0].name}, is {what} this run reads: choose another output"
+                )
         for target in self.targets:
             if target.is_dir():
                 raise InvalidParameterError(f"the output path {target} is a directory")

@@ -19,17 +19,23 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 
 
 def _refuse_output_inside(output: str, codepoint: str | None) -> None:
-    """A Code-Point Open directory's files are inputs too: the artefact is never written
-    among them, even with --force."""
+    """A Code-Point Open directory's files are inputs too: the artefact (or its sidecar) is
+    never written among them, nor over one of them reached by a link, even with --force."""
+    from ..atomic import same_file
     from ..errors import OutputExistsError
 
     if codepoint is None or not os.path.isdir(codepoint):
         return
     directory = os.path.realpath(codepoint)
-    if os.path.commonpath([directory, os.path.realpath(output)]) == directory:
+    targets = [output, os.fspath(terminated_sidecar(output))]
+    inside = any(
+        os.path.commonpath([directory, os.path.realpath(target)]) == directory for target in targets
+    )
+    read = (os.path.join(root, name) for root, _, names in os.walk(codepoint) for name in names)
+    if inside or any(same_file(target, path) for path in read for target in targets):
         raise OutputExistsError(
-            f"the output {output} is inside the Code-Point Open directory this run reads; "
-            "choose an output elsewhere"
+            f"the output {output} is inside the Code-Point Open directory this run reads, or "
+            "one of its files by another name; choose an output elsewhere"
         )
 
 

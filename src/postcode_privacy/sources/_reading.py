@@ -253,55 +253,42 @@ def _fields(count: int) -> str:
     return "1 field" if count == 1 else f"{count:,} fields"
 
 
-def check_row_shapes(open_data, label: str, *, fields: int | None = None, basis: str) -> None:
-    """Refuse a CSV any of whose rows has more or fewer fields than the first row (or than
-    ``fields``, when given), naming the line as an editor counts it.
+def check_row_shapes(open_data, label: str, *, header: bool) -> None:
+    """Refuse a CSV any of whose rows has more or fewer fields than the first, naming the line
+    as an editor counts it.
 
     pandas reads only the columns it is asked for and fills a short row with blanks, so a row
-    with a field too many or too few would be read shifted or truncated without a word; this
-    pass (pyarrow's parser, which counts every row's fields) is what stops it.  ``open_data()``
-    opens the CSV bytes from their start; ``basis`` says what the count is taken from in the
-    message ("the header row", "line 1", "the Doc/ header file")."""
+    with a field too many or too few would be read shifted or truncated without a word.
+    pyarrow's parser, which counts every row's fields, reads the file first (fast, on every
+    core); only if it objects is the file read again with the csv module, which counts rows as
+    pandas does (a line of spaces is no row): it names the first row of another width, or
+    finds none, and the file is read as before.  pyarrow's own message, which quotes the row,
+    is never shown.  ``open_data()`` opens the CSV bytes from their start; ``header``: its
+    first row is a header (the message then counts from "the header row", else from its line)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    first_bad: list[int] = []
-
-    def on_invalid_row(row) -> str:  # (its text is looked at, never repeated)
-        if row.actual_columns == 1 and not row.text.strip(" \t\r"):
-            return "skip"
-        first_bad.append(row.actual_columns)
-        return "error"
-
-    names = [f"f{i}" for i in range(fields)] if fields is not None else None
     try:
         with open_data() as handle:
             reader = pacsv.open_csv(
                 handle,
                 read_options=pacsv.ReadOptions(
                     block_size=_BLOCK_BYTES,
-                    column_names=names,
-                    autogenerate_column_names=names is None,  # the first row is counted too
-                    use_threads=True,
+                    autogenerate_column_names=True,  # row 1 counts too
                 ),
-                parse_options=pacsv.ParseOptions(
-                    newlines_in_values=True, invalid_row_handler=on_invalid_row
-                ),
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(
-                    include_columns=["f0"], column_types={"f0": pa.binary()}
+                    include_columns=["f0"],
+                    column_types={"f0": pa.binary()},  # no decoding
                 ),
             )
             for _ in reader:
                 pass
-    except pa.ArrowInvalid:
-        pass  # located below, with the csv module
+        return
     except pa.ArrowException:
-        raise SourceDataError(f"{label} is not a well-formed CSV file") from None
-    else:
-        if not first_bad:
-            return
+        pass  # a row of another width, or something else pyarrow refuses: looked at below
     with open_data() as handle, contextlib.closing(_rows_with_lines(handle)) as rows:
-        expected, any_rows = fields, False
+        expected, basis = None, ""
         for start, row in rows:
             if row is None:
                 raise SourceDataError(
@@ -309,20 +296,14 @@ def check_row_shapes(open_data, label: str, *, fields: int | None = None, basis:
                 )
             if _is_blank(row):
                 continue
-            any_rows = True
             if expected is None:
-                expected = len(row)
+                expected, basis = len(row), "the header row" if header else f"line {start}"
             elif len(row) != expected:
                 raise SourceDataError(
                     f"{label} is not a well-formed CSV file at line {start}: it has "
                     f"{_fields(len(row))} where {basis} has {expected} (a stray quote, or a "
                     "field too many or too few?)"
                 )
-        if not any_rows:
-            return  # no rows at all: the reader says the file is empty
-    raise SourceDataError(
-        f"{label} is not a well-formed CSV file (a stray quote, or a row too long?)"
-    )
 
 
 def line_as_an_editor_counts(handle, row: int) -> int:

@@ -84,10 +84,11 @@ class _Files:
         if self.zip is not None:
             names = [n for n in self.zip.namelist() if not n.endswith("/")]
         else:
+            # (a directory named like a data file is listed too: opening it refuses it)
             names = [
                 os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/")
-                for root, _, files in os.walk(path)
-                for f in files
+                for root, directories, files in os.walk(path)
+                for f in [*files, *directories]
             ]
         self.data = sorted(n for n in names if _DATA.search(n))
         self.headers = sorted(n for n in names if _HEADERS.search(n))
@@ -158,7 +159,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
     # Every row must have as many fields as the file's first: pandas would read a row with
     # one too many or too few shifted or cut short.  (Doc/ may name more columns than a file
     # has: the bundled copy keeps only the first four.)
-    check_row_shapes(lambda: files.open(name), files.label_of(name), basis="line 1")
+    check_row_shapes(lambda: files.open(name), files.label_of(name), header=False)
     checked = files.digests.get(name)
     # Without a district column only the first four are needed.  (A callable ``usecols``
     # would tolerate files lacking the column, but pandas misreads headerless files with it.)
@@ -197,19 +198,7 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
         raise SourceDataError(
             f"{files.label_of(name)} changed while it was being read; build again"
         )
-    located = ~_no_location(out)
-    for column, field in (("easting", 3), ("northing", 4)):
-        values = out[column].to_numpy(dtype="float64")
-        zeros = np.zeros_like(values)
-        pair = (values, zeros) if column == "easting" else (zeros, values)
-        outside = located & off_the_grid(*pair)
-        if outside.any():
-            with files.open(name) as handle:
-                line = line_of_record(handle, int(np.argmax(outside)), header=False)
-            raise SourceDataError(
-                f"{files.label_of(name)}: line {line}: field {field} ({column}) is "
-                f"{GRID_EXTENT_TEXT}"
-            )
+    _refuse_off_the_grid(out, files, name)
     if district is not None and district in frame:
         # An all-blank column comes back as float NaN, so no ``.str`` here.
         out["laua"] = [
@@ -217,6 +206,27 @@ def _read_file(files: _Files, name: str, district: int | None) -> pd.DataFrame:
             for v in frame[district].to_numpy(dtype=object)
         ]
     return out
+
+
+def _refuse_off_the_grid(out: pd.DataFrame, files: _Files, name: str) -> None:
+    """Name the first line whose row would be kept (located, its postcode well formed) with a
+    coordinate off the grid; a row dropped for another reason is counted, not judged."""
+    for column, field in (("easting", 3), ("northing", 4)):
+        values = out[column].to_numpy(dtype="float64")
+        zeros = np.zeros_like(values)
+        pair = (values, zeros) if column == "easting" else (zeros, values)
+        candidates = np.flatnonzero(~_no_location(out) & off_the_grid(*pair))
+        if not len(candidates):
+            continue
+        postcodes = normalise_postcodes(out["postcode"].to_numpy()[candidates])
+        kept = candidates[~pd.isna(postcodes)]
+        if len(kept):
+            with files.open(name) as handle:
+                line = line_of_record(handle, int(kept[0]), header=False)
+            raise SourceDataError(
+                f"{files.label_of(name)}: line {line}: field {field} ({column}) is "
+                f"{GRID_EXTENT_TEXT}"
+            )
 
 
 def _no_location(frame: pd.DataFrame) -> np.ndarray:

@@ -41,6 +41,7 @@ from .table import (
     build_table,
     normalise_postcodes,
     off_the_grid,
+    outside_the_table,
 )
 
 __all__ = ["read_onspd", "irish_to_british_grid"]
@@ -199,7 +200,7 @@ def _read_open_onspd(
     wanted = {role: col for role, col in roles.items() if col is not None}
     # pandas reads only the wanted columns and would take a row with a field too many or too
     # few as it stands, its coordinates shifted; such a file is refused first.
-    check_row_shapes(lambda: _open(source, member, label), label, basis="the header row")
+    check_row_shapes(lambda: _open(source, member, label), label, header=True)
 
     reasons = [
         "malformed_postcode",
@@ -336,6 +337,20 @@ def _filter_chunk(
         easting[convert], northing[convert] = irish_to_british_grid(
             easting[convert], northing[convert]
         )
+        # on the Irish Grid, but not where Northern Ireland is: off the graph's map
+        astray = convert & outside_the_table(easting, northing)
+        if astray.any():
+            record = int(chunk.index[int(np.argmax(astray))])
+            where = (
+                f"columns {position[cols['easting']]} and {position[cols['northing']]} "
+                "(easting, northing)"
+            )
+            raise RecordFault(
+                record,
+                f"{label}: ",
+                f": {where}, Irish Grid coordinates of a Northern Ireland postcode, lie "
+                "far outside Northern Ireland",
+            )
 
     kept = pd.DataFrame(
         {

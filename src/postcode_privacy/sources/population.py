@@ -120,9 +120,7 @@ def read_population_source(path: str | os.PathLike) -> tuple[dict[str, int], str
         raise unreadable(label, exc, lambda: contextlib.nullcontext(io.BytesIO(data))) from None
     _layout([str(c).strip().lower() for c in frame.columns], label)
     # pandas reads a short row with blanks: a file with one is refused, naming its line.
-    check_row_shapes(
-        lambda: contextlib.nullcontext(io.BytesIO(data)), label, basis="the header row"
-    )
+    check_row_shapes(lambda: contextlib.nullcontext(io.BytesIO(data)), label, header=True)
     try:
         counts = _counts(frame, label)
     except RecordFault as fault:

@@ -18,6 +18,7 @@ __all__ = [
     "empty_terminated",
     "normalise_postcodes",
     "off_the_grid",
+    "outside_the_table",
 ]
 
 # The extent of the National Grid in metres (easting, northing); the Irish Grid's coordinates
@@ -42,6 +43,13 @@ def off_the_grid(easting: np.ndarray, northing: np.ndarray, margin: float = 0.0)
 
 # Northern Ireland moved to the National Grid lies a few km west of its origin.
 _TABLE_MARGIN = 100_000.0
+
+
+def outside_the_table(easting: np.ndarray, northing: np.ndarray) -> np.ndarray:
+    """Which coordinates, once on the National Grid (Northern Ireland's moved there), lie
+    further than a margin outside its extent, or are not finite: no table holds them."""
+    finite = np.isfinite(easting) & np.isfinite(northing)
+    return ~finite | off_the_grid(easting, northing, _TABLE_MARGIN)
 
 
 def empty_terminated() -> pd.DataFrame:
@@ -165,10 +173,9 @@ def build_table(
         (easting, northing),
         (terminated["easting"].to_numpy(), terminated["northing"].to_numpy()),
     ):
-        finite = np.isfinite(east).all() and np.isfinite(north).all()
-        if not finite or off_the_grid(east, north, _TABLE_MARGIN).any():
+        if outside_the_table(east, north).any():
             # (the readers name the line first; this guards every other caller)
-            raise SourceDataError(f"a {kind or 'source'} coordinate is missing or off the grid")
+            raise SourceDataError("a coordinate of the source is missing or off the grid")
     for array in (codes, easting, northing, laua):
         if array is not None:
             array.flags.writeable = False
