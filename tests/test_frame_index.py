@@ -231,3 +231,77 @@ def test_an_index_level_named_like_out_column_is_refused(options):
     source = people(pd.Index([7, 8, 9], name="postcode_dp"))
     with pytest.raises(InputDataError, match="^index level 1 has the name given as out_column"):
         perturb_frame(source, **options)
+
+
+def test_arrow_dictionary_categories_lose_a_dropped_value_from_the_dictionary(options):
+    """Categories backed by an Arrow dictionary kept the whole dictionary after a category was
+    filtered out, so the dropped record's value stayed in the released dtype's buffers."""
+    import pickle
+
+    pa = pytest.importorskip("pyarrow")
+    categories = pd.Index(
+        pd.arrays.ArrowExtensionArray(pa.array(["x", "SECRET", "z"]).dictionary_encode())
+    )
+    source = people(pd.RangeIndex(3)).assign(
+        site=pd.Categorical(["x", "SECRET", "z"], categories=categories)
+    )
+    result = perturb_frame(source, **options)
+    assert list(result["site"].cat.categories) == ["x", "z"]
+    assert b"SECRET" not in pickle.dumps(result)
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_arrow_list_view_columns_are_refused_under_drop(options, large):
+    """Rows taken from a list view share its child values: the dropped row's items stayed."""
+    from postcode_privacy.errors import InputDataError
+
+    pa = pytest.importorskip("pyarrow")
+    if not hasattr(pa, "list_view"):
+        pytest.skip("this pyarrow has no list views")
+    kind = (pa.large_list_view if large else pa.list_view)(pa.string())
+    column = pa.array([["x"], ["SECRET"], ["z"]], kind)
+    nested = pa.StructArray.from_arrays([column], ["inner"])
+    for values in (column, nested):
+        source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(values))
+        with pytest.raises(InputDataError, match="^column 3 holds Arrow list views"):
+            perturb_frame(source, **options)
+        assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+
+
+def test_a_sparse_fill_value_only_dropped_records_held_is_refused(options):
+    from postcode_privacy.errors import InputDataError
+
+    secret = pd.arrays.SparseArray(["x", "SECRET", "z"], fill_value="SECRET")
+    with pytest.raises(InputDataError, match="^column 3 is sparse") as raised:
+        perturb_frame(people(pd.RangeIndex(3)).assign(note=secret), **options)
+    assert "SECRET" not in str(raised.value)
+    common = pd.arrays.SparseArray([0, 0, 5], fill_value=0)  # a kept record holds it too
+    result = perturb_frame(people(pd.RangeIndex(3)).assign(n=common), **options)
+    assert list(result["n"]) == [0, 5] and result["n"].dtype == common.dtype
+
+
+def test_a_numpy_duration_identifier_is_a_failing_record_not_a_crash(options):
+    """numpy files timedelta64 under its integers, and int() of one raised a raw TypeError."""
+    import numpy as np
+
+    from postcode_privacy.errors import InputDataError
+
+    for when in (np.timedelta64(5, "D"), np.datetime64("2020-01-01")):
+        source = people(pd.RangeIndex(3))
+        source["subject"] = pd.Series(["a", when, "c"], dtype=object)
+        source["postcode"] = CODES[:3]
+        with pytest.raises(InputDataError) as raised:
+            perturb_frame(source, **{**options, "on_error": "error"})
+        assert raised.value.row_errors[0][0] == 2 and "identifier" in raised.value.row_errors[0][1]
+
+
+@pytest.mark.parametrize("name", [0, "postcode_dp\u200b", "ｐｏｓｔｃｏｄｅ_dp"])
+def test_an_index_level_named_like_out_column_as_text_or_on_screen_is_refused(options, name):
+    """A level named 0 is the column "0" in a Parquet file; one that looks the same on screen
+    clashes as an input column of that look does."""
+    from postcode_privacy.errors import InputDataError
+
+    out = "0" if name == 0 else "postcode_dp"
+    source = people(pd.Index([7, 8, 9], name=name))
+    with pytest.raises(InputDataError, match="^index level 1 has the name given as out_column"):
+        perturb_frame(source, **{**options, "out_column": out})

@@ -50,6 +50,7 @@ def manifest_data(geo, **changes) -> dict:
         "epsilon": "1.2",
         "radius": 9,
         "key_fingerprint": "k-fingerprint-0123",
+        "columns": {"source_postcode_kept": False},
     }
     data.update(changes)
     return data

@@ -120,6 +120,12 @@ def _manifest(geo, tmp_path, **changes):
         "epsilon": "1.2",
         "radius": 9,
         "key_fingerprint": "k-fingerprint-0123",
+        "columns": {
+            "id": "id",
+            "postcode": "postcode",
+            "out": "released_postcode",
+            "source_postcode_kept": False,
+        },  # fmt: skip
         # Private facts a version-1 manifest still carries: the report must not show them.
         "input": {"path": "secret_input_name.csv", "sha256": "cd" * 32, "records": 987654},
         "counts": {"failed": 4242},
@@ -308,5 +314,8 @@ def test_a_manifest_of_an_output_keeping_true_postcodes_is_not_reported_as_a_rel
     odd = _manifest(geo, tmp_path, columns={"source_postcode_kept": "no"})
     with pytest.raises(InvalidParameterError, match="source_postcode_kept is not true or false"):
         read_manifest(odd)
-    for plain in ({"source_postcode_kept": False}, {}):  # (an older manifest has no field)
-        assert read_manifest(_manifest(geo, tmp_path, columns=plain)).epsilon == "1.2"
+    assert read_manifest(_manifest(geo, tmp_path)).epsilon == "1.2"
+    # Every format version has the field: a manifest without it is not taken to keep none.
+    for lacking in ({}, None, ["source_postcode_kept"]):
+        with pytest.raises(InvalidParameterError, match="no field columns.source_postcode_kept"):
+            read_manifest(_manifest(geo, tmp_path, columns=lacking))

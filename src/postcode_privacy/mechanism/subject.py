@@ -9,8 +9,8 @@ Rules (docs/spec.md, "Subject identifiers"):
 * text is Unicode NFC-normalised and stripped of surrounding whitespace; text that cannot be
   encoded as UTF-8 (a lone surrogate, as a file name decoded with ``surrogateescape`` may hold)
   is refused;
-* anything else (booleans, bytes, non-integral floats, missing values) is refused, and so is
-  text that is empty once stripped.
+* anything else (booleans, bytes, non-integral floats, dates, times and durations, missing
+  values) is refused, and so is text that is empty once stripped.
 """
 
 from __future__ import annotations
@@ -24,11 +24,16 @@ def canonical_subject_id(value: object) -> str:
     """Canonical identifier text; raises ``ValueError`` (without echoing the value)."""
     if isinstance(value, bool) or value is None:
         raise ValueError("missing or boolean identifier")
+    if getattr(getattr(value, "dtype", None), "kind", None) in ("m", "M"):
+        # numpy files a timedelta64 under its integers; it is a duration, not an integer.
+        raise ValueError("identifier is a date, time or duration")
     if isinstance(value, numbers.Integral):
         try:
             return str(int(value))
         except ValueError:  # past Python's limit on digits (sys.set_int_max_str_digits)
             raise ValueError("identifier is an integer of too many digits to write") from None
+        except TypeError:  # an Integral that int() refuses
+            raise ValueError("identifier has an unsupported type") from None
     if isinstance(value, numbers.Real):
         try:
             as_float = float(value)

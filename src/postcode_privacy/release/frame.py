@@ -68,8 +68,10 @@ def perturb_frame(
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
     ``"drop"`` (leave the row out; no label, level value, category or Arrow dictionary entry
     that only left-out rows held stays in the result's index or columns; a run-end-encoded
-    or Arrow view column is refused).  ``terminated="nearest"`` maps located terminated postcodes
-    to the nearest live one first.  Record numbers in errors count from ``row_offset + 1``.
+    column, or one holding Arrow text, binary or list views, is refused, and so is a sparse
+    column whose fill value only left-out rows held).  ``terminated="nearest"`` maps located
+    terminated postcodes to the nearest live one first.  Record numbers in errors count from
+    ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
     radius, graph hash, key fingerprint): publishable, and pandas writes it into any Parquet
@@ -80,7 +82,8 @@ def perturb_frame(
     For the same reason ``df.attrs`` is not carried over (it may describe the true records):
     the result's ``attrs`` holds only ``"postcode_privacy"``, and ``df.attrs`` is left as it was;
     nor is a DataFrame subclass's ``_metadata``: the result is a plain DataFrame.  An index
-    level named like ``out_column`` is refused.
+    level named like ``out_column`` (as text, and but for invisible characters or Unicode
+    form, as columns are) is refused.
     The index is released as it is, so an index level named like ``postcode_column`` (but
     for case, surrounding spaces or Unicode form, as for columns) is refused unless
     ``keep_source_postcode``: it may hold the true postcodes.
@@ -136,8 +139,9 @@ def perturb_frame(
 
 def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
     """Under ``on_error="drop"`` rows are taken from every column, and Arrow can take no rows
-    of a run-end-encoded array or of a text or binary view: name such a column (or index
-    level) up front, by position, instead of Arrow's own error halfway through."""
+    of a run-end-encoded array or of a text or binary view, and rows taken from a list view keep
+    the left-out rows' items: name such a column (or index level) up front, by position,
+    instead of Arrow's own error halfway through or a release that still holds them."""
     from .tables import _without_run_ends, _without_views
 
     remedies = (
@@ -146,6 +150,11 @@ def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
             _without_views,
             "holds Arrow string or binary views",
             "cast it to large_string or large_binary (pd.ArrowDtype(pyarrow.large_string()))",
+        ),
+        (
+            _without_list_views,
+            "holds Arrow list views",
+            "cast it to a list type (pd.ArrowDtype(pyarrow.large_list(...)))",
         ),
     )
     levels = df.index.levels if isinstance(df.index, pd.MultiIndex) else [df.index]
@@ -160,6 +169,23 @@ def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
                     f'{where} {what}, and rows cannot be left out of it (on_error="drop"); '
                     f"{remedy} and release again"
                 )
+
+
+def _without_list_views(kind):
+    """``kind`` with every list view in it replaced by the list of the same items: rows taken
+    from a list view share its child values, so a left-out row's items would stay in them."""
+    import pyarrow as pa
+
+    from .tables import _replaced_within
+
+    def as_list(k):
+        if getattr(pa.types, "is_list_view", lambda _: False)(k):
+            return pa.list_(k.value_field)
+        if getattr(pa.types, "is_large_list_view", lambda _: False)(k):
+            return pa.large_list(k.value_field)
+        return k
+
+    return _replaced_within(kind, as_list)
 
 
 def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
@@ -178,8 +204,13 @@ def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
                 f"the frame has no column {name!r}: {name!r} is its index; pass "
                 "df.reset_index() to release it as a column"
             )
+    from .options import _looks_like
+
+    released = _looks_like(str(options.out_column))
     for position, level_name in enumerate(df.index.names, start=1):
-        if level_name is not None and level_name == options.out_column:
+        # As text, as a Parquet file names its columns (an index level named 0 becomes "0"),
+        # and as it looks, as input columns are compared with it (``check_columns``).
+        if level_name is not None and _looks_like(str(level_name)) == released:
             raise InputDataError(
                 f"index level {position} has the name given as out_column "
                 f"{options.out_column!r}: a Parquet file, or reset_index(), would then hold two "
@@ -226,8 +257,24 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
                 )
         elif isinstance(column.dtype, pd.ArrowDtype) and _holds_dictionary(column.dtype):
             result[name] = _arrow_dictionaries_afresh(column, column_label(name, df.columns))
+        elif isinstance(column.dtype, pd.SparseDtype) and name in df.columns:
+            _refuse_dropped_fill_value(column, df[name], column_label(name, df.columns))
     result.index = _index_without_dropped_labels(result.index, df.index)
     return result
+
+
+def _refuse_dropped_fill_value(column: pd.Series, source: pd.Series, label: str) -> None:
+    """A sparse column's fill value is part of its dtype: refuse one that only left-out rows
+    held, as a category would be removed (the dtype cannot lose it without changing type)."""
+    dtype = column.dtype
+    assert isinstance(dtype, pd.SparseDtype)  # (the caller's test)
+    fill = dtype.fill_value
+    if not pd.isna(fill) and any(fill == value for value in _only_dropped(source, column)):
+        raise InputDataError(
+            f"{label} is sparse, and its fill value is held only by records left out "
+            '(on_error="drop"), so the release\'s dtype would still hold it; make it dense '
+            "(.sparse.to_dense()) or choose another fill value, and release again"
+        )
 
 
 def _only_dropped(before, after) -> list:
@@ -285,9 +332,12 @@ def _level_without(level: pd.Index, code: np.ndarray, gone: list) -> tuple[pd.In
 def _categories_without(categories: pd.Index, gone: list) -> pd.Index:
     """``categories`` less ``gone``, in their order (pandas' ``remove_categories``
     sorts the rest of an unordered categorical's categories) and of their dtype (a list
-    would be inferred afresh: int8 categories would come back int64)."""
+    would be inferred afresh: int8 categories would come back int64), with any Arrow
+    dictionary in them encoded afresh."""
     dropped = set(gone)
-    return categories[np.array([value not in dropped for value in categories], dtype=bool)]
+    kept = categories[np.array([value not in dropped for value in categories], dtype=bool)]
+    # An Arrow dictionary keeps every entry of the array it was filtered from.
+    return _arrow_index_afresh(kept)
 
 
 def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:

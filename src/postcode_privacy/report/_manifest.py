@@ -68,9 +68,9 @@ def _field(data: dict, *path: str, kind: type):
 def _refuse_kept_source_postcodes(data: dict) -> None:
     """An output written with ``--keep-source-postcode`` holds the true postcodes: it is not a
     release, and a report (which describes a release to publish) must not present it as one
-    (docs/choosing-epsilon.md, "`report`: one page for the data protection officer").  A manifest without the field predates it and kept none."""
-    columns = data.get("columns")
-    kept = columns.get("source_postcode_kept", False) if isinstance(columns, dict) else False
+    (docs/choosing-epsilon.md, "`report`: one page for the data protection officer").  Every
+    manifest format version has the field, so one without it is refused, not taken as false."""
+    kept = _field(data, "columns", "source_postcode_kept", kind=bool)
     if not isinstance(kept, bool):
         raise InvalidParameterError(
             "the manifest field columns.source_postcode_kept is not true or false"
