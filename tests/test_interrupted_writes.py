@@ -56,6 +56,49 @@ def test_a_key_file_interrupted_while_written_is_removed(tmp_path, monkeypatch):
     assert path.stat().st_size > 0
 
 
+def test_a_stop_the_moment_the_key_file_is_created_leaves_no_empty_key(tmp_path, monkeypatch):
+    """A signal handled just after ``os.open`` returned, before the write's clean-up was in
+    place, left an empty file at the key's path, which blocked the next try."""
+    import signal
+
+    import postcode_privacy.keyfile as keyfile
+
+    real_open = keyfile.os.open
+
+    def open_then_signal(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # Python's handler runs at the next bytecode
+        return fd
+
+    monkeypatch.setattr(keyfile.os, "open", open_then_signal)
+    path = tmp_path / "k.key"
+    with pytest.raises(KeyboardInterrupt):
+        write_key_file(Key.generate(), path)
+    assert not path.exists()
+
+
+def test_a_stop_just_after_the_ledger_key_is_written_removes_it(tmp_path, monkeypatch):
+    """``ledger init`` set its made-key flag only after ``write_key_file`` returned: a stop
+    between the two left a key without a ledger, which blocked the next ``ledger init``."""
+    import postcode_privacy.keyfile as keyfile
+    from postcode_privacy.ledger import Ledger
+
+    real_write = keyfile.write_key_file
+
+    def write_then_stop(*args, **kwargs):
+        real_write(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(keyfile, "write_key_file", write_then_stop)
+    location = tmp_path / "l.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.create(str(location))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    Ledger.create(str(location))  # the next try is not blocked
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.sqlite", "l.sqlite.key"]
+
+
 def test_a_stop_just_after_begin_leaves_no_transaction_open(tmp_path):
     """A KeyboardInterrupt the moment ``BEGIN IMMEDIATE`` returned escaped before the
     rollback, so the write that settles the release on the way out met an open transaction:
@@ -190,3 +233,63 @@ def test_the_command_line_starts_without_numpy_and_a_stop_while_it_loads_is_hand
         [sys.executable, "-c", stopped_while_loading], capture_output=True, text=True
     )
     assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr
+
+
+def test_a_sigterm_while_the_command_line_loads_is_reported_as_a_stop():
+    """Python's own SIGTERM action ended the process with no word (status -15) while the
+    commands loaded; the guard handles it as Ctrl-C, as every command does once loaded."""
+    import subprocess
+    import sys
+
+    terminated_while_loading = (
+        "import os, signal, sys\n"
+        "class Term:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'postcode_privacy.cli':\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.meta_path.insert(0, Term())\n"
+        "from postcode_privacy._start import entry_point\n"
+        "entry_point()\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", terminated_while_loading], capture_output=True, text=True
+    )
+    assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr
+
+
+def test_a_stop_while_numba_compiles_lands_after_the_compilation():
+    """LLVM calls back into Python while numba compiles, and a KeyboardInterrupt raised in a
+    ctypes callback is printed and dropped: a Ctrl-C during a cold start was lost (the run
+    went on) or left numba's "no compiled object yet".  Stops are held while numba holds its
+    compiler lock, then delivered: here one sent mid-compilation arrives once the kernel is
+    compiled, and the kernel works."""
+    import signal
+
+    import numba.core.event as numba_events
+
+    from postcode_privacy._numba import njit
+
+    sent = []
+
+    class SignalMidCompile(numba_events.Listener):
+        def on_start(self, event):
+            if not sent:
+                sent.append(True)
+                signal.raise_signal(signal.SIGINT)
+
+        def on_end(self, event):
+            pass
+
+    @njit(cache=False)
+    def twice(x):
+        return 2 * x
+
+    listener = SignalMidCompile()
+    numba_events.register("numba:run_pass", listener)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            twice(21)
+    finally:
+        numba_events.unregister("numba:run_pass", listener)
+    assert sent and len(twice.overloads) == 1  # compiled whole before the stop landed
+    assert twice(21) == 42

@@ -1,23 +1,36 @@
-"""The command line's first step: load it under a guard against Ctrl-C.
+"""The command line's first step: load it under a guard against Ctrl-C and SIGTERM.
 
 The commands import numpy, pandas and the graph code, a fifth of a second in which Python's
-own SIGINT handler is the one in place: a Ctrl-C then printed a traceback.  The package's
-``__init__`` loads none of them (its public names are imported on first use), so this module
-is in place within milliseconds of the start, and a stop while the rest loads is reported as
-any other stop (``cli``; docs/release.md, "Nothing is lost").
+own handlers were the ones in place: a Ctrl-C then printed a traceback, and a SIGTERM ended
+the process with no word.  The package's ``__init__`` loads none of them (its public names
+are imported on first use), so the guard is in place within milliseconds of the start, and a
+stop while the rest loads is reported as any other stop (``cli``; docs/release.md, "Nothing
+is lost").  Only Python's own start-up comes before it.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+
+from ._interrupts import stop_once
 
 _EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
 
 
 def entry_point() -> None:
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous = {stop: signal.getsignal(stop) for stop in defaults}
+    for stop, default in defaults.items():
+        if previous[stop] is default:  # (one the caller set is kept)
+            signal.signal(stop, stop_once)
     try:
         from .cli import entry_point as run_command_line
     except KeyboardInterrupt:
+        for stop in defaults:  # the process is ending: a second Ctrl-C must not cut it short
+            signal.signal(stop, signal.SIG_IGN)
         sys.stderr.write("interrupted\n")
         raise SystemExit(_EXIT_INTERRUPTED) from None
+    for stop, handler in previous.items():  # the commands install their own (``cli``)
+        signal.signal(stop, handler)
     run_command_line()

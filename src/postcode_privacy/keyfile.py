@@ -18,7 +18,7 @@ import stat
 import time
 from pathlib import Path
 
-from .atomic import refuse_directory_path
+from .atomic import refuse_directory_path, signals_deferred
 from .errors import KeyFileError
 from .mechanism.keys import Key
 
@@ -36,17 +36,23 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
     """Create ``path`` exclusively with owner-only permissions; never overwrite."""
     refuse_unusable_key_path(path)
     data = key.to_file_bytes()
+    created = False
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        # Whatever is there (an older key, a file of data), replacing it could lose a key.
-        raise KeyFileError(
-            "refusing to overwrite: a file already exists at the key file's path (a key file "
-            "is never written over another file); choose a new name"
-        ) from None
-    except OSError as exc:
-        raise KeyFileError(f"cannot create key file: {exc.strerror}") from None
-    try:
+        # A stop that came between the file's creation and ``created = True`` would leave an
+        # empty key blocking the next try: it is held until the flag is set, then delivered.
+        with signals_deferred():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                # Whatever is there (an older key, a file of data), replacing it could lose
+                # a key.
+                raise KeyFileError(
+                    "refusing to overwrite: a file already exists at the key file's path (a "
+                    "key file is never written over another file); choose a new name"
+                ) from None
+            except OSError as exc:
+                raise KeyFileError(f"cannot create key file: {exc.strerror}") from None
+            created = True
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -54,7 +60,8 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
     except BaseException as exc:
         # Whatever stopped the write (a full disk, Ctrl-C), a part-written key would only
         # block the next try: it is no key yet, so it goes.
-        Path(path).unlink(missing_ok=True)
+        if created:
+            Path(path).unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise KeyFileError(f"cannot write key file: {exc.strerror}") from None
         raise

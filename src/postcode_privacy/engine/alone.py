@@ -32,8 +32,8 @@ carry out of the top digit is reported, never dropped, and the record is handed 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._numba import njit
 from .cluster_balls import ClusterBalls
 from .profiles import BallProfiles
 

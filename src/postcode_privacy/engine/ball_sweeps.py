@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
+from .._numba import njit
 from ..atomic import signals_deferred
 from ..graph.graph import Graph
 from .forking import fork_pool, stop_pool

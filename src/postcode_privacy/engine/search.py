@@ -36,8 +36,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from .._numba import njit
 from ..errors import InvalidParameterError
 from ..graph.compiled import location_masses
 from ..graph.graph import Graph

@@ -19,8 +19,8 @@ on which path drew it nor on the other sources of its sweep.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._numba import njit
 from ..graph.graph import Graph
 from .ball_sweeps import _advance, _spread
 from .layout import SearchLayout, graph_layout

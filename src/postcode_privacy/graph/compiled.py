@@ -8,8 +8,8 @@ The search kernels that use these masses live in the engine (``engine/search.py`
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .._numba import njit
 from .graph import Graph
 
 __all__ = ["location_masses", "warm_up"]

@@ -9,7 +9,8 @@ row c, which is sorted.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .._numba import njit
 
 
 @njit(cache=True)

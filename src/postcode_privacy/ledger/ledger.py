@@ -105,10 +105,8 @@ class Ledger:
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
         store = open_store(location, create=True)
-        made_key = False
         try:
             write_key_file(secret, path)
-            made_key = True
             with store.write():
                 store.create_schema()
                 store.bulk_insert(
@@ -129,7 +127,9 @@ class Ledger:
             # deleting it would leave a ledger nothing can open.
             published = isinstance(store, SqliteStore) and store.is_published()
             store.close()  # a SQLite ledger still being built is removed
-            if made_key and not published:
+            if not published and _holds_key(path, secret):
+                # Judged by content, not by a flag set after ``write_key_file`` returned: a
+                # stop between the two would have left this key behind.
                 path.unlink(missing_ok=True)
             if isinstance(exc, store.database_errors):
                 raise LedgerError(f"cannot create the ledger ({type(exc).__name__})") from None
@@ -488,3 +488,12 @@ def _maybe_running(owner: Owner, ran_here: bool, created: str) -> bool:
         return owner.is_alive()
     age = _dt.datetime.now(_dt.UTC) - _dt.datetime.fromisoformat(created)
     return age.total_seconds() < _FOREIGN_GRACE_S
+
+
+def _holds_key(path: Path, secret: Key) -> bool:
+    """Whether ``path`` is the key file just written for ``secret`` (a fresh random key: no
+    other file holds its bytes)."""
+    try:
+        return path.read_bytes() == secret.to_file_bytes()
+    except OSError:
+        return False
