@@ -89,3 +89,43 @@ def test_printed_teleport_bounds_are_rounded_up():
         assert Fraction(bound_text(f"{x.numerator}/{x.denominator}")) == shown
     exact = "3877703155313451367156129768875/5316915860842818805066595397251147179"
     assert bound_text(exact) == "7.30e-07"
+
+
+def test_the_float_of_a_bound_is_never_below_it():
+    """The manifest's and the report's ``teleport_bound.approx`` was ``float(bound)``, the
+    nearest float, below the bound about half the time."""
+    import math
+    import random
+
+    from postcode_privacy.mechanism.radius import float_at_least
+
+    rng = random.Random(5)
+    below = 0
+    for _ in range(3000):
+        x = Fraction(rng.randrange(1, 10**30), rng.randrange(1, 10**30)) * Fraction(10) ** rng.randrange(-30, 5)  # fmt: skip
+        up = float_at_least(x)
+        assert Fraction(up) >= x and Fraction(math.nextafter(up, 0)) < x
+        below += Fraction(float(x)) < x
+    assert below > 1000  # the nearest float is below that often
+    assert float_at_least(Fraction(1, 4)) == 0.25  # exact when a float holds it
+
+
+@pytest.mark.parametrize("epsilon", ["0.1", "0.4", "0.6", "1", "1.1", "2"])
+def test_the_manifest_and_report_floats_of_the_teleport_bound_are_at_least_it(epsilon):
+    """(On this graph the nearest float is below the bound at 0.4, 0.6, 1.1 and 2.)"""
+    from postcode_privacy import Graph, Key
+    from postcode_privacy.release.plan import ReleasePlan
+    from postcode_privacy.report._data import fraction_json
+
+    codes = [f"AB{i // 10 + 1} {i % 10}AA" for i in range(40)]
+    graph = Graph.from_edges(codes, [(i, i + 1) for i in range(39)])
+    plan = ReleasePlan(
+        key=Key.from_bytes(b"t" * 32), epsilon=epsilon, graph=graph, id_column="i",
+        postcode_column="p",
+    )  # fmt: skip
+    bound = plan.mechanism.teleport_bound
+    for shown in (
+        plan.describe()["teleport_bound"]["approx"],
+        fraction_json(bound, upper_bound=True)["approx"],
+    ):
+        assert Fraction(shown) >= bound

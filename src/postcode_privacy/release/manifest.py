@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..mechanism.radius import float_at_least
+
 if TYPE_CHECKING:
     from ..graph.graph import Graph
     from .plan import ReleasePlan
@@ -214,7 +216,7 @@ def describe(plan: ReleasePlan) -> dict:
         "radius": identity["radius"],
         "teleport_bound": {
             "exact": f"{bound.numerator}/{bound.denominator}",
-            "approx": float(bound),
+            "approx": float_at_least(bound),  # a bound: its float is never below it
         },
         "prior": prior_kind(plan.graph),
         "key_fingerprint": plan.key.fingerprint,

@@ -36,6 +36,7 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.radius import float_at_least
 from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
@@ -77,11 +78,13 @@ class Report:
     seconds: float = 0.0
 
 
-def fraction_json(value: Fraction) -> dict:
+def fraction_json(value: Fraction, *, upper_bound: bool = False) -> dict:
+    """An exact value with its float for readers; the float of an ``upper_bound`` is the
+    least float at or above it, never one below (``float_at_least``)."""
     return {
         "numerator": str(value.numerator),
         "denominator": str(value.denominator),
-        "approx": float(value),
+        "approx": float_at_least(value) if upper_bound else float(value),
     }
 
 
@@ -284,7 +287,7 @@ def build_report(
         "radius_is_default": radius is None,
         "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
-        "teleport_bound": fraction_json(mechanism.teleport_bound),
+        "teleport_bound": fraction_json(mechanism.teleport_bound, upper_bound=True),
         "likelihood_ratio_bounds": ratios,
         "conditions": [{"unchanged": a, "why": b} for a, b in CONDITIONS],
         "examples": rows,
@@ -329,6 +332,4 @@ def _float_up(upper: dict | None) -> float | None:
     JSON: ``math.exp`` rounds to nearest, and so could print a largest ratio below e^(εh)."""
     if upper is None:
         return None
-    exact = Fraction(int(upper["numerator"]), int(upper["denominator"]))
-    approx = float(exact)
-    return approx if Fraction(approx) >= exact else math.nextafter(approx, math.inf)
+    return float_at_least(Fraction(int(upper["numerator"]), int(upper["denominator"])))
