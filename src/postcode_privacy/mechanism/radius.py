@@ -12,7 +12,6 @@ The default R is the smallest radius whose bound is at most 1e-6.
 
 from __future__ import annotations
 
-import math
 from decimal import Context, Decimal
 from fractions import Fraction
 from functools import lru_cache
@@ -44,13 +43,6 @@ def round_up(x: Fraction, digits: int = 3) -> tuple[int, int]:
     if mantissa == 10**digits:
         mantissa, exponent = 10 ** (digits - 1), exponent + 1
     return mantissa, exponent
-
-
-def float_at_least(x: Fraction) -> float:
-    """The least float at or above ``x``: the float form of an upper bound, for readers of a
-    JSON file (``float(x)`` rounds to nearest, and so can state a bound below the bound)."""
-    approx = float(x)
-    return approx if Fraction(approx) >= x else math.nextafter(approx, math.inf)
 
 
 def bound_text(bound: Fraction | str, digits: int = 3) -> str:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from ..mechanism.radius import float_at_least
 
 if TYPE_CHECKING:
     from ..graph.graph import Graph
@@ -193,6 +192,13 @@ def encode(document: dict) -> bytes:
 def read_audit(output_path: str | os.PathLike) -> dict:
     """The audit document written beside ``output_path``."""
     return json.loads(audit_path_for(output_path).read_text(encoding="utf-8"))
+
+
+def float_at_least(x: Fraction) -> float:
+    """The least float at or above ``x``: the float form of an upper bound, for readers of a
+    JSON file (``float(x)`` rounds to nearest, and so can state a bound below the bound)."""
+    approx = float(x)
+    return approx if Fraction(approx) >= x else math.nextafter(approx, math.inf)
 
 
 def describe(plan: ReleasePlan) -> dict:

@@ -36,8 +36,7 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.mechanism import Mechanism
-from ..mechanism.radius import float_at_least
-from ..release.manifest import prior_kind
+from ..release.manifest import float_at_least, prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
 from ._manifest import ReleaseFacts
