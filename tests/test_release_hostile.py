@@ -1206,3 +1206,25 @@ def test_sigterm_stops_every_command_as_ctrl_c_does(tmp_path, monkeypatch, capsy
     assert "interrupted" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_parquet_column_of_an_extension_type_stored_as_a_dictionary_is_refused(setup, tmp_path):
+    """pyarrow aborts the process reading such a column (a failed C++ check, exit 134), which
+    left the run's temporary and lock files behind: it is refused by position before any row
+    is read, whatever --on-error says."""
+    if not hasattr(pa, "opaque"):
+        pytest.skip("this pyarrow has no opaque extension type")
+    words = pa.dictionary(pa.int8(), pa.string())
+    table = pa.Table.from_pandas(frame(setup["codes"], n=3), preserve_index=False)
+    stored = pa.array(["x", "SECRET", "z"], words)
+    opaque = pa.ExtensionArray.from_storage(pa.opaque(words, "t", "v"), stored)
+    for i, values in enumerate([opaque, pa.StructArray.from_arrays([opaque], ["inner"])]):
+        src, out = tmp_path / f"in{i}.parquet", tmp_path / f"out{i}.parquet"
+        pq.write_table(table.append_column("note", values), src)
+        run = spawn(setup, src, out, "--on-error", "null", stderr=subprocess.PIPE, text=True)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 3, err
+        assert "column 4 has an Arrow extension type stored dictionary-encoded" in err
+        assert "SECRET" not in err and names(tmp_path) == sorted(
+            [f"in{j}.parquet" for j in range(i + 1)]
+        )

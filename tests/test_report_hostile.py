@@ -142,7 +142,6 @@ def test_control_and_direction_characters_in_a_manifest_are_shown_as_visible_esc
         output={"path": f"dir/records_{hidden}vsc.exe", "format": "csv", "sha256": "ab" * 32,
                 "rows": 12},
         key_fingerprint=f"fp{hidden}",
-        created=f"2026{hidden}",
         library_version=f"0.1{hidden}",
     )  # fmt: skip
     facts = read_manifest(path)
@@ -169,7 +168,7 @@ def test_a_lone_surrogate_in_a_manifest_does_not_break_the_page(geo, tmp_path, g
     the report failed with a traceback."""
     path = tmp_path / "m.json"
     path.write_text(
-        json.dumps(manifest_data(geo, created="x")).replace('"x"', '"2026\\ud800"'),
+        json.dumps(manifest_data(geo, library_version="x")).replace('"x"', '"2026\\ud800"'),
         encoding="utf-8",
     )
     out = tmp_path / "r.html"

@@ -264,13 +264,22 @@ def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
     deep nesting gave a traceback."""
     for bad, match in (
         ({"output_stability_version": "99"}, "another output-stability version"),
-        ({"output_stability_version": None}, "another output-stability version"),
+        ({"output_stability_version": None}, "output_stability_version is not text"),
+        ({"output_stability_version": 1}, "output_stability_version is not text"),
+        ({"output": {"path": "a.csv", "format": "csv", "sha256": "SECRET-not-hex", "rows": 5}},
+         "output.sha256 is not a SHA-256"),
+        ({"graph": {"sha256": "AB" * 32}}, "graph.sha256 is not a SHA-256"),
+        ({"created": "yesterday"}, "created is not a date and time"),
         ({"format_version": 2.0}, "unknown manifest format version"),
         ({"output": {"path": "a.csv", "format": "csv", "sha256": "ab" * 32, "rows": -5}},
          "output.rows is negative"),
     ):  # fmt: skip
         with pytest.raises(InvalidParameterError, match=match):
             read_manifest(_manifest(geo, tmp_path, **bad))
+    spaced = read_manifest(_manifest(geo, tmp_path, epsilon=" 1.20 "))
+    assert spaced.epsilon == "1.2"  # shown as the release would have written it
+    with pytest.raises(InvalidParameterError, match="NUL character"):
+        read_manifest(str(tmp_path / "a\x00b"))
     path = tmp_path / "hostile.json"
     for text in ('{"radius": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000):
         path.write_text(text)

@@ -45,6 +45,8 @@ def open_regular_file(
         raise error(f"{what} is a directory, not a file") from None
     except OSError as exc:
         raise error(f"cannot read {what}: {exc.strerror or type(exc).__name__}") from None
+    except ValueError:  # (Python's "embedded null byte": no file can have such a name)
+        raise error(f"{what}'s path holds a NUL character: no file has such a name") from None
     mode = os.fstat(fd).st_mode  # of the file opened, not of whatever the name is now
     if not stat.S_ISREG(mode):
         os.close(fd)

@@ -5,7 +5,9 @@ file carried them: the integer 42 from Parquet and the text " 42" from CSV both 
 Rules (docs/spec.md, "Subject identifiers"):
 
 * integers (including numpy integers, and floats that hold an exact integer below 2^53, as
-  pandas makes of an integer column with gaps) become their decimal text;
+  pandas makes of an integer column with gaps, judged exactly: a Fraction or a long double
+  that is not an integer is refused, never rounded to one) become their decimal text; a
+  subclass of int or str is read as the plain value it holds;
 * text is Unicode NFC-normalised and stripped of surrounding whitespace; text that cannot be
   encoded as UTF-8 (a lone surrogate, as a file name decoded with ``surrogateescape`` may hold)
   is refused;
@@ -22,43 +24,63 @@ import unicodedata
 
 def canonical_subject_id(value: object) -> str:
     """Canonical identifier text; raises ``ValueError`` (without echoing the value)."""
+    try:
+        return _canonical(value)
+    except _Refused:
+        raise
+    except Exception:
+        # Whatever an odd type's own methods raise (its words may quote the value).
+        raise _Refused("identifier has an unsupported type") from None
+
+
+class _Refused(ValueError):
+    """A refusal in this module's own words, which quote nothing of the value."""
+
+
+def _canonical(value: object) -> str:
     if isinstance(value, bool) or value is None:
-        raise ValueError("missing or boolean identifier")
+        raise _Refused("missing or boolean identifier")
     if getattr(getattr(value, "dtype", None), "kind", None) in ("m", "M"):
         # numpy files a timedelta64 under its integers; it is a duration, not an integer.
-        raise ValueError("identifier is a date, time or duration")
+        raise _Refused("identifier is a date, time or duration")
+    # A subclass of int or str is read as the plain value it holds: its own methods (an
+    # overridden strip, __int__ or __str__) neither decide the canonical form nor raise here.
+    if isinstance(value, int):
+        value = int.__int__(value)
+    elif isinstance(value, str):
+        value = str.__str__(value)
     if isinstance(value, numbers.Integral):
         try:
             return str(int(value))
         except ValueError:  # past Python's limit on digits (sys.set_int_max_str_digits)
-            raise ValueError("identifier is an integer of too many digits to write") from None
-        except TypeError:  # an Integral that int() refuses
-            raise ValueError("identifier has an unsupported type") from None
+            raise _Refused("identifier is an integer of too many digits to write") from None
     if isinstance(value, numbers.Real):
         try:
             as_float = float(value)
         except OverflowError:  # (a Fraction): past any float, so never exact as one
-            raise ValueError(
-                "identifier is a floating-point number too large to be exact"
-            ) from None
+            raise _Refused("identifier is a floating-point number too large to be exact") from None
         if math.isnan(as_float):
-            raise ValueError("missing identifier")
-        if not math.isfinite(as_float) or as_float != math.floor(as_float):
-            raise ValueError("identifier is a non-integral number")
+            raise _Refused("missing identifier")
+        if not math.isfinite(as_float):
+            raise _Refused("identifier is a non-integral number")
         if abs(as_float) >= 2**53:
             # Above 2^53 a float no longer holds every integer: two people could merge.
-            raise ValueError("identifier is a floating-point number too large to be exact")
+            raise _Refused("identifier is a floating-point number too large to be exact")
+        # Exact comparisons: float() rounds a Fraction or a long double (1 + 2^-60 became 1),
+        # and two people must not merge by rounding.
+        if value != as_float or as_float != math.floor(as_float):
+            raise _Refused("identifier is a non-integral number")
         return str(int(as_float))
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             # The codec's own message quotes the offending character: never pass it on.
-            raise ValueError(
+            raise _Refused(
                 "identifier is not valid Unicode text (it holds a lone surrogate)"
             ) from None
         text = unicodedata.normalize("NFC", value).strip()
         if not text:
-            raise ValueError("blank identifier")
+            raise _Refused("blank identifier")
         return text
-    raise ValueError("identifier has an unsupported type")
+    raise _Refused("identifier has an unsupported type")

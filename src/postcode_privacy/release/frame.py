@@ -169,6 +169,29 @@ def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
                     f'{where} {what}, and rows cannot be left out of it (on_error="drop"); '
                     f"{remedy} and release again"
                 )
+        if _extension_storage_untakeable(dtype.pyarrow_dtype):
+            raise InputDataError(
+                f"{where} holds an Arrow extension type stored as a dictionary, run-end "
+                'encoded array or view, and rows cannot be left out of it (on_error="drop"); '
+                "store its plain values and release again"
+            )
+
+
+def _extension_storage_untakeable(kind) -> bool:
+    """Whether an extension type within ``kind`` is stored in a form that rows cannot be
+    cleanly left out of (a dictionary, which cannot be encoded afresh inside it; run ends;
+    a view): the checks above look through every other type, but not into an extension's
+    storage."""
+    import pyarrow as pa
+
+    from .tables import _types_within, _without_dictionaries, _without_run_ends, _without_views
+
+    forms = (_without_dictionaries, _without_run_ends, _without_views, _without_list_views)
+    return any(
+        isinstance(t, pa.BaseExtensionType)
+        and any(plain(t.storage_type) != t.storage_type for plain in forms)
+        for t in _types_within(kind)
+    )
 
 
 def _without_list_views(kind):
@@ -263,18 +286,32 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
     return result
 
 
-def _refuse_dropped_fill_value(column: pd.Series, source: pd.Series, label: str) -> None:
-    """A sparse column's fill value is part of its dtype: refuse one that only left-out rows
-    held, as a category would be removed (the dtype cannot lose it without changing type)."""
-    dtype = column.dtype
-    assert isinstance(dtype, pd.SparseDtype)  # (the caller's test)
-    fill = dtype.fill_value
-    if not pd.isna(fill) and any(fill == value for value in _only_dropped(source, column)):
+def _refuse_dropped_fill_value(kept, source, label: str) -> None:
+    """A sparse column's or index's fill value is part of its dtype: refuse one that only
+    left-out rows held, as such a category would be removed (the dtype cannot lose it
+    without changing type).  ``kept`` and ``source`` are the released and the input values."""
+    if _holds_fill_value(source, if_unsure=True) and not _holds_fill_value(kept, if_unsure=False):
         raise InputDataError(
             f"{label} is sparse, and its fill value is held only by records left out "
             '(on_error="drop"), so the release\'s dtype would still hold it; make it dense '
             "(.sparse.to_dense()) or choose another fill value, and release again"
         )
+
+
+def _holds_fill_value(values, *, if_unsure: bool) -> bool:
+    """Whether a row of the sparse ``values`` holds its fill value: a row stored as the fill
+    (not among the stored points), or a stored value equal to it.  Compared without hashing
+    (a cell may be a dict); ``if_unsure`` answers when a comparison raises."""
+    array = pd.array(values)
+    fill = array.dtype.fill_value
+    if pd.isna(fill):
+        return False  # a missing value is no record's value
+    if array.sp_index.npoints < len(array):
+        return True
+    try:
+        return bool(np.any(np.asarray(array.sp_values, dtype=object) == fill))
+    except Exception:
+        return if_unsure
 
 
 def _only_dropped(before, after) -> list:
@@ -292,6 +329,10 @@ def _index_without_dropped_labels(index: pd.Index, source: pd.Index) -> pd.Index
         levels: list[Any] = []
         codes: list[Any] = []
         for i in range(index.nlevels):
+            if isinstance(index.levels[i].dtype, pd.SparseDtype):
+                _refuse_dropped_fill_value(
+                    index.get_level_values(i), source.get_level_values(i), f"index level {i + 1}"
+                )
             gone = _only_dropped(source.get_level_values(i), index.get_level_values(i))
             level, code = _level_without(index.levels[i], np.asarray(index.codes[i]), gone)
             if gone:
@@ -299,6 +340,8 @@ def _index_without_dropped_labels(index: pd.Index, source: pd.Index) -> pd.Index
             levels.append(level)
             codes.append(code)
         return pd.MultiIndex(levels=levels, codes=codes, names=index.names, verify_integrity=False)
+    if isinstance(index.dtype, pd.SparseDtype):
+        _refuse_dropped_fill_value(index, source, "the index")
     if isinstance(index, pd.CategoricalIndex):
         gone = _only_dropped(source, index)
         return index.set_categories(_categories_without(index.categories, gone)) if gone else index

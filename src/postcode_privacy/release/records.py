@@ -113,8 +113,8 @@ def _is_missing(value: object) -> bool:
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         try:
             return math.isnan(float(value))
-        except OverflowError:  # a Fraction too large for a float: a number, not missing
-            return False
+        except Exception:  # (a Fraction too large for a float, an odd type's own error): a
+            return False  # number, not missing, and judged by ``canonical_subject_id``
     return False
 
 
@@ -125,7 +125,7 @@ def _identifier(value: object) -> tuple[str | None, str | None, str]:
     try:
         return canonical_subject_id(value), None, ""
     except ValueError as exc:
-        if isinstance(value, str) and not value.strip():
+        if isinstance(value, str) and not str.strip(value):  # (not a subclass's own strip)
             return None, "missing_identifier", "blank identifier"
         return None, "invalid_identifier", str(exc)
 

@@ -336,6 +336,7 @@ class TableReader:
             # an ordinary column here (module docstring).
             self.metadata_indexes = _range_index_names(handle.schema_arrow.metadata)
             schema = handle.schema_arrow.remove_metadata()
+            _refuse_dictionaries_in_extensions(schema)
             self.num_rows = int(handle.metadata.num_rows)
         finally:
             handle.close()
@@ -940,6 +941,18 @@ class _ParquetWriter:
             pass
 
 
+def _refuse_dictionaries_in_extensions(schema) -> None:
+    """Refuse, by position and before any row is read, a Parquet column whose extension type
+    is stored dictionary-encoded (:func:`dictionary_in_extension`)."""
+    for position, field in enumerate(schema, start=1):
+        if dictionary_in_extension(field.type):
+            raise InputDataError(
+                f"column {position} has an Arrow extension type stored dictionary-encoded, "
+                "which cannot be read safely (pyarrow aborts) nor its dictionary rewritten; "
+                "store its plain values and release again"
+            )
+
+
 def _dictionaries_of_their_own(table, labels: list[str]):
     """``table`` (one row group) with every dictionary, top-level or nested in a struct, list
     or map, encoded afresh from the values of these rows: a dictionary read from the input
@@ -1031,6 +1044,39 @@ def _replaced_within(kind, replace):
     if getattr(types, "is_run_end_encoded", lambda _: False)(kind):
         return pa.run_end_encoded(kind.run_end_type, _replaced_within(kind.value_type, replace))
     return kind
+
+
+def _types_within(kind):
+    """``kind`` and every type nested in it, an extension type's storage included (which
+    ``_replaced_within`` cannot rebuild, and so does not enter)."""
+    import pyarrow as pa
+
+    yield kind
+    if isinstance(kind, pa.BaseExtensionType):
+        yield from _types_within(kind.storage_type)
+    elif pa.types.is_dictionary(kind):
+        yield from _types_within(kind.value_type)
+    elif getattr(pa.types, "is_run_end_encoded", lambda _: False)(kind):
+        yield from _types_within(kind.value_type)
+    elif pa.types.is_map(kind):
+        yield from _types_within(kind.key_type)
+        yield from _types_within(kind.item_type)
+    else:
+        for i in range(getattr(kind, "num_fields", 0)):  # struct, list kinds, union
+            yield from _types_within(kind.field(i).type)
+
+
+def dictionary_in_extension(kind) -> bool:
+    """Whether an extension type within ``kind`` is stored as a dictionary (or holds one):
+    its dictionary cannot be encoded afresh, and pyarrow aborts the process (a failed C++
+    check, no exception) reading such a column of a Parquet file."""
+    import pyarrow as pa
+
+    return any(
+        isinstance(t, pa.BaseExtensionType)
+        and _without_dictionaries(t.storage_type) != t.storage_type
+        for t in _types_within(kind)
+    )
 
 
 def _ordered_afresh(column, values):

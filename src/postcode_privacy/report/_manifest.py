@@ -15,7 +15,9 @@ or a terminal show something other than what it holds.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+import re
 from dataclasses import dataclass
 
 from .._input_files import MIB, parse_json, read_small_file, visible_text
@@ -65,6 +67,28 @@ def _field(data: dict, *path: str, kind: type):
     return value
 
 
+def _sha256_field(data: dict, *path: str) -> str:
+    """A SHA-256 as a release writes it: 64 lowercase hexadecimal digits."""
+    value = _field(data, *path, kind=str)
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise InvalidParameterError(
+            f"the manifest field {'.'.join(path)} is not a SHA-256 (64 hexadecimal digits)"
+        )
+    return value
+
+
+def _moment_field(data: dict, *path: str) -> str:
+    """A time as a release writes it: ISO 8601 (``2026-01-02T03:04:05+00:00``)."""
+    value = _field(data, *path, kind=str)
+    try:
+        _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidParameterError(
+            f"the manifest field {'.'.join(path)} is not a date and time (ISO 8601)"
+        ) from None
+    return value
+
+
 def _refuse_kept_source_postcodes(data: dict) -> None:
     """An output written with ``--keep-source-postcode`` holds the true postcodes: it is not a
     release, and a report (which describes a release to publish) must not present it as one
@@ -101,13 +125,13 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     epsilon, radius = _field(data, "epsilon", kind=str), _field(data, "radius", kind=int)
     # Checked here, so that a bad value is blamed on the manifest, not on --epsilon or --radius.
     try:
-        parse_epsilon(epsilon)
+        epsilon = parse_epsilon(epsilon).text  # shown as the release wrote it: " 1.20" is 1.2
     except InvalidParameterError:
         raise InvalidParameterError("the manifest's epsilon is not a valid epsilon") from None
     if not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"the manifest's radius is not from 1 to {MAX_RADIUS}")
-    stability = _field(data, "output_stability_version", kind=object)
-    if isinstance(stability, bool) or str(stability) != OUTPUT_STABILITY_VERSION:
+    stability = _field(data, "output_stability_version", kind=str)
+    if stability != OUTPUT_STABILITY_VERSION:
         raise InvalidParameterError(
             "the release was drawn under another output-stability version than this "
             f"postcode-privacy's ({OUTPUT_STABILITY_VERSION}): this report would not describe it"
@@ -118,12 +142,12 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     return ReleaseFacts(
         epsilon=epsilon,
         radius=radius,
-        graph_sha256=_field(data, "graph", "sha256", kind=str),
+        graph_sha256=_sha256_field(data, "graph", "sha256"),
         key_fingerprint=_field(data, "key_fingerprint", kind=str),
         output_name=os.path.basename(_field(data, "output", "path", kind=str)),
         output_rows=_field(data, "output", "rows", kind=int),
-        output_sha256=_field(data, "output", "sha256", kind=str),
-        created=_field(data, "created", kind=str),
+        output_sha256=_sha256_field(data, "output", "sha256"),
+        created=_moment_field(data, "created"),
         library_version=_field(data, "library_version", kind=str),
         output_stability_version=OUTPUT_STABILITY_VERSION,
         format_version=int(version),
