@@ -219,41 +219,33 @@ def test_the_command_line_starts_without_numpy_and_a_stop_while_it_loads_is_hand
         check=True,
     )
     assert light.stdout.strip() == "[]"
-    stopped_while_loading = (
-        "import sys\n"
+    run = _console_script_stopped_while_loading("raise KeyboardInterrupt")
+    assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr
+
+
+def _console_script_stopped_while_loading(stop: str):
+    """Run the console script's entry point with ``stop`` (a statement) done the moment it
+    imports the commands (``postcode_privacy.cli``)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys\n"
         "class Stop:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'postcode_privacy.cli':\n"
-        "            raise KeyboardInterrupt\n"
+        f"            {stop}\n"
         "sys.meta_path.insert(0, Stop())\n"
         "from postcode_privacy._start import entry_point\n"
         "entry_point()\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", stopped_while_loading], capture_output=True, text=True
-    )
-    assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
 
 
 def test_a_sigterm_while_the_command_line_loads_is_reported_as_a_stop():
     """Python's own SIGTERM action ended the process with no word (status -15) while the
     commands loaded; the guard handles it as Ctrl-C, as every command does once loaded."""
-    import subprocess
-    import sys
-
-    terminated_while_loading = (
-        "import os, signal, sys\n"
-        "class Term:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'postcode_privacy.cli':\n"
-        "            os.kill(os.getpid(), signal.SIGTERM)\n"
-        "sys.meta_path.insert(0, Term())\n"
-        "from postcode_privacy._start import entry_point\n"
-        "entry_point()\n"
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", terminated_while_loading], capture_output=True, text=True
-    )
+    run = _console_script_stopped_while_loading("os.kill(os.getpid(), signal.SIGTERM)")
     assert run.returncode == 130 and run.stderr == "interrupted\n", run.stderr
 
 
