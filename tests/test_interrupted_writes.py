@@ -285,3 +285,84 @@ def test_a_stop_while_numba_compiles_lands_after_the_compilation():
         numba_events.unregister("numba:run_pass", listener)
     assert sent and len(twice.overloads) == 1  # compiled whole before the stop landed
     assert twice(21) == 42
+
+
+def _then_signal(real):
+    """``real``, followed by a SIGINT the moment it returns (as if Ctrl-C landed there)."""
+    import signal
+
+    def wrapped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+        return result
+
+    return wrapped
+
+
+def test_a_stop_as_a_temporary_file_or_the_lock_is_made_leaves_neither(tmp_path, monkeypatch):
+    """A stop between a file's creation and its registration with the claim (a few bytecodes)
+    left a hidden .tmp file or the .lock file behind."""
+    from postcode_privacy import atomic
+
+    out = tmp_path / "o.csv"
+    monkeypatch.setattr(atomic.OutputClaim, "_lock", _then_signal(atomic.OutputClaim._lock))
+    with pytest.raises(KeyboardInterrupt), atomic.OutputClaim([out]):
+        pass
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    monkeypatch.setattr(atomic, "TempFile", _then_signal(atomic.TempFile))
+    with pytest.raises(KeyboardInterrupt), atomic.OutputClaim([out]) as claim:
+        claim.temp(out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_as_a_ledger_file_is_made_leaves_none(tmp_path, monkeypatch):
+    import postcode_privacy.ledger.ledger as ledger_module
+    from postcode_privacy.ledger import Ledger
+
+    monkeypatch.setattr(ledger_module, "open_store", _then_signal(ledger_module.open_store))
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.create(str(tmp_path / "l.sqlite"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["keygen", "ledger"])
+def test_a_stop_once_a_key_or_ledger_is_written_says_it_is_complete(
+    command, tmp_path, monkeypatch, capsys
+):
+    """keygen and ledger init said only "interrupted" (nothing was written) when the stop came
+    as the closing lines were printed, and a retry was then refused: the files existed."""
+    import postcode_privacy.keyfile as keyfile
+    from postcode_privacy.cli import main
+    from postcode_privacy.ledger.stores import SqliteStore
+
+    if command == "keygen":
+        monkeypatch.setattr(keyfile, "write_key_file", _then_signal(keyfile.write_key_file))
+        argv, written = ["keygen", "-o", str(tmp_path / "k.key")], ["k.key"]
+    else:
+        monkeypatch.setattr(SqliteStore, "publish", _then_signal(SqliteStore.publish))
+        argv, written = ["ledger", "init", str(tmp_path / "l.sqlite")], ["l.sqlite", "l.sqlite.key"]
+    assert main(argv) == 130
+    assert "complete and in place" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+
+
+def test_a_stop_as_the_compile_hold_begins_leaves_the_hold_usable(monkeypatch):
+    """A stop landing as the hold began counted a hold that was never in place, so a process
+    that caught the KeyboardInterrupt and went on held no stop during any later compilation."""
+    from postcode_privacy import _numba
+
+    class Stopped:
+        def __enter__(self):
+            raise KeyboardInterrupt
+
+    listener = _numba._StopsHeldWhileCompiling()
+    monkeypatch.setattr(_numba, "signals_deferred", Stopped)
+    with pytest.raises(KeyboardInterrupt):
+        listener.on_start(None)
+    monkeypatch.undo()
+    assert listener._depth == 0 and listener._held is None
+    listener.on_start(None)
+    assert listener._depth == 1 and listener._held is not None
+    listener.on_end(None)
+    assert listener._depth == 0 and listener._held is None

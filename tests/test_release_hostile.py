@@ -1208,6 +1208,7 @@ def test_sigterm_stops_every_command_as_ctrl_c_does(tmp_path, monkeypatch, capsy
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+@pytest.mark.slow  # two command-line processes
 def test_a_parquet_column_of_an_extension_type_stored_as_a_dictionary_is_refused(setup, tmp_path):
     """pyarrow aborts the process reading such a column (a failed C++ check, exit 134), which
     left the run's temporary and lock files behind: it is refused by position before any row

@@ -74,8 +74,23 @@ def no_children_left():
 # -- output equality ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["csv", "parquet"])
-@pytest.mark.parametrize("on_error", ["error", "null", "drop"])
+@pytest.mark.parametrize(
+    "fmt, on_error",
+    [
+        ("csv", "error"),
+        ("parquet", "drop"),
+        # The other four pairs take a second each: the full suite runs them.
+        *(
+            pytest.param(fmt, on_error, marks=pytest.mark.slow)
+            for fmt, on_error in [
+                ("csv", "null"),
+                ("csv", "drop"),
+                ("parquet", "error"),
+                ("parquet", "null"),
+            ]
+        ),
+    ],
+)
 def test_release_is_the_same_whatever_chunks_and_workers(
     grid, tmp_path, monkeypatch, fmt, on_error
 ):

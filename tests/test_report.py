@@ -326,6 +326,7 @@ def test_bounds_in_the_report_are_rounded_up_never_down():
     assert str(number_up(_exp_upper(Decimal(1000)))) == "more than 10<sup>307</sup>"
 
 
+@pytest.mark.slow  # builds reports at many epsilons: over 2 s
 def test_the_jsons_largest_ratios_are_never_below_e_to_the_eps_h(geo):
     """``max_ratio`` in the report's JSON is a float for readers: it is the float at or above
     the exact upper bound, never math.exp's nearest (2.718281828459045 < e)."""

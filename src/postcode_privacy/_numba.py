@@ -35,10 +35,13 @@ class _StopsHeldWhileCompiling(numba_events.Listener):
     def on_start(self, event) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # (signals are handled in the main thread only)
+        if self._depth == 0:
+            # The hold first, then the count: a stop landing before the hold is in place
+            # leaves neither changed (the count must never say a hold is in place that is not).
+            held = signals_deferred()
+            held.__enter__()
+            self._held = held
         self._depth += 1
-        if self._depth == 1:
-            self._held = signals_deferred()
-            self._held.__enter__()
 
     def on_end(self, event) -> None:
         if threading.current_thread() is not threading.main_thread() or self._depth == 0:

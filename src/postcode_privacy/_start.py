@@ -26,11 +26,12 @@ def entry_point() -> None:
             signal.signal(stop, stop_once)
     try:
         from .cli import entry_point as run_command_line
+
+        # ``stop_once`` stays in place: it is the handler the commands install (``cli``),
+        # and a stop in the few steps before they take over is caught here.
+        run_command_line()
     except KeyboardInterrupt:
         for stop in defaults:  # the process is ending: a second Ctrl-C must not cut it short
             signal.signal(stop, signal.SIG_IGN)
         sys.stderr.write("interrupted\n")
         raise SystemExit(_EXIT_INTERRUPTED) from None
-    for stop, handler in previous.items():  # the commands install their own (``cli``)
-        signal.signal(stop, handler)
-    run_command_line()

@@ -395,8 +395,11 @@ class OutputClaim:
     def __enter__(self) -> OutputClaim:
         self._check_names()
         self._check_existing()
-        self._lock()
         try:
+            # Held while the lock file is made and recorded (``_lock_fd``): a stop in between
+            # would leave it behind; delivered inside this ``try``, it is removed.
+            with signals_deferred():
+                self._lock()
             self._check_existing()  # again, now that no cooperating run can interfere
         except BaseException:
             self._unlock()
@@ -405,13 +408,15 @@ class OutputClaim:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._token is not None:
-            _CLAIMS.reset(self._token)
-            self._token = None
-        for temp in self._temps.values():
-            temp.discard()
-        self._temps.clear()
-        self._unlock()
+        # Held: a stop part-way through the clean-up would leave the rest of it undone.
+        with signals_deferred():
+            if self._token is not None:
+                _CLAIMS.reset(self._token)
+                self._token = None
+            for temp in self._temps.values():
+                temp.discard()
+            self._temps.clear()
+            self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is None:
@@ -431,8 +436,11 @@ class OutputClaim:
             raise ValueError("not a claimed output")
         if target in self._temps:
             raise ValueError("a temporary file for this output is already open")
-        temp = TempFile(target, private=private)
-        self._temps[target] = temp
+        # Held from the file's creation until it is registered, so that leaving the claim
+        # (``__exit__``) removes it whenever a stop lands.
+        with signals_deferred():
+            temp = TempFile(target, private=private)
+            self._temps[target] = temp
         return temp
 
     def commit(self) -> None:

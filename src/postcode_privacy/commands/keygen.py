@@ -26,10 +26,16 @@ def keygen_command(output: str) -> None:
     which manifests record in place of the key.  A key is exactly 32 bytes; a key file that
     group or others can read is refused.
     """
+    from .._interrupts import note_files_in_place
+    from ..atomic import signals_deferred
     from ..keyfile import write_key_file
     from ..mechanism import Key
 
     key = Key.generate()
-    write_key_file(key, output)
+    # A stop once the key is written must say so, not "interrupted" (which says nothing was
+    # written): held until that is noted.
+    with signals_deferred():
+        write_key_file(key, output)
+        note_files_in_place()
     click.echo(f"wrote a new key to {click.format_filename(output)}")
     click.echo(f"fingerprint: {key.fingerprint}")

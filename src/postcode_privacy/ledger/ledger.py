@@ -12,6 +12,8 @@ from pathlib import Path
 
 from .._digest import sha256_of_file
 from .._input_files import MIB, parse_json, read_small_file
+from .._interrupts import note_files_in_place
+from ..atomic import signals_deferred
 from ..errors import InvalidParameterError, KeyFileError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key
@@ -104,8 +106,12 @@ class Ledger:
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
-        store = open_store(location, create=True)
+        store = None
         try:
+            # A SQLite ledger's file is made at once: a stop just after would leave it, so it
+            # is held until ``store`` is set (a server's connection may wait: not held).
+            with contextlib.nullcontext() if is_url(location) else signals_deferred():
+                store = open_store(location, create=True)
             write_key_file(secret, path)
             with store.write():
                 store.create_schema()
@@ -120,8 +126,14 @@ class Ledger:
                     ],
                 )
             if isinstance(store, SqliteStore):
-                store.publish()
+                # A stop once the ledger is at its path must say that it and its key are
+                # complete (``cli``), not "interrupted": held until that is noted.
+                with signals_deferred():
+                    store.publish()
+                    note_files_in_place()
         except BaseException as exc:
+            if store is None:
+                raise
             # A key without its ledger would only block the next try; but once the ledger is
             # at its path (even if an interrupt came just after its link) its key stays:
             # deleting it would leave a ledger nothing can open.

@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..atomic import refuse_directory_path
+from ..atomic import refuse_directory_path, signals_deferred
 from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerError, LedgerSurroundingsError
 
@@ -678,11 +678,17 @@ class SqliteStore(Store):
         # database's mode): a chmod after connecting would leave a moment in which
         # another user could open the file and keep reading it.
         try:
-            os.close(os.open(self.building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            # A stop between the creation and the ``try`` below would leave the empty file:
+            # held until the clean-up is armed, then delivered.
+            with signals_deferred():
+                os.close(os.open(self.building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except OSError as exc:
             raise LedgerError(
                 f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
             ) from None
+        except BaseException:
+            self.discard()
+            raise
         try:
             with self._surroundings("create"):
                 # The rollback journal while building: nothing but the database file is
@@ -716,9 +722,12 @@ class SqliteStore(Store):
             raise LedgerError(
                 f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
             ) from None
-        built, self.building, self.published = self.building, None, True
-        with contextlib.suppress(OSError):
-            os.unlink(built)
+        # Held: a stop between the bookkeeping and the unlink would leave the built file as
+        # a second name of the live ledger (which ``ledger show`` then refuses).
+        with signals_deferred():
+            built, self.building, self.published = self.building, None, True
+            with contextlib.suppress(OSError):
+                os.unlink(built)
         from ..atomic import fsync_directory
 
         fsync_directory(os.path.dirname(os.path.abspath(self.location)))
