@@ -366,3 +366,69 @@ def test_a_stop_as_the_compile_hold_begins_leaves_the_hold_usable(monkeypatch):
     assert listener._depth == 1 and listener._held is not None
     listener.on_end(None)
     assert listener._depth == 0 and listener._held is None
+
+
+def test_a_stop_as_the_claim_is_recorded_or_as_its_clean_up_begins_leaves_no_lock(
+    tmp_path, monkeypatch
+):
+    """A stop after the lock was taken but before ``__enter__`` returned (so before the
+    ``with`` armed ``__exit__``), or one before ``__exit__``'s hold was in place, left the
+    .lock file behind."""
+    from postcode_privacy import atomic
+
+    out = tmp_path / "o.csv"
+    real_claims = atomic._CLAIMS
+
+    class SignalOnSet:
+        def get(self):
+            return real_claims.get()
+
+        def set(self, value):
+            return _then_signal(real_claims.set)(value)
+
+        def reset(self, token):
+            return real_claims.reset(token)
+
+    monkeypatch.setattr(atomic, "_CLAIMS", SignalOnSet())
+    with pytest.raises(KeyboardInterrupt), atomic.OutputClaim([out]):
+        pass
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+
+    class Stopped:
+        def __enter__(self):
+            raise KeyboardInterrupt
+
+        def __exit__(self, *exc):
+            return False
+
+    claim = atomic.OutputClaim([out])
+    claim.__enter__()
+    claim.temp(out)
+    monkeypatch.setattr(atomic, "signals_deferred", Stopped)
+    with pytest.raises(KeyboardInterrupt):
+        claim.__exit__(None, None, None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_after_the_command_finished_says_its_files_are_complete():
+    """A stop while the finished command flushed its output reached the start-up guard, which
+    said only "interrupted" (nothing was written) though every file was in place."""
+    import subprocess
+    import sys
+
+    script = (
+        "import postcode_privacy.cli as cli\n"
+        "from postcode_privacy._interrupts import note_files_in_place\n"
+        "def finished_then_stopped():\n"
+        "    note_files_in_place()\n"
+        "    raise KeyboardInterrupt\n"
+        "cli.entry_point = finished_then_stopped\n"
+        "from postcode_privacy._start import entry_point\n"
+        "entry_point()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 130
+    assert run.stderr == (
+        "interrupted after the files were written: they are complete and in place\n"
+    )

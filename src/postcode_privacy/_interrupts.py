@@ -27,6 +27,7 @@ __all__ = [
     "note_files_in_place",
     "note_stop",
     "files_were_in_place",
+    "stop_message",
     "stop_once",
 ]
 
@@ -44,6 +45,13 @@ def note_files_in_place() -> None:
 
 def files_were_in_place() -> bool:
     return bool(_in_place)
+
+
+def stop_message() -> str:
+    """What a stopped command says: whether its files were already complete."""
+    if files_were_in_place():  # (the stop came after the last rename: nothing was lost)
+        return "interrupted after the files were written: they are complete and in place"
+    return "interrupted"
 
 
 def note_stop() -> None:

@@ -13,18 +13,17 @@ from __future__ import annotations
 import signal
 import sys
 
-from ._interrupts import stop_once
+from ._interrupts import stop_message, stop_once
 
 _EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
 
 
 def entry_point() -> None:
     defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    previous = {stop: signal.getsignal(stop) for stop in defaults}
-    for stop, default in defaults.items():
-        if previous[stop] is default:  # (one the caller set is kept)
-            signal.signal(stop, stop_once)
     try:
+        for stop, default in defaults.items():
+            if signal.getsignal(stop) is default:  # (one the caller set is kept)
+                signal.signal(stop, stop_once)
         from .cli import entry_point as run_command_line
 
         # ``stop_once`` stays in place: it is the handler the commands install (``cli``),
@@ -33,5 +32,7 @@ def entry_point() -> None:
     except KeyboardInterrupt:
         for stop in defaults:  # the process is ending: a second Ctrl-C must not cut it short
             signal.signal(stop, signal.SIG_IGN)
-        sys.stderr.write("interrupted\n")
+        # (after the command's own handling, e.g. while its closing lines are flushed: its
+        # files may be complete, and then it says so)
+        sys.stderr.write(stop_message() + "\n")
         raise SystemExit(_EXIT_INTERRUPTED) from None

@@ -396,27 +396,35 @@ class OutputClaim:
         self._check_names()
         self._check_existing()
         try:
-            # Held while the lock file is made and recorded (``_lock_fd``): a stop in between
-            # would leave it behind; delivered inside this ``try``, it is removed.
+            # Held from the lock file's creation until the claim is recorded: a stop in
+            # between would leave the lock behind, as ``__exit__`` runs only once this
+            # returns; delivered inside this ``try``, it is removed.
             with signals_deferred():
                 self._lock()
-            self._check_existing()  # again, now that no cooperating run can interfere
+                self._check_existing()  # again, now that no cooperating run can interfere
+                self._token = _CLAIMS.set(_CLAIMS.get() + (self,))
         except BaseException:
-            self._unlock()
+            self._clean_up()
             raise
-        self._token = _CLAIMS.set(_CLAIMS.get() + (self,))
         return self
 
     def __exit__(self, *exc) -> None:
-        # Held: a stop part-way through the clean-up would leave the rest of it undone.
-        with signals_deferred():
-            if self._token is not None:
-                _CLAIMS.reset(self._token)
-                self._token = None
-            for temp in self._temps.values():
-                temp.discard()
-            self._temps.clear()
-            self._unlock()
+        try:
+            # Held: a stop part-way through the clean-up would leave the rest of it undone.
+            with signals_deferred():
+                self._clean_up()
+        except BaseException:
+            self._clean_up()  # (a stop that came before the hold; doing it twice is harmless)
+            raise
+
+    def _clean_up(self) -> None:
+        if self._token is not None:
+            _CLAIMS.reset(self._token)
+            self._token = None
+        for temp in self._temps.values():
+            temp.discard()
+        self._temps.clear()
+        self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is None:

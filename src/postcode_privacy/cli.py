@@ -14,7 +14,7 @@ import threading
 import click
 
 from . import errors
-from ._interrupts import files_were_in_place, first_stop_signal_only
+from ._interrupts import first_stop_signal_only, stop_message
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
 # Documented in docs/cli.md.  Order matters: the first matching class wins.
@@ -110,13 +110,7 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _interrupted() -> int:
-    if files_were_in_place():  # (the stop came after the last rename: nothing was lost)
-        click.echo(
-            "interrupted after the files were written: they are complete and in place",
-            err=True,
-        )
-    else:
-        click.echo("interrupted", err=True)
+    click.echo(stop_message(), err=True)
     return EXIT_INTERRUPTED
 
 
