@@ -737,3 +737,39 @@ def test_a_postgresql_role_without_privileges_is_told_so(postgres, files, capsys
     err = quiet_error(capsys)
     assert "lacks a privilege the ledger needs on its tables" in err and "42501" in err
     assert not any(files.glob("out.csv*"))
+
+
+@pytest.mark.slow  # starts a PostgreSQL server
+def test_a_postgresql_init_stopped_after_its_commit_keeps_the_key(tmp_path, monkeypatch, postgres):
+    """A stop after the schema transaction committed deleted the key of the ledger it had
+    just made (only a SQLite ledger was checked for being in place): a ledger nothing could
+    open.  One before the commit still leaves neither."""
+
+    from postcode_privacy.ledger.stores import PostgresStore
+
+    real_write = PostgresStore.write
+
+    @contextlib.contextmanager
+    def write_then_stop(self):
+        with real_write(self):
+            yield
+        raise KeyboardInterrupt  # the transaction is committed
+
+    url, key = postgres.new_database(), tmp_path / "secret.key"
+    monkeypatch.setattr(PostgresStore, "write", write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.init(url, str(key))
+    monkeypatch.undo()
+    assert key.exists()
+    Ledger.open(url, str(key)).close()  # the key is the ledger's own
+
+    def stopped(self):
+        raise KeyboardInterrupt
+
+    url = postgres.new_database()
+    monkeypatch.setattr(PostgresStore, "create_schema", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.init(url, str(tmp_path / "second.key"))
+    monkeypatch.undo()
+    assert not (tmp_path / "second.key").exists()
+    Ledger.init(url, str(tmp_path / "second.key")).close()  # the retry is not blocked

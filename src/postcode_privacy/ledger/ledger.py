@@ -137,7 +137,11 @@ class Ledger:
             # A key without its ledger would only block the next try; but once the ledger is
             # at its path (even if an interrupt came just after its link) its key stays:
             # deleting it would leave a ledger nothing can open.
-            published = isinstance(store, SqliteStore) and store.is_published()
+            published = (
+                store.is_published()
+                if isinstance(store, SqliteStore)
+                else _server_may_hold_ledger(location, secret)
+            )
             store.close()  # a SQLite ledger still being built is removed
             if not published and _holds_key(path, secret):
                 # Judged by content, not by a flag set after ``write_key_file`` returned: a
@@ -509,3 +513,26 @@ def _holds_key(path: Path, secret: Key) -> bool:
         return path.read_bytes() == secret.to_file_bytes()
     except OSError:
         return False
+
+
+def _server_may_hold_ledger(location: str, secret: Key) -> bool:
+    """Whether the database server at ``location`` may hold the ledger just created for
+    ``secret``: a stop can land after its transaction committed and before ``create`` knew.
+    Asked afresh; if it cannot be asked, the answer is yes, as deleting the key of a ledger
+    that exists loses the ledger, and a key without one only needs deleting by hand."""
+    try:
+        store = open_store(location)
+    except InvalidParameterError:  # "that database holds no ledger": none was committed
+        return False
+    except BaseException:
+        return True
+    try:
+        rows = store.query("SELECT value FROM ledger_meta WHERE name = 'secret_fingerprint'")
+        return rows == [(secret.fingerprint,)]
+    except store.database_errors:  # (no ledger_meta table: the schema was never committed)
+        return False
+    except BaseException:
+        return True
+    finally:
+        with contextlib.suppress(BaseException):
+            store.close()
