@@ -31,7 +31,7 @@ import signal
 import stat
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from ._interrupts import note_files_in_place, note_stop
@@ -224,6 +224,38 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
+class _Hold:
+    """SIGINT and SIGTERM replaced by a handler that calls ``on_arrival(signum)`` while the
+    hold lasts.  Once :meth:`release` has begun, that handler passes a signal on to the one it
+    replaced: a stop landing part-way through putting the handlers back (SIGINT's back,
+    SIGTERM's not yet) would otherwise leave a handler that swallows every later SIGTERM."""
+
+    def __init__(self, on_arrival: Callable[[int], None]):
+        self.on_arrival = on_arrival
+        self.previous: dict = {}
+        self.released = False
+
+    def handle(self, signum, frame) -> None:
+        if not self.released:
+            self.on_arrival(signum)
+            return
+        original = self.previous.get(signum, signal.SIG_DFL)
+        if callable(original):
+            original(signum, frame)
+        elif original == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    def take(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self.handle)
+
+    def release(self) -> None:
+        self.released = True
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
 @contextlib.contextmanager
 def _signals_held():
     """Hold SIGINT and SIGTERM until the block ends; yields the list of signals that arrived.
@@ -236,18 +268,16 @@ def _signals_held():
         yield arrived  # signals are only ever handled in the main thread
         return
 
-    def note(signum, frame):
+    def note(signum: int) -> None:
         arrived.append(signum)
         note_stop()  # the signals of the same burst after the renames are part of this stop
 
-    previous = {}
+    hold = _Hold(note)
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, note)
+        hold.take()
         yield arrived
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        hold.release()
 
 
 @contextlib.contextmanager
@@ -259,14 +289,12 @@ def signals_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    hold = _Hold(arrived.append)
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, lambda signum, frame: arrived.append(signum))
+        hold.take()
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        hold.release()
     if arrived:
         signal.raise_signal(arrived[0])
 
