@@ -142,7 +142,7 @@ def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
     of a run-end-encoded array or of a text or binary view, and rows taken from a list view keep
     the left-out rows' items: name such a column (or index level) up front, by position,
     instead of Arrow's own error halfway through or a release that still holds them."""
-    from .tables import _without_run_ends, _without_views
+    from .tables import _without_list_views, _without_run_ends, _without_views
 
     remedies = (
         (_without_run_ends, "is run-end encoded", "decode it (pyarrow.compute.run_end_decode)"),
@@ -182,33 +182,16 @@ def _extension_storage_untakeable(kind) -> bool:
     cleanly left out of (a dictionary, which cannot be encoded afresh inside it; run ends;
     a view): the checks above look through every other type, but not into an extension's
     storage."""
-    import pyarrow as pa
-
-    from .tables import _types_within, _without_dictionaries, _without_run_ends, _without_views
-
-    forms = (_without_dictionaries, _without_run_ends, _without_views, _without_list_views)
-    return any(
-        isinstance(t, pa.BaseExtensionType)
-        and any(plain(t.storage_type) != t.storage_type for plain in forms)
-        for t in _types_within(kind)
+    from .tables import (
+        _without_dictionaries,
+        _without_list_views,
+        _without_run_ends,
+        _without_views,
+        extension_stored_as,
     )
 
-
-def _without_list_views(kind):
-    """``kind`` with every list view in it replaced by the list of the same items: rows taken
-    from a list view share its child values, so a left-out row's items would stay in them."""
-    import pyarrow as pa
-
-    from .tables import _replaced_within
-
-    def as_list(k):
-        if getattr(pa.types, "is_list_view", lambda _: False)(k):
-            return pa.list_(k.value_field)
-        if getattr(pa.types, "is_large_list_view", lambda _: False)(k):
-            return pa.large_list(k.value_field)
-        return k
-
-    return _replaced_within(kind, as_list)
+    forms = (_without_dictionaries, _without_run_ends, _without_views, _without_list_views)
+    return extension_stored_as(kind, forms)
 
 
 def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:

@@ -1014,6 +1014,21 @@ def _without_views(kind):
     return _replaced_within(kind, lambda k: views.get(str(k), k))
 
 
+def _without_list_views(kind):
+    """``kind`` with every list view in it replaced by the list of the same items: rows taken
+    from a list view share its child values, so a left-out row's items would stay in them."""
+    import pyarrow as pa
+
+    def as_list(k):
+        if getattr(pa.types, "is_list_view", lambda _: False)(k):
+            return pa.list_(k.value_field)
+        if getattr(pa.types, "is_large_list_view", lambda _: False)(k):
+            return pa.large_list(k.value_field)
+        return k
+
+    return _replaced_within(kind, as_list)
+
+
 def _replaced_within(kind, replace):
     """``kind`` with ``replace`` applied to it and to every type nested in it (struct fields,
     list, map and list-view items, union members, run-end-encoded values)."""
@@ -1066,17 +1081,24 @@ def _types_within(kind):
             yield from _types_within(kind.field(i).type)
 
 
-def dictionary_in_extension(kind) -> bool:
-    """Whether an extension type within ``kind`` is stored as a dictionary (or holds one):
-    its dictionary cannot be encoded afresh, and pyarrow aborts the process (a failed C++
-    check, no exception) reading such a column of a Parquet file."""
+def extension_stored_as(kind, forms) -> bool:
+    """Whether an extension type within ``kind`` has a storage type that one of ``forms``
+    (``_without_dictionaries`` and its kin) would change: a form those functions cannot
+    rewrite, since they do not enter an extension type."""
     import pyarrow as pa
 
     return any(
         isinstance(t, pa.BaseExtensionType)
-        and _without_dictionaries(t.storage_type) != t.storage_type
+        and any(plain(t.storage_type) != t.storage_type for plain in forms)
         for t in _types_within(kind)
     )
+
+
+def dictionary_in_extension(kind) -> bool:
+    """Whether an extension type within ``kind`` is stored as a dictionary (or holds one):
+    its dictionary cannot be encoded afresh, and pyarrow aborts the process (a failed C++
+    check, no exception) reading such a column of a Parquet file."""
+    return extension_stored_as(kind, (_without_dictionaries,))
 
 
 def _ordered_afresh(column, values):
