@@ -27,6 +27,8 @@ __all__ = [
     "note_files_in_place",
     "note_stop",
     "files_were_in_place",
+    "handle_stops",
+    "ignore_stops",
     "stop_message",
     "stop_once",
 ]
@@ -68,6 +70,24 @@ def stop_once(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def handle_stops() -> dict:
+    """Handle SIGINT and SIGTERM with :func:`stop_once` where Python's own handler is in place
+    (a program embedding the command keeps its own); return the handlers found."""
+    pythons_own = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous = {stop: signal.getsignal(stop) for stop in _STOP_SIGNALS}
+    for stop in _STOP_SIGNALS:
+        if previous[stop] is pythons_own[stop]:
+            signal.signal(stop, stop_once)
+    return previous
+
+
+def ignore_stops() -> None:
+    """Ignore SIGINT and SIGTERM from now on: the process is ending, and a second Ctrl-C must
+    not cut its exit short."""
+    for stop in _STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
     """Handle SIGINT and SIGTERM with :func:`stop_once` while the block runs.
@@ -80,11 +100,7 @@ def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    previous = {stop: signal.getsignal(stop) for stop in _STOP_SIGNALS}
-    for stop in _STOP_SIGNALS:
-        if previous[stop] is defaults[stop]:
-            signal.signal(stop, stop_once)
+    previous = handle_stops()
     _stopped_at.clear()
     _in_place.clear()
     try:

@@ -10,28 +10,23 @@ is lost").  Only Python's own start-up comes before it.
 
 from __future__ import annotations
 
-import signal
 import sys
 
-from ._interrupts import stop_message, stop_once
+from ._interrupts import handle_stops, ignore_stops, stop_message
 
 _EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
 
 
 def entry_point() -> None:
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
     try:
-        for stop, default in defaults.items():
-            if signal.getsignal(stop) is default:  # (one the caller set is kept)
-                signal.signal(stop, stop_once)
+        handle_stops()
         from .cli import entry_point as run_command_line
 
         # ``stop_once`` stays in place: it is the handler the commands install (``cli``),
         # and a stop in the few steps before they take over is caught here.
         run_command_line()
     except KeyboardInterrupt:
-        for stop in defaults:  # the process is ending: a second Ctrl-C must not cut it short
-            signal.signal(stop, signal.SIG_IGN)
+        ignore_stops()
         # (after the command's own handling, e.g. while its closing lines are flushed: its
         # files may be complete, and then it says so)
         sys.stderr.write(stop_message() + "\n")
