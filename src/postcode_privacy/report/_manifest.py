@@ -60,6 +60,8 @@ def _field(data: dict, *path: str, kind: type):
         value = value[name]
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not a whole number")
+    if kind is bool and not isinstance(value, bool):
+        raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not true or false")
     if kind is str:
         if not isinstance(value, str):
             raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not text")
@@ -94,12 +96,7 @@ def _refuse_kept_source_postcodes(data: dict) -> None:
     release, and a report (which describes a release to publish) must not present it as one
     (docs/choosing-epsilon.md, "`report`: one page for the data protection officer").  Every
     manifest format version has the field, so one without it is refused, not taken as false."""
-    kept = _field(data, "columns", "source_postcode_kept", kind=bool)
-    if not isinstance(kept, bool):
-        raise InvalidParameterError(
-            "the manifest field columns.source_postcode_kept is not true or false"
-        )
-    if kept:
+    if _field(data, "columns", "source_postcode_kept", kind=bool):
         raise InvalidParameterError(
             "the manifest describes an output that keeps the true postcodes "
             "(--keep-source-postcode): it is not a release, and a report would present it as "
