@@ -287,6 +287,16 @@ def test_a_stop_while_numba_compiles_lands_after_the_compilation():
     assert twice(21) == 42
 
 
+class _StoppedBeforeTheHold:
+    """In place of ``signals_deferred``: a stop that lands before the hold is in place."""
+
+    def __enter__(self):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        return False
+
+
 def _then_signal(real):
     """``real``, followed by a SIGINT the moment it returns (as if Ctrl-C landed there)."""
     import signal
@@ -352,12 +362,8 @@ def test_a_stop_as_the_compile_hold_begins_leaves_the_hold_usable(monkeypatch):
     that caught the KeyboardInterrupt and went on held no stop during any later compilation."""
     from postcode_privacy import _numba
 
-    class Stopped:
-        def __enter__(self):
-            raise KeyboardInterrupt
-
     listener = _numba._StopsHeldWhileCompiling()
-    monkeypatch.setattr(_numba, "signals_deferred", Stopped)
+    monkeypatch.setattr(_numba, "signals_deferred", _StoppedBeforeTheHold)
     with pytest.raises(KeyboardInterrupt):
         listener.on_start(None)
     monkeypatch.undo()
@@ -395,17 +401,10 @@ def test_a_stop_as_the_claim_is_recorded_or_as_its_clean_up_begins_leaves_no_loc
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()
 
-    class Stopped:
-        def __enter__(self):
-            raise KeyboardInterrupt
-
-        def __exit__(self, *exc):
-            return False
-
     claim = atomic.OutputClaim([out])
     claim.__enter__()
     claim.temp(out)
-    monkeypatch.setattr(atomic, "signals_deferred", Stopped)
+    monkeypatch.setattr(atomic, "signals_deferred", _StoppedBeforeTheHold)
     with pytest.raises(KeyboardInterrupt):
         claim.__exit__(None, None, None)
     assert list(tmp_path.iterdir()) == []
