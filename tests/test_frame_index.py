@@ -38,6 +38,17 @@ def people(index: pd.Index) -> pd.DataFrame:
     )
 
 
+def refused_under_drop_only(options, values, message: str) -> None:
+    """A third column of Arrow ``values`` is refused by position under drop (``message``),
+    and released whole when no row is left out."""
+    from postcode_privacy.errors import InputDataError
+
+    source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(values))
+    with pytest.raises(InputDataError, match=message):
+        perturb_frame(source, **options)
+    assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+
+
 def test_multiindex_levels_lose_labels_only_dropped_records_held(options):
     index = pd.MultiIndex(  # "SPARE" is a level value no record uses: the caller's own
         levels=[["SPARE", "SECRET", "x", "z"], [1, 2, 3]],
@@ -174,15 +185,12 @@ def test_categories_keep_their_dtype_when_a_dropped_value_is_removed(options):
 
 @pytest.mark.parametrize("kind", ["string_view", "binary_view"])
 def test_arrow_view_columns_are_refused_under_drop_by_position(options, kind):
-    from postcode_privacy.errors import InputDataError
 
     pa = pytest.importorskip("pyarrow")
     values = ["x", "SECRET", "z"] if kind == "string_view" else [b"x", b"SECRET", b"z"]
     column = pa.array(values, getattr(pa, kind)())
-    source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(column))
-    with pytest.raises(InputDataError, match="^column 3 holds Arrow string or binary views"):
-        perturb_frame(source, **options)  # was Arrow's own error, halfway through
-    assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+    # (was Arrow's own error, halfway through)
+    refused_under_drop_only(options, column, "^column 3 holds Arrow string or binary views")
 
 
 def test_identifiers_too_large_for_text_or_a_float_are_failures_naming_the_row(options):
@@ -253,7 +261,6 @@ def test_arrow_dictionary_categories_lose_a_dropped_value_from_the_dictionary(op
 @pytest.mark.parametrize("large", [False, True])
 def test_arrow_list_view_columns_are_refused_under_drop(options, large):
     """Rows taken from a list view share its child values: the dropped row's items stayed."""
-    from postcode_privacy.errors import InputDataError
 
     pa = pytest.importorskip("pyarrow")
     if not hasattr(pa, "list_view"):
@@ -262,10 +269,7 @@ def test_arrow_list_view_columns_are_refused_under_drop(options, large):
     column = pa.array([["x"], ["SECRET"], ["z"]], kind)
     nested = pa.StructArray.from_arrays([column], ["inner"])
     for values in (column, nested):
-        source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(values))
-        with pytest.raises(InputDataError, match="^column 3 holds Arrow list views"):
-            perturb_frame(source, **options)
-        assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+        refused_under_drop_only(options, values, "^column 3 holds Arrow list views")
 
 
 def test_a_sparse_fill_value_only_dropped_records_held_is_refused(options):
@@ -310,7 +314,6 @@ def test_an_index_level_named_like_out_column_as_text_or_on_screen_is_refused(op
 def test_arrow_extension_columns_stored_as_dictionaries_or_views_are_refused_under_drop(options):
     """The checks looked through every Arrow type but an extension type's storage: a
     dictionary inside one kept the dropped value, a view raised Arrow's own error."""
-    from postcode_privacy.errors import InputDataError
 
     pa = pytest.importorskip("pyarrow")
     if not hasattr(pa, "opaque"):
@@ -324,10 +327,7 @@ def test_arrow_extension_columns_stored_as_dictionaries_or_views_are_refused_und
         pa.StructArray.from_arrays([opaque], ["inner"]),
         pa.ExtensionArray.from_storage(pa.opaque(pa.string_view(), "t", "v"), view),
     ):
-        source = people(pd.RangeIndex(3)).assign(note=pd.arrays.ArrowExtensionArray(values))
-        with pytest.raises(InputDataError, match="^column 3 holds an Arrow extension type"):
-            perturb_frame(source, **options)
-        assert len(perturb_frame(source, **{**options, "on_error": "null"})) == 3
+        refused_under_drop_only(options, values, "^column 3 holds an Arrow extension type")
 
 
 def test_a_sparse_index_or_level_whose_fill_value_only_dropped_records_held_is_refused(options):
