@@ -207,6 +207,43 @@ def test_a_held_lock_refuses_even_with_force(setup, tmp_path):
     assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
 
 
+@pytest.mark.parametrize("squatter", ["fifo", "dangling link", "link to a file", "directory"])
+def test_a_lock_name_taken_by_other_than_a_plain_file_is_refused(setup, tmp_path, squatter):
+    """Something other than a plain file at the lock file's name is refused (exit 5, naming
+    the lock file), left as it was, and never followed or waited on.  Found by a hostile
+    review: a pipe there blocked the run for ever with its stops held (only SIGKILL ended it),
+    and a dangling link made the run create the file it pointed at."""
+    src, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    lock = tmp_path / ".out.csv.lock"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pointed = elsewhere / "pointed-at"
+    if squatter == "fifo":
+        os.mkfifo(lock)
+    elif squatter == "directory":
+        lock.mkdir()
+    else:
+        if squatter == "link to a file":
+            pointed.write_bytes(b"kept")
+        lock.symlink_to(pointed)
+    before = names(tmp_path)
+    # In a process of its own, so that a run blocked on the pipe fails the test, not hangs it.
+    process = spawn(setup, src, out, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 5
+    assert ".out.csv.lock, the lock file a run keeps beside out.csv, is taken by something" in err
+    assert "Traceback" not in err
+    assert names(tmp_path) == before
+    assert os.path.lexists(lock)
+    assert names(elsewhere) == (["pointed-at"] if squatter == "link to a file" else [])
+    if squatter == "link to a file":
+        assert pointed.read_bytes() == b"kept"
+
+
 def test_force_removes_a_stale_audit_file_of_the_old_release(setup, tmp_path):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)
@@ -1002,7 +1039,7 @@ def test_int96_timestamps_far_from_today_survive_and_bad_values_are_named_by_typ
     pq.write_table(pa.Table.from_pandas(people, preserve_index=False).append_column("t", bad), src)
     assert perturb(setup, src, tmp_path / "other.parquet") == 3
     err = capsys.readouterr().err
-    assert "record 2, column 4 holds a value that is not valid for its type" in err
+    assert "record 2, column 4 holds a value that is not valid for its type (times of day)" in err
     assert "UTF-8" not in err
 
 
@@ -1025,7 +1062,7 @@ def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup,
             "zone",
             pa.array([0, 1], pa.timestamp("s", tz="Invalid/Zone")),
             8,
-            "column 4 holds timestamps in a time zone Python does not know ('Invalid/Zone')",
+            "column 4 holds timestamps in a time zone Python does not know, which a CSV cell",
         ),
     ]:
         src, out = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
@@ -1035,6 +1072,64 @@ def test_a_parquet_value_csv_cannot_show_is_a_clear_error_not_a_traceback(setup,
         assert message in err
         assert "Traceback" not in err and not out.exists()
         assert perturb(setup, src, tmp_path / f"{name}-out.parquet") == 0  # Parquet keeps it
+
+
+def test_a_column_csv_cannot_hold_is_described_in_plain_words_never_by_its_arrow_type(
+    setup, tmp_path, capsys
+):
+    """pyarrow's text of a type is jargon and can carry the input's own names (a map read from
+    Parquet names its entries after the column; a struct lists its fields): the refusal names
+    the column by position and its kind in plain words.  Found by a hostile review, which
+    saw a map column's header name quoted in the message."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    people = pa.Table.from_pandas(frame(setup["codes"], n=2), preserve_index=False)
+    secret = "SECRETNAME123"
+    for values, words in [
+        (
+            pa.array([[("k", [1])], [("k", [2])]], pa.map_(pa.string(), pa.list_(pa.int64()))),
+            "maps",
+        ),
+        (pa.array([{secret: 1}, {secret: 2}], pa.struct([(secret, pa.int8())])), "structs"),
+        (pa.array([[1], [2]], pa.list_(pa.field(secret, pa.int8()))), "lists"),
+        (pa.array([b"a", b"b"], pa.binary()), "binary values"),
+        (pa.array([b"a", b"b"]).dictionary_encode(), "dictionary-encoded binary values"),
+        (pa.array([0, 1], pa.timestamp("s", tz=secret)), "timestamps in a time zone Python"),
+    ]:
+        src, out = tmp_path / "in.parquet", tmp_path / "out.csv"
+        pq.write_table(people.append_column(secret, values), src)
+        assert perturb(setup, src, out) == 8
+        err = capsys.readouterr().err
+        assert f"column 4 holds {words}" in err
+        assert secret not in err and "<" not in err and not out.exists()
+
+
+def test_type_words_name_every_arrow_type_without_its_text():
+    import pyarrow as pa
+
+    from postcode_privacy.release.type_words import type_words
+
+    secret = "SECRETNAME123"
+    kinds = [
+        pa.null(), pa.bool_(), pa.int8(), pa.uint64(), pa.float16(), pa.float64(),
+        pa.decimal128(5, 2), pa.string(), pa.large_string(), pa.binary(), pa.large_binary(),
+        pa.binary(4), pa.date32(), pa.date64(), pa.timestamp("ns", tz=secret), pa.time64("us"),
+        pa.duration("s"), pa.month_day_nano_interval(), pa.map_(pa.string(), pa.int8()),
+        pa.list_(pa.field(secret, pa.int8())), pa.large_list(pa.int8()), pa.list_(pa.int8(), 2),
+        pa.struct([(secret, pa.int8())]), pa.dense_union([pa.field(secret, pa.int8())]),
+        pa.dictionary(pa.int8(), pa.string()), pa.run_end_encoded(pa.int32(), pa.binary()),
+    ]  # fmt: skip
+    if hasattr(pa, "uuid"):
+        kinds.append(pa.uuid())
+    if hasattr(pa, "list_view"):
+        kinds += [pa.list_view(pa.int8()), pa.string_view(), pa.binary_view()]
+    for kind in kinds:
+        words = type_words(kind)
+        assert secret not in words and "<" not in words and "[" not in words
+        assert words != "values of an unusual type", kind
+    assert type_words(pa.map_(pa.string(), pa.int8())) == "maps"  # not "lists", as stored
+    assert type_words(pa.dictionary(pa.int8(), pa.string())) == "dictionary-encoded text"
 
 
 def test_a_dictionary_the_release_cannot_rewrite_is_named_by_its_input_column(

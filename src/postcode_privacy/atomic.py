@@ -40,6 +40,10 @@ from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyErr
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
 # SIGKILL.  Windows has no fcntl module and falls back to an exclusive lock file.
 _HAVE_FLOCK = importlib.util.find_spec("fcntl") is not None
+# The lock file is opened never through a link (which could make a run create or lock a file
+# elsewhere) and never waiting (a pipe at its name would block the open, with stops held, for
+# ever); whatever is opened must then be a plain file.
+_LOCK_FLAGS = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 __all__ = [
     "TempFile",
@@ -89,6 +93,14 @@ def _temp_name(target: Path) -> str:
     while len(os.fsencode(stem)) > _TEMP_STEM_BYTES:
         stem = stem[:-1]
     return f".{stem}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+
+
+def _squatted(path: Path) -> bool:
+    """Something other than a plain file is at ``path`` (without following a link)."""
+    try:
+        return not stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 class TempFile:
@@ -386,18 +398,28 @@ class OutputClaim:
             f"another run is writing {self.targets[0]} now; wait for it to finish or choose "
             "another output"
         )
+        squatted = OutputExistsError(
+            f"{self.lock_path.name}, the lock file a run keeps beside {self.targets[0].name}, "
+            "is taken by something other than a plain file (a link, a directory, a pipe or a "
+            "device): remove it or choose another output"
+        )
         for _ in range(10):
             try:
                 if not _HAVE_FLOCK:  # pragma: no cover - Windows
                     fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 else:
-                    fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+                    fd = os.open(self.lock_path, _LOCK_FLAGS, 0o600)
             except FileExistsError:
                 raise busy from None
             except OSError as exc:
+                if _squatted(self.lock_path):
+                    raise squatted from None
                 raise InvalidParameterError(
                     f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
                 ) from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise squatted
             if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
                 return

@@ -33,6 +33,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .type_words import type_words
+
 __all__ = ["has_text", "column_text", "first_unshowable", "Unshowable"]
 
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -292,7 +294,7 @@ def column_text(array) -> list[str | None]:
     for a value that has none.  Precondition: ``has_text(array.type)``."""
     formatter = _formatter(array.type)
     if formatter is None:
-        raise Unshowable(0, f"{array.type} values")
+        raise Unshowable(0, type_words(array.type))
     return formatter(_values(array))
 
 

@@ -53,6 +53,7 @@ from .csv_text import (
     series_text,
     tz_database_version,
 )
+from .type_words import type_words
 
 __all__ = [
     "table_format",
@@ -426,9 +427,9 @@ def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
     for position, name in enumerate(schema.names, start=1):
         kind = schema.field(name).type
         if name in columns and not has_text(kind):
-            what = f"{kind} values"
+            what = type_words(kind)
             if pa.types.is_timestamp(kind):  # the only scalar type without text
-                what = f"timestamps in a time zone Python does not know ({kind.tz!r})"
+                what = "timestamps in a time zone Python does not know"
             raise InvalidParameterError(
                 f"column {position} holds {what}, which a CSV cell cannot "
                 "hold unchanged: write the release as Parquet (an output name ending .parquet) "
@@ -696,7 +697,7 @@ def _check_utf8(batch, offset: int) -> None:
         what = (
             "text that is not valid UTF-8"
             if _is_text(column.type)
-            else f"a value that is not valid for its type ({column.type})"
+            else f"a value that is not valid for its type ({type_words(column.type)})"
         )
         raise InputDataError(f"record {offset + row + 1}, column {position + 1} holds {what}")
     raise InputDataError("the input Parquet file holds invalid data")
