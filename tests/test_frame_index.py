@@ -9,6 +9,8 @@ when rows are taken from it: a dropped record's label would stay readable in
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import pytest
 
@@ -393,3 +395,19 @@ def test_identifier_subclasses_are_read_as_the_plain_values_they_hold():
     assert canonical_subject_id(Number(5)) == "5"
     with pytest.raises(ValueError, match="^identifier has an unsupported type$"):
         canonical_subject_id(Real(2.0))
+
+
+@pytest.mark.parametrize("kind", ["str", "string", "object"])
+def test_the_released_column_is_text_of_the_kind_the_true_postcodes_were(options, kind):
+    """Under pandas 3 text read with ``dtype=str`` is "str": a release of such a frame has its
+    released postcodes as "str" too, so it equals the same release read back from CSV
+    (``DataFrame.equals`` compares dtypes).  Found by a newcomer's review."""
+    source = people(pd.RangeIndex(3)).astype(kind)
+    for on_error in ("drop", "null"):
+        result = perturb_frame(source, **{**options, "on_error": on_error})
+        assert result["postcode_dp"].dtype == source["postcode"].dtype
+        assert result["subject"].dtype == source["subject"].dtype
+    released = perturb_frame(source.iloc[[0, 2]], **options)
+    text = released.to_csv(index=False)
+    back = pd.read_csv(io.StringIO(text), dtype=kind, keep_default_na=False)
+    assert back.equals(released.reset_index(drop=True))

@@ -62,8 +62,9 @@ def perturb_frame(
     The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
     keywords (``epsilon=1, id_column="person_id", postcode_column="postcode"``, ...), not both.
     Returns a new frame with every column of ``df`` except ``postcode_column`` (kept when
-    ``keep_source_postcode``) followed by the released postcode in ``out_column``; ``df`` is not
-    modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
+    ``keep_source_postcode``) followed by the released postcode in ``out_column`` (of
+    the true postcodes' dtype if that is a pandas string dtype, as pandas 3's ``dtype=str``
+    gives; object otherwise); ``df`` is not modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
     radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
     ``"drop"`` (leave the row out; no label, level value, category or Arrow dictionary entry
@@ -125,6 +126,11 @@ def perturb_frame(
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
     if plan.on_error == "drop" and len(result) < len(df):
         result = _without_dropped_categories(result, df)
+    source_kind = df[plan.postcode_column].dtype
+    if isinstance(source_kind, pd.StringDtype) and plan.out_column in result.columns:
+        # Released postcodes are text of the same kind as the true ones (pandas 3 reads text
+        # as "str"), so a release compares equal to the same file read back.
+        result[plan.out_column] = result[plan.out_column].astype(source_kind)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
     plan.warn_subjects(stacklevel=2)
     if type(result) is not pd.DataFrame:
