@@ -122,10 +122,39 @@ def test_report_numbers_are_the_exact_ones(geo, report):
         expected = sum(p * int(v) for p, v in zip(probs, mm.tolist())) / 1000
         ed = place["expected_displacement_m"]
         assert Fraction(int(ed["numerator"]), int(ed["denominator"])) == expected
-        within = sum(p for p, d in zip(probs, np.hypot(*(coords - coords[x]).T)) if d < 1000)
+        within = sum(p for p, d in zip(probs, np.hypot(*(coords - coords[x]).T)) if d <= 1000)
         pw = place["probability_within_1km"]  # exact since format version 3
         assert Fraction(int(pw["numerator"]), int(pw["denominator"])) == within
     assert data["sample"]["sample_size"] == 6
+
+
+@pytest.mark.slow  # a report of its own: two seconds
+def test_within_1_km_counts_postcodes_exactly_1_km_away():
+    """On a 100 m grid (Code-Point's coordinates are whole metres) some postcodes lie exactly
+    1,000 m away: "within 1 km" counts them (it counted only those under 1,000 m; a hostile
+    review)."""
+    from postcode_privacy.graph.build import build_graph
+
+    units = "ABDEFGHJLNPQRSTUWXYZ"
+    codes, east, north = [], [], []
+    for r in range(14):
+        for c in range(14):
+            codes.append(f"LS{r + 1} {c % 10}{units[c // 10]}{units[r]}")
+            east.append(430000.0 + 100 * c)
+            north.append(433000.0 + 100 * r)
+    graph = build_graph(codes, east, north)
+    mechanism = Mechanism(graph, "1")
+    coords = graph.location_coordinates[graph.node_location]
+    exactly_1km = 0
+    for place in build_report(graph, "1", sample=None).data["examples"]:
+        x = graph.index_of(place["postcode"])
+        probs = mechanism.probabilities(place["postcode"])
+        away = np.hypot(*(coords - coords[x]).T)
+        exactly_1km += int(np.count_nonzero(away == 1000))
+        pw = place["probability_within_1km"]
+        within = sum(p for p, d in zip(probs, away) if d <= 1000)
+        assert Fraction(int(pw["numerator"]), int(pw["denominator"])) == within
+    assert exactly_1km > 0
 
 
 def test_examples_by_density_order_city_town_remote(geo):

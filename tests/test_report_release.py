@@ -171,6 +171,18 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
     }
 
 
+def test_a_manifests_radius_is_called_default_exactly_when_it_is(geo, tmp_path):
+    """``radius_is_default`` compares the manifest's radius with the default for its epsilon;
+    it was ``False`` for every manifest (a hostile review)."""
+    from postcode_privacy.report._data import _is_default_radius
+
+    default = Mechanism(geo, "1.2").radius
+    path = _manifest(geo, tmp_path, radius=default)
+    assert build_report(geo, release=read_manifest(path), sample=None).data["radius_is_default"]
+    assert _is_default_radius(Mechanism(geo, "1.2", default))
+    assert not _is_default_radius(Mechanism(geo, "1.2", default + 1))
+
+
 def test_manifest_refusals(geo, tmp_path, capsys):
     with pytest.raises(InvalidParameterError, match="another graph"):
         build_report(

@@ -36,6 +36,7 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.radius import default_radius
 from ..release.manifest import float_at_least, prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
@@ -119,14 +120,25 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         "teleport_probability": fraction_json(exact.teleport_probability(dist)),
         "median_m": mixture_quantile_m(hist, 0.5),
         "p95_m": mixture_quantile_m(hist, 0.95),
-        # exact (a float sum near 1 could print as 100%): the locations the histogram's first
-        # 1,000 one-metre bins hold
+        # exact (a float sum near 1 could print as 100%): the locations at most 1,000 m away,
+        # as "within 1 km" reads (Code-Point's whole-metre grid puts some at exactly 1,000 m)
         "probability_within_1km": fraction_json(
-            probability_in(exact, dist, distances.astype(np.int64) < 1000)
+            probability_in(exact, dist, distances <= 1000.0)
         ),
         "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
     }
     return summary, dist, hist
+
+
+def _is_default_radius(mechanism: Mechanism) -> bool:
+    """The mechanism's radius is the default for its epsilon on its graph (whether the user
+    gave it or a manifest did)."""
+    graph = mechanism.graph
+    try:
+        default = default_radius(mechanism.epsilon, int(graph.prior.min()), graph.total_prior)
+    except InvalidParameterError:  # no radius in range meets the target at this epsilon
+        return False
+    return mechanism.radius == default
 
 
 def _map_half_width_m(summary: dict) -> float:
@@ -283,7 +295,7 @@ def build_report(
         "format_version": FORMAT_VERSION,
         "generated": generated_at(),
         **identify_mechanism(mechanism),
-        "radius_is_default": radius is None,
+        "radius_is_default": _is_default_radius(mechanism),
         "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
         "teleport_bound": fraction_json(mechanism.teleport_bound, upper_bound=True),
