@@ -230,3 +230,49 @@ def test_a_missing_sidecar_is_refused_not_replaced_by_the_bundled_directory(tmp_
     assert main(args) == 6
     assert "missing" in capsys.readouterr().err
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_perturb_frame_uses_the_sidecar_as_the_cli_does_and_refuses_an_edited_copy(tmp_path):
+    """From Python: ``perturb_frame(..., terminated_locations=read_sidecar(path))`` releases
+    what ``perturb --graph ARTEFACT --terminated nearest`` releases (it raised TypeError: no
+    such option).  A copy of the table edited after reading keeps the file's sha256 in its
+    ``attrs`` but is refused; a change made after the plan was built changes nothing.  Found
+    by an audit, which moved a terminated postcode onto another place through such a copy."""
+    import json
+
+    from postcode_privacy import perturb_frame, read_key_file, read_sidecar
+    from postcode_privacy.errors import ArtefactError
+
+    graph_path, args = _onspd_artefact_and_records(tmp_path)
+    assert main(args) == 0
+    cli = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8"))
+    records = pd.read_csv(tmp_path / "in.csv", dtype=str, keep_default_na=False)
+    graph = Graph.load(graph_path)
+    options = dict(
+        key=read_key_file(tmp_path / "k.key"),
+        graph=graph,
+        epsilon=1,
+        id_column="id",
+        postcode_column="pc",
+        terminated="nearest",
+    )
+    table = read_sidecar(terminated_sidecar(graph_path))
+    released = perturb_frame(records, terminated_locations=table, **options)
+    assert list(released["postcode_dp"]) == list(cli["postcode_dp"])
+    assert (
+        released.attrs["postcode_privacy"]["terminated_locations"]
+        == (manifest["terminated_locations"])
+    )
+    edited = table.copy()
+    edited.loc[0, "easting"] = edited.loc[0, "easting"] + 5000
+    with pytest.raises(ArtefactError, match="changed after read_sidecar read it"):
+        perturb_frame(records, terminated_locations=edited, **options)
+    with pytest.raises(ArtefactError, match="read_sidecar from postcode_privacy\\)"):
+        perturb_frame(records, **options)  # the artefact records a sidecar: it is needed
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(terminated_locations=table, **options)
+    table["easting"] = float("nan")  # after the plan checked it: the plan keeps its own copy
+    out, _ = plan.process_chunk(records, 0)
+    assert list(out["postcode_dp"]) == list(cli["postcode_dp"])

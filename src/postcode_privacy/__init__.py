@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # (imported on first use, below: the command line starts with
     from .graph.national import default_graph
     from .keyfile import read_key_file, write_key_file
     from .mechanism import Key, Mechanism
-    from .release import ReleaseOptions, perturb_frame, release_file
+    from .release import ReleaseOptions, perturb_frame, read_sidecar, release_file
 
 # numba (when it compiles) and the graph code import scipy, which a $SOURCE_DATE_EPOCH that
 # int() cannot read would stop with a baffling error; only ``report`` uses the variable.
@@ -46,6 +46,7 @@ __all__ = [
     "default_graph",
     "perturb_frame",
     "release_file",
+    "read_sidecar",
     "ReleaseOptions",
     "read_key_file",
     "write_key_file",
@@ -77,6 +78,7 @@ _DEFINED_IN = {
     "default_graph": ".graph.national",
     "perturb_frame": ".release",
     "release_file": ".release",
+    "read_sidecar": ".release",
     "ReleaseOptions": ".release",
 }
 

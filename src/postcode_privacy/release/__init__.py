@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .plan import ReleasePlan
     from .records import COUNT_KEYS, MAX_LISTED_ERRORS
     from .subjects import DuplicateSubjectWarning
+    from .terminated import read_sidecar
 
 __all__ = [
     "COUNT_KEYS",
@@ -35,6 +36,7 @@ __all__ = [
     "ReleaseOptions",
     "ReleasePlan",
     "perturb_frame",
+    "read_sidecar",
     "release_file",
 ]
 
@@ -47,6 +49,7 @@ _HOMES = {
     "ReleasePlan": ".plan",
     "perturb_frame": ".frame",
     "release_file": ".files",
+    "read_sidecar": ".terminated",
 }
 
 

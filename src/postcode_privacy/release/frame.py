@@ -28,6 +28,7 @@ def perturb_frame(
     row_offset: int = ...,
     progress: bool = ...,
     with_counts: Literal[False] = ...,
+    terminated_locations: pd.DataFrame | None = ...,
     **option_kwargs: Any,
 ) -> pd.DataFrame: ...
 
@@ -42,6 +43,7 @@ def perturb_frame(
     row_offset: int = ...,
     progress: bool = ...,
     with_counts: Literal[True],
+    terminated_locations: pd.DataFrame | None = ...,
     **option_kwargs: Any,
 ) -> tuple[pd.DataFrame, dict[str, int]]: ...
 
@@ -55,6 +57,7 @@ def perturb_frame(
     row_offset: int = 0,
     progress: bool = False,
     with_counts: bool = False,
+    terminated_locations: pd.DataFrame | None = None,
     **option_kwargs: Any,
 ) -> pd.DataFrame | tuple[pd.DataFrame, dict[str, int]]:
     """Release the postcodes of a pandas DataFrame: the Python form of ``postcode-privacy perturb``.
@@ -71,7 +74,10 @@ def perturb_frame(
     that only left-out rows held stays in the result's index or columns; a run-end-encoded
     column, or one holding Arrow text, binary or list views, is refused, and so is a sparse
     column whose fill value only left-out rows held).  ``terminated="nearest"`` maps located
-    terminated postcodes to the nearest live one first.  Record numbers in errors count from
+    terminated postcodes to the nearest live one first; with a graph artefact that
+    ``build`` made from ONSPD or NSPL, pass its sidecar as
+    ``terminated_locations=read_sidecar(path)`` (:func:`read_sidecar`), as the command line
+    uses it.  Record numbers in errors count from
     ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
@@ -93,7 +99,12 @@ def perturb_frame(
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError("df must be a pandas DataFrame")
-    plan = ReleasePlan(key=key, options=ReleaseOptions.build(options, **option_kwargs), graph=graph)
+    plan = ReleasePlan(
+        key=key,
+        options=ReleaseOptions.build(options, **option_kwargs),
+        graph=graph,
+        terminated_locations=terminated_locations,
+    )
     _refuse_index_columns(df, plan.options)
     plan.check_columns(df.columns, header_line=False)
     if plan.on_error == "drop":

@@ -204,8 +204,6 @@ def float_at_least(x: Fraction) -> float:
 def describe(plan: ReleasePlan) -> dict:
     """The release's parameters, as the publishable manifest records them: nothing here is
     computed from the records (never the key itself, never a count)."""
-    from .terminated import describe_source
-
     m = plan.mechanism
     bound: Fraction = m.teleport_bound
     identity = m.identity()  # the block evaluate and report carry too
@@ -228,7 +226,7 @@ def describe(plan: ReleasePlan) -> dict:
         "key_fingerprint": plan.key.fingerprint,
         "on_error": plan.on_error,
         "terminated": plan.terminated,
-        "terminated_locations": describe_source(plan.terminated, plan.terminated_locations),
+        "terminated_locations": plan.terminated_source,
         "columns": {
             "id": plan.id_column,
             "postcode": plan.postcode_column,

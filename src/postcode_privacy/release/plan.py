@@ -79,13 +79,15 @@ class ReleasePlan:
         self.mechanism = Mechanism(graph, options.epsilon, options.radius)
         self.graph = graph
         nearest = None
-        if terminated == "nearest":
-            from .terminated import NearestLive, check_sidecar
+        from .terminated import NearestLive, check_sidecar, describe_source
 
+        if terminated == "nearest":
             check_sidecar(graph, terminated_locations)
             nearest = NearestLive(graph, terminated_locations)
         self.rules = RecordRules(graph, options, nearest)
-        self.terminated_locations = terminated_locations
+        # Described now, from the table the mapping was built from: the caller may change
+        # their frame later, but not what this plan maps with.
+        self.terminated_source = describe_source(terminated, terminated_locations)
         # Optional hook of the privacy ledger (ledger/recording.py, LedgerRecorder.screen):
         # called with each chunk's releasable records, returns the positions it refuses.
         self.screen: Screen | None = None

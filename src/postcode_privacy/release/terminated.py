@@ -99,7 +99,9 @@ class NearestLive:
             )
         self._graph = graph
         self._live_xy: np.ndarray = graph.location_coordinates
-        self._source = table
+        # A copy: the table is read on first use, and the caller's frame may change by then
+        # (the plan has checked and described it as it is now).
+        self._source = None if table is None else table.copy(deep=True)
         self._table: _TerminatedTable | None = None  # read on first use
         # scipy cKDTree over the live locations, built on first use (scipy ships no types).
         self._tree: Any = None
@@ -181,8 +183,25 @@ def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
             "the terminated-postcode sidecar is corrupt (not a readable "
             "Parquet file); rebuild the artefact"
         ) from None
-    table.attrs[SIDECAR_ATTR] = {"file": path.name, "sha256": hashlib.sha256(data).hexdigest()}
+    table.attrs[SIDECAR_ATTR] = {
+        "file": path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "content": _content_fingerprint(table),
+    }
     return table
+
+
+def _content_fingerprint(table: pd.DataFrame) -> str:
+    """A digest of what a mapping reads of ``table`` (its postcode, easting and northing
+    columns, row by row, in order), to tell within this process whether a table that
+    :func:`read_sidecar` returned was changed since: ``attrs`` ride along with every copy, so
+    the file's sha256 there would vouch for an edited copy too.  Not for a manifest (pandas'
+    row hashes are not a published format): the file's sha256 is what is recorded."""
+    columns = [c for c in ("postcode", "easting", "northing") if c in table.columns]
+    rows = pd.util.hash_pandas_object(table[columns], index=False).to_numpy()
+    digest = hashlib.sha256(repr((columns, len(table))).encode())
+    digest.update(rows.tobytes())
+    return digest.hexdigest()
 
 
 def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
@@ -190,7 +209,7 @@ def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
     records a sidecar when none is given (the bundled directory would silently stand in)."""
     recorded = graph.provenance.get(PROVENANCE_KEY)
     given = None if table is None else table.attrs.get(SIDECAR_ATTR)
-    if given is not None:
+    if table is not None and given is not None:
         if not isinstance(recorded, dict) or "sha256" not in recorded:
             raise ArtefactError(
                 "the graph artefact records no terminated-postcode sidecar, so the sidecar "
@@ -201,11 +220,18 @@ def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
                 "the terminated-postcode sidecar does not match the sha256 recorded in the "
                 "graph artefact (edited or corrupt); rebuild the artefact"
             )
+        if given.get("content") != _content_fingerprint(table):
+            raise ArtefactError(
+                "the terminated-postcode table was changed after read_sidecar read it, so it "
+                "is no longer the sidecar the graph artefact records; pass the table "
+                "read_sidecar returned, unchanged"
+            )
     elif table is None and isinstance(recorded, dict):
         raise ArtefactError(
             f"the graph artefact was built with a terminated-postcode sidecar "
             f"({recorded.get('file')}) but it is missing; keep it beside the artefact "
-            "(or pass terminated_locations=read_sidecar(path))"
+            "(from Python, pass terminated_locations=read_sidecar(path), with read_sidecar "
+            "from postcode_privacy)"
         )
 
 

@@ -122,9 +122,7 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         "p95_m": mixture_quantile_m(hist, 0.95),
         # exact (a float sum near 1 could print as 100%): the locations at most 1,000 m away,
         # as "within 1 km" reads (Code-Point's whole-metre grid puts some at exactly 1,000 m)
-        "probability_within_1km": fraction_json(
-            probability_in(exact, dist, distances <= 1000.0)
-        ),
+        "probability_within_1km": fraction_json(probability_in(exact, dist, distances <= 1000.0)),
         "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
     }
     return summary, dist, hist
