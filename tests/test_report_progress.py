@@ -3,6 +3,8 @@ lines when stderr is not a terminal, as under pytest), and so does a graph build
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from test_evaluate_graphs import postcode_graph
@@ -82,6 +84,10 @@ def test_evaluate_and_calibrate_report_their_stages(graph_path, capsys):
     )
     err = capsys.readouterr().err
     assert "calibrate: measuring epsilon values" in err and "\r" not in err
+    # One total throughout, never shrinking to the count measured (a newcomer saw 9/11, 10/10).
+    counts = re.findall(r"calibrate: measuring epsilon values \(at most (\d+)\) (\d+)/(\d+)", err)
+    assert len(counts) >= 2 and len({(most, total) for most, _, total in counts}) == 1
+    assert counts[-1][1] == counts[-1][2] == counts[0][0]
     assert (
         main(
             [

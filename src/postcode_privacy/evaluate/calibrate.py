@@ -116,11 +116,14 @@ class _Measures:
             return self.exact_self[epsilon] <= limit
         return Fraction(measured) <= limit
 
+    @property
+    def stage(self) -> str:
+        return f"measuring epsilon values (at most {self.budget})"
+
     def __call__(self, epsilon: Decimal) -> dict[str, float]:
         if epsilon not in self.cache:
             if self.progress is not None:
-                self.budget = max(self.budget, len(self.cache) + 1)
-                self.progress("measuring epsilon values", len(self.cache), self.budget)
+                self.progress(self.stage, len(self.cache), self.budget)
             summary = measure_utility(ExactMechanism(Mechanism(self.graph, epsilon)), self.nodes)
             self.cache[epsilon] = {
                 "median-displacement-km": summary.median_displacement_km,
@@ -162,7 +165,8 @@ def calibrate(
     """The epsilon on the two-significant-figure grid meeting ``targets`` on ``nodes``.
 
     ``progress``, if given, is called as ``progress(stage, done, total)`` before each utility
-    measurement (``total`` is the most the bisections can need).
+    measurement and once at the end with ``done == total``; ``total`` is the most the
+    bisections can need, and stays the same.
     """
     if not targets:
         raise InvalidParameterError("give at least one target")
@@ -218,7 +222,9 @@ def calibrate(
             epsilon = GRID[hi]
     achieved = measures(epsilon) if epsilon is not None else {}
     if progress is not None:
-        progress("measuring epsilon values", len(measures.cache), len(measures.cache))
+        # The total stays the most the searches could need, so the count never jumps back;
+        # searches that ended early finish the stage.
+        progress(measures.stage, measures.budget, measures.budget)
     return CalibrationResult(
         epsilon=epsilon,
         met=epsilon is not None,
