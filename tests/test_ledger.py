@@ -1089,3 +1089,18 @@ def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_no
     (tmp_path / "elsewhere.key").rename(tmp_path / "ledger.db.key")
     assert main(["ledger", "init", where]) == 5
     assert "refusing to overwrite" in capsys.readouterr().err
+
+
+def test_ledger_checks_first_line_does_not_call_records_the_budget_refuses_releasable(capsys):
+    """The first line counts the records passing the record checks, of which the lines below
+    say how many the budget would refuse ("13 records, 13 releasable" then "1 would be refused
+    by the budget" read as a contradiction to a newcomer)."""
+    from postcode_privacy.commands.ledger import echo_check
+
+    report = dict(records=13, releasable=13, repeats=10, new_draws_of_known_subjects=1)
+    report |= dict(known_subjects_drawn_again=1, new_subjects_records=1, new_subjects=1)
+    report |= dict(over_budget=1, unreleasable=0, spend_after_known=[])
+    echo_check(report, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "13 records, 13 passing the record checks:"
+    assert "  1 would be refused by the budget" in lines

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # (imported on first use, below: the command line starts with
     from .graph.national import default_graph
     from .keyfile import read_key_file, write_key_file
     from .mechanism import Key, Mechanism
-    from .release import ReleaseOptions, perturb_frame, read_sidecar, release_file
+    from .release import ReleaseOptions, ReleasePlan, perturb_frame, read_sidecar, release_file
 
 # numba (when it compiles) and the graph code import scipy, which a $SOURCE_DATE_EPOCH that
 # int() cannot read would stop with a baffling error; only ``report`` uses the variable.
@@ -48,6 +48,7 @@ __all__ = [
     "release_file",
     "read_sidecar",
     "ReleaseOptions",
+    "ReleasePlan",
     "read_key_file",
     "write_key_file",
     "OUTPUT_STABILITY_VERSION",
@@ -80,6 +81,7 @@ _DEFINED_IN = {
     "release_file": ".release",
     "read_sidecar": ".release",
     "ReleaseOptions": ".release",
+    "ReleasePlan": ".release",
 }
 
 

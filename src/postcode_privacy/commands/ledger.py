@@ -239,7 +239,7 @@ def echo_check(report: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(_jsonable(report), indent=2))
         return
-    click.echo(f"{report['records']} records, {report['releasable']} releasable")
+    click.echo(f"{report['records']} records, {report['releasable']} passing the record checks:")
     click.echo(f"  {report['repeats']} repeat a draw already in the ledger (cost nothing)")
     click.echo(
         f"  {report['new_draws_of_known_subjects']} are new draws of "
