@@ -37,6 +37,18 @@ def test_stage_lines_off_a_terminal(capsys):
         "work: step 8/8",
         "work: next 1/1",
     ]
+    # A log has no bar to show an estimate: the lines part-way say how long is left.
+    assert all(", about " in line and " left)" in line for line in lines[1:4])
+    assert " left" not in lines[0] and " left" not in lines[4]
+
+
+def test_time_left_is_the_rate_so_far_applied_to_the_rest():
+    from postcode_privacy._progress import timing_text
+
+    assert timing_text(3.0, 1, 4) == "3.0 s, about 9 s left"
+    assert timing_text(60.0, 1, 11) == "60.0 s, about 10 min left"
+    assert timing_text(3600.0, 1, 3) == "3600.0 s, about 2.0 h left"
+    assert timing_text(2.0, 0, 4) == timing_text(2.0, 4, 4) == "2.0 s"
 
 
 @pytest.mark.slow

@@ -20,9 +20,27 @@ def stderr_is_terminal() -> bool:
         return False
 
 
+def timing_text(elapsed: float, done: int, total: int) -> str:
+    """``3.1 s`` at the start or end of a stage, ``3.1 s, about 9 s left`` part-way: what a log
+    line shows where a terminal's tqdm bar would show its estimate.  The estimate assumes the
+    rest goes at the rate so far."""
+    if 0 < done < total:
+        left = elapsed * (total - done) / done
+        return f"{elapsed:.1f} s, about {_duration(left)} left"
+    return f"{elapsed:.1f} s"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class Progress:
     """``progress(stage, done, total)``: one tqdm bar per stage on a terminal, else lines such as
-    ``evaluate: adversary 10/40 (3.1 s)``.  ``close()`` ends the last bar."""
+    ``evaluate: adversary 10/40 (3.1 s, about 9 s left)``.  ``close()`` ends the last bar."""
 
     def __init__(self, prefix: str, *, terminal: bool | None = None):
         self.prefix = prefix
@@ -51,7 +69,7 @@ class Progress:
         if done >= self._next_line or done == total:
             elapsed = time.perf_counter() - self._started
             print(
-                f"{self.prefix}: {stage} {done}/{total} ({elapsed:.1f} s)",
+                f"{self.prefix}: {stage} {done}/{total} ({timing_text(elapsed, done, total)})",
                 file=sys.stderr,
                 flush=True,
             )

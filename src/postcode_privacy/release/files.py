@@ -42,7 +42,7 @@ from typing import Any
 import pandas as pd
 
 from .._digest import sha256_of_file
-from .._progress import stderr_is_terminal
+from .._progress import stderr_is_terminal, timing_text
 from ..atomic import OutputClaim, refuse_directory_path, same_file, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
@@ -137,7 +137,8 @@ class _StageLines:
             and self.done < self.total
         ):
             elapsed = time.perf_counter() - self._started
-            self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({elapsed:.1f} s)")
+            timing = timing_text(elapsed, self.done, self.total)
+            self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({timing})")
             self._next = self.done + max(1, -(-self.total // 4))
 
     def __enter__(self) -> _StageLines:
