@@ -862,6 +862,37 @@ def test_a_line_of_spaces_or_tabs_is_refused_naming_its_line(
     assert back["visit"].tolist() == [f"a\n{blank}\nb", "c"]
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_failing_records_of_a_csv_file_are_listed_with_the_line_they_start_on(
+    setup, tmp_path, capsys, suffix
+):
+    """A record number counts records, not lines: an analyst looking at line 3 for "row 2"
+    finds the wrong one (a newcomer's review).  Each listed record also gives the line of the
+    file it starts on, past quoted newlines and the empty lines pandas skips."""
+    import gzip
+
+    good = setup["codes"][0]
+    text = (
+        "\ufeffsubject,postcode,visit\r\n"  # line 1, with a byte-order mark
+        f"a,{good},v\r\n"  # line 2: record 1
+        'b,,"two\r\nlines"\r\n'  # lines 3-4: record 2, no postcode
+        "\r\n"  # line 5: empty, skipped
+        f"c,{good},v\r\n"  # line 6: record 3
+        f",{good},v\r\n"  # line 7: record 4, no identifier
+    ).encode()
+    src = tmp_path / f"in{suffix}"
+    src.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert "  row 2: missing or blank postcode (line 3)\n" in err
+    assert "  row 4: blank identifier (line 7)\n" in err
+    parquet = tmp_path / "in.parquet"
+    frame(setup["codes"], n=3).assign(postcode=["", good, good]).to_parquet(parquet)
+    assert perturb(setup, parquet, tmp_path / "out2.csv") == 3
+    err = capsys.readouterr().err
+    assert "  row 1: missing or blank postcode\n" in err and "(line" not in err  # no lines
+
+
 @pytest.mark.parametrize("second", ["a", '12" ruler'], ids=["plain", "after-a-literal-quote"])
 def test_an_unclosed_quote_names_the_line_its_record_starts_on(setup, tmp_path, capsys, second):
     """A quote inside an unquoted field is text, as pandas reads it, so it does not throw the

@@ -99,8 +99,10 @@ def _run(argv: list[str] | None) -> int:
         return 1
     except errors.PostcodePrivacyError as exc:
         click.echo(f"error: {exc}", err=True)
+        lines = getattr(exc, "row_lines", {})
         for row, reason in getattr(exc, "row_errors", []):
-            click.echo(f"  row {row}: {reason}", err=True)
+            line = f" (line {lines[row]})" if row in lines else ""
+            click.echo(f"  row {row}: {reason}{line}", err=True)
         shown = len(getattr(exc, "row_errors", []))
         total = getattr(exc, "total_errors", shown)
         if total > shown:

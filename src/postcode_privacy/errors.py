@@ -38,10 +38,13 @@ class InputDataError(PostcodePrivacyError):
         message: str,
         row_errors: list[tuple[int, str]] | None = None,
         total_errors: int | None = None,
+        row_lines: dict[int, int] | None = None,
     ):
         super().__init__(message)
         self.row_errors = list(row_errors or [])
         self.total_errors = total_errors if total_errors is not None else len(self.row_errors)
+        # For a CSV file: the line of the file each listed record starts on (header: line 1).
+        self.row_lines = dict(row_lines or {})
 
 
 class SourceDataError(PostcodePrivacyError):

@@ -68,6 +68,7 @@ from .tables import (
     TableReader,
     open_writer,
     read_failure,
+    record_lines,
     refuse_columns_csv_cannot_hold,
     table_format,
     uncompressed_sha256,
@@ -360,7 +361,10 @@ def _release(
             if check.counts["records"] == 0:
                 raise _no_records(reader)
             if check.failed:
-                raise failure_error(check.row_errors, check.counts)
+                lines = None
+                if reader.format == "csv":
+                    lines = record_lines(input_path, (row for row, _ in check.row_errors))
+                raise failure_error(check.row_errors, check.counts, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk

@@ -93,8 +93,13 @@ def merge_counts(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
     return total
 
 
-def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int]) -> InputDataError:
-    """The error for records that cannot be released under ``on_error="error"``."""
+def failure_error(
+    row_errors: Sequence[tuple[int, str]],
+    counts: dict[str, int],
+    row_lines: dict[int, int] | None = None,
+) -> InputDataError:
+    """The error for records that cannot be released under ``on_error="error"``;
+    ``row_lines``: the file line each listed record starts on, for a CSV file."""
     failed = counts.get("failed", 0)
     reasons = ", ".join(
         f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k)
@@ -104,6 +109,7 @@ def failure_error(row_errors: Sequence[tuple[int, str]], counts: dict[str, int])
         f"with {option('on_error', 'error')} nothing is released",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
         total_errors=failed,
+        row_lines=row_lines,
     )
 
 

@@ -37,7 +37,7 @@ import re
 import sys
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO, NamedTuple
 
 import pandas as pd
@@ -617,6 +617,27 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]
             except StopIteration:
                 return
             yield start, row, last[0] if last else "", len(last) == 1
+
+
+def record_lines(path: str | os.PathLike, records: Iterable[int]) -> dict[int, int]:
+    """The line of the CSV file ``path`` on which each of ``records`` (numbered from 1, as
+    messages number them: the header is not a record) starts, counting the header as line 1.
+    Read again from the start, only when records are to be listed in an error: a record may
+    span lines (a quoted newline), and empty lines, which pandas skips, are not records."""
+    wanted = set(records)
+    found: dict[int, int] = {}
+    if not wanted:
+        return found
+    number = -1  # the header is record 0
+    for line, fields, _, _ in _records_with_lines(str(path)):
+        if not fields:  # an empty line
+            continue
+        number += 1
+        if number in wanted:
+            found[number] = line
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 class _Lines(NamedTuple):
