@@ -77,3 +77,21 @@ def test_structure_validation():
         Graph(names, np.arange(3), np.array([0, 1, 1, 1]), np.array([1]))
     with pytest.raises(GraphError, match="first member"):
         Graph(names, np.array([1, 0, 2]), np.array([0, 0, 0, 0]), np.array([], dtype=np.int32))
+
+
+def test_a_graph_keeps_copies_of_the_arrays_it_was_given():
+    """The structure is checked and hashed once, at construction: a caller reusing its arrays
+    afterwards must not change the graph (a review changed outputs under the same sha256 that
+    way, and crashed the sampler with an index out of range)."""
+    codes = [f"LS6 {i}AA" for i in range(1, 5)]
+    node_location = np.arange(4, dtype=np.int32)
+    indptr = np.array([0, 1, 3, 5, 6], dtype=np.int64)
+    indices = np.array([1, 0, 2, 1, 3, 2], dtype=np.int32)
+    coords = np.array([[430000.0 + 100 * i, 433000.0] for i in range(4)])
+    graph = Graph(codes, node_location, indptr, indices, coordinates=coords)
+    before = graph.sha256
+    for given in (node_location, indptr, indices, coords):
+        given[...] = 0
+    assert graph._content_hash() == before
+    assert list(graph.loc_indices) == [1, 0, 2, 1, 3, 2]
+    assert graph.location_coordinates[3, 0] == 430300.0

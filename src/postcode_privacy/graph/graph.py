@@ -113,6 +113,11 @@ def _csr_from_pairs(n: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, n
     return indptr, dst.astype(np.int32)
 
 
+def _own_copy(values, dtype) -> np.ndarray:
+    """A new C-ordered array of ``values``, shared with nobody."""
+    return np.array(values, dtype=dtype, order="C", copy=True)
+
+
 class Graph:
     """A finite undirected graph of postcode units with a strictly positive integer prior."""
 
@@ -129,12 +134,15 @@ class Graph:
     ):
         self._labels: NodeLabels = ListLabels(list(postcodes))
         self._n = n = len(self._labels)
-        self.node_location = np.ascontiguousarray(node_location, dtype=np.int32)
-        self.loc_indptr = np.ascontiguousarray(loc_indptr, dtype=np.int64)
-        self.loc_indices = np.ascontiguousarray(loc_indices, dtype=np.int32)
+        # Copies: the structure is checked and hashed once, here, so the graph must not share
+        # arrays the caller could change later (the sampler trusts them: an index out of
+        # range would crash it, and a changed edge would change outputs under the same sha256).
+        self.node_location = _own_copy(node_location, np.int32)
+        self.loc_indptr = _own_copy(loc_indptr, np.int64)
+        self.loc_indices = _own_copy(loc_indices, np.int32)
         self.prior = validate_prior(np.ones(n, dtype=np.int64) if prior is None else prior, n)
         self.location_coordinates = (
-            None if coordinates is None else np.ascontiguousarray(coordinates, dtype=np.float64)
+            None if coordinates is None else _own_copy(coordinates, np.float64)
         )
         self.params = dict(params or {})
         self.provenance = dict(provenance or {})
