@@ -160,7 +160,7 @@ def test_metadata_types_and_worker_errors_on_spark_connect(spark, tmp_path):
         ("postcode_dp", {}),
     ]
     months = sdf.withColumn("span", F.make_ym_interval(F.lit(1), F.lit(2)))
-    with pytest.raises(InputDataError, match=r"^column 3 has type interval year to month, "):
+    with pytest.raises(InputDataError, match=r"^column 3 holds intervals that Spark cannot "):
         pps.perturb(months, **common)
     spec = pps._prepare(sdf, **common)
     elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))

@@ -778,10 +778,29 @@ def _check_arrow_types(schema: StructType) -> None:
             to_arrow_type(column.dataType, timezone="UTC")
         except Exception:  # PySpark's type error: the type alone is the news
             raise InputDataError(
-                f"column {position} has type {column.dataType.simpleString()}, which Spark "
-                "cannot pass to Python as Arrow for the release; cast it (for example to a "
-                "string) or leave it out first"
+                f"column {position} holds {_spark_type_words(column.dataType)} that Spark "
+                "cannot pass to Python as Arrow for the release (intervals year to month or "
+                "calendar intervals, alone or inside); cast it (for example to a string) or "
+                "leave it out first"
             ) from None
+
+
+def _spark_type_words(kind) -> str:
+    """A Spark column type in plain words, never its text: ``simpleString`` lists a struct's
+    field names, which are the input's own (as ``release/type_words.py`` does for Arrow)."""
+    from pyspark.sql import types
+
+    for spark_type, words in (
+        (types.StructType, "structs"),
+        (types.ArrayType, "lists"),
+        (types.MapType, "maps"),
+        (types.YearMonthIntervalType, "intervals"),
+        (types.DayTimeIntervalType, "intervals"),
+        (types.CalendarIntervalType, "intervals"),
+    ):
+        if isinstance(kind, spark_type):
+            return words
+    return "values"
 
 
 def _check_columns_ignoring_case(columns: list[str], options: ReleaseOptions) -> None:
