@@ -676,6 +676,17 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     err = capsys.readouterr().err
     assert "already exists" in err and "--force" in err
     assert "loading the national graph" not in err  # ... and refused before the graph loads
+    # A key file where the demo puts its example is never replaced, even with --force.
+    from postcode_privacy import Key, write_key_file
+
+    other = tmp_path / "other"
+    other.mkdir()
+    write_key_file(Key.generate(), other / "records.csv")
+    key_bytes = (other / "records.csv").read_bytes()
+    assert main(["demo", "-o", str(other), "--force", "-q"]) == 5
+    assert "a postcode-privacy key file" in capsys.readouterr().err
+    assert (other / "records.csv").read_bytes() == key_bytes
+    assert only(other, "records.csv")
 
 
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------

@@ -51,7 +51,7 @@ def _copy_example(target: Path, *, force: bool) -> None:
     """
     from importlib import resources
 
-    from ..atomic import write_atomic
+    from ..atomic import OutputClaim, write_atomic
     from ..errors import OutputExistsError
 
     data = resources.files("postcode_privacy").joinpath(EXAMPLE).read_bytes()
@@ -62,7 +62,9 @@ def _copy_example(target: Path, *, force: bool) -> None:
             f"{target.name} already exists in the demo directory and is not "
             "the example file; use --force to replace it"
         )
-    write_atomic(target, data)
+    # Through a claim, as every output: never over a key file or a ledger, even with --force.
+    with OutputClaim([target], force=True):
+        write_atomic(target, data)
 
 
 @cli.command("demo")
