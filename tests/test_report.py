@@ -107,7 +107,7 @@ def test_page_is_self_contained_and_states_the_conditions(report):
 def test_report_numbers_are_the_exact_ones(geo, report):
     data = report.data
     mechanism = Mechanism(geo, "0.9")
-    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 3
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 4
     assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
     tb = data["teleport_bound"]
     assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound

@@ -45,7 +45,8 @@ from ._maps import place_map, probability_in
 
 FORMAT = "postcode-privacy-report"
 # 3: probability_within_1km and map_outside_share are exact (fraction_json), not floats
-FORMAT_VERSION = 3
+# 4: probability_within_1km counts postcodes exactly 1,000 m away (it was under 1,000 m)
+FORMAT_VERSION = 4
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
