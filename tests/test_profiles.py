@@ -9,6 +9,7 @@ cached table must be refused unless it is byte for byte the one built for its gr
 from __future__ import annotations
 
 import json
+import os
 import random
 import warnings
 from pathlib import Path
@@ -220,6 +221,14 @@ def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
     refused("another graph or depth")
     table_path.write_bytes(good[: len(good) // 2])
     refused(None)
+    # The cache may be shared: a pipe at a cached name is refused, never waited on (a review
+    # saw the load block for ever), and replaced by the rebuilt file.
+    for path in (header_path, table_path):
+        path.unlink()
+        os.mkfifo(path)
+        refused("not a regular file|cannot read")
+        assert path.is_file()
+    assert not [p for p in table_path.parent.iterdir() if p.name.startswith(".building-")]
 
 
 def test_a_table_loaded_in_the_background_is_the_table_or_is_refused_alike(cache):

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -423,18 +427,40 @@ def table_sha256(*arrays: np.ndarray) -> str:
 
 @contextlib.contextmanager
 def cache_files(paths: Sequence[Path]) -> Iterator[list[Path]]:
-    """Partial files beside ``paths`` (one each, named for this process) for a cached table to
-    be written to.  When the block completes they are moved into place in the order given,
-    the header last, so a reader that catches a mix of old and new files refuses it by the
-    content hash; whatever happens, none is left behind.  An OSError is left as the system
-    raised it: the caller falls back to a table in memory."""
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
-    partials = [path.with_name(f"{path.stem}.partial-{os.getpid()}{path.suffix}") for path in paths]
+    """Partial files for a cached table to be written to, one for each of ``paths``, in a new
+    owner-only directory beside them.  When the block completes they are moved into place in
+    the order given, the header last, so a reader that catches a mix of old and new files
+    refuses it by the content hash; whatever happens, none is left behind.  A directory of its
+    own because the cache may be shared: a name of its own beside the others could already
+    hold a link (written through to another file) or a pipe (waited on for ever).  An OSError
+    is left as the system raised it: the caller falls back to a table in memory."""
+    parent = paths[0].parent
+    parent.mkdir(parents=True, exist_ok=True)
+    private: Path | None = None
     try:
-        yield partials
+        with signals_deferred():  # made and noted for removal as one step
+            private = Path(tempfile.mkdtemp(prefix=".building-", dir=parent))
+        yield [private / path.name for path in paths]
         with signals_deferred():  # all renamed, or none: a stop waits for the last one
-            for partial, path in zip(partials, paths):
-                os.replace(partial, path)
+            for path in paths:
+                os.replace(private / path.name, path)
     finally:
-        for partial in partials:
-            partial.unlink(missing_ok=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def read_cached_header(path: Path) -> object:
+    """The JSON header of a cached table; ValueError (the cache is then rebuilt) for anything
+    but a small regular file (a pipe there would be waited on for ever)."""
+    from .._input_files import MIB, read_small_file
+
+    data = read_small_file(path, what="a cached table's header", limit=MIB, error=ValueError)
+    return json.loads(data)
+
+
+def load_cached_array(path: Path, *, mapped: bool = True) -> np.ndarray:
+    """A cached ``.npy`` array, memory-mapped read-only unless ``mapped`` is False; ValueError
+    for anything but a regular file."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError("a cached table is not a regular file")
+    return np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)

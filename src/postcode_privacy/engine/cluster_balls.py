@@ -39,7 +39,15 @@ import numpy as np
 
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, cache_files, mass_dtype, sweep_table, table_sha256
+from .ball_sweeps import (
+    Sweeps,
+    cache_files,
+    load_cached_array,
+    mass_dtype,
+    read_cached_header,
+    sweep_table,
+    table_sha256,
+)
 
 __all__ = ["ClusterBalls", "build_cluster_balls", "cached_cluster_balls", "cluster_balls_for"]
 
@@ -148,9 +156,9 @@ def load_cluster_balls(graph: Graph) -> ClusterBalls:
     (format, graph, parameters, shapes, types and the content hash of both arrays; then the
     pinned hash, or, for a graph without a pin, ``_check_consistent``)."""
     balls_path, of_path, header_path = _paths(graph)
-    header = json.loads(header_path.read_text(encoding="utf-8"))
-    balls = np.load(balls_path, mmap_mode="r", allow_pickle=False)
-    cluster_of = np.load(of_path, allow_pickle=False)
+    header = read_cached_header(header_path)
+    balls = load_cached_array(balls_path)
+    cluster_of = load_cached_array(of_path, mapped=False)
     if not isinstance(header, dict):
         raise ValueError("the far-mass rows' header is not a JSON object")
     if balls.ndim != 2:

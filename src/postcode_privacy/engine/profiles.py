@@ -41,7 +41,15 @@ import numpy as np
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import Sweeps, cache_files, mass_dtype, sweep_table, table_sha256
+from .ball_sweeps import (
+    Sweeps,
+    cache_files,
+    load_cached_array,
+    mass_dtype,
+    read_cached_header,
+    sweep_table,
+    table_sha256,
+)
 from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
 from .forking import start_in_background
 
@@ -144,8 +152,8 @@ def load_profiles(graph: Graph, depth: int | None = None) -> BallProfiles:
     (format, graph, depth, shape, type and the content hash of the whole table)."""
     depth = DEPTH if depth is None else int(depth)
     table_path, header_path = _paths(graph, depth)
-    header = json.loads(header_path.read_text(encoding="utf-8"))
-    array = np.load(table_path, mmap_mode="r", allow_pickle=False)
+    header = read_cached_header(header_path)
+    array = load_cached_array(table_path)
     if not isinstance(header, dict):
         raise ValueError("the ball-mass profiles' header is not a JSON object")
     expected = _header(graph, depth, header.get("sha256", ""))
