@@ -289,6 +289,7 @@ def test_an_input_changed_and_changed_back_is_refused(
     assert len(hashed) == 1  # refused in the writing pass, before the second hash
 
 
+@pytest.mark.slow  # long text in many pieces: over a second and a half
 def test_the_chunk_digest_takes_the_arrow_route_for_text_read_in_pieces(tmp_path):
     """pandas holds a long chunk's text in several Arrow pieces: the digest still hashes its
     Arrow bytes (not the slow fallback), the same for the same cells however they are split,

@@ -878,6 +878,7 @@ def test_a_bad_workers_variable_fails_every_batch_alike(monkeypatch, value):
     assert default_workers(PARALLEL_MIN - 1) == 1 and default_workers(PARALLEL_MIN) == 3
 
 
+@pytest.mark.slow  # a release per chunk size: about a second and a half
 def test_parquet_bytes_do_not_depend_on_the_chunk_size_with_long_text(grid, key, tmp_path):
     """pyarrow's dictionary page limit (1 MiB) is checked at the edges of Arrow chunks, which
     follow the input's chunks: each row group is written as one chunk a column."""

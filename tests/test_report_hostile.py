@@ -386,6 +386,7 @@ def test_float_bounds_of_a_range_hold_the_exact_value():
     assert float_above(1 - Fraction(1, 10**20)) < 1  # never an untrue 1
 
 
+@pytest.mark.slow  # exact attacker figures on a sample: two seconds
 def test_the_reported_risk_range_holds_the_exact_one(geo):
     """The one-release rate's range on the page (text) holds the one in the data (floats,
     themselves rounded outward from the exact bounds: the test above)."""

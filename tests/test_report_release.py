@@ -183,6 +183,7 @@ def test_a_manifests_radius_is_called_default_exactly_when_it_is(geo, tmp_path):
     assert not _is_default_radius(Mechanism(geo, "1.2", default + 1))
 
 
+@pytest.mark.slow  # a report for each refusal: two seconds
 def test_manifest_refusals(geo, tmp_path, capsys):
     with pytest.raises(InvalidParameterError, match="another graph"):
         build_report(
