@@ -886,6 +886,11 @@ def test_failing_records_of_a_csv_file_are_listed_with_the_line_they_start_on(
     err = capsys.readouterr().err
     assert "  row 2: missing or blank postcode (line 3)\n" in err
     assert "  row 4: blank identifier (line 7)\n" in err
+    # Where the two readers would count records differently, no line rather than a wrong one.
+    from postcode_privacy.release.tables import record_lines
+
+    assert record_lines(src, [2, 4], total=4) == {2: 3, 4: 7}
+    assert record_lines(src, [2, 4], total=5) == {}
     parquet = tmp_path / "in.parquet"
     frame(setup["codes"], n=3).assign(postcode=["", good, good]).to_parquet(parquet)
     assert perturb(setup, parquet, tmp_path / "out2.csv") == 3

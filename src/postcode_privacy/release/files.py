@@ -363,7 +363,8 @@ def _release(
             if check.failed:
                 lines = None
                 if reader.format == "csv":
-                    lines = record_lines(input_path, (row for row, _ in check.row_errors))
+                    listed = (row for row, _ in check.row_errors)
+                    lines = record_lines(input_path, listed, check.counts["records"])
                 raise failure_error(check.row_errors, check.counts, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):

@@ -619,25 +619,30 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]
             yield start, row, last[0] if last else "", len(last) == 1
 
 
-def record_lines(path: str | os.PathLike, records: Iterable[int]) -> dict[int, int]:
+def record_lines(path: str | os.PathLike, records: Iterable[int], total: int) -> dict[int, int]:
     """The line of the CSV file ``path`` on which each of ``records`` (numbered from 1, as
     messages number them: the header is not a record) starts, counting the header as line 1.
     Read again from the start, only when records are to be listed in an error: a record may
-    span lines (a quoted newline), and empty lines, which pandas skips, are not records."""
+    span lines (a quoted newline), and empty lines, which pandas skips, are not records.
+
+    Nothing (an empty dict) unless this reading finds ``total`` records, as many as the
+    release's reader did: where the two readers split a file differently a line could be
+    wrong, and no line is better than a wrong one."""
     wanted = set(records)
     found: dict[int, int] = {}
     if not wanted:
         return found
     number = -1  # the header is record 0
-    for line, fields, _, _ in _records_with_lines(str(path)):
-        if not fields:  # an empty line
-            continue
-        number += 1
-        if number in wanted:
-            found[number] = line
-            if len(found) == len(wanted):
-                break
-    return found
+    try:
+        for line, fields, _, _ in _records_with_lines(str(path)):
+            if not fields:  # an empty line
+                continue
+            number += 1
+            if number in wanted:
+                found[number] = line
+    except (OSError, ValueError, csv.Error):  # (changed or unreadable since: no lines)
+        return {}
+    return found if number == total else {}
 
 
 class _Lines(NamedTuple):
