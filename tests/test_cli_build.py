@@ -316,7 +316,7 @@ def test_a_supplied_tables_digest_is_of_what_the_mapping_reads_not_how_pandas_st
     from postcode_privacy.release.terminated import _table_digest
 
     text = pd.DataFrame(
-        {"postcode": ["ab1 0aa", None], "easting": [1.0, 2.0], "northing": [3.0, float("nan")]}
+        {"postcode": ["AB1 0AA", None], "easting": [1.0, 2.0], "northing": [3.0, float("nan")]}
     ).astype({"postcode": "str"})
     objects = pd.DataFrame(
         {

