@@ -127,6 +127,23 @@ def test_cached_build_in_workers_equals_the_in_memory_build(cache):
     assert np.array_equal(np.asarray(loaded.cumulative), expected)
 
 
+def test_a_build_uses_the_table_it_built_not_whatever_is_at_the_name_later(cache, monkeypatch):
+    """A shared cache's file can be replaced just after it is moved into place: the build
+    returns the array it built and hashed, never the name opened again (a review swapped in a
+    table of sevens there, and then a pipe, which blocked the build for ever)."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    table_path, _ = engine_profiles._paths(graph, 6)
+    expected = engine_profiles.build_profiles(graph, loc_mass(graph), 6)
+
+    def swap(*_):  # another file moved in at the name
+        np.save(table_path.with_name("other.npy"), np.full_like(expected, 7))
+        os.replace(table_path.with_name("other.npy"), table_path)
+
+    monkeypatch.setattr(engine_profiles, "_remove_other_depths", swap)
+    table = engine_profiles.profiles_for(graph, loc_mass(graph))
+    assert np.array_equal(np.asarray(table.cumulative), expected)
+
+
 @pytest.mark.parametrize("blocked", ["table", "rows"])
 def test_a_header_that_cannot_be_written_means_a_table_in_memory(cache, blocked):
     """If the cache refuses a header (here a directory stands where it would go), the release

@@ -460,7 +460,29 @@ def read_cached_header(path: Path) -> object:
 
 def load_cached_array(path: Path, *, mapped: bool = True) -> np.ndarray:
     """A cached ``.npy`` array, memory-mapped read-only unless ``mapped`` is False; ValueError
-    for anything but a regular file."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError("a cached table is not a regular file")
-    return np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
+    for anything but a regular file.  The file is opened once, without waiting (a pipe there
+    would block for ever), and the array read or mapped through that handle: a check of the
+    name followed by a second open could meet another file."""
+    fmt = np.lib.format
+    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("a cached table is not a regular file")
+        if not mapped:
+            return np.load(handle, allow_pickle=False)
+        version = fmt.read_magic(handle)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(handle)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(handle)
+        else:
+            raise ValueError("a cached table has an unknown .npy format version")
+        if dtype.hasobject:
+            raise ValueError("a cached table holds Python objects")
+        return np.memmap(
+            handle,
+            dtype=dtype,
+            mode="r",
+            shape=shape,
+            order="F" if fortran else "C",
+            offset=handle.tell(),
+        )

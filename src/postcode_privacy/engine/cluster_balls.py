@@ -256,4 +256,5 @@ def cluster_balls_for(
         header = _header(graph, balls.shape[0], sha256)
         partials[2].write_text(json.dumps(header, indent=1), encoding="utf-8")
     _remove_other_parameters(graph)
-    return ClusterBalls(np.load(balls_path, mmap_mode="r", allow_pickle=False), cluster_of, graph)
+    # The rows mapped from the file as built and hashed, never the name opened again.
+    return ClusterBalls(balls, cluster_of, graph)

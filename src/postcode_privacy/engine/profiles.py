@@ -188,7 +188,9 @@ def _build_and_cache(
         header = _header(graph, depth, sha256)
         header_partial.write_text(json.dumps(header, indent=1), encoding="utf-8")
     _remove_other_depths(graph, depth)
-    return BallProfiles(np.load(table_path, mmap_mode="r", allow_pickle=False), graph)
+    # The array mapped from the file as built and hashed, never the name opened again: by now
+    # another file could be there.
+    return BallProfiles(array, graph)
 
 
 def _remove_other_depths(graph: Graph, depth: int) -> None:
