@@ -898,6 +898,27 @@ def test_failing_records_of_a_csv_file_are_listed_with_the_line_they_start_on(
     assert "  row 1: missing or blank postcode\n" in err and "(line" not in err  # no lines
 
 
+def test_no_lines_are_listed_from_a_file_changed_since_its_check(setup, tmp_path, capsys):
+    """The lines come from reading the file again: if it changed since it was checked (an
+    empty line put in front keeps its records), they could be wrong, so none are shown."""
+    from postcode_privacy.release import files
+
+    good = setup["codes"][0]
+    src = tmp_path / "in.csv"
+    src.write_text(f"subject,postcode,visit\na,{good},v\nb,,v\n", encoding="utf-8")
+    real = files.record_lines
+
+    def after_a_change(path, rows, total):
+        Path(path).write_text(f"\nsubject,postcode,visit\na,{good},v\nb,,v\n", encoding="utf-8")
+        return real(path, rows, total)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "record_lines", after_a_change)
+        assert perturb(setup, src, tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert "  row 2: missing or blank postcode\n" in err and "(line" not in err
+
+
 @pytest.mark.parametrize("second", ["a", '12" ruler'], ids=["plain", "after-a-literal-quote"])
 def test_an_unclosed_quote_names_the_line_its_record_starts_on(setup, tmp_path, capsys, second):
     """A quote inside an unquoted field is text, as pandas reads it, so it does not throw the

@@ -87,6 +87,18 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 100_000
 
 
+def _lines_of(path: Path, check: ChunkCheck, checked_sha256: str) -> dict[int, int] | None:
+    """The file line of each record ``check`` lists (``record_lines``), if the file read again
+    is still the one checked: lines found in another file could be wrong ones."""
+    listed = [row for row, _ in check.row_errors]
+    lines = record_lines(path, listed, check.counts["records"])
+    try:
+        unchanged = sha256_of_file(path) == checked_sha256
+    except OSError:
+        unchanged = False
+    return lines if unchanged else None
+
+
 def _input_sha256(path: Path) -> str:
     """The input's SHA-256; an input that cannot be read (gone, say) is the input's error."""
     try:
@@ -363,8 +375,7 @@ def _release(
             if check.failed:
                 lines = None
                 if reader.format == "csv":
-                    listed = (row for row, _ in check.row_errors)
-                    lines = record_lines(input_path, listed, check.counts["records"])
+                    lines = _lines_of(input_path, check, input_sha256)
                 raise failure_error(check.row_errors, check.counts, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):

@@ -640,7 +640,7 @@ def record_lines(path: str | os.PathLike, records: Iterable[int], total: int) ->
             number += 1
             if number in wanted:
                 found[number] = line
-    except (OSError, ValueError, csv.Error):  # (changed or unreadable since: no lines)
+    except (*_READ_ERRORS, ValueError, csv.Error):  # (changed or unreadable since: no lines)
         return {}
     return found if number == total else {}
 
