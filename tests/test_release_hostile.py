@@ -898,6 +898,20 @@ def test_failing_records_of_a_csv_file_are_listed_with_the_line_they_start_on(
     assert "  row 1: missing or blank postcode\n" in err and "(line" not in err  # no lines
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_bytes_that_are_not_utf8_are_placed_on_the_line_the_csv_readers_count(
+    setup, tmp_path, capsys, end
+):
+    """A lone CR ends a line for the CSV readers as LF and CRLF do: the not-UTF-8 message
+    counts lines the same way (a CR-only file's bad byte on line 3 was put on line 1)."""
+    good = setup["codes"][0]
+    head = f"\ufeffsubject,postcode{end}a,{good}{end}b,".encode()
+    src = tmp_path / "in.csv"
+    src.write_bytes(head + b"\xff" + f"{end}c,{good}{end}".encode())
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    assert "first invalid byte on line 3 of the file" in capsys.readouterr().err
+
+
 def test_no_lines_are_listed_from_a_file_changed_since_its_check(setup, tmp_path, capsys):
     """The lines come from reading the file again: if it changed since it was checked (an
     empty line put in front keeps its records), they could be wrong, so none are shown."""

@@ -109,13 +109,18 @@ def _open_binary(
 
 
 def _first_bad_utf8_line(path: str) -> int | None:
-    """1-based line of the file holding the first byte sequence that is not UTF-8."""
+    """1-based line of the file holding the first byte sequence that is not UTF-8, counting
+    lines as the CSV readers do: LF, CR and CRLF each end one."""
+    number = 1  # the line the next piece starts on
     with _open_binary(path) as handle:
-        for number, line in enumerate(handle, start=1):
+        for first, piece in enumerate(handle):  # pieces end at each LF
+            skip = 3 if first == 0 and piece.startswith(codecs.BOM_UTF8) else 0
             try:
-                line.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError:
-                return number
+                piece[skip:].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return number + piece[: skip + exc.start].count(b"\r")
+            lone_crs = piece.count(b"\r") - piece.endswith(b"\r\n")
+            number += lone_crs + piece.endswith(b"\n")
     return None
 
 
