@@ -683,8 +683,11 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     other.mkdir()
     write_key_file(Key.generate(), other / "records.csv")
     key_bytes = (other / "records.csv").read_bytes()
-    assert main(["demo", "-o", str(other), "--force", "-q"]) == 5
-    assert "a postcode-privacy key file" in capsys.readouterr().err
+    for force in (["--force"], []):
+        assert main(["demo", "-o", str(other), *force]) == 5
+        err = capsys.readouterr().err
+        assert "is a postcode-privacy key file; it is never replaced, even with --force" in err
+        assert "loading the national graph" not in err  # refused before the graph loads
     assert (other / "records.csv").read_bytes() == key_bytes
     assert only(other, "records.csv")
 

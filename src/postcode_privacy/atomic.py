@@ -53,6 +53,7 @@ __all__ = [
     "write_atomic",
     "fsync_directory",
     "is_key_file",
+    "never_replaced",
     "refuse_directory_path",
     "same_file",
     "refuse_over_inputs",
@@ -179,7 +180,7 @@ def is_key_file(path: str | os.PathLike) -> bool:
     return _starts_with(path, _KEY_FILE_PREFIX)
 
 
-def _never_replaced(path: str | os.PathLike) -> str | None:
+def never_replaced(path: str | os.PathLike) -> str | None:
     """What ``path`` is, if it is a file no output may replace even with ``force``: a key file,
     or a SQLite database (a ledger, most likely: a release is never one), else None."""
     if is_key_file(path):
@@ -385,7 +386,7 @@ class OutputClaim:
         for target in self.targets:
             if target.is_dir():
                 raise InvalidParameterError(f"the output path {target} is a directory")
-            kind = _never_replaced(target)
+            kind = never_replaced(target)
             if kind is not None:
                 raise OutputExistsError(
                     f"{target} is {kind}; it is never replaced, even with {option('force')}"

@@ -43,28 +43,45 @@ def _refuse_an_earlier_release(output: Path, *, force: bool) -> None:
             raise OutputExistsError(f"{path} already exists; {option('force')} replaces it")
 
 
-def _copy_example(target: Path, *, force: bool) -> None:
+def _example_bytes() -> bytes:
+    from importlib import resources
+
+    return resources.files("postcode_privacy").joinpath(EXAMPLE).read_bytes()
+
+
+def _check_example_target(target: Path, *, force: bool) -> bool:
+    """Whether the example records must be copied to ``target`` (False: an earlier demo's copy
+    is there); refuse, before the graph loads, a file there that may not be replaced."""
+    from ..atomic import never_replaced
+    from ..errors import OutputExistsError, option
+
+    kind = never_replaced(target)
+    if kind is not None:
+        raise OutputExistsError(
+            f"{target.name} in the demo directory is {kind}; it is never replaced, even with "
+            f"{option('force')}: choose another directory"
+        )
+    if target.exists() and not force:
+        if target.is_file() and target.read_bytes() == _example_bytes():
+            return False
+        raise OutputExistsError(
+            f"{target.name} already exists in the demo directory and is not "
+            f"the example file; use {option('force')} to replace it"
+        )
+    return True
+
+
+def _copy_example(target: Path) -> None:
     """Put the shipped example records at ``target``, so the input sits beside its release.
 
     The records are invented, so leaving their true postcodes next to the released ones is what
     lets a newcomer compare the two; a real input is never copied anywhere.
     """
-    from importlib import resources
-
     from ..atomic import OutputClaim, write_atomic
-    from ..errors import OutputExistsError
 
-    data = resources.files("postcode_privacy").joinpath(EXAMPLE).read_bytes()
-    if target.exists() and not force:
-        if target.is_file() and target.read_bytes() == data:
-            return  # an earlier demo's copy
-        raise OutputExistsError(
-            f"{target.name} already exists in the demo directory and is not "
-            "the example file; use --force to replace it"
-        )
     # Through a claim, as every output: never over a key file or a ledger, even with --force.
     with OutputClaim([target], force=True):
-        write_atomic(target, data)
+        write_atomic(target, _example_bytes())
 
 
 @cli.command("demo")
@@ -105,6 +122,8 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         ) from None
     output = out_dir / "records_dp.csv"
     _refuse_an_earlier_release(output, force=force)
+    source = out_dir / "records.csv"
+    copy_example = _check_example_target(source, force=force)
 
     with echo_library_warnings():
         with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
@@ -114,8 +133,8 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         if not quiet:  # a stage line even when stderr is a log file, not a terminal
             click.echo("loading the national graph (built and cached on first use)...", err=True)
         graph = default_graph(progress=not quiet)
-        source = out_dir / "records.csv"
-        _copy_example(source, force=force)
+        if copy_example:
+            _copy_example(source)
         options = ReleaseOptions(
             epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
         )

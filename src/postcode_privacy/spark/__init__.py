@@ -767,8 +767,8 @@ def _prepare(
 
 def _check_arrow_types(schema: StructType) -> None:
     """Refuse, before any Spark job, a column whose type Spark cannot hand to Python as Arrow
-    (an interval year to month, a calendar interval, or either inside a struct, array or
-    map): both passes go through ``mapInArrow``, which would otherwise fail after the check
+    (an interval year to month, a calendar interval, a char or varchar kept as such, or one of
+    these inside a struct, array or map): both passes go through ``mapInArrow``, which would otherwise fail after the check
     pass with PySpark's own error about its internal column names.  The column is named by
     its 1-based position and its type, as ``check_columns`` names columns."""
     from pyspark.sql.pandas.types import to_arrow_type
@@ -779,9 +779,8 @@ def _check_arrow_types(schema: StructType) -> None:
         except Exception:  # PySpark's type error: the type alone is the news
             raise InputDataError(
                 f"column {position} holds {_spark_type_words(column.dataType)} that Spark "
-                "cannot pass to Python as Arrow for the release (intervals year to month or "
-                "calendar intervals, alone or inside); cast it (for example to a string) or "
-                "leave it out first"
+                "cannot pass to Python as Arrow for the release; cast it (for example to a "
+                "string) or leave it out first"
             ) from None
 
 
@@ -797,6 +796,8 @@ def _spark_type_words(kind) -> str:
         (types.YearMonthIntervalType, "intervals"),
         (types.DayTimeIntervalType, "intervals"),
         (types.CalendarIntervalType, "intervals"),
+        (types.CharType, "fixed-length strings"),
+        (types.VarcharType, "strings of bounded length"),
     ):
         if isinstance(kind, spark_type):
             return words
