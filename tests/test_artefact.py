@@ -212,6 +212,9 @@ def test_labels_with_nul_are_refused(tmp_path):
 
 def test_a_graph_changed_after_construction_is_not_saved(tmp_path):
     g = Graph.from_edges(["a", "b", "c"], [(0, 1), (1, 2)], prior=[1, 2, 3])
+    with pytest.raises(ValueError, match="read-only"):
+        g.prior[0] = 5
+    g.prior.flags.writeable = True  # a caller set on it: the save still checks the content
     g.prior[0] = 5
     with pytest.raises(GraphError, match="changed"):
         save_graph(g, tmp_path / "x")

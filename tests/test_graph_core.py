@@ -95,3 +95,6 @@ def test_a_graph_keeps_copies_of_the_arrays_it_was_given():
     assert graph._content_hash() == before
     assert list(graph.loc_indices) == [1, 0, 2, 1, 3, 2]
     assert graph.location_coordinates[3, 0] == 430300.0
+    for kept in (graph.node_location, graph.loc_indices, graph.prior, graph.location_coordinates):
+        with pytest.raises(ValueError, match="read-only"):
+            kept[0] = 1  # nor through its own attributes

@@ -146,6 +146,11 @@ class Graph:
         )
         self.params = dict(params or {})
         self.provenance = dict(provenance or {})
+        # Read-only, as a loaded artefact's are: they are checked and hashed once, here.
+        for array in (self.node_location, self.loc_indptr, self.loc_indices, self.prior):
+            array.flags.writeable = False
+        if self.location_coordinates is not None:
+            self.location_coordinates.flags.writeable = False
         self._check_structure()
         self._members_indptr, self._members = self._location_members()
         self.total_prior = int(self.prior.sum(dtype=np.int64))
