@@ -39,15 +39,8 @@ import numpy as np
 
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import (
-    Sweeps,
-    cache_files,
-    load_cached_array,
-    mass_dtype,
-    read_cached_header,
-    sweep_table,
-    table_sha256,
-)
+from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
+from .table_cache import cache_files, load_cached_array, read_cached_header
 
 __all__ = ["ClusterBalls", "build_cluster_balls", "cached_cluster_balls", "cluster_balls_for"]
 

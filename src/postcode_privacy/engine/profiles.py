@@ -41,17 +41,10 @@ import numpy as np
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
-from .ball_sweeps import (
-    Sweeps,
-    cache_files,
-    load_cached_array,
-    mass_dtype,
-    read_cached_header,
-    sweep_table,
-    table_sha256,
-)
+from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
 from .cluster_balls import ClusterBalls, cached_cluster_balls, cluster_balls_for
 from .forking import start_in_background
+from .table_cache import cache_files, load_cached_array, read_cached_header
 
 __all__ = [
     "BallProfiles",
