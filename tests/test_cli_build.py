@@ -328,3 +328,12 @@ def test_a_supplied_tables_digest_is_of_what_the_mapping_reads_not_how_pandas_st
     assert _table_digest(text) == _table_digest(objects)
     assert _table_digest(objects.assign(easting=[1.5, 2])) != _table_digest(objects)
     assert _table_digest(objects.assign(postcode=[b"AB1 0AA", None])) != _table_digest(objects)
+
+
+def test_a_directory_at_the_artefacts_name_is_exit_8_as_for_every_output(tmp_path, capsys):
+    """The exit code table puts "an output path that is a directory" at 8; click's own check
+    made ``build`` exit 2 (a review)."""
+    (tmp_path / "out").mkdir()
+    args = ["build", "--onspd", str(FIXTURES / "ONSPD_FEB_2024_UK.csv"), "--gb-only"]
+    assert main([*args, "-o", str(tmp_path / "out"), "--quiet"]) == 8
+    assert "is a directory" in capsys.readouterr().err

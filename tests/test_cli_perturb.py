@@ -690,6 +690,11 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
         assert "loading the national graph" not in err  # refused before the graph loads
     assert (other / "records.csv").read_bytes() == key_bytes
     assert only(other, "records.csv")
+    dangling = tmp_path / "dangling"  # a link to nowhere is an existing name too
+    dangling.mkdir()
+    (dangling / "records.csv").symlink_to(tmp_path / "nowhere.csv")
+    assert main(["demo", "-o", str(dangling), "-q"]) == 5
+    assert (dangling / "records.csv").is_symlink() and not (tmp_path / "nowhere.csv").exists()
 
 
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------

@@ -773,3 +773,12 @@ def test_a_postgresql_init_stopped_after_its_commit_keeps_the_key(tmp_path, monk
     monkeypatch.undo()
     assert not (tmp_path / "second.key").exists()
     Ledger.init(url, str(tmp_path / "second.key")).close()  # the retry is not blocked
+
+
+def test_init_refuses_a_secret_at_the_ledgers_own_path_saying_so(tmp_path, capsys):
+    """``ledger init l.db --ledger-secret l.db`` was refused as if another ledger had appeared
+    at the path while this one was made (a review): it is refused first, for what it is."""
+    path = str(tmp_path / "l.db")
+    assert main(["ledger", "init", path, "--ledger-secret", path]) == 1
+    assert "the ledger's secret would be the ledger itself" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

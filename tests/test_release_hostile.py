@@ -207,7 +207,9 @@ def test_a_held_lock_refuses_even_with_force(setup, tmp_path):
     assert names(tmp_path) == ["in.csv", "out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
 
 
-@pytest.mark.parametrize("squatter", ["fifo", "dangling link", "link to a file", "directory"])
+@pytest.mark.parametrize(
+    "squatter", ["fifo", "dangling link", "link to a file", "directory", "key file", "data"]
+)
 def test_a_lock_name_taken_by_other_than_a_plain_file_is_refused(setup, tmp_path, squatter):
     """Something other than a plain file at the lock file's name is refused (exit 5, naming
     the lock file), left as it was, and never followed or waited on.  Found by a hostile
@@ -223,6 +225,10 @@ def test_a_lock_name_taken_by_other_than_a_plain_file_is_refused(setup, tmp_path
         os.mkfifo(lock)
     elif squatter == "directory":
         lock.mkdir()
+    elif squatter == "key file":  # the run would delete it when it ends (a review)
+        write_key_file(Key.from_bytes(b"k" * 32), lock)
+    elif squatter == "data":
+        lock.write_bytes(b"somebody's data")
     else:
         if squatter == "link to a file":
             pointed.write_bytes(b"kept")
@@ -235,10 +241,13 @@ def test_a_lock_name_taken_by_other_than_a_plain_file_is_refused(setup, tmp_path
     finally:
         process.kill()
     assert process.returncode == 5
-    assert ".out.csv.lock, the lock file a run keeps beside out.csv, is taken by something" in err
+    taken = "a file with data in it" if squatter in ("key file", "data") else "something other"
+    assert f".out.csv.lock, the lock file a run keeps beside out.csv, is taken by {taken}" in err
     assert "Traceback" not in err
     assert names(tmp_path) == before
     assert os.path.lexists(lock)
+    if squatter in ("key file", "data"):
+        assert lock.stat().st_size > 0
     assert names(elsewhere) == (["pointed-at"] if squatter == "link to a file" else [])
     if squatter == "link to a file":
         assert pointed.read_bytes() == b"kept"
@@ -398,6 +407,18 @@ def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, 
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS refuses non-UTF-8 file names itself")
+def test_a_name_with_no_room_for_its_lock_file_gets_the_length_message(tmp_path):
+    """A single-file output (report, evaluate, calibrate) of 250 bytes leaves no room for its
+    lock file ``.NAME.lock``: the length message, not the system's "File name too long"."""
+    from postcode_privacy.atomic import OutputClaim
+    from postcode_privacy.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="may have at most 249 bytes, it has 250"):
+        with OutputClaim([tmp_path / ("r" * 245 + ".json")]):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_file_names_that_are_not_utf8_are_refused_before_work(setup, tmp_path, capsys, monkeypatch):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)

@@ -355,7 +355,7 @@ class OutputClaim:
     def _check_names(self) -> None:
         limit = _name_max(self.directory) if self.directory.is_dir() else 255
         lengths = []
-        for target in self.targets:
+        for target in [*self.targets, self.lock_path]:
             try:
                 lengths.append(len(target.name.encode("utf-8")))
             except UnicodeEncodeError:
@@ -418,9 +418,20 @@ class OutputClaim:
                 raise InvalidParameterError(
                     f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
                 ) from None
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode):
                 os.close(fd)
                 raise squatted
+            if found.st_size != 0:
+                # A lock file is never written to: one left by a run that was killed is empty.
+                # A file with data at its name (a key, a ledger, an input) is not one, and
+                # the run would delete it when it ends.
+                os.close(fd)
+                raise OutputExistsError(
+                    f"{self.lock_path.name}, the lock file a run keeps beside "
+                    f"{self.targets[0].name}, is taken by a file with data in it (a lock file "
+                    "is always empty): move it away or choose another output"
+                )
             if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
                 return

@@ -62,7 +62,8 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     "--output",
     "output",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=click.Path(),  # (a directory there is refused by the output claim: exit 8)
+    metavar="FILE",
     help="Artefact to write.",
 )
 @click.option("--force", is_flag=True, help="Replace an existing artefact.")

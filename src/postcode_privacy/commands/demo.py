@@ -61,8 +61,8 @@ def _check_example_target(target: Path, *, force: bool) -> bool:
             f"{target.name} in the demo directory is {kind}; it is never replaced, even with "
             f"{option('force')}: choose another directory"
         )
-    if target.exists() and not force:
-        if target.is_file() and target.read_bytes() == _example_bytes():
+    if os.path.lexists(target) and not force:  # (a dangling link too)
+        if not target.is_symlink() and target.is_file() and target.read_bytes() == _example_bytes():
             return False
         raise OutputExistsError(
             f"{target.name} already exists in the demo directory and is not "

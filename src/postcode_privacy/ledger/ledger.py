@@ -103,6 +103,10 @@ class Ledger:
         # The ledger first: it is what the command names.
         if not is_url(location):
             refuse_unusable_new_path(location)
+            if os.path.abspath(path) == os.path.abspath(location):
+                raise LedgerError(
+                    "the ledger's secret would be the ledger itself: give the secret another path"
+                )
         if os.path.lexists(path):
             raise KeyFileError("the ledger's key file already exists; refusing to overwrite it")
         secret = Key.generate()
