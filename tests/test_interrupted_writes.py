@@ -170,7 +170,7 @@ def test_a_stop_during_a_cache_s_renames_waits_for_the_last_and_still_stops(tmp_
     import os
     import signal
 
-    from postcode_privacy.engine.ball_sweeps import cache_files
+    from postcode_privacy.engine.table_cache import cache_files
 
     paths = [tmp_path / "t.npy", tmp_path / "t.json"]
     real_replace = os.replace
