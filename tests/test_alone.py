@@ -252,6 +252,7 @@ def _generated_case(rng: random.Random, wrong: str | None = None):
     return graph, mechanism, table
 
 
+@pytest.mark.slow  # many records one at a time: over a second
 def test_records_alone_settle_exactly_as_one_at_a_time(small_clusters):
     """On generated graphs, tables of several depths, rows of several depths, usable or not,
     small radii with tail draws: the compiled decision settles exactly the records

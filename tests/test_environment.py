@@ -49,6 +49,7 @@ NEAREST = (
 )
 
 
+@pytest.mark.slow  # two Python processes that load scipy: over a second and a half
 @pytest.mark.parametrize(
     ("script", "printed"), [(BUILD, "3"), (NEAREST, "BD1 1AB")], ids=["build", "nearest"]
 )

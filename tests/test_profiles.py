@@ -413,6 +413,7 @@ def test_one_call_draws_what_the_search_and_its_pick_draw():
     assert checked == 600 and guarded > 200, guarded
 
 
+@pytest.mark.slow  # many draws each way: over a second
 def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
     """Records with a postcode of their own whose shell the table settles, with the core's
     bound or a far-mass row's, take the one-call path (``FastSampler._sample_one``) and draw

@@ -173,6 +173,7 @@ def test_examples_use_well_known_districts_when_present():
     assert [graph.label(p["node"]).split(" ")[0] for p in picks] == ["LS1", "LA9", "IV27"]
 
 
+@pytest.mark.slow  # a report of its own: over a second
 def test_focus_postcode_and_json(geo, tmp_path):
     target = geo.label(77)
     report = build_report(geo, "1.5", postcode=target.lower().replace(" ", ""), sample=None)

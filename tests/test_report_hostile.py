@@ -410,6 +410,7 @@ def test_a_probability_is_never_an_untrue_0_or_1():
     assert number(999.7) == "1,000"  # printed "1e+03"
 
 
+@pytest.mark.slow  # a whole report: about a second and a half
 def test_a_page_at_a_large_epsilon_says_more_than_99_9_percent_not_100():
     """At epsilon 30 every postcode comes back unchanged almost always, not always."""
     alone, _ = postcode_graph(140, seed=31, colocated=0)  # no postcode shares a location
