@@ -65,19 +65,18 @@ def perturb_frame(
     The release options (:class:`ReleaseOptions`) are given either as ``options=`` or as
     keywords (``epsilon=1, id_column="person_id", postcode_column="postcode"``, ...), not both.
     Returns a new frame with every column of ``df`` except ``postcode_column`` (kept when
-    ``keep_source_postcode``) followed by the released postcode in ``out_column`` (of
-    the true postcodes' dtype if that is a pandas string dtype, as pandas 3's ``dtype=str``
-    gives; object otherwise); ``df`` is not modified.  ``graph=None`` uses the embedded national graph; ``radius=None`` the default
-    radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
+    ``keep_source_postcode``) followed by the released postcode in ``out_column`` (of the true
+    postcodes' dtype if that is a pandas string dtype, as pandas 3's ``dtype=str`` gives;
+    object otherwise); ``df`` is not modified.  ``graph=None`` uses the embedded national
+    graph; ``radius=None`` the default radius for ``epsilon``.  ``on_error`` is ``"error"`` (raise :class:`InputDataError` listing
     every failing record, up to 20, and release nothing), ``"null"`` (empty released cell) or
     ``"drop"`` (leave the row out; no label, level value, category or Arrow dictionary entry
     that only left-out rows held stays in the result's index or columns; a run-end-encoded
     column, or one holding Arrow text, binary or list views, is refused, and so is a sparse
     column whose fill value only left-out rows held).  ``terminated="nearest"`` maps located
-    terminated postcodes to the nearest live one first; with a graph artefact that
-    ``build`` made from ONSPD or NSPL, pass its sidecar as
-    ``terminated_locations=read_sidecar(path)`` (:func:`read_sidecar`), as the command line
-    uses it.  Record numbers in errors count from
+    terminated postcodes to the nearest live one first; with a graph artefact that ``build``
+    made from ONSPD or NSPL, pass its sidecar as ``terminated_locations=read_sidecar(path)``
+    (:func:`read_sidecar`), as the command line uses it.  Record numbers in errors count from
     ``row_offset + 1``.
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,

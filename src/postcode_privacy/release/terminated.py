@@ -90,6 +90,14 @@ def bundled_terminated_locations() -> pd.DataFrame:
         return _bundled.copy(deep=True)
 
 
+def _require_columns(table: pd.DataFrame) -> None:
+    """InvalidParameterError unless ``table`` has the columns a mapping reads."""
+    if not {"postcode", "easting", "northing"} <= set(table.columns):
+        raise InvalidParameterError(
+            "the terminated-postcode table needs columns postcode, easting and northing"
+        )
+
+
 def _coordinates(table: pd.DataFrame) -> np.ndarray:
     """Easting and northing of every row as floats (NaN where not a number)."""
     return np.column_stack(
@@ -103,10 +111,7 @@ def _coordinates(table: pd.DataFrame) -> np.ndarray:
 def _as_mapped(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """What a mapping reads of a terminated-postcode table: each row's normalised postcode
     (None where it is not one) and its coordinates (:func:`_coordinates`)."""
-    if not {"postcode", "easting", "northing"} <= set(table.columns):
-        raise InvalidParameterError(
-            "the terminated-postcode table needs columns postcode, easting and northing"
-        )
+    _require_columns(table)
     codes = np.array([try_normalise(c) for c in table["postcode"].tolist()], dtype=object)
     return codes, _coordinates(table)
 
@@ -295,10 +300,7 @@ def _table_digest(table: pd.DataFrame) -> str:
     platform and pandas or numpy version, since it digests values, not how the frame stores
     them (pandas 2 and 3 store missing text differently); computed in bulk, so a table of every
     terminated postcode takes a fraction of a second."""
-    if not {"postcode", "easting", "northing"} <= set(table.columns):
-        raise InvalidParameterError(
-            "the terminated-postcode table needs columns postcode, easting and northing"
-        )
+    _require_columns(table)
     texts = [v if isinstance(v, str) else None for v in table["postcode"].tolist()]
     xy = _coordinates(table)
     xy[np.isnan(xy)] = np.nan

@@ -3,8 +3,8 @@
 Why: pyarrow's text of a type is library jargon (``map<string, list<element: int64>>``), and it
 can carry the input's own words: a struct lists its fields' names, a map read from Parquet
 names its entries after the column, a timestamp carries its time zone's text.  Messages name
-a column by its position and never quote the input (docs/release.md, "Limits and unusual files"), so they
-describe a column's kind with :func:`type_words` instead.
+a column by its position and never quote the input (docs/release.md, "Limits and unusual
+files"), so they describe a column's kind with :func:`type_words` instead.
 """
 
 from __future__ import annotations
