@@ -65,6 +65,18 @@ def test_explicit_radius_missing_the_target_warns_with_the_bound():
     assert m.teleport_bound <= TELEPORT_TARGET
 
 
+def test_an_epsilon_too_small_for_any_default_radius():
+    """With no radius in range meeting the target, a mechanism needs an explicit radius, warns
+    that none would do, and records that it has no default (the report's ``radius_is_default``)."""
+    from postcode_privacy.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="too small for a default radius"):
+        Mechanism(path(30), "0.0001")
+    with pytest.warns(TeleportWarning, match="no radius within the supported range"):
+        m = Mechanism(path(30), "0.0001", radius=5)
+    assert m.default_radius is None and m.radius == 5
+
+
 def test_default_radius_bound_uses_public_information_only():
     """The bound depends on the prior's minimum and total, not on any record or postcode."""
     a = Mechanism(path(10, [1] * 10), "1")

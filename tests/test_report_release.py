@@ -174,13 +174,13 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
 def test_a_manifests_radius_is_called_default_exactly_when_it_is(geo, tmp_path):
     """``radius_is_default`` compares the manifest's radius with the default for its epsilon;
     it was ``False`` for every manifest (a hostile review)."""
-    from postcode_privacy.report._data import _is_default_radius
-
     default = Mechanism(geo, "1.2").radius
-    path = _manifest(geo, tmp_path, radius=default)
-    assert build_report(geo, release=read_manifest(path), sample=None).data["radius_is_default"]
-    assert _is_default_radius(Mechanism(geo, "1.2", default))
-    assert not _is_default_radius(Mechanism(geo, "1.2", default + 1))
+    assert Mechanism(geo, "1.2", default).default_radius == default
+    assert Mechanism(geo, "1.2", default + 1).default_radius == default
+    for radius, expected in ((default, True), (default + 1, False)):
+        path = _manifest(geo, tmp_path, radius=radius)
+        data = build_report(geo, release=read_manifest(path), sample=None).data
+        assert data["radius_is_default"] is expected
 
 
 @pytest.mark.slow  # a report for each refusal: two seconds

@@ -35,8 +35,18 @@ class Mechanism:
         self.graph = graph
         self.epsilon: Epsilon = parse_epsilon(epsilon)
         min_prior = int(graph.prior.min())
+        try:
+            default: int | None = default_radius(self.epsilon, min_prior, graph.total_prior)
+        except InvalidParameterError:  # no radius in range meets the target at this epsilon
+            if radius is None:
+                raise
+            default = None
+        #: The radius the teleport target sets at this epsilon on this graph, or None when no
+        #: radius in range meets it; the report says whether a release used it.
+        self.default_radius = default
         if radius is None:
-            self.radius = default_radius(self.epsilon, min_prior, graph.total_prior)
+            assert default is not None
+            self.radius = default
         else:
             if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)):
                 raise InvalidParameterError(f"{option_name('radius')} must be a whole number")
@@ -50,13 +60,10 @@ class Mechanism:
             self.epsilon, self.radius, min_prior, graph.total_prior
         )
         if radius is not None and self.teleport_bound > TELEPORT_TARGET:
-            try:
-                hint = (
-                    f"the default radius at this epsilon is "
-                    f"{default_radius(self.epsilon, min_prior, graph.total_prior)}"
-                )
-            except InvalidParameterError:
+            if default is None:
                 hint = "no radius within the supported range meets it at this epsilon"
+            else:
+                hint = f"the default radius at this epsilon is {default}"
             warnings.warn(
                 f"radius {self.radius} gives a teleport probability bound of "
                 f"{bound_text(self.teleport_bound)}, above the 1e-06 target; {hint}",

@@ -36,7 +36,6 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.mechanism import Mechanism
-from ..mechanism.radius import default_radius
 from ..release.manifest import float_at_least, prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
@@ -127,17 +126,6 @@ def place_summary(exact: ExactMechanism, node: int) -> tuple[dict, OutputDistrib
         "neighbour_spacing_m": None if not math.isfinite(spacing) else float(spacing),
     }
     return summary, dist, hist
-
-
-def _is_default_radius(mechanism: Mechanism) -> bool:
-    """The mechanism's radius is the default for its epsilon on its graph (whether the user
-    gave it or a manifest did)."""
-    graph = mechanism.graph
-    try:
-        default = default_radius(mechanism.epsilon, int(graph.prior.min()), graph.total_prior)
-    except InvalidParameterError:  # no radius in range meets the target at this epsilon
-        return False
-    return mechanism.radius == default
 
 
 def _map_half_width_m(summary: dict) -> float:
@@ -294,7 +282,7 @@ def build_report(
         "format_version": FORMAT_VERSION,
         "generated": generated_at(),
         **identify_mechanism(mechanism),
-        "radius_is_default": _is_default_radius(mechanism),
+        "radius_is_default": mechanism.radius == mechanism.default_radius,
         "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
         "teleport_bound": fraction_json(mechanism.teleport_bound, upper_bound=True),
