@@ -49,6 +49,9 @@ def test_time_left_is_the_rate_so_far_applied_to_the_rest():
     assert timing_text(60.0, 1, 11) == "60.0 s, about 10 min left"
     assert timing_text(3600.0, 1, 3) == "3600.0 s, about 2.0 h left"
     assert timing_text(2.0, 0, 4) == timing_text(2.0, 4, 4) == "2.0 s"
+    # No estimate from the first few: 1 of 200,000 records is no rate to go by.
+    assert timing_text(0.2, 1, 200_000) == timing_text(0.2, 9_999, 200_000) == "0.2 s"
+    assert timing_text(0.2, 10_000, 200_000) == "0.2 s, about 4 s left"
 
 
 @pytest.mark.slow

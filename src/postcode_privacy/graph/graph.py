@@ -340,6 +340,9 @@ class Graph:
 
     @property
     def postcodes(self) -> list[str]:
+        """Every postcode in node order, as a new list each time (the graph's own stays
+        unchangeable): keep it in a variable rather than indexing it in a loop, where
+        ``label(node)`` gives one postcode without the copy."""
         return list(self._labels.as_list())
 
     @property
