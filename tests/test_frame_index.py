@@ -374,6 +374,43 @@ def test_numbers_that_round_to_an_integer_are_not_taken_for_one():
     assert canonical_subject_id(Fraction(5)) == "5" == canonical_subject_id(np.longdouble(5))
 
 
+def test_a_decimal_holding_a_whole_number_is_that_integer():
+    """A Parquet decimal(20, 0) column (and Spark's reading of an unsigned 64-bit one) was
+    refused as an unsupported type, while the same ids as integers were released."""
+    from decimal import Decimal
+
+    from postcode_privacy.mechanism.subject import canonical_subject_id
+
+    class Odd(Decimal):
+        def __int__(self):
+            raise RuntimeError("SECRET")
+
+    big = 2**64 - 1
+    for whole, text in (
+        (Decimal(42), "42"),
+        (Decimal("42.00"), "42"),
+        (Decimal("-7"), "-7"),
+        (Decimal("-0.0"), "0"),
+        (Decimal("0E+5000"), "0"),
+        (Decimal("1E+3"), "1000"),
+        (Decimal(big), str(big)),
+        (Odd("123456789012345678901234567890"), "123456789012345678901234567890"),
+    ):
+        assert canonical_subject_id(whole) == text
+    assert canonical_subject_id(Decimal("9" * 4300)) == "9" * 4300
+    for refused, reason in (
+        (Decimal("2.5"), "non-integral"),
+        (Decimal("1E-30"), "non-integral"),
+        (Decimal("Infinity"), "non-integral"),
+        (Decimal("NaN"), "missing"),
+        (Decimal("sNaN"), "missing"),
+        (Decimal("1E+999999999"), "too many digits"),  # refused before any integer is made
+        (Decimal("9" * 4301), "too many digits"),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            canonical_subject_id(refused)
+
+
 def test_identifier_subclasses_are_read_as_the_plain_values_they_hold():
     """A str subclass's own strip, or an int subclass's own __int__, decided the canonical
     form or raised with its own words (which may quote the value)."""

@@ -667,3 +667,37 @@ def test_local_mean_time_is_written_in_utc_and_reads_back_as_the_same_instant(
     for cell, second in zip(cells, seconds, strict=True):  # parse_dates, one cell at a time
         one = pd.read_csv(io.StringIO(f"t\n{cell}\n"), parse_dates=["t"])["t"]
         assert int(one.iloc[0].timestamp()) == second
+
+
+# -- identifiers of a decimal type --------------------------------------------------------------
+
+
+def test_whole_number_decimal_identifiers_release_as_the_integers_they_hold(small, tmp_path):
+    """A decimal(20, 0) identifier column (Spark reads an unsigned 64-bit Parquet column as one)
+    was refused; it now releases exactly as the same integers, whatever the scale, and a
+    decimal that is not a whole number is refused naming its record."""
+    _, codes, _ = small
+    ids = [1, 2**64 - 1, 17, 0]
+    pcs = codes[: len(ids)]
+    columns = {
+        "u64": pa.array(ids, pa.uint64()),
+        "d20": pa.array([Decimal(i) for i in ids], pa.decimal128(20, 0)),
+        "d24": pa.array([Decimal(i).quantize(Decimal("0.01")) for i in ids], pa.decimal128(24, 2)),
+        "d256": pa.array([Decimal(i) for i in ids], pa.decimal256(40, 0)),
+    }
+    released = {}
+    for name, column in columns.items():
+        src, out = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+        pq.write_table(pa.table({"person": column, "pc": pcs}), src)
+        assert _cli(small, src, out) == 0
+        back = pd.read_csv(out, dtype=str, keep_default_na=False)
+        released[name] = back["postcode_dp"].tolist()
+        assert back["person"].tolist()[:2] == (
+            ["1", str(2**64 - 1)] if name != "d24" else ["1.00", f"{2**64 - 1}.00"]
+        )
+    assert released["u64"] == released["d20"] == released["d24"] == released["d256"]
+    src = tmp_path / "half.parquet"
+    half = pa.array([Decimal("1.00"), Decimal("2.50")], pa.decimal128(10, 2))
+    pq.write_table(pa.table({"person": half, "pc": pcs[:2]}), src)
+    assert _cli(small, src, tmp_path / "half.csv") == 3
+    assert not (tmp_path / "half.csv").exists()
