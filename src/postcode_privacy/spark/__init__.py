@@ -782,6 +782,31 @@ def _check_arrow_types(schema: StructType) -> None:
                 "cannot pass to Python as Arrow for the release; cast it (for example to a "
                 "string) or leave it out first"
             ) from None
+        if _repeats_a_field_name(column.dataType):
+            # PySpark's conversion allows it, but the JVM refuses it when the release is
+            # written, quoting the field names: refused here, before any job, naming nothing.
+            raise InputDataError(
+                f"column {position} holds structs with two fields of the same name, which "
+                "Spark cannot pass to Python as Arrow for the release; rename a field, or "
+                "leave the column out first"
+            )
+
+
+def _repeats_a_field_name(kind) -> bool:
+    """Whether a struct in ``kind`` (at any depth, inside arrays and maps too) has two fields
+    of exactly the same name."""
+    from pyspark.sql import types
+
+    if isinstance(kind, types.StructType):
+        names = [f.name for f in kind.fields]
+        return len(set(names)) < len(names) or any(
+            _repeats_a_field_name(f.dataType) for f in kind.fields
+        )
+    if isinstance(kind, types.ArrayType):
+        return _repeats_a_field_name(kind.elementType)
+    if isinstance(kind, types.MapType):
+        return _repeats_a_field_name(kind.keyType) or _repeats_a_field_name(kind.valueType)
+    return False
 
 
 def _spark_type_words(kind) -> str:
