@@ -323,6 +323,56 @@ def test_budget_with_each_on_error_policy(ledger, tmp_path, policy):
     assert spends(summary["subjects"]) == {"1.5": 4}
 
 
+def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record(tmp_path, capsys):
+    """``perturb --dry-run`` said "all pass" and exited 0 for a release that would stop at
+    once: an output over the input, one that exists, in no directory, of no known format, or
+    CSV for a Parquet column or cell that has no CSV text (a hostile review of round 27).  It
+    now exits as the release does, with the same message, and writes nothing."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where, None).close()
+    keyfile = tmp_path / "release.key"
+    write_key_file(KEY, keyfile)
+    graph = tmp_path / "g.ppgraph"
+    GRAPH.save(graph)
+    src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
+    (tmp_path / "old.csv").write_text("x\n")
+    nested = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"person": ["1", "2"], "pc": CODES[:2], "l": [[1], [2]]}), nested)
+    late = tmp_path / "late.parquet"
+    stamp = pa.array([dt.datetime(2000, 1, 1), dt.datetime(9999, 12, 31, 23, 59)])
+    stamp = stamp.cast(pa.timestamp("us", tz="Asia/Tokyo"))
+    pq.write_table(pa.table({"person": ["1", "2"], "pc": CODES[:2], "t": stamp}), late)
+    common = ["--key", str(keyfile), "--epsilon", "1", "--id-column", "person"]
+    common += ["--postcode-column", "pc", "--graph", str(graph), "--ledger", where]
+    cases = [
+        (src, src),
+        (src, tmp_path / "old.csv"),
+        (src, tmp_path / "missing" / "out.csv"),
+        (src, tmp_path / "out.txt"),
+        (src, keyfile),
+        (nested, tmp_path / "out.csv"),
+        (late, tmp_path / "out.csv"),
+    ]
+    before = sorted(tmp_path.iterdir())
+    for given, out in cases:
+        args = ["perturb", str(given), "-o", str(out), *common]
+        code = main([*args, "--dry-run"])
+        preview = capsys.readouterr()
+        assert code != 0 and preview.out == ""
+        assert sorted(tmp_path.iterdir()) == before
+        assert main(args) == code
+        assert capsys.readouterr().err.endswith(preview.err) and preview.err.startswith("error:")
+    for given, out in ((src, tmp_path / "old.csv"), (late, tmp_path / "late-out.parquet")):
+        args = ["perturb", str(given), "-o", str(out), *common, "--force", "--dry-run"]
+        assert main(args) == 0 and "2 records, 2 passing" in capsys.readouterr().out
+    assert sorted(tmp_path.iterdir()) == before
+
+
 def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     where, secret = location
     keyfile = tmp_path / "release.key"

@@ -375,6 +375,13 @@ class OutputClaim:
         if not self.directory.is_dir():
             raise InvalidParameterError("the output's parent path is not a directory")
 
+    def check(self) -> None:
+        """Refuse now what entering the claim would refuse of its names (too long, no such
+        directory, an output there without ``force``), taking no lock: for a preview that
+        writes nothing."""
+        self._check_names()
+        self._check_existing()
+
     def _check_existing(self) -> None:
         refuse_over_inputs(self.targets, self.inputs)
         for what, path in self.inputs.items():

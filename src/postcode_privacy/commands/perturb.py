@@ -124,7 +124,8 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="With --ledger: report what the release would record, write nothing.",
+    help="With --ledger: report what the release would record, write nothing (after "
+    "refusing what the release would refuse of its output path and columns).",
 )
 def perturb_command(
     input_path: str,
@@ -161,8 +162,14 @@ def perturb_command(
     if refusal is not None:  # before the ledger opens: --dry-run is refused too
         raise click.UsageError(refusal)
     if dry_run and ledger_location is not None:
+        from ..release.files import check_release_paths
         from .ledger import echo_check, run_check
 
+        # The preview refuses what the release itself would refuse before its first record.
+        refuse_writing_over_inputs(
+            output_path, key_path, graph_path, ledger_location, ledger_secret
+        )
+        check_release_paths(input_path, output_path, options=options, force=force)
         echo_check(
             run_check(
                 input_path,

@@ -77,6 +77,7 @@ from .tables import (
 
 __all__ = [
     "release_file",
+    "check_release_paths",
     "manifest_path_for",
     "audit_path_for",
     "MANIFEST_FORMAT",
@@ -243,6 +244,37 @@ def release_file(
             terminated_locations=terminated_locations,
             ledger=ledger,
         )
+
+
+def check_release_paths(
+    input_path: str | os.PathLike,
+    output_path: str | os.PathLike,
+    *,
+    options: ReleaseOptions,
+    force: bool = False,
+) -> None:
+    """Refuse what :func:`release_file` would refuse of its paths and columns before reading a
+    record, without claiming or writing anything: for a preview (``perturb --dry-run``), whose
+    answer must not be "all passes" for a release that would stop at once.  For a Parquet
+    input released to CSV that means reading every record, as the release's check pass does:
+    a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
+    input's records themselves are the preview's to judge."""
+    refuse_directory_path(input_path, "input", InputDataError)
+    refuse_directory_path(output_path)
+    input_path, output_path = Path(input_path), Path(output_path)
+    _check_paths(input_path, output_path)
+    OutputClaim(
+        [output_path, manifest_path_for(output_path), audit_path_for(output_path)], force=force
+    ).check()
+    reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)
+    reader.check_columns(options)
+    if table_format(output_path) == "csv":
+        kept = options.output_columns(reader.columns)
+        refuse_columns_csv_cannot_hold(reader.arrow_schema, kept)
+        if reader.format != "csv":  # (a CSV input holds only text, which always has CSV text)
+            reader.refuse_values_csv_cannot_show(kept)
+            for _ in reader.chunks():
+                pass
 
 
 # The fewest bytes of a CSV line whose record has a postcode: five characters (the shortest
