@@ -373,6 +373,28 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
     assert sorted(tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow  # a PostgreSQL server
+def test_a_postgres_write_reads_committed_data_whatever_the_databases_default(postgres, tmp_path):
+    """Under a database default of repeatable read, a release waiting for the writer's lock
+    kept the snapshot its lock statement took, before the other release committed: it took
+    the same release number and was told the ledger was damaged (a hostile review of round
+    27).  A write transaction is read committed, whatever the default; reads keep theirs."""
+    import psycopg
+
+    where, secret = postgres.new_database(), str(tmp_path / "secret.key")
+    database = where.rsplit("/", 1)[1]
+    with psycopg.connect(postgres.url("postgres"), autocommit=True) as conn:
+        conn.execute(
+            f"ALTER DATABASE {database} SET default_transaction_isolation = 'repeatable read'"
+        )
+    Ledger.init(where, secret).close()
+    with Ledger.open(where, secret) as opened:
+        with opened.store.write():
+            level = opened.store.query("SHOW transaction_isolation")[0][0]
+        assert level == "read committed"
+        assert opened.summary()["draws"] == 0  # (reads still work under the default)
+
+
 def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     where, secret = location
     keyfile = tmp_path / "release.key"
@@ -1006,6 +1028,35 @@ def test_a_file_that_is_not_a_ledger_is_refused_unchanged(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "not a postcode-privacy ledger" in err and "Traceback" not in err
     assert {p: p.read_bytes() for p in (empty, other)} == before
+
+
+def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
+    """A ledger cut short, or with a page overwritten (its index no longer finding the format
+    row a scan still finds), was "not a postcode-privacy ledger", whose remedy is another path:
+    it is damaged, and the remedy is a backup (a hostile review of round 27).  A database of
+    another program with a ``ledger_meta`` table of its own is still not a ledger."""
+    import shutil
+    import sqlite3
+
+    real = tmp_path / "real.db"
+    Ledger.init(str(real)).close()
+    size = real.stat().st_size
+    cases = {"cut": lambda data: data[: size // 2], "small": lambda data: data[:100]}
+    cases["overwritten"] = lambda data: data[:8200] + b"X" * 20 + data[8220:]
+    for name, damage in cases.items():
+        path = tmp_path / f"{name}.db"
+        path.write_bytes(damage(real.read_bytes()))
+        shutil.copy(tmp_path / "real.db.key", tmp_path / f"{name}.db.key")
+        assert main(["ledger", "show", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: the ledger is damaged:") and "from a backup" in err, name
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE ledger_meta (name TEXT PRIMARY KEY, value TEXT)")
+    conn.close()
+    shutil.copy(tmp_path / "real.db.key", tmp_path / "other.db.key")
+    assert main(["ledger", "show", str(other)]) == 1
+    assert "not a postcode-privacy ledger" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(os.name != "posix", reason="resource limits are POSIX")

@@ -29,11 +29,12 @@ def _setup(location, tmp_path, owner=FOREIGN, visible=False):
     where, secret = location
     Ledger.init(where, secret).close()
     with Ledger.open(where, secret) as ledger:
-        out, _ = _stopped_release(ledger, tmp_path, "a", owner)
+        out, manifest = _stopped_release(ledger, tmp_path, "a", owner)
     published = tmp_path / "published.csv"
     published.write_bytes(out.read_bytes())
-    if not visible:
-        out.unlink()  # not visible from this machine
+    if not visible:  # neither file visible from this machine
+        out.unlink()
+        manifest.rename(tmp_path / "published.csv.manifest.json")
     with Ledger.open(where, secret) as ledger:
         assert [r["state"] for r in ledger.summary()["releases"]] == ["pending"]
     return where, secret, published
@@ -97,6 +98,13 @@ def test_refusals_change_nothing(location, tmp_path, capsys, monkeypatch):
             settle_by_hand(ledger, 1, "abandoned")
         assert [r["state"] for r in ledger.summary()["releases"]] == ["pending"]
     (tmp_path / "a.csv").unlink()
+    # Its manifest back at its place, describing its output: its files were being put in
+    # place, and the output may have been moved since (a hostile review of round 27).
+    (tmp_path / "published.csv.manifest.json").rename(tmp_path / "a.csv.manifest.json")
+    capsys.readouterr()
+    assert _settle(where, secret, "--abandoned", "--yes") == 1
+    assert "its manifest is at its recorded place" in capsys.readouterr().err
+    (tmp_path / "a.csv.manifest.json").rename(tmp_path / "published.csv.manifest.json")
     # Without --yes and without a terminal: refused before anything.
     monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
     assert _settle(where, secret, "--abandoned") == 2
@@ -104,7 +112,9 @@ def test_refusals_change_nothing(location, tmp_path, capsys, monkeypatch):
     assert _settle(where, secret, "--abandoned", "--committed", "--yes") == 2
     assert [r["state"] for r in _states(where, secret)["releases"]] == ["pending"]
     assert (
-        _settle(where, secret, "--committed", "--output", str(tmp_path / "a.csv.manifest.json"))
+        _settle(
+            where, secret, "--committed", "--output", str(tmp_path / "published.csv.manifest.json")
+        )
         == 1
     )
     assert _settle(where, secret, "--abandoned", "--yes") == 0

@@ -9,7 +9,8 @@ it here:
 * **committed** only on evidence: the output at its recorded path with its recorded sha256 as
   this machine sees it, or a file the custodian names whose sha256 is the recorded one;
 * **abandoned** only on the custodian's explicit statement, never while the output is at its
-  path with its sha256 (that release happened) nor while its run may still be going
+  path with its sha256 (that release happened), nor while its manifest is at its place
+  describing that output (its files were being put in place), nor while its run may still be going
   (``ledger._maybe_running``); its draws are removed as an interrupted release's are
   (``Ledger._abandon_rows``: shared draws pass to the releases that also hold them).
 
@@ -88,7 +89,7 @@ def settle_by_hand(
     :class:`LedgerError` for a release that is not pending, may still be running, or whose
     evidence does not allow ``outcome``; nothing is changed then.  Returns the settlement as
     recorded (``release``, ``outcome``, ``settled``, ``settled_by``, ``basis``)."""
-    from .ledger import _damage_is_a_ledger_error, _maybe_running, now
+    from .ledger import _damage_is_a_ledger_error, _maybe_running, _renames_began, now
 
     if outcome not in ("committed", "abandoned"):
         raise InvalidParameterError("a release is settled by hand as committed or abandoned")
@@ -133,6 +134,15 @@ def settle_by_hand(
                 raise LedgerError(
                     f"release #{rid} is not abandoned: its output is at its recorded path with "
                     "its recorded sha256, so the release happened; settle it with --committed"
+                )
+            if _renames_began(path, sha):
+                # The manifest is renamed into place first: the output may have followed it
+                # and been moved since.  Automatic settling never abandons such a release.
+                raise LedgerError(
+                    f"release #{rid} is not abandoned: its manifest is at its recorded place, "
+                    "describing its output, so its files were being put in place; if the "
+                    "output was published, settle it with --committed --output FILE, and if it "
+                    "never was, delete that manifest first"
                 )
             basis = BASIS_STATEMENT
             ledger._abandon_rows(rid)

@@ -552,19 +552,35 @@ def _refuse_other_databases(path: str) -> None:
     it as the ledger would switch it to WAL mode or give it a header.  Nothing is written and
     no file is created beside it (``_connect_read_only``)."""
     not_a_ledger = LedgerError("the database is not a postcode-privacy ledger")
+    # A SQLite file whose pages are damaged (cut short, overwritten) is not "some other file",
+    # whose remedy would be another path: its remedy is a ledger's, a backup.
+    damaged = LedgerError(
+        "the ledger is damaged: SQLite finds its file corrupt (SQLITE_CORRUPT), as a file cut "
+        "short or partly overwritten is; restore it from a backup"
+    )
     if not _starts_like_sqlite(path):
         raise not_a_ledger
     try:
         probe = _connect_read_only(path, probe=True)
         try:
             row = probe.execute("SELECT value FROM ledger_meta WHERE name = 'format'").fetchone()
+            # A damaged index can hide the row a scan still finds: told apart by SQLite's own
+            # check, which reads the whole file, so only when the row is missing.
+            check = (
+                "ok" if row is not None else probe.execute("PRAGMA quick_check(1)").fetchone()[0]
+            )
+            intact = check == "ok"
         finally:
             probe.close()
     except sqlite3.Error as exc:
         reason = sqlite_surroundings(exc)
         if reason is not None:
             raise LedgerError(f"cannot open the ledger: {reason}") from None
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT:
+            raise damaged from None
         raise not_a_ledger from None
+    if not intact:
+        raise damaged
     if row is None or row[0] != LEDGER_FORMAT:
         raise not_a_ledger
 
@@ -621,6 +637,8 @@ class SqliteStore(Store):
             self._create(path)
             return
         refuse_directory_path(path, "ledger")
+        if os.path.isdir(path):  # ("create one" would be refused: something is there)
+            raise InvalidParameterError("the ledger path is a directory, not a ledger file")
         if not os.path.isfile(path):
             raise InvalidParameterError(
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
@@ -916,6 +934,11 @@ class PostgresStore(Store):
     @contextlib.contextmanager
     def _write(self):
         with self.conn.transaction():
+            # Read committed whatever the server's default: each statement after the lock must
+            # see what the writer before it committed (the next release number, the spends a
+            # budget is checked against).  Under a database's default of repeatable read the
+            # snapshot was taken by the lock's own statement, before that writer had finished.
+            self._execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
             yield
 
