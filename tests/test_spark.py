@@ -132,6 +132,11 @@ def test_same_output_as_the_cli_from_a_csv_file(spark, small_graph, tmp_path):
     _, path = small_graph
     key = Key.generate()
     write_key_file(key, tmp_path / "key")
+
+    def released(sdf):
+        options = dict(epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null")
+        return pps.perturb(sdf, key=key, graph=path, **options).toPandas()
+
     small_records(400, seed=12).to_csv(tmp_path / "in.csv", index=False)
     cli_options = ["--key", str(tmp_path / "key"), "--epsilon", EPSILON, "--id-column", "sid"]
     cli_options += ["--postcode-column", "pc", "--graph", str(path), "--on-error", "null", "-q"]
@@ -140,16 +145,7 @@ def test_same_output_as_the_cli_from_a_csv_file(spark, small_graph, tmp_path):
     )
     assert code == 0
     cli = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
-    sdf = spark.read.csv(str(tmp_path / "in.csv"), header=True)
-    out = pps.perturb(
-        sdf,
-        key=key,
-        epsilon=EPSILON,
-        id_column="sid",
-        postcode_column="pc",
-        graph=path,
-        on_error="null",
-    ).toPandas()
+    out = released(spark.read.csv(str(tmp_path / "in.csv"), header=True))
     assert out["sid"].fillna("").tolist() == cli["sid"].tolist()
     assert out["postcode_dp"].fillna("").tolist() == cli["postcode_dp"].tolist()
     assert (cli["postcode_dp"] == "").sum() == 4
@@ -166,15 +162,7 @@ def test_same_output_as_the_cli_from_a_csv_file(spark, small_graph, tmp_path):
     cli = pd.read_csv(tmp_path / "u64.csv", dtype=str, keep_default_na=False)
     sdf = spark.read.parquet(str(tmp_path / "u64.parquet"))
     assert sdf.schema["sid"].dataType.simpleString() == "decimal(20,0)"
-    out = pps.perturb(
-        sdf,
-        key=key,
-        epsilon=EPSILON,
-        id_column="sid",
-        postcode_column="pc",
-        graph=path,
-        on_error="null",
-    ).toPandas()
+    out = released(sdf)
     assert out["postcode_dp"].fillna("").tolist() == cli["postcode_dp"].tolist()
     assert (cli["postcode_dp"] != "").sum() >= len(cli) - 4  # (the failing postcodes only)
 
