@@ -374,12 +374,16 @@ def test_numbers_that_round_to_an_integer_are_not_taken_for_one():
     assert canonical_subject_id(Fraction(5)) == "5" == canonical_subject_id(np.longdouble(5))
 
 
-def test_a_decimal_holding_a_whole_number_is_that_integer():
+def test_a_decimal_of_scale_0_is_the_integer_it_holds():
     """A Parquet decimal(20, 0) column (and Spark's reading of an unsigned 64-bit one) was
-    refused as an unsupported type, while the same ids as integers were released."""
+    refused as an unsupported type, while the same ids as integers were released.  A decimal
+    with digits after its point is refused even when they are zeros: its CSV text ("1.00")
+    would be another subject, so one person would be two (a review of round 27)."""
+    import sys
     from decimal import Decimal
 
     from postcode_privacy.mechanism.subject import canonical_subject_id
+    from postcode_privacy.release.records import _identifier
 
     class Odd(Decimal):
         def __int__(self):
@@ -388,27 +392,30 @@ def test_a_decimal_holding_a_whole_number_is_that_integer():
     big = 2**64 - 1
     for whole, text in (
         (Decimal(42), "42"),
-        (Decimal("42.00"), "42"),
         (Decimal("-7"), "-7"),
-        (Decimal("-0.0"), "0"),
-        (Decimal("0E+5000"), "0"),
-        (Decimal("1E+3"), "1000"),
+        (Decimal("-0"), "0"),
         (Decimal(big), str(big)),
         (Odd("123456789012345678901234567890"), "123456789012345678901234567890"),
     ):
         assert canonical_subject_id(whole) == text
-    assert canonical_subject_id(Decimal("9" * 4300)) == "9" * 4300
+    digits = sys.get_int_max_str_digits()
+    assert canonical_subject_id(Decimal("9" * digits)) == "9" * digits
     for refused, reason in (
-        (Decimal("2.5"), "non-integral"),
-        (Decimal("1E-30"), "non-integral"),
+        (Decimal("42.00"), "scale is not 0"),
+        (Decimal("1E+3"), "scale is not 0"),
+        (Decimal("0E+5000"), "scale is not 0"),
+        (Decimal("2.5"), "scale is not 0"),
         (Decimal("Infinity"), "non-integral"),
         (Decimal("NaN"), "missing"),
         (Decimal("sNaN"), "missing"),
-        (Decimal("1E+999999999"), "too many digits"),  # refused before any integer is made
-        (Decimal("9" * 4301), "too many digits"),
+        (Decimal("1E+999999999"), "scale is not 0"),  # refused before any integer is made
+        (Decimal("9" * (digits + 1)), "too many digits"),  # as an integer of as many digits
     ):
         with pytest.raises(ValueError, match=reason):
             canonical_subject_id(refused)
+    # A decimal NaN is a missing identifier, counted as one, as a float NaN is.
+    assert _identifier(Decimal("NaN"))[1:] == ("missing_identifier", "missing identifier")
+    assert _identifier(float("nan"))[1:] == ("missing_identifier", "missing identifier")
 
 
 def test_identifier_subclasses_are_read_as_the_plain_values_they_hold():

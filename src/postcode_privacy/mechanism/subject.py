@@ -4,12 +4,11 @@ The identifier is hashed into the keyed stream, so one person must map to one st
 file carried them: the integer 42 from Parquet and the text " 42" from CSV both become ``"42"``.
 Rules (docs/spec.md, "Subject identifiers"):
 
-* integers (including numpy integers, decimals that hold a whole number, as a Parquet
-  ``decimal(20, 0)`` column or Spark's reading of an unsigned 64-bit one does, and floats that
-  hold an exact integer below 2^53, as pandas makes of an integer column with gaps, judged
-  exactly: a Fraction or a long double that is not an integer is refused, never rounded to
-  one) become their decimal text; a subclass of int or str is read as the plain value it
-  holds;
+* integers (including numpy integers, decimals of scale 0, as a Parquet ``decimal(20, 0)``
+  column or Spark's reading of an unsigned 64-bit one holds, and floats that hold an exact
+  integer below 2^53, as pandas makes of an integer column with gaps, judged exactly: a
+  Fraction or a long double that is not an integer is refused, never rounded to one) become
+  their decimal text; a subclass of int or str is read as the plain value it holds;
 * text is Unicode NFC-normalised and stripped of surrounding whitespace; text that cannot be
   encoded as UTF-8 (a lone surrogate, as a file name decoded with ``surrogateescape`` may hold)
   is refused;
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 import unicodedata
 from decimal import Decimal
 
@@ -92,21 +90,24 @@ def _canonical(value: object) -> str:
     raise _Refused("identifier has an unsupported type")
 
 
-# A decimal's digits are counted before it becomes an integer: 1E+999999999 is one short
-# value whose integer would fill the memory.
-_DEFAULT_MAX_DIGITS = 4300  # Python's own default limit on an integer's digits
-
-
 def _decimal_text(value: Decimal) -> str:
-    """A decimal holding a whole number (whatever its scale: ``42.00`` is 42) as that integer's
-    text, exactly as the integer itself; any other decimal is refused."""
+    """A decimal of scale 0 (a Parquet ``decimal(20, 0)`` value, Spark's reading of an unsigned
+    64-bit one) as the text of the integer it holds, exactly as that integer's.  A decimal with
+    digits after its point is refused even when they are zeros: the CSV text of ``1.00`` is
+    ``"1.00"``, so taking it for the subject 1 would make one person two subjects across the
+    formats a release is written in and read back from."""
     value = Decimal(value)  # a subclass's exact value, without its own methods
     if value.is_nan():
         raise _Refused("missing identifier")
-    if value.is_infinite() or value != value.to_integral_value():
+    if value.is_infinite():
         raise _Refused("identifier is a non-integral number")
-    if value.is_zero():  # (0E+5000 is zero, however large its exponent)
-        return "0"
-    if value.adjusted() >= (sys.get_int_max_str_digits() or _DEFAULT_MAX_DIGITS):
-        raise _Refused("identifier is an integer of too many digits to write")
-    return str(int(value))
+    exponent = value.as_tuple().exponent
+    if exponent != 0:
+        raise _Refused(
+            "identifier is a decimal whose scale is not 0 (it has digits after its point, or "
+            "an exponent): store whole-number identifiers as integers or decimal(p, 0)"
+        )
+    try:
+        return str(int(value))
+    except ValueError:  # past Python's limit on digits, as for an integer
+        raise _Refused("identifier is an integer of too many digits to write") from None

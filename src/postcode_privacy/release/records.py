@@ -22,6 +22,7 @@ import numbers
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -116,6 +117,8 @@ def failure_error(
 def _is_missing(value: object) -> bool:
     if value is None or value is pd.NA or value is pd.NaT:
         return True
+    if isinstance(value, Decimal):  # (not a numbers.Real): NaN is missing, as a float's is
+        return Decimal(value).is_nan()
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         try:
             return math.isnan(float(value))
