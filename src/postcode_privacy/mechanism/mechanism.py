@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
@@ -35,18 +36,8 @@ class Mechanism:
         self.graph = graph
         self.epsilon: Epsilon = parse_epsilon(epsilon)
         min_prior = int(graph.prior.min())
-        try:
-            default: int | None = default_radius(self.epsilon, min_prior, graph.total_prior)
-        except InvalidParameterError:  # no radius in range meets the target at this epsilon
-            if radius is None:
-                raise
-            default = None
-        #: The radius the teleport target sets at this epsilon on this graph, or None when no
-        #: radius in range meets it; the report says whether a release used it.
-        self.default_radius = default
         if radius is None:
-            assert default is not None
-            self.radius = default
+            self.radius = default_radius(self.epsilon, min_prior, graph.total_prior)
         else:
             if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)):
                 raise InvalidParameterError(f"{option_name('radius')} must be a whole number")
@@ -60,6 +51,7 @@ class Mechanism:
             self.epsilon, self.radius, min_prior, graph.total_prior
         )
         if radius is not None and self.teleport_bound > TELEPORT_TARGET:
+            default = self.default_radius
             if default is None:
                 hint = "no radius within the supported range meets it at this epsilon"
             else:
@@ -70,6 +62,17 @@ class Mechanism:
                 TeleportWarning,
                 stacklevel=2,
             )
+
+    @functools.cached_property
+    def default_radius(self) -> int | None:
+        """The radius the teleport target sets at this epsilon on this graph, or None when no
+        radius in range meets it; the report says whether a release used it.  Computed when
+        asked: at a small epsilon it takes a good part of a second, which a mechanism given
+        its radius (each Spark partition's) need not spend."""
+        try:
+            return default_radius(self.epsilon, int(self.graph.prior.min()), self.graph.total_prior)
+        except InvalidParameterError:
+            return None
 
     def __repr__(self) -> str:
         return f"<Mechanism epsilon={self.epsilon.text} radius={self.radius} graph={self.graph.sha256[:12]}…>"
