@@ -358,12 +358,19 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
         (nested, tmp_path / "out.csv"),
         (late, tmp_path / "out.csv"),
     ]
+    (tmp_path / ".squatted.csv.lock").mkdir()
+    (tmp_path / ".full.csv.lock").write_text("data")
+    cases += [(src, tmp_path / "squatted.csv"), (src, tmp_path / "full.csv")]
     before = sorted(tmp_path.iterdir())
+    # In the release's order too: a missing key (exit 4) before an existing output (exit 5).
+    nokey = [*common[:1], str(tmp_path / "no.key"), *common[2:]]
+    refused = [(["perturb", str(src), "-o", str(tmp_path / "old.csv"), *nokey], 4)]
     for given, out in cases:
-        args = ["perturb", str(given), "-o", str(out), *common]
+        refused.append((["perturb", str(given), "-o", str(out), *common], None))
+    for args, expected in refused:
         code = main([*args, "--dry-run"])
         preview = capsys.readouterr()
-        assert code != 0 and preview.out == ""
+        assert code != 0 and preview.out == "" and code == (expected or code)
         assert sorted(tmp_path.iterdir()) == before
         assert main(args) == code
         assert capsys.readouterr().err.endswith(preview.err) and preview.err.startswith("error:")
@@ -1031,10 +1038,11 @@ def test_a_file_that_is_not_a_ledger_is_refused_unchanged(tmp_path, capsys):
 
 
 def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
-    """A ledger cut short, or with a page overwritten (its index no longer finding the format
-    row a scan still finds), was "not a postcode-privacy ledger", whose remedy is another path:
-    it is damaged, and the remedy is a backup (a hostile review of round 27).  A database of
-    another program with a ``ledger_meta`` table of its own is still not a ledger."""
+    """A ledger cut short, with a page overwritten (its index no longer finding the format row
+    a scan still finds) or its header overwritten, was "not a postcode-privacy ledger", whose
+    remedy is another path: it is damaged, and the remedy is a backup (a hostile review of
+    round 27).  A database of another program with a ``ledger_meta`` table of its own is still
+    not a ledger."""
     import shutil
     import sqlite3
 
@@ -1043,6 +1051,7 @@ def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
     size = real.stat().st_size
     cases = {"cut": lambda data: data[: size // 2], "small": lambda data: data[:100]}
     cases["overwritten"] = lambda data: data[:8200] + b"X" * 20 + data[8220:]
+    cases["header"] = lambda data: data[:16] + b"X" * 84 + data[100:]  # (SQLITE_NOTADB)
     for name, damage in cases.items():
         path = tmp_path / f"{name}.db"
         path.write_bytes(damage(real.read_bytes()))
@@ -1182,6 +1191,9 @@ def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_no
     ]
     assert main(args) == 8
     assert "no ledger at that path" in capsys.readouterr().err
+    (tmp_path / "dangling.db").symlink_to(tmp_path / "nowhere.db")
+    assert main(["ledger", "show", str(tmp_path / "dangling.db")]) == 8
+    assert "holds no regular file" in capsys.readouterr().err  # (init would refuse it too)
     where = str(tmp_path / "ledger.db")
     assert main(["ledger", "init", where]) == 0
     (tmp_path / "ledger.db.key").rename(tmp_path / "elsewhere.key")

@@ -103,8 +103,14 @@ def test_refusals_change_nothing(location, tmp_path, capsys, monkeypatch):
     (tmp_path / "published.csv.manifest.json").rename(tmp_path / "a.csv.manifest.json")
     capsys.readouterr()
     assert _settle(where, secret, "--abandoned", "--yes") == 1
-    assert "its manifest is at its recorded place" in capsys.readouterr().err
+    assert "a manifest is at its recorded place that describes its output" in (
+        capsys.readouterr().err
+    )
     (tmp_path / "a.csv.manifest.json").rename(tmp_path / "published.csv.manifest.json")
+    (tmp_path / "a.csv.manifest.json").mkdir()  # nothing readable: it cannot be ruled out
+    assert _settle(where, secret, "--abandoned", "--yes") == 1
+    assert "or cannot be read" in capsys.readouterr().err
+    (tmp_path / "a.csv.manifest.json").rmdir()
     # Without --yes and without a terminal: refused before anything.
     monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
     assert _settle(where, secret, "--abandoned") == 2

@@ -377,10 +377,35 @@ class OutputClaim:
 
     def check(self) -> None:
         """Refuse now what entering the claim would refuse of its names (too long, no such
-        directory, an output there without ``force``), taking no lock: for a preview that
-        writes nothing."""
+        directory, an output there without ``force``, a directory this process cannot write,
+        a lock file's name taken by something else), taking no lock: for a preview that writes
+        nothing.  (Another run holding the lock now is not a refusal: it may be done by then.)"""
         self._check_names()
         self._check_existing()
+        if _squatted(self.lock_path):
+            raise self._lock_squatted()
+        with contextlib.suppress(OSError):
+            if os.lstat(self.lock_path).st_size != 0:
+                raise self._lock_holds_data()
+        if not os.access(self.directory, os.W_OK):
+            raise InvalidParameterError(
+                "cannot write in the output directory (its file system is read-only, or this "
+                "user may not write there)"
+            )
+
+    def _lock_squatted(self) -> OutputExistsError:
+        return OutputExistsError(
+            f"{self.lock_path.name}, the lock file a run keeps beside {self.targets[0].name}, "
+            "is taken by something other than a plain file (a link, a directory, a pipe or a "
+            "device): remove it or choose another output"
+        )
+
+    def _lock_holds_data(self) -> OutputExistsError:
+        return OutputExistsError(
+            f"{self.lock_path.name}, the lock file a run keeps beside {self.targets[0].name}, "
+            "is taken by a file with data in it (a lock file is always empty): move it away or "
+            "choose another output"
+        )
 
     def _check_existing(self) -> None:
         refuse_over_inputs(self.targets, self.inputs)
@@ -406,11 +431,7 @@ class OutputClaim:
             f"another run is writing {self.targets[0]} now; wait for it to finish or choose "
             "another output"
         )
-        squatted = OutputExistsError(
-            f"{self.lock_path.name}, the lock file a run keeps beside {self.targets[0].name}, "
-            "is taken by something other than a plain file (a link, a directory, a pipe or a "
-            "device): remove it or choose another output"
-        )
+        squatted = self._lock_squatted()
         for _ in range(10):
             try:
                 if not _HAVE_FLOCK:  # pragma: no cover - Windows
@@ -434,11 +455,7 @@ class OutputClaim:
                 # A file with data at its name (a key, a ledger, an input) is not one, and
                 # the run would delete it when it ends.
                 os.close(fd)
-                raise OutputExistsError(
-                    f"{self.lock_path.name}, the lock file a run keeps beside "
-                    f"{self.targets[0].name}, is taken by a file with data in it (a lock file "
-                    "is always empty): move it away or choose another output"
-                )
+                raise self._lock_holds_data()
             if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
                 return

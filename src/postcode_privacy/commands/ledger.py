@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -207,16 +208,23 @@ def run_check(
     graph_path: str | None,
     budget: str | None,
     chunk_size: int,
+    before_reading: Callable[[], None] | None = None,
 ) -> dict:
     """The ledger preview of a release with ``options`` (its error policy is the ledger's own:
-    a record that cannot be released is counted, not an error)."""
-    from ..ledger import check_release, parse_budget
+    a record that cannot be released is counted, not an error).  ``before_reading`` (for
+    ``perturb --dry-run``) makes the preview the release's: the ledger is opened as the release
+    opens it, for writing, and the release's own checks run once the key and the ledger have
+    passed, in the release's order."""
+    from ..ledger import Ledger, check_release, parse_budget
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
     limit = None if budget is None else parse_budget(budget)  # after --epsilon, before any file
     refuse_ledger_secret_as_key(key_path, location, secret)
     key = resolve_key(key_path)
-    with open_ledger(location, secret) as ledger:
+    opened = open_ledger if before_reading is None else Ledger.open
+    with opened(location, secret) as ledger:
+        if before_reading is not None:
+            before_reading()
         return check_release(
             ledger,
             input_path,

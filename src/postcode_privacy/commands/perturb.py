@@ -124,8 +124,8 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="With --ledger: report what the release would record, write nothing (after "
-    "refusing what the release would refuse of its output path and columns).",
+    help="With --ledger: report what the release would record and write no file (after "
+    "refusing what the release would refuse before its first record).",
 )
 def perturb_command(
     input_path: str,
@@ -165,11 +165,11 @@ def perturb_command(
         from ..release.files import check_release_paths
         from .ledger import echo_check, run_check
 
-        # The preview refuses what the release itself would refuse before its first record.
+        # The preview refuses what the release itself would refuse before its first record,
+        # in the release's order: these files, the key and the ledger, then the paths.
         refuse_writing_over_inputs(
             output_path, key_path, graph_path, ledger_location, ledger_secret
         )
-        check_release_paths(input_path, output_path, options=options, force=force)
         echo_check(
             run_check(
                 input_path,
@@ -180,6 +180,9 @@ def perturb_command(
                 graph_path,
                 budget,
                 chunk_size,
+                before_reading=lambda: check_release_paths(
+                    input_path, output_path, options=options, force=force
+                ),
             ),
             as_json=False,
         )

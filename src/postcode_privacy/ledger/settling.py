@@ -9,8 +9,9 @@ it here:
 * **committed** only on evidence: the output at its recorded path with its recorded sha256 as
   this machine sees it, or a file the custodian names whose sha256 is the recorded one;
 * **abandoned** only on the custodian's explicit statement, never while the output is at its
-  path with its sha256 (that release happened), nor while its manifest is at its place
-  describing that output (its files were being put in place), nor while its run may still be going
+  path with its sha256 (that release happened), nor while a manifest at its place describes
+  that output or cannot be read (its files may have been put in place), nor while its run may
+  still be going
   (``ledger._maybe_running``); its draws are removed as an interrupted release's are
   (``Ledger._abandon_rows``: shared draws pass to the releases that also hold them).
 
@@ -139,10 +140,10 @@ def settle_by_hand(
                 # The manifest is renamed into place first: the output may have followed it
                 # and been moved since.  Automatic settling never abandons such a release.
                 raise LedgerError(
-                    f"release #{rid} is not abandoned: its manifest is at its recorded place, "
-                    "describing its output, so its files were being put in place; if the "
-                    "output was published, settle it with --committed --output FILE, and if it "
-                    "never was, delete that manifest first"
+                    f"release #{rid} is not abandoned: a manifest is at its recorded place that "
+                    "describes its output, or cannot be read, so its files may have been put "
+                    "in place; if the output was published, settle it with --committed "
+                    "--output FILE, and if it never was, move that manifest away first"
                 )
             basis = BASIS_STATEMENT
             ledger._abandon_rows(rid)

@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -550,39 +551,54 @@ def _refuse_other_databases(path: str) -> None:
     """Refuse, before anything writes to it, a file that is not a ledger (an empty file,
     another program's SQLite database, one with a ``ledger_meta`` table of its own): opening
     it as the ledger would switch it to WAL mode or give it a header.  Nothing is written and
-    no file is created beside it (``_connect_read_only``)."""
-    not_a_ledger = LedgerError("the database is not a postcode-privacy ledger")
-    # A SQLite file whose pages are damaged (cut short, overwritten) is not "some other file",
-    # whose remedy would be another path: its remedy is a ledger's, a backup.
-    damaged = LedgerError(
-        "the ledger is damaged: SQLite finds its file corrupt (SQLITE_CORRUPT), as a file cut "
-        "short or partly overwritten is; restore it from a backup"
-    )
+    no file is created beside it (``_connect_read_only``).
+
+    A SQLite file SQLite finds damaged (cut short, a page or its header overwritten) is not
+    "some other file", whose remedy would be another path: it is refused as a damaged ledger,
+    whose remedy is a backup.  The probe may have caught a page half written by a writer that
+    started meanwhile (``_connect_read_only``), so only a second probe, once that writer has
+    had time to finish, calls the ledger damaged."""
     if not _starts_like_sqlite(path):
-        raise not_a_ledger
+        raise LedgerError("the database is not a postcode-privacy ledger")
+    for attempt in range(2):
+        found = _probe_ledger(path)
+        if found != "damaged":
+            break
+        if attempt == 0:
+            time.sleep(_DAMAGE_RECHECK_S)
+    if found == "damaged":
+        raise LedgerError(
+            "the ledger is damaged: SQLite finds its file corrupt, as a file cut short or "
+            "partly overwritten is; restore it from a backup"
+        )
+    if found != "ledger":
+        raise LedgerError("the database is not a postcode-privacy ledger")
+
+
+_DAMAGE_RECHECK_S = 0.5  # a writer's checkpoint of a few pages is over well within this
+
+
+def _probe_ledger(path: str) -> str:
+    """ "ledger", "other" (a database without this format's row) or "damaged" (SQLite's
+    corruption codes, or its quick check failing where the format row is missing: a damaged
+    index can hide the row a scan still finds); a reason in the surroundings is raised."""
     try:
         probe = _connect_read_only(path, probe=True)
         try:
             row = probe.execute("SELECT value FROM ledger_meta WHERE name = 'format'").fetchone()
-            # A damaged index can hide the row a scan still finds: told apart by SQLite's own
-            # check, which reads the whole file, so only when the row is missing.
-            check = (
-                "ok" if row is not None else probe.execute("PRAGMA quick_check(1)").fetchone()[0]
-            )
-            intact = check == "ok"
+            if row is None:
+                check = probe.execute("PRAGMA quick_check(1)").fetchone()[0]
+                return "other" if check == "ok" else "damaged"
         finally:
             probe.close()
     except sqlite3.Error as exc:
         reason = sqlite_surroundings(exc)
         if reason is not None:
             raise LedgerError(f"cannot open the ledger: {reason}") from None
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT:
-            raise damaged from None
-        raise not_a_ledger from None
-    if not intact:
-        raise damaged
-    if row is None or row[0] != LEDGER_FORMAT:
-        raise not_a_ledger
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        # NOTADB with SQLite's own first bytes (``_starts_like_sqlite``): its header is damaged.
+        return "damaged" if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) else "other"
+    return "ledger" if row[0] == LEDGER_FORMAT else "other"
 
 
 def _name_max(directory: str) -> int:
@@ -637,8 +653,13 @@ class SqliteStore(Store):
             self._create(path)
             return
         refuse_directory_path(path, "ledger")
-        if os.path.isdir(path):  # ("create one" would be refused: something is there)
+        # ("create one" would be refused where something is there, of whatever kind)
+        if os.path.isdir(path):
             raise InvalidParameterError("the ledger path is a directory, not a ledger file")
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise InvalidParameterError(
+                "the ledger path holds no regular file (a pipe, a device or a link to nothing)"
+            )
         if not os.path.isfile(path):
             raise InvalidParameterError(
                 "no ledger at that path; create one with `postcode-privacy ledger init`"
