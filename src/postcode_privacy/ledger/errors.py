@@ -15,3 +15,8 @@ class LedgerSurroundingsError(LedgerError):
     def __init__(self, message: str, *, cannot_write: bool = False):
         super().__init__(message)
         self.cannot_write = cannot_write
+
+
+class LedgerDamagedError(LedgerError):
+    """The ledger's contents are not as postcode-privacy writes them, or its file is corrupt:
+    the remedy is a backup, not another path or a retry."""

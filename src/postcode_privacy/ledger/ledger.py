@@ -20,7 +20,7 @@ from ..mechanism.keys import Key
 from ..release.manifest import manifest_path_for
 from .accounting import distribution, spend_by
 from .digests import Digester
-from .errors import LedgerError, LedgerSurroundingsError
+from .errors import LedgerDamagedError, LedgerError, LedgerSurroundingsError
 from .owner import Owner
 from .stores import (
     LEDGER_FORMAT,
@@ -476,7 +476,7 @@ def _damage_is_a_ledger_error(store: Store, table: str = "") -> Iterator[None]:
         raise
     except damage as exc:
         where = f"a value in its {table} table" if table else "a value or table in it"
-        raise LedgerError(
+        raise LedgerDamagedError(
             f"the ledger is damaged: {where} is not as postcode-privacy writes it "
             f"({type(exc).__name__}); restore it from a backup"
         ) from None

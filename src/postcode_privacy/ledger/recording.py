@@ -46,7 +46,7 @@ from .accounting import (
     spend_text,
 )
 from .digests import DrawParameters
-from .errors import LedgerError
+from .errors import LedgerDamagedError, LedgerError
 from .ledger import Ledger, _damage_is_a_ledger_error, now, owner_tag
 
 if TYPE_CHECKING:
@@ -289,6 +289,13 @@ class LedgerRecorder:
                 if state and state[0][0] == "pending":
                     self.ledger._commit_rows(entry.rid)
                 removed = not state
+        except LedgerDamagedError as exc:
+            # A backup holds no entry of this release: said, or restoring one would lose it.
+            raise LedgerDamagedError(
+                f"the release's files are in place, but {exc}: the backup will not hold this "
+                "release; once it is restored, run this release again with --force to record "
+                "it (the same inputs and key give the same draws and the same files)"
+            ) from None
         except LedgerError as exc:  # the ledger's surroundings (a full disk, a lost server)
             raise LedgerError(
                 f"the release's files are in place, but {exc}; its ledger entry may still be "

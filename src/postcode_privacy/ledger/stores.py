@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..atomic import refuse_directory_path, signals_deferred
 from ..errors import InvalidParameterError, OutputExistsError
-from .errors import LedgerError, LedgerSurroundingsError
+from .errors import LedgerDamagedError, LedgerError, LedgerSurroundingsError
 
 __all__ = [
     "Store",
@@ -567,7 +567,7 @@ def _refuse_other_databases(path: str) -> None:
         if attempt == 0:
             time.sleep(_DAMAGE_RECHECK_S)
     if found == "damaged":
-        raise LedgerError(
+        raise LedgerDamagedError(
             "the ledger is damaged: SQLite finds its file corrupt, as a file cut short or "
             "partly overwritten is; restore it from a backup"
         )
