@@ -52,6 +52,9 @@ def test_time_left_is_the_rate_so_far_applied_to_the_rest():
     # No estimate from the first few: 1 of 200,000 records is no rate to go by.
     assert timing_text(0.2, 1, 200_000) == timing_text(0.2, 9_999, 200_000) == "0.2 s"
     assert timing_text(0.2, 10_000, 200_000) == "0.2 s, about 4 s left"
+    # The rate since the first report, which came after a one-off build of 1,137.9 s.
+    assert timing_text(1147.3, 8_193, 25_000, since=(1137.9, 1)) == "1147.3 s, about 19 s left"
+    assert timing_text(1137.9, 1_250, 25_000, since=(1137.9, 1_250)) == "1137.9 s"
 
 
 @pytest.mark.slow
@@ -162,3 +165,17 @@ def test_graph_build_prints_stage_lines_off_a_terminal(capsys):
     assert [line.split(" (")[0] for line in lines] == [
         f"Building postcode graph: step {k} of 6, {name}" for k, name in enumerate(names, 1)
     ]
+
+
+def test_a_releases_log_lines_estimate_from_the_rate_after_its_first_piece(monkeypatch, capsys):
+    """The first piece of a release loads the compiled code and may build a table on first use
+    (18 minutes on a busy machine): the time left is the rate after it, not the whole stage's."""
+    import postcode_privacy.release.files as files
+
+    clock = iter([0.0, 1000.0, 1001.0])
+    monkeypatch.setattr(files.time, "perf_counter", lambda: next(clock))
+    lines = files._StageLines(100, "releasing")
+    lines.update(1)  # the first piece, after the one-off work
+    lines.update(25)
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1] == "perturb: releasing 26/100 records (1001.0 s, about 3 s left)"

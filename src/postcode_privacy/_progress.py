@@ -20,13 +20,16 @@ def stderr_is_terminal() -> bool:
         return False
 
 
-def timing_text(elapsed: float, done: int, total: int) -> str:
+def timing_text(elapsed: float, done: int, total: int, since: tuple[float, int] = (0.0, 0)) -> str:
     """``3.1 s`` at the start or end of a stage, ``3.1 s, about 9 s left`` part-way: what a log
     line shows where a terminal's tqdm bar would show its estimate.  The estimate assumes the
-    rest goes at the rate so far, so it waits for a twentieth of the stage: the first record
-    of a release also loads the compiled code, and 1 of 200,000 said "about 12.8 h left"."""
-    if 0 < done < total and done * 20 >= total:
-        left = elapsed * (total - done) / done
+    rest goes at the rate since ``since`` (elapsed, done: the stage's first report, after the
+    one-off work its first piece does: loading the compiled code, building a table on first
+    use, which had a release of 25,000 records say "about 39 min left" half a second before its
+    end), and waits for a twentieth of the stage (1 of 200,000 said "about 12.8 h left")."""
+    started, done_then = since
+    if 0 < done < total and done * 20 >= total and done > done_then:
+        left = (elapsed - started) * (total - done) / (done - done_then)
         return f"{elapsed:.1f} s, about {_duration(left)} left"
     return f"{elapsed:.1f} s"
 
@@ -50,12 +53,14 @@ class Progress:
         self._bar = None
         self._started = time.perf_counter()
         self._next_line = 0
+        self._since: tuple[float, int] | None = None  # the stage's first report with progress
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage != self._stage:
             self.close()
             self._stage, self._started = stage, time.perf_counter()
             self._next_line = 0
+            self._since = None
             if self.terminal:
                 from tqdm import tqdm
 
@@ -67,10 +72,13 @@ class Progress:
             self._bar.refresh()
             return
         # Lines at the start, at each quarter, and at the end of a stage.
+        elapsed = time.perf_counter() - self._started
+        if self._since is None and done > 0:
+            self._since = (elapsed, done)
         if done >= self._next_line or done == total:
-            elapsed = time.perf_counter() - self._started
+            timing = timing_text(elapsed, done, total, self._since or (0.0, 0))
             print(
-                f"{self.prefix}: {stage} {done}/{total} ({timing_text(elapsed, done, total)})",
+                f"{self.prefix}: {stage} {done}/{total} ({timing})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -19,12 +19,17 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
+import warnings
 from collections.abc import Callable
 from multiprocessing.pool import Pool
 
 __all__ = ["fork_pool", "start_in_background", "stop_pool"]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_FORK_WITH_THREADS = (
+    r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
+)
+
 STOP_PATIENCE = 10.0  # seconds ``stop_pool`` gives Pool.terminate before killing the workers
 
 
@@ -91,7 +96,14 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
     context = multiprocessing.get_context("fork")
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
-        pool = context.Pool(workers, _start_worker, (initializer,))
+        with warnings.catch_warnings():
+            # Python 3.12 and later warn at every fork of a process with other threads.  Those
+            # here belong to libraries (pyarrow's allocator and thread pool, which their own
+            # fork handlers make safe; tqdm's monitor, asleep): none is used by a worker, which
+            # runs only the engine's compiled kernels on the arrays it inherits, and this
+            # library's own threads have ended (``_settle_background``).
+            warnings.filterwarnings("ignore", _FORK_WITH_THREADS, DeprecationWarning)
+            pool = context.Pool(workers, _start_worker, (initializer,))
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         raise

@@ -137,6 +137,7 @@ class _StageLines:
         self.total, self.desc, self.done = total, desc, 0
         self._started = time.perf_counter()
         self._next = 0 if total else None
+        self._since: tuple[float, int] | None = None  # the first update: after one-off work
         self._say(f"{desc}...")
 
     def _say(self, text: str) -> None:
@@ -144,14 +145,16 @@ class _StageLines:
 
     def update(self, n: int) -> None:
         self.done += n
+        elapsed = time.perf_counter() - self._started
+        if self._since is None:
+            self._since = (elapsed, self.done)
         if (
             self._next is not None
             and self.total
             and self.done >= self._next
             and self.done < self.total
         ):
-            elapsed = time.perf_counter() - self._started
-            timing = timing_text(elapsed, self.done, self.total)
+            timing = timing_text(elapsed, self.done, self.total, self._since)
             self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({timing})")
             self._next = self.done + max(1, -(-self.total // 4))
 
