@@ -182,7 +182,7 @@ def _exit_without_teardown(code: int) -> None:
     profiler, tracer or debugger the exit is the normal one: such a tool writes its results
     after the command returns (``python -m cProfile -m postcode_privacy ...``).
     """
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    if _watched():
         sys.exit(code)
     shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first
     if shutdown is None:  # not CPython's threading module: let the interpreter exit
@@ -196,6 +196,18 @@ def _exit_without_teardown(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def _watched() -> bool:
+    """Whether a profiler, tracer or debugger watches this process: through the hooks of
+    ``sys.setprofile`` and ``sys.settrace``, or, from Python 3.12, as a ``sys.monitoring`` tool
+    (cProfile is one there, and writes nothing after an exit without teardown)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:  # Python 3.11
+        return False
+    return any(monitoring.get_tool(tool) is not None for tool in range(6))
 
 
 # Sub-commands register themselves on ``cli`` from their own modules; importing them here keeps
