@@ -293,8 +293,9 @@ class LedgerRecorder:
             # A backup holds no entry of this release: said, or restoring one would lose it.
             raise LedgerDamagedError(
                 f"the release's files are in place, but {exc}: the backup will not hold this "
-                "release; once it is restored, run this release again with --force to record "
-                "it (the same inputs and key give the same draws and the same files)"
+                f"release; once it is restored, run this release again with "
+                f"{option_name('force')} to record it (the same inputs and key give the same "
+                "draws and the same files)"
             ) from None
         except LedgerError as exc:  # the ledger's surroundings (a full disk, a lost server)
             raise LedgerError(

@@ -579,9 +579,10 @@ _DAMAGE_RECHECK_S = 0.5  # a writer's checkpoint of a few pages is over well wit
 
 
 def _probe_ledger(path: str) -> str:
-    """ "ledger", "other" (a database without this format's row) or "damaged" (SQLite's
-    corruption codes, or its quick check failing where the format row is missing: a damaged
-    index can hide the row a scan still finds); a reason in the surroundings is raised."""
+    """What one probe finds at ``path``: "ledger"; "other", a database without this format's
+    row; or "damaged", SQLite's corruption codes, or its quick check failing where the format
+    row is missing (a damaged index can hide the row a scan still finds).  A reason in the
+    surroundings is raised."""
     try:
         probe = _connect_read_only(path, probe=True)
         try:
