@@ -374,6 +374,12 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
         assert sorted(tmp_path.iterdir()) == before
         assert main(args) == code
         assert capsys.readouterr().err.endswith(preview.err) and preview.err.startswith("error:")
+    # A bad terminated-postcode file is met before the output's path, by both.
+    (tmp_path / "g.ppgraph.terminated.parquet").write_text("not parquet")
+    args = ["perturb", str(src), "-o", str(tmp_path / "old.csv"), *common, "--terminated"]
+    assert main([*args, "nearest", "--dry-run"]) == main([*args, "nearest"]) == 6
+    (tmp_path / "g.ppgraph.terminated.parquet").unlink()
+    capsys.readouterr()
     for given, out in ((src, tmp_path / "old.csv"), (late, tmp_path / "late-out.parquet")):
         args = ["perturb", str(given), "-o", str(out), *common, "--force", "--dry-run"]
         assert main(args) == 0 and "2 records, 2 passing" in capsys.readouterr().out
@@ -1038,11 +1044,10 @@ def test_a_file_that_is_not_a_ledger_is_refused_unchanged(tmp_path, capsys):
 
 
 def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
-    """A ledger cut short, with a page overwritten (its index no longer finding the format row
-    a scan still finds) or its header overwritten, was "not a postcode-privacy ledger", whose
-    remedy is another path: it is damaged, and the remedy is a backup (a hostile review of
-    round 27).  A database of another program with a ``ledger_meta`` table of its own is still
-    not a ledger."""
+    """A ledger cut short or with a page overwritten (its index no longer finding the format
+    row a scan still finds) was "not a postcode-privacy ledger", whose remedy is another path:
+    it is damaged, and the remedy is a backup (a hostile review of round 27).  A database of
+    another program with a ``ledger_meta`` table of its own is still not a ledger."""
     import shutil
     import sqlite3
 
@@ -1051,7 +1056,6 @@ def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
     size = real.stat().st_size
     cases = {"cut": lambda data: data[: size // 2], "small": lambda data: data[:100]}
     cases["overwritten"] = lambda data: data[:8200] + b"X" * 20 + data[8220:]
-    cases["header"] = lambda data: data[:16] + b"X" * 84 + data[100:]  # (SQLITE_NOTADB)
     for name, damage in cases.items():
         path = tmp_path / f"{name}.db"
         path.write_bytes(damage(real.read_bytes()))
@@ -1066,6 +1070,17 @@ def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
     shutil.copy(tmp_path / "real.db.key", tmp_path / "other.db.key")
     assert main(["ledger", "show", str(other)]) == 1
     assert "not a postcode-privacy ledger" in capsys.readouterr().err
+    # SQLite's first bytes and nothing it can read (SQLITE_NOTADB): a ledger whose header is
+    # damaged, or another program's database encrypted but for them.  Either may be so.
+    for name, data in (
+        ("header", real.read_bytes()[:16] + b"X" * 84 + real.read_bytes()[100:]),
+        ("encrypted", b"SQLite format 3\x00" + bytes(range(256)) * 32),
+    ):
+        (tmp_path / f"{name}.db").write_bytes(data)
+        shutil.copy(tmp_path / "real.db.key", tmp_path / f"{name}.db.key")
+        assert main(["ledger", "show", str(tmp_path / f"{name}.db")]) == 1
+        err = capsys.readouterr().err
+        assert "not a postcode-privacy ledger, or is one whose header is damaged" in err, name
 
 
 @pytest.mark.skipif(os.name != "posix", reason="resource limits are POSIX")

@@ -239,6 +239,13 @@ def test_a_ledger_on_read_only_media_can_be_read_but_not_written(read_only_copy,
     # A dry run of that release says so too: its preview is the release's, which would stop.
     assert main([*perturb_args(files, ro_ledger, "out.csv"), "--dry-run"]) == 1
     assert quiet_error(capsys) == err
+    # So does one whose output would go onto the read-only media (the ledger writable).
+    into = [*perturb_args(files, files / "L.db", "out.csv")]
+    into[into.index("-o") + 1] = str(read_only_copy / "out.csv")
+    assert main(into) == 8
+    err = quiet_error(capsys)
+    assert main([*into, "--dry-run"]) == 8
+    assert quiet_error(capsys) == err
     assert not any(files.glob("out.csv*"))
     assert sorted(p.name for p in read_only_copy.iterdir()) == listing
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import importlib.util
 import os
 import secrets
@@ -387,11 +388,11 @@ class OutputClaim:
         with contextlib.suppress(OSError):
             if os.lstat(self.lock_path).st_size != 0:
                 raise self._lock_holds_data()
-        if not os.access(self.directory, os.W_OK):
-            raise InvalidParameterError(
-                "cannot write in the output directory (its file system is read-only, or this "
-                "user may not write there)"
-            )
+        if not os.access(self.directory, os.W_OK):  # (what creating the lock would meet)
+            statvfs = getattr(os, "statvfs", None)  # (not on Windows)
+            read_only = statvfs is not None and statvfs(self.directory).f_flag & os.ST_RDONLY
+            reason = os.strerror(errno.EROFS if read_only else errno.EACCES)
+            raise InvalidParameterError(f"cannot write in the output directory: {reason}")
 
     def _lock_squatted(self) -> OutputExistsError:
         return OutputExistsError(

@@ -213,14 +213,15 @@ def run_check(
     """The ledger preview of a release with ``options`` (its error policy is the ledger's own:
     a record that cannot be released is counted, not an error).  ``before_reading`` (for
     ``perturb --dry-run``) makes the preview the release's: the ledger is opened as the release
-    opens it, for writing, and the release's own checks run once the key and the ledger have
-    passed, in the release's order."""
+    opens it, for writing, and the release's own checks run once the key, the terminated-postcode
+    file and the ledger have passed."""
     from ..ledger import Ledger, check_release, parse_budget
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
     limit = None if budget is None else parse_budget(budget)  # after --epsilon, before any file
     refuse_ledger_secret_as_key(key_path, location, secret)
     key = resolve_key(key_path)
+    terminated = terminated_locations_for(options.terminated, graph_path)  # as perturb: first
     opened = open_ledger if before_reading is None else Ledger.open
     with opened(location, secret) as ledger:
         if before_reading is not None:
@@ -235,7 +236,7 @@ def run_check(
             graph=graph_loader(graph_path, False),
             radius=options.radius,
             terminated=options.terminated,
-            terminated_locations=terminated_locations_for(options.terminated, graph_path),
+            terminated_locations=terminated,
             budget=limit,
             chunk_size=chunk_size,
         )

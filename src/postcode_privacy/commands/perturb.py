@@ -124,8 +124,8 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="With --ledger: report what the release would record and write no file (after "
-    "refusing what the release would refuse before its first record).",
+    help="With --ledger: report what the release would record, and write none of its files "
+    "(after refusing what the release would refuse before its first record).",
 )
 def perturb_command(
     input_path: str,
@@ -165,8 +165,8 @@ def perturb_command(
         from ..release.files import check_release_paths
         from .ledger import echo_check, run_check
 
-        # The preview refuses what the release itself would refuse before its first record,
-        # in the release's order: these files, the key and the ledger, then the paths.
+        # The preview refuses what the release itself would refuse before its first record:
+        # these files, the key, the terminated-postcode file and the ledger, then the paths.
         refuse_writing_over_inputs(
             output_path, key_path, graph_path, ledger_location, ledger_secret
         )

@@ -295,7 +295,7 @@ class LedgerRecorder:
                 f"the release's files are in place, but {exc}: the backup will not hold this "
                 f"release; once it is restored, run this release again with "
                 f"{option_name('force')} to record it (the same inputs and key give the same "
-                "draws and the same files)"
+                "draws)"
             ) from None
         except LedgerError as exc:  # the ledger's surroundings (a full disk, a lost server)
             raise LedgerError(

@@ -562,7 +562,7 @@ def _refuse_other_databases(path: str) -> None:
         raise LedgerError("the database is not a postcode-privacy ledger")
     for attempt in range(2):
         found = _probe_ledger(path)
-        if found != "damaged":
+        if found not in ("damaged", "unreadable"):
             break
         if attempt == 0:
             time.sleep(_DAMAGE_RECHECK_S)
@@ -570,6 +570,12 @@ def _refuse_other_databases(path: str) -> None:
         raise LedgerDamagedError(
             "the ledger is damaged: SQLite finds its file corrupt, as a file cut short or "
             "partly overwritten is; restore it from a backup"
+        )
+    if found == "unreadable":
+        raise LedgerError(
+            "the database is not a postcode-privacy ledger, or is one whose header is damaged: "
+            "SQLite cannot read it as a database (SQLITE_NOTADB); check the ledger's path, and "
+            "if it is the ledger's, restore the ledger from a backup"
         )
     if found != "ledger":
         raise LedgerError("the database is not a postcode-privacy ledger")
@@ -580,9 +586,10 @@ _DAMAGE_RECHECK_S = 0.5  # a writer's checkpoint of a few pages is over well wit
 
 def _probe_ledger(path: str) -> str:
     """What one probe finds at ``path``: "ledger"; "other", a database without this format's
-    row; or "damaged", SQLite's corruption codes, or its quick check failing where the format
-    row is missing (a damaged index can hide the row a scan still finds).  A reason in the
-    surroundings is raised."""
+    row; "damaged", SQLite's corruption code, or its quick check failing where the format row
+    is missing (a damaged index can hide the row a scan still finds); or "unreadable", a file
+    with SQLite's first bytes that SQLite cannot read.  A reason in the surroundings is
+    raised."""
     try:
         probe = _connect_read_only(path, probe=True)
         try:
@@ -597,8 +604,11 @@ def _probe_ledger(path: str) -> str:
         if reason is not None:
             raise LedgerError(f"cannot open the ledger: {reason}") from None
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        # NOTADB with SQLite's own first bytes (``_starts_like_sqlite``): its header is damaged.
-        return "damaged" if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) else "other"
+        if code == sqlite3.SQLITE_CORRUPT:
+            return "damaged"
+        # NOTADB despite SQLite's own first bytes (``_starts_like_sqlite``): a ledger whose
+        # header is damaged, or another program's database (one encrypted but for its header)
+        return "unreadable" if code == sqlite3.SQLITE_NOTADB else "other"
     return "ledger" if row[0] == LEDGER_FORMAT else "other"
 
 
