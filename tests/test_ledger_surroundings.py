@@ -114,21 +114,27 @@ def test_a_full_disk_while_recording_is_a_clean_error_and_nothing_is_released(
     assert releases_in(ledger) == before
 
 
+def _after_the_renames(monkeypatch, connections, statement: str) -> None:
+    """Run ``statement`` on the ledger's open connections once a release's files are renamed
+    into place, before it marks its entry committed."""
+    import postcode_privacy.ledger.recording as recording
+
+    def pause(stage):
+        if stage == "renamed":
+            for conn in connections:
+                with contextlib.suppress(sqlite3.ProgrammingError):  # closed
+                    conn.execute(statement)
+
+    monkeypatch.setattr(recording, "_pause_for_tests", pause)
+
+
 def test_a_failure_to_mark_a_written_release_committed_says_the_files_are_in_place(
     files, capsys, sqlite_connections, monkeypatch
 ):
     """The files are renamed, then the ledger cannot be written (SQLITE_READONLY here): the
     message says the release exists and its entry may still be pending, and the entry is
     there, pending, for the next opening of the ledger to settle."""
-    import postcode_privacy.ledger.recording as recording
-
-    def pause(stage):
-        if stage == "renamed":
-            for conn in sqlite_connections:
-                with contextlib.suppress(sqlite3.ProgrammingError):  # closed
-                    conn.execute("PRAGMA query_only = 1")
-
-    monkeypatch.setattr(recording, "_pause_for_tests", pause)
+    _after_the_renames(monkeypatch, sqlite_connections, "PRAGMA query_only = 1")
     ledger = files / "L.db"
     capsys.readouterr()
     assert main(perturb_args(files, ledger, "out.csv")) == 1
@@ -149,15 +155,7 @@ def test_a_ledger_damaged_after_a_releases_renames_says_a_backup_lacks_that_rele
     ledger is damaged" advises, loses this release's entry; the message says how to record it
     again (a hostile review of round 27 found it promising that the entry would be settled
     later, which a damaged ledger never does)."""
-    import postcode_privacy.ledger.recording as recording
-
-    def pause(stage):
-        if stage == "renamed":
-            for conn in sqlite_connections:
-                with contextlib.suppress(sqlite3.ProgrammingError):  # closed
-                    conn.execute("ALTER TABLE releases RENAME TO elsewhere")
-
-    monkeypatch.setattr(recording, "_pause_for_tests", pause)
+    _after_the_renames(monkeypatch, sqlite_connections, "ALTER TABLE releases RENAME TO gone")
     capsys.readouterr()
     assert main(perturb_args(files, files / "L.db", "out.csv")) == 1
     err = quiet_error(capsys)
