@@ -711,9 +711,9 @@ def test_epsilon_times_radius_is_checked_exactly_whatever_the_ambient_context(mo
 
     monkeypatch.setattr(powers, "_powers_cached", lambda e, r: ())  # never reached when refused
     with localcontext() as ctx:
-        ctx.prec = 5  # 2.00001 * 10000 = 20000.1 would round to 20000
+        ctx.prec = 5  # 1.90001 * 10000 = 19000.1 would round to 19000
         with pytest.raises(InvalidParameterError, match="epsilon times radius"):
-            powers.powers(Decimal("2.00001"), 10_000)
+            powers.powers(Decimal("1.90001"), 10_000)
 
 
 @pytest.mark.parametrize(

@@ -341,3 +341,24 @@ def test_a_manifest_of_an_output_keeping_true_postcodes_is_not_reported_as_a_rel
     for lacking in ({}, None, ["source_postcode_kept"]):
         with pytest.raises(InvalidParameterError, match="no field columns.source_postcode_kept"):
             read_manifest(_manifest(geo, tmp_path, columns=lacking))
+
+
+@pytest.mark.slow  # a report and an evaluation at the largest epsilon times radius: ten seconds
+def test_the_largest_epsilon_times_radius_is_written_without_a_traceback(geo, tmp_path, capsys):
+    """At epsilon times radius near the old limit of 20,000 the exact teleport bound has more
+    than 4,300 digits, and writing it stopped evaluate, report and perturb with Python's
+    "Exceeds the limit" traceback (a hostile review of round 27).  The limit is 19,000, where
+    every exact figure still fits; just above it the options are refused in the CLI's terms."""
+    graph_path = tmp_path / "g.ppg"
+    geo.save(graph_path)
+    common = ["--epsilon", "100", "--graph", str(graph_path), "-q"]
+    for command, out in (("report", "r.json"), ("evaluate", "e.json")):
+        argv = [command, *common, "--radius", "190", "-o", str(tmp_path / out), "--sample", "2"]
+        argv += ["--json"] if command == "report" else []
+        assert main(argv) == 0, capsys.readouterr().err
+        data = json.loads((tmp_path / out).read_text())
+        assert "Traceback" not in capsys.readouterr().err and data
+        argv[argv.index("190")] = "191"
+        argv[argv.index(str(tmp_path / out))] = str(tmp_path / f"refused-{out}")
+        assert main(argv) == 8
+        assert "epsilon times radius above 19000" in capsys.readouterr().err

@@ -20,7 +20,10 @@ Q_HAT_BITS = 256  # q_hat = numerator / 2**Q_HAT_BITS
 DECIMAL_DIGITS = 60  # precision of the decimal exponential q_hat is rounded up from
 TAIL_BITS = 80  # P_R >= 2**TAIL_BITS: the smallest power keeps at least 80 significant bits
 MAX_RADIUS = 10_000
-MAX_EPSILON_TIMES_RADIUS = 20_000  # keeps P_0 below about 2^14,500 bits: bounded memory
+# Keeps P_0 below about 2^13,800 bits: bounded memory, and every exact fraction a release,
+# evaluation or report writes (the teleport bound, with a prior of up to 2^63) under Python's
+# default limit of 4,300 digits for an integer's text.  At 20,000 they passed it (a traceback).
+MAX_EPSILON_TIMES_RADIUS = 19_000
 
 
 def exp_lower_bound(x: Fraction, rel_error_exponent: int = 120) -> Fraction:
