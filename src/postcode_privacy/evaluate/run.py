@@ -210,7 +210,7 @@ def evaluate_release(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         **identify_mechanism(mechanism),
-        "teleport_bound": float(mechanism.teleport_bound),
+        "teleport_bound": float_above(mechanism.teleport_bound),  # a bound: never below it
         "teleport_bound_exact": (
             f"{mechanism.teleport_bound.numerator}/{mechanism.teleport_bound.denominator}"
         ),
