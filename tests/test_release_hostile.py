@@ -666,6 +666,15 @@ def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(
         capsys.readouterr().err
     )
     assert ledger.read_bytes() == before
+    # nor a pipe (nor a device: `-o /dev/null --force` as root replaced the device node)
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    assert main(argv + ["-o", str(pipe), "--force"]) == 5
+    assert "is not a regular file (a pipe, a device or a socket); it is never replaced" in (
+        capsys.readouterr().err
+    )
+    assert pipe.is_fifo()
+    pipe.unlink()
     # With --force an ordinary file may be replaced: the run goes on to load the graph.
     assert main(argv + ["-o", str(existing), "--force"]) == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == [

@@ -183,7 +183,15 @@ def is_key_file(path: str | os.PathLike) -> bool:
 
 def never_replaced(path: str | os.PathLike) -> str | None:
     """What ``path`` is, if it is a file no output may replace even with ``force``: a key file,
-    or a SQLite database (a ledger, most likely: a release is never one), else None."""
+    a SQLite database (a ledger, most likely: a release is never one), or no regular file at
+    all (a pipe, a device such as ``/dev/null``, a socket: replacing one with a file, as root
+    could, breaks whatever uses it), else None."""
+    try:
+        found = os.stat(path)  # (through a link: what a write would reach)
+    except OSError:
+        found = None
+    if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
+        return "not a regular file (a pipe, a device or a socket)"
     if is_key_file(path):
         return "a postcode-privacy key file"
     if _starts_with(path, _SQLITE_PREFIX):
