@@ -12,9 +12,10 @@ Construction (docs/ledger.md, "What the ledger stores"):
 
 ``id`` is the canonical subject identifier and ``postcode`` the normalised postcode the
 mechanism was given (after a terminated postcode has been mapped to its nearest live one).
-The draw digest covers the six conditions of docs/threat-model.md, "When repeated releases
-count as one" (the key enters as its fingerprint), so two records share a draw digest exactly
-when they share a released postcode by construction.
+The draw digest covers the conditions of docs/threat-model.md, "When repeated releases
+count as one" (the key enters as its fingerprint, and the terminated-postcode table through the
+live postcode it gives), so two records share a draw digest exactly when they share a released
+postcode by construction.
 """
 
 from __future__ import annotations
