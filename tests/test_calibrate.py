@@ -172,6 +172,26 @@ def test_a_self_probability_target_is_compared_exactly(setup):
     assert calibrate(graph, {name: exact}, nodes).epsilon >= eps
 
 
+def test_a_displacement_target_equal_to_a_median_is_met_there(setup):
+    """A median displacement is a whole number of metres; a target equal to it, as decimal
+    text, is met at that epsilon.  Its float was compared (0.762 as a float is above 0.762), so
+    an epsilon meeting the target exactly was passed over (a hostile review of round 27)."""
+    from fractions import Fraction
+
+    graph, nodes = setup
+    float_above_it = 0
+    for eps in ("0.4", "0.8", "1", "1.5", "2.5", "4"):
+        metres = round(_measure(graph, nodes, eps).median_displacement_km * 1000)
+        if metres == 0:  # (no target: it must be positive)
+            continue
+        name, value = parse_target(f"median-displacement-km={Decimal(metres) / 1000}")
+        assert value == Fraction(metres, 1000)
+        result = calibrate(graph, {name: value}, nodes)
+        assert result.met and result.epsilon <= Decimal(eps)
+        float_above_it += Fraction(metres / 1000) > value
+    assert float_above_it  # (so the float comparison would have failed one of them)
+
+
 def test_a_target_named_twice_keeps_its_strictest_value(setup, capsys):
     graph, nodes = setup
     from postcode_privacy.evaluate.calibrate import combine_targets
