@@ -119,7 +119,7 @@ def _manifest(geo, tmp_path, **changes):
         "graph": {"sha256": geo.sha256, "nodes": len(geo)},
         "epsilon": "1.2",
         "radius": 9,
-        "key_fingerprint": "k-fingerprint-0123",
+        "key_fingerprint": "0123456789abcdef",
         "columns": {
             "id": "id",
             "postcode": "postcode",
@@ -146,7 +146,7 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
     for shown in (
         "records_dp.csv",
         "1,234",
-        "k-fingerprint-0123",
+        "0123456789abcdef",
         "2026-01-01T00:00:00Z",
         "&epsilon; = 1.2",
         geo.sha256,
@@ -191,7 +191,16 @@ def test_manifest_refusals(geo, tmp_path, capsys):
             release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
             sample=None,
         )
-    for bad, match in (({"epsilon": "abc"}, "manifest's epsilon"), ({"radius": 0}, "radius")):
+    for bad, match in (
+        ({"epsilon": "abc"}, "manifest's epsilon"),
+        ({"radius": 0}, "radius"),
+        # (a review of round 27: Mechanism's message named no manifest; the page showed any
+        # text as the fingerprint and any count of rows)
+        ({"epsilon": "3", "radius": 10000}, "manifest's epsilon times its radius"),
+        ({"key_fingerprint": "NO KEY - verified safe"}, "key_fingerprint is not a key"),
+        ({"output": {"path": "o.csv", "format": "csv", "sha256": "ab" * 32, "rows": 10**40}},
+         "output.rows is not a count"),
+    ):  # fmt: skip
         with pytest.raises(InvalidParameterError, match=match) as caught:
             read_manifest(_manifest(geo, tmp_path, **bad))
         assert "--" not in str(caught.value)  # the manifest is to blame, not an option
@@ -233,7 +242,7 @@ def test_manifest_refusals(geo, tmp_path, capsys):
         )
         == 0
     )
-    assert "k-fingerprint-0123" in out.read_text(encoding="utf-8")
+    assert "0123456789abcdef" in out.read_text(encoding="utf-8")
 
 
 def test_every_report_shows_when_it_was_generated(report):
@@ -285,7 +294,7 @@ def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
         ({"created": "yesterday"}, "created is not a date and time"),
         ({"format_version": 2.0}, "unknown manifest format version"),
         ({"output": {"path": "a.csv", "format": "csv", "sha256": "ab" * 32, "rows": -5}},
-         "output.rows is negative"),
+         "output.rows is not a count"),
     ):  # fmt: skip
         with pytest.raises(InvalidParameterError, match=match):
             read_manifest(_manifest(geo, tmp_path, **bad))

@@ -19,17 +19,20 @@ import datetime as _dt
 import os
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .._input_files import MIB, parse_json, read_small_file, visible_text
 from ..errors import InvalidParameterError
-from ..mechanism.epsilon import parse_epsilon
-from ..mechanism.powers import MAX_RADIUS
+from ..mechanism.epsilon import EXACT, parse_epsilon
+from ..mechanism.powers import MAX_EPSILON_TIMES_RADIUS, MAX_RADIUS
 from ..version import OUTPUT_STABILITY_VERSION
 
 FORMAT = "postcode-privacy-manifest"
 KNOWN_VERSIONS = (1, 2)
 # A manifest is a few kilobytes; anything past this is not one (and is not read further).
 MAX_MANIFEST_BYTES = 4 * MIB
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # ``Key.fingerprint``
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,10 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         raise InvalidParameterError("the manifest's epsilon is not a valid epsilon") from None
     if not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"the manifest's radius is not from 1 to {MAX_RADIUS}")
+    if EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS:
+        raise InvalidParameterError(
+            f"the manifest's epsilon times its radius is above {MAX_EPSILON_TIMES_RADIUS}"
+        )
     stability = _field(data, "output_stability_version", kind=str)
     if stability != OUTPUT_STABILITY_VERSION:
         raise InvalidParameterError(
@@ -134,8 +141,14 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
             f"postcode-privacy's ({OUTPUT_STABILITY_VERSION}): this report would not describe it"
         )
     _refuse_kept_source_postcodes(data)
-    if _field(data, "output", "rows", kind=int) < 0:
-        raise InvalidParameterError("the manifest field output.rows is negative")
+    if not 0 <= _field(data, "output", "rows", kind=int) < 2**63:
+        raise InvalidParameterError("the manifest field output.rows is not a count of rows")
+    # The page shows it as the key's fingerprint: only what a release writes (16 hex digits),
+    # never a sentence a hand edit put there.
+    if not _FINGERPRINT.fullmatch(_field(data, "key_fingerprint", kind=str)):
+        raise InvalidParameterError(
+            "the manifest field key_fingerprint is not a key fingerprint (16 hex digits)"
+        )
     return ReleaseFacts(
         epsilon=epsilon,
         radius=radius,
