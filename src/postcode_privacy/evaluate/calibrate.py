@@ -104,20 +104,16 @@ class _Measures:
 
     def __init__(self, graph: Graph, nodes, progress=None, budget: int = 1):
         self.graph, self.nodes = graph, list(nodes)
-        self.cache: dict[Decimal, dict[str, float]] = {}
-        self.exact_self: dict[Decimal, Fraction] = {}  # the largest self-probability, exactly
-        self.exact_median: dict[Decimal, Fraction] = {}  # whole metres, in kilometres
+        self.cache: dict[Decimal, dict[str, float]] = {}  # the measures as floats, shown
+        self.exact: dict[Decimal, dict[str, Fraction]] = {}  # the same, exactly: compared
         self.progress, self.budget = progress, budget
 
     def meets(self, epsilon: Decimal, name: str, limit: Fraction) -> bool:
-        """Whether the measure ``name`` at ``epsilon`` is at most ``limit``, compared exactly
-        (a self-probability is a privacy figure: never compared in floats)."""
+        """Whether the measure ``name`` at ``epsilon`` is at most ``limit``, compared exactly:
+        a self-probability is a privacy figure, and a median's float (0.762 km is slightly
+        above 0.762 as a float) failed a target equal to it."""
         self(epsilon)
-        if name == "max-self-probability":
-            return self.exact_self[epsilon] <= limit
-        # The median is a whole number of metres: compared exactly, as its float (0.762 is
-        # slightly above 0.762) failed a target equal to it.
-        return self.exact_median[epsilon] <= limit
+        return self.exact[epsilon][name] <= limit
 
     @property
     def stage(self) -> str:
@@ -132,9 +128,13 @@ class _Measures:
                 "median-displacement-km": summary.median_displacement_km,
                 "max-self-probability": summary.max_self_probability,
             }
-            self.exact_self[epsilon] = max(r.self_probability for r in summary.per_postcode)
-            median_m = mixture_quantile_m(summary.histogram_m, 0.5)
-            self.exact_median[epsilon] = Fraction(median_m, 1000)
+            self.exact[epsilon] = {
+                # the median is a whole number of metres
+                "median-displacement-km": Fraction(
+                    mixture_quantile_m(summary.histogram_m, 0.5), 1000
+                ),
+                "max-self-probability": max(r.self_probability for r in summary.per_postcode),
+            }
         return self.cache[epsilon]
 
 
