@@ -108,27 +108,6 @@ def _input_sha256(path: Path) -> str:
         raise InputDataError(read_failure(str(path), exc)) from None
 
 
-def _check_paths(input_path: Path, output_path: Path) -> None:
-    """Checks on the input and the output's format; the output's names are the claim's."""
-    try:
-        input_path.name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidParameterError(
-            "the input file name is not valid UTF-8 text; rename it"
-        ) from None
-    if not input_path.exists():
-        raise InputDataError("the input file does not exist")
-    if not input_path.is_file():
-        raise InputDataError("the input is not a regular file")
-    table_format(input_path)
-    if os.path.isdir(output_path):  # before its format: "-o results" meant "into results"
-        raise InvalidParameterError(f"the output path {output_path} is a directory")
-    table_format(output_path)
-    for target in (output_path, manifest_path_for(output_path), audit_path_for(output_path)):
-        if same_file(input_path, target):
-            raise OutputExistsError("refusing to write over the input file; choose another output")
-
-
 class _StageLines:
     """Progress as plain lines on stderr, for a log rather than a terminal: one line when a
     stage starts, at each quarter of a known total, and at its end (``_progress.py``)."""
@@ -226,13 +205,9 @@ def release_file(
         raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
-    # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
-    refuse_directory_path(input_path, "input", InputDataError)
-    refuse_directory_path(output_path)
-    input_path, output_path = Path(input_path), Path(output_path)
-    manifest_path = manifest_path_for(output_path)
-    _check_paths(input_path, output_path)
-    claim = OutputClaim([output_path, manifest_path, audit_path_for(output_path)], force=force)
+    input_path, output_path, targets = _checked_paths(input_path, output_path)
+    manifest_path = targets[1]
+    claim = OutputClaim(targets, force=force)
     with claim:
         return _release(
             claim,
@@ -262,22 +237,55 @@ def check_release_paths(
     input released to CSV that means reading every record, as the release's check pass does:
     a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
     input's records themselves are the preview's to judge."""
+    input_path, output_path, targets = _checked_paths(input_path, output_path)
+    OutputClaim(targets, force=force).check()
+    reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)
+    _check_columns(reader, options, output_path)
+    if table_format(output_path) == "csv" and reader.format != "csv":
+        for _ in reader.chunks():  # (a CSV input holds only text, which always has CSV text)
+            pass
+
+
+def _checked_paths(
+    input_path: str | os.PathLike, output_path: str | os.PathLike
+) -> tuple[Path, Path, list[Path]]:
+    """The input, the output and the three files a release writes (output, manifest, audit
+    file), once the paths pass the checks made before any file is claimed: the input is a file
+    of a known format, and the output has a known format and names neither a directory nor the
+    input (the output's names are then the claim's to check)."""
+    # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
     refuse_directory_path(input_path, "input", InputDataError)
     refuse_directory_path(output_path)
     input_path, output_path = Path(input_path), Path(output_path)
-    _check_paths(input_path, output_path)
-    OutputClaim(
-        [output_path, manifest_path_for(output_path), audit_path_for(output_path)], force=force
-    ).check()
-    reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)
+    try:
+        input_path.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParameterError(
+            "the input file name is not valid UTF-8 text; rename it"
+        ) from None
+    if not input_path.exists():
+        raise InputDataError("the input file does not exist")
+    if not input_path.is_file():
+        raise InputDataError("the input is not a regular file")
+    table_format(input_path)
+    if os.path.isdir(output_path):  # before its format: "-o results" meant "into results"
+        raise InvalidParameterError(f"the output path {output_path} is a directory")
+    table_format(output_path)
+    targets = [output_path, manifest_path_for(output_path), audit_path_for(output_path)]
+    if any(same_file(input_path, target) for target in targets):
+        raise OutputExistsError("refusing to write over the input file; choose another output")
+    return input_path, output_path, targets
+
+
+def _check_columns(reader: TableReader, options: ReleaseOptions, output_path: Path) -> None:
+    """Cheap column checks before the graph is loaded (the plan repeats them on every chunk);
+    for a CSV output, refuse kept columns with no CSV text, and have the reader refuse such a
+    cell as it reads it (``TableReader.refuse_values_csv_cannot_show``)."""
     reader.check_columns(options)
     if table_format(output_path) == "csv":
         kept = options.output_columns(reader.columns)
         refuse_columns_csv_cannot_hold(reader.arrow_schema, kept)
-        if reader.format != "csv":  # (a CSV input holds only text, which always has CSV text)
-            reader.refuse_values_csv_cannot_show(kept)
-            for _ in reader.chunks():
-                pass
+        reader.refuse_values_csv_cannot_show(kept)
 
 
 # The fewest bytes of a CSV line whose record has a postcode: five characters (the shortest
@@ -352,12 +360,7 @@ def _release(
     started = time.perf_counter()
     warm_up_in_background()  # the engine's compiled code loads while the graph does
     reader = TableReader(input_path, chunk_size)
-    # Cheap column checks before the graph is loaded (the plan repeats them on every chunk).
-    reader.check_columns(options)
-    if table_format(output_path) == "csv":
-        kept = options.output_columns(reader.columns)
-        refuse_columns_csv_cannot_hold(reader.arrow_schema, kept)
-        reader.refuse_values_csv_cannot_show(kept)
+    _check_columns(reader, options, output_path)
 
     writer = None
     try:
