@@ -161,15 +161,13 @@ def perturb_command(
     refusal = None if ledger_location is None else options.ledger_refusal()
     if refusal is not None:  # before the ledger opens: --dry-run is refused too
         raise click.UsageError(refusal)
+    refuse_writing_over_inputs(output_path, key_path, graph_path, ledger_location, ledger_secret)
     if dry_run and ledger_location is not None:
         from ..release.files import check_release_paths
         from .ledger import echo_check, run_check
 
         # The preview refuses what the release itself would refuse before its first record:
-        # these files, the key, the terminated-postcode file and the ledger, then the paths.
-        refuse_writing_over_inputs(
-            output_path, key_path, graph_path, ledger_location, ledger_secret
-        )
+        # the files above, the key, the terminated-postcode file and the ledger, then the paths.
         echo_check(
             run_check(
                 input_path,
@@ -187,7 +185,6 @@ def perturb_command(
             as_json=False,
         )
         return
-    refuse_writing_over_inputs(output_path, key_path, graph_path, ledger_location, ledger_secret)
     if ledger_location is not None:
         from .ledger import refuse_ledger_secret_as_key
 
