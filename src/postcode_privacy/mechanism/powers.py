@@ -94,6 +94,12 @@ def _powers_cached(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     return tuple(powers)
 
 
+def epsilon_times_radius_too_large(epsilon: Decimal, radius: int) -> bool:
+    """Whether ``epsilon * radius`` is past :data:`MAX_EPSILON_TIMES_RADIUS`, exactly: in the
+    explicit exact context, as the ambient one (changeable by any caller) could round."""
+    return EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS
+
+
 def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     """P_0 ... P_radius as exact integers (docs/spec.md, "Powers").
 
@@ -102,8 +108,7 @@ def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
     """
     if not isinstance(radius, int) or isinstance(radius, bool) or not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"radius must be an integer from 1 to {MAX_RADIUS}")
-    # In the explicit exact context: the ambient one (changeable by any caller) could round.
-    if EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS:
+    if epsilon_times_radius_too_large(epsilon, radius):
         raise InvalidParameterError(
             f"epsilon times radius above {MAX_EPSILON_TIMES_RADIUS} is not supported"
         )

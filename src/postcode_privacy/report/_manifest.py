@@ -23,8 +23,12 @@ from decimal import Decimal
 
 from .._input_files import MIB, parse_json, read_small_file, visible_text
 from ..errors import InvalidParameterError
-from ..mechanism.epsilon import EXACT, parse_epsilon
-from ..mechanism.powers import MAX_EPSILON_TIMES_RADIUS, MAX_RADIUS
+from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.powers import (
+    MAX_EPSILON_TIMES_RADIUS,
+    MAX_RADIUS,
+    epsilon_times_radius_too_large,
+)
 from ..version import OUTPUT_STABILITY_VERSION
 
 FORMAT = "postcode-privacy-manifest"
@@ -130,7 +134,7 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         raise InvalidParameterError("the manifest's epsilon is not a valid epsilon") from None
     if not 1 <= radius <= MAX_RADIUS:
         raise InvalidParameterError(f"the manifest's radius is not from 1 to {MAX_RADIUS}")
-    if EXACT.multiply(Decimal(epsilon), Decimal(radius)) > MAX_EPSILON_TIMES_RADIUS:
+    if epsilon_times_radius_too_large(Decimal(epsilon), radius):
         raise InvalidParameterError(
             f"the manifest's epsilon times its radius is above {MAX_EPSILON_TIMES_RADIUS}"
         )

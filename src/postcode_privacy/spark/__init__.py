@@ -768,9 +768,10 @@ def _prepare(
 def _check_arrow_types(schema: StructType) -> None:
     """Refuse, before any Spark job, a column whose type Spark cannot hand to Python as Arrow
     (an interval year to month, a calendar interval, a char or varchar kept as such, or one of
-    these inside a struct, array or map): both passes go through ``mapInArrow``, which would otherwise fail after the check
-    pass with PySpark's own error about its internal column names.  The column is named by
-    its 1-based position and its type, as ``check_columns`` names columns."""
+    these inside a struct, array or map; a struct with two fields of one name): both passes go
+    through ``mapInArrow``, which would otherwise fail after the check pass with PySpark's own
+    error.  The column is named by its 1-based position and its type in plain words, as
+    ``check_columns`` names columns."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     for position, column in enumerate(schema.fields, start=1):
