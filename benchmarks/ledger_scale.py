@@ -125,7 +125,7 @@ def main() -> None:
     from postcode_privacy import Key
     from postcode_privacy.ledger import Ledger, LedgerRecorder, check_release
     from postcode_privacy.release.plan import ReleasePlan
-    from postcode_privacy.release.tables import TableReader
+    from postcode_privacy.release.reader import TableReader
 
     graph, codes = grid_graph(10 if args.smoke else 50)
     key = Key.generate()

@@ -496,10 +496,10 @@ RUN_CLI_PAUSED_AFTER_FIRST_CHUNK = """
 import sys, time
 from pathlib import Path
 from postcode_privacy.cli import main
-from postcode_privacy.release import tables
+from postcode_privacy.release import writers
 
 paused = Path(sys.argv[1])
-write = tables._CsvWriter.write
+write = writers._CsvWriter.write
 
 def write_then_pause(self, frame):
     write(self, frame)
@@ -509,7 +509,7 @@ def write_then_pause(self, frame):
         while True:
             time.sleep(0.1)  # until signalled
 
-tables._CsvWriter.write = write_then_pause
+writers._CsvWriter.write = write_then_pause
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from postcode_privacy._digest import sha256_of_file
-from postcode_privacy.release.tables import uncompressed_sha256
+from postcode_privacy.release.writers import uncompressed_sha256
 
 SRC = Path(__file__).parents[1] / "src" / "postcode_privacy"
 

@@ -296,7 +296,7 @@ def test_the_chunk_digest_takes_the_arrow_route_for_text_read_in_pieces(tmp_path
     and different for a changed cell."""
     import pyarrow as pa
 
-    from postcode_privacy.release.tables import TableReader
+    from postcode_privacy.release.reader import TableReader
 
     n, rows = 100_000, 120_000  # a chunk of a longer file, as a release reads it
     src = tmp_path / "long.csv"
@@ -324,7 +324,7 @@ def test_the_chunk_digest_takes_the_arrow_route_for_text_read_in_pieces(tmp_path
 def test_a_file_of_one_chunk_is_read_once(grid, tmp_path, count_calls):  # noqa: F811
     """A file of one chunk is released from that chunk as the check pass left it, without a
     second read: the same bytes as the same file released in several chunks."""
-    from postcode_privacy.release.tables import TableReader
+    from postcode_privacy.release.reader import TableReader
 
     graph, codes = grid
     src = tmp_path / "in.csv"

@@ -8,7 +8,7 @@ import pytest
 
 from postcode_privacy import InputDataError
 from postcode_privacy.release import ReleaseOptions
-from postcode_privacy.release.tables import MAX_HEADER_CHARS, TableReader
+from postcode_privacy.release.reader import MAX_HEADER_CHARS, TableReader
 
 PREFIX = "subject,postcode,"
 BREAKS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}

@@ -354,10 +354,10 @@ def test_wide_files_are_read_in_smaller_chunks_with_the_same_output(setup, tmp_p
     for i in range(300):
         df[f"extra{i}"] = str(i)
     df.to_csv(tmp_path / "in.csv", index=False)
-    from postcode_privacy.release import tables
+    from postcode_privacy.release import reader as release_reader
 
-    reader = tables.TableReader(tmp_path / "in.csv", 100_000)
-    assert reader.rows_per_chunk == tables.MAX_CELLS_PER_CHUNK // 303
+    reader = release_reader.TableReader(tmp_path / "in.csv", 100_000)
+    assert reader.rows_per_chunk == release_reader.MAX_CELLS_PER_CHUNK // 303
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "a.csv") == 0
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "b.csv", "--chunk-size", "7") == 0
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
@@ -924,7 +924,7 @@ def test_failing_records_of_a_csv_file_are_listed_with_the_line_they_start_on(
     assert "  row 2: missing or blank postcode (line 3)\n" in err
     assert "  row 4: blank identifier (line 7)\n" in err
     # Where the two readers would count records differently, no line rather than a wrong one.
-    from postcode_privacy.release.tables import record_lines
+    from postcode_privacy.release.csv_lines import record_lines
 
     assert record_lines(src, [2, 4], total=4) == {2: 3, 4: 7}
     assert record_lines(src, [2, 4], total=5) == {}

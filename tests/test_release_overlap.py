@@ -35,7 +35,8 @@ from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.errors import PostcodePrivacyError
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.keyfile import ENV_VAR, write_key_file
-from postcode_privacy.release import tables as release_tables
+from postcode_privacy.release import reader as release_reader
+from postcode_privacy.release import writers as release_writers
 
 RUN_CLI = "import sys; from postcode_privacy.cli import entry_point; entry_point()"
 
@@ -289,7 +290,7 @@ def test_the_writer_failing_stops_the_workers_drawing_the_next_chunk(
     monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
     src = tmp_path / "in.csv"
     records(codes, 9000).to_csv(src, index=False)
-    real_open = release_tables.open_writer
+    real_open = release_writers.open_writer
     seen = []
 
     def failing_open(*args, **kwargs):
@@ -526,14 +527,14 @@ def test_at_most_two_input_chunks_are_held_while_the_next_is_checked(grid, tmp_p
     src = tmp_path / "in.csv"
     records(codes, 10_000).to_csv(src, index=False)
     alive: list[weakref.ref] = []
-    real_chunks = release_tables.TableReader.chunks
+    real_chunks = release_reader.TableReader.chunks
 
     def tracked_chunks(self):
         for chunk in real_chunks(self):
             alive.append(weakref.ref(chunk))
             yield chunk
 
-    monkeypatch.setattr(release_tables.TableReader, "chunks", tracked_chunks)
+    monkeypatch.setattr(release_reader.TableReader, "chunks", tracked_chunks)
     held = []
     real_prepare = ReleasePlan.prepare_chunk
 

@@ -218,11 +218,11 @@ PLAIN_CELL = st.one_of(
 )
 @pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_text_cells_are_written_as_pandas_writes_them(width, cells, dtype):
-    """The CSV writer's quoting (tables.py ``_csv_rows``) gives pandas' very text for a CSV
+    """The CSV writer's quoting (writers.py ``_csv_rows``) gives pandas' very text for a CSV
     input's cells, so releases of CSV inputs keep their bytes; pandas (the csv module) leaves
     a bare CR unquoted, which the writer quotes, so such cells are compared quoted."""
     from postcode_privacy.release.csv_text import series_text
-    from postcode_privacy.release.tables import _csv_rows
+    from postcode_privacy.release.writers import _csv_rows
 
     frame = pd.DataFrame(
         [row[:width] for row in cells], columns=[f"c{k}" for k in range(width)], dtype=object

@@ -30,7 +30,8 @@ from postcode_privacy.cli import main
 from postcode_privacy.graph.build import build_graph
 from postcode_privacy.keyfile import write_key_file
 from postcode_privacy.release import release_file
-from postcode_privacy.release.tables import TableReader, open_writer
+from postcode_privacy.release.reader import TableReader
+from postcode_privacy.release.writers import open_writer
 
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 KEY = Key.from_bytes(b"t" * 32)

@@ -30,7 +30,7 @@ def check_release(
     perturbed and nothing is written); return :meth:`LedgerRecorder.report` plus the count of
     records that cannot be released at all (``unreleasable``)."""
     from ..release.plan import ReleasePlan
-    from ..release.tables import TableReader
+    from ..release.reader import TableReader
 
     reader = TableReader(input_path, chunk_size)
     plan = ReleasePlan(

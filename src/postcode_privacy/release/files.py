@@ -50,8 +50,10 @@ from ..engine.profiles import load_in_background
 from ..errors import InputDataError, InvalidParameterError, OutputExistsError
 from ..graph.graph import Graph
 from ..mechanism import Key
+from .csv_lines import record_lines
 from .displacement import Displacement
 from .draw_ahead import DrawAhead
+from .formats import table_format
 from .manifest import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
@@ -63,17 +65,9 @@ from .manifest import (
 )
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
+from .reader import TableReader, read_failure, refuse_columns_csv_cannot_hold
 from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
-from .tables import (
-    TableReader,
-    open_writer,
-    read_failure,
-    record_lines,
-    refuse_columns_csv_cannot_hold,
-    table_format,
-    uncompressed_sha256,
-    written_with,
-)
+from .writers import open_writer, uncompressed_sha256, written_with
 
 __all__ = [
     "release_file",

@@ -158,17 +158,17 @@ def _refuse_untakeable_arrow(df: pd.DataFrame) -> None:
     of a run-end-encoded array or of a text or binary view, and rows taken from a list view keep
     the left-out rows' items: name such a column (or index level) up front, by position,
     instead of Arrow's own error halfway through or a release that still holds them."""
-    from .tables import _without_list_views, _without_run_ends, _without_views
+    from .arrow_types import without_list_views, without_run_ends, without_views
 
     remedies = (
-        (_without_run_ends, "is run-end encoded", "decode it (pyarrow.compute.run_end_decode)"),
+        (without_run_ends, "is run-end encoded", "decode it (pyarrow.compute.run_end_decode)"),
         (
-            _without_views,
+            without_views,
             "holds Arrow string or binary views",
             "cast it to large_string or large_binary (pd.ArrowDtype(pyarrow.large_string()))",
         ),
         (
-            _without_list_views,
+            without_list_views,
             "holds Arrow list views",
             "cast it to a list type (pd.ArrowDtype(pyarrow.large_list(...)))",
         ),
@@ -198,15 +198,15 @@ def _extension_storage_untakeable(kind) -> bool:
     cleanly left out of (a dictionary, which cannot be encoded afresh inside it; run ends;
     a view): the checks above look through every other type, but not into an extension's
     storage."""
-    from .tables import (
-        _without_dictionaries,
-        _without_list_views,
-        _without_run_ends,
-        _without_views,
+    from .arrow_types import (
         extension_stored_as,
+        without_dictionaries,
+        without_list_views,
+        without_run_ends,
+        without_views,
     )
 
-    forms = (_without_dictionaries, _without_run_ends, _without_views, _without_list_views)
+    forms = (without_dictionaries, without_run_ends, without_views, without_list_views)
     return extension_stored_as(kind, forms)
 
 
@@ -266,7 +266,7 @@ def _without_dropped_categories(result: pd.DataFrame, df: pd.DataFrame) -> pd.Da
     value, and keeping it would publish a dropped record's cell in the release's dtype and in
     any Parquet file written from it.  Done once, on the joined result, so that the dtype does
     not depend on the chunks (``progress``)."""
-    from .tables import column_label
+    from .column_labels import column_label
 
     result = result.copy()
     for name in result.columns:
@@ -383,20 +383,20 @@ def _categories_without(categories: pd.Index, gone: list) -> pd.Index:
 
 
 def _holds_dictionary(dtype: pd.ArrowDtype) -> bool:
-    from .tables import _without_dictionaries
+    from .arrow_types import without_dictionaries
 
-    return _without_dictionaries(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
+    return without_dictionaries(dtype.pyarrow_dtype) != dtype.pyarrow_dtype
 
 
 def _arrow_dictionaries_afresh(column: pd.Series, label: str) -> pd.Series:
     """An Arrow-backed column (``dtype_backend="pyarrow"``) whose dictionaries, top-level or
     nested, are encoded afresh from the values the released rows hold, as a Parquet release's
-    are (``tables._dictionaries_of_their_own``): the input's dictionary held dropped cells.
+    are (``arrow_types.dictionaries_of_their_own``): the input's dictionary held dropped cells.
     ``label`` names the column in a message."""
     import pyarrow as pa
 
-    from .tables import _dictionaries_of_their_own
+    from .arrow_types import dictionaries_of_their_own
 
     table = pa.table({"column": pa.chunked_array([pa.array(column.array)])})
-    fresh = _dictionaries_of_their_own(table, [label]).column(0).combine_chunks()
+    fresh = dictionaries_of_their_own(table, [label]).column(0).combine_chunks()
     return pd.Series(pd.arrays.ArrowExtensionArray(fresh), index=column.index, name=column.name)

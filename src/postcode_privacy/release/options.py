@@ -155,7 +155,7 @@ class ReleaseOptions:
         names = list(columns)
         seen = set(names)
         if len(seen) != len(names):
-            from .tables import duplicate_columns_message
+            from .column_labels import duplicate_columns_message
 
             raise InputDataError(duplicate_columns_message(names, header_line=header_line))
         missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]

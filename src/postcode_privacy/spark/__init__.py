@@ -80,9 +80,9 @@ from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..release.options import ReleaseOptions
 from ..release.plan import ReleasePlan
+from ..release.reader import first_invalid_record
 from ..release.records import MAX_LISTED_ERRORS, ChunkCheck, failure_error
 from ..release.subjects import subject_hash, warn_duplicate_subjects
-from ..release.tables import first_invalid_record
 
 __all__ = ["perturb", "check", "SparkCheck", "ExecutorEnvironmentError", "ARTEFACT_PREFIX"]
 
