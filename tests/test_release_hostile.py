@@ -789,6 +789,38 @@ def test_a_lone_surrogate_identifier_is_refused_without_quoting_it(setup, tmp_pa
     ]
 
 
+def _unassigned_here() -> str:
+    """A code point this Python's Unicode database leaves unassigned and that no later version
+    may assign (a noncharacter), and, where this Python has Unicode 14.0, U+1E08F, which 15.0
+    made a combining mark (NFC then reorders it: the case the rule exists for)."""
+    import unicodedata
+
+    return "\U0001e08f" if unicodedata.category("\U0001e08f") == "Cn" else "\ufdd0"
+
+
+def test_an_identifier_with_an_unassigned_code_point_is_refused_without_quoting_it(setup):
+    """NFC of an unassigned code point may change with the Unicode version, so the same
+    identifier could be two subjects on two Pythons: refused, on the vectorised route too."""
+    from postcode_privacy import perturb_frame
+
+    odd = _unassigned_here()
+    for text in (f"x{odd}\u0316", f"x\u0316{odd}", "\ufdd0", "a\U0010fffe"):
+        with pytest.raises(ValueError, match="unassigned") as caught:
+            canonical_subject_id(text)
+        assert text not in str(caught.value)
+    assert canonical_subject_id(" Zoe\u0308 ") == "Zoë"  # assigned: composed, as before
+    ids = ["José", f"x{odd}\u0316", "李", "x\u0316", "\ufdd0"]  # not ASCII: the bulk route
+    df = pd.DataFrame({"subject": ids, "postcode": setup["codes"][:5]}, dtype=object)
+    with pytest.raises(InputDataError) as caught:
+        perturb_frame(df, **python_options(setup))
+    assert [row for row, _ in caught.value.row_errors] == [2, 5]
+    assert all("unassigned" in reason for _, reason in caught.value.row_errors)
+    text = str(caught.value) + repr(caught.value.row_errors)
+    assert odd not in text and "\ufdd0" not in text
+    released = perturb_frame(df, **python_options(setup), on_error="null")
+    assert released["postcode_dp"].isna().tolist() == [False, True, False, False, True]
+
+
 def test_ragged_record_after_quoted_newlines_names_record_and_line(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     codes = setup["codes"]

@@ -83,11 +83,32 @@ def _canonical(value: object) -> str:
             raise _Refused(
                 "identifier is not valid Unicode text (it holds a lone surrogate)"
             ) from None
+        if not value.isascii() and holds_unassigned(value):
+            raise _Refused(
+                "identifier holds a code point this Python's Unicode version "
+                f"({unicodedata.unidata_version}) leaves unassigned, whose canonical form a "
+                "later version could change"
+            )
         text = unicodedata.normalize("NFC", value).strip()
         if not text:
             raise _Refused("blank identifier")
         return text
     raise _Refused("identifier has an unsupported type")
+
+
+def holds_unassigned(text: str) -> bool:
+    """Whether ``text`` holds a code point the running Python's Unicode database leaves
+    unassigned (category Cn, noncharacters included).
+
+    Why refuse them: Unicode's normalisation stability policy guarantees that text made only of
+    characters assigned in a version has the same NFC form under that version and every later
+    one, so two Pythons with different Unicode versions (3.11 has 14.0, 3.12 has 15.0) give an
+    identifier of assigned characters one canonical form.  An unassigned code point carries no
+    such promise: U+1E08F is inert in 14.0 and a combining mark in 15.0, so NFC reorders it on
+    one and not the other, and one person would become two subjects (docs/spec.md, "Subject
+    identifiers")."""
+    category = unicodedata.category
+    return any(category(c) == "Cn" for c in set(text) if not c.isascii())
 
 
 def _decimal_text(value: Decimal) -> str:

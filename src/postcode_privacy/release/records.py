@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..errors import InputDataError, option
 from ..graph.graph import Graph
-from ..mechanism.subject import canonical_subject_id
+from ..mechanism.subject import canonical_subject_id, holds_unassigned
 from ..postcodes import is_normalised, try_normalise
 from .options import ReleaseOptions
 
@@ -150,7 +150,7 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
     """
     types = set(map(type, values))
     all_ascii = types == {str} and "".join(values).isascii()
-    if all_ascii or (types == {str} and _all_encodable(values)):
+    if all_ascii or (types == {str} and _all_encodable(values) and not _any_unassigned(values)):
         normalize = unicodedata.normalize
         canonical: list[str | None] = (
             [v.strip() for v in values]  # ASCII text is its own NFC form
@@ -172,6 +172,11 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
         if kind is not None:
             failures[i] = (kind, reason)
     return canonical, failures
+
+
+def _any_unassigned(texts: list[str]) -> bool:
+    """True if any text holds a code point the row-by-row rule refuses as unassigned."""
+    return holds_unassigned("".join(texts))
 
 
 def _all_encodable(texts: list[str]) -> bool:
