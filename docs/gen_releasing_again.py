@@ -2,7 +2,7 @@
 
     POSTCODE_PRIVACY_CACHE=... python docs/gen_releasing_again.py > /tmp/transcript.md
 
-or only write the page's inputs (the two graphs and q1.csv to q4.csv) into a directory, to run
+or only write the page's inputs (the two graphs, q1.csv to q4.csv and q4-retired.csv) into a directory, to run
 the page's commands there by hand:
 
     python docs/gen_releasing_again.py --inputs cohort
@@ -58,7 +58,9 @@ def main() -> None:
         work = Path(args.inputs)
         work.mkdir(parents=True, exist_ok=True)
         write_inputs(work)
-        print(f"wrote ls6.ppgraph, ls4-ls6.ppgraph and q1.csv to q4.csv into {work}")
+        print(
+            f"wrote ls6.ppgraph, ls4-ls6.ppgraph, q1.csv to q4.csv and q4-retired.csv into {work}"
+        )
         return
     work = Path(tempfile.mkdtemp(prefix="releasing-again-"))
     write_inputs(work)
@@ -80,6 +82,8 @@ def write_inputs(work: Path) -> None:
     quarters["q4"] = dict(
         quarters["q3"], S002=ls6[29], S004=ls6[17], S013=ls6[23]
     )  # moves; a recruit
+    # S004 would go over the budget: the study's protocol retires a participant at the cap.
+    quarters["q4-retired"] = {k: v for k, v in quarters["q4"].items() if k != "S004"}
     for name, people in quarters.items():
         pd.DataFrame(
             {
@@ -115,7 +119,8 @@ def print_transcripts(work: Path) -> None:
         "q4": [
             f"postcode-privacy ledger check q4.csv --ledger study-ledger.db {common} --graph ls4-ls6.ppgraph --budget 3",
             f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3",
-            f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3 --on-error null -q",
+            f"postcode-privacy perturb q4.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3 --on-error null",
+            f"postcode-privacy perturb q4-retired.csv -o q4-release.csv {common} --graph ls4-ls6.ppgraph --ledger study-ledger.db --budget 3 -q",
             "postcode-privacy ledger show study-ledger.db",
         ],
     }

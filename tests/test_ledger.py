@@ -294,7 +294,11 @@ def test_check_counts_repeats_known_and_new_subjects(ledger, tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["error", "drop", "null"])
-def test_budget_with_each_on_error_policy(ledger, tmp_path, policy):
+def test_a_budget_refusal_stops_the_release_whatever_on_error_says(ledger, tmp_path, policy):
+    """Only a new draw can be refused, and a subject draws anew when their postcode changed:
+    an empty cell or a missing row in its place told readers that subject 1 moved (a review
+    of round 28).  Such a record now stops the release under every policy; the policy still
+    handles the records that fail the record checks."""
     q1 = write_input(tmp_path / "q1.csv", ["1", "2", "3"], CODES[:3])
     release(ledger, q1, tmp_path / "q1-out.csv", epsilon="1.5")
     # Subject 1 moved: a new draw at 1.5 takes it to 3 > 2.5; subject 2 repeats (free); 4 new.
@@ -302,24 +306,30 @@ def test_budget_with_each_on_error_policy(ledger, tmp_path, policy):
         tmp_path / "q2.csv", ["2", "1", "4", "4"], [CODES[1], CODES[8], CODES[3], CODES[4]]
     )
     out = tmp_path / "q2-out.csv"
+    with pytest.raises(InputDataError) as info:
+        release(ledger, q2, out, epsilon="1.5", budget=Fraction("2.5"), on_error=policy)
+    assert [row for row, _ in info.value.row_errors] == [2, 4]
+    if policy != "error":
+        assert "2 of 4 records would take their subjects over the budget" in str(info.value)
+        assert "whatever on_error says" in str(info.value)
+    assert not [p.name for p in tmp_path.iterdir() if "q2-out" in p.name]  # nor lock, temp
+    assert ledger.summary()["draws"] == 3 and len(ledger.summary()["releases"]) == 1
+    # Within the budget the policy applies to a postcode that fails the record checks.
+    q3 = write_input(tmp_path / "q3.csv", ["2", "1", "4"], [CODES[1], "not one", CODES[3]])
     if policy == "error":
-        with pytest.raises(InputDataError) as info:
-            release(ledger, q2, out, epsilon="1.5", budget=Fraction("2.5"), on_error="error")
-        assert [row for row, _ in info.value.row_errors] == [2, 4]
-        assert not out.exists()
-        assert ledger.summary()["draws"] == 3 and len(ledger.summary()["releases"]) == 1
+        with pytest.raises(InputDataError, match="malformed postcode: 1"):
+            release(ledger, q3, out, epsilon="1.5", budget=Fraction("2.5"), on_error=policy)
         return
-    manifest = release(ledger, q2, out, epsilon="1.5", budget=Fraction("2.5"), on_error=policy)
-    assert "counts" not in manifest  # counts of the true input are private: the audit file
-    assert read_audit(out)["counts"]["over_budget"] == 2
+    release(ledger, q3, out, epsilon="1.5", budget=Fraction("2.5"), on_error=policy)
+    counts = read_audit(out)["counts"]
+    assert counts["over_budget"] == 0 and counts["malformed_postcode"] == 1
     released = pd.read_csv(out, dtype=str, keep_default_na=False)
     if policy == "drop":
         assert released["person"].tolist() == ["2", "4"]
     else:
-        assert released["person"].tolist() == ["2", "1", "4", "4"]
-        assert [v == "" for v in released["postcode_dp"]] == [False, True, False, True]
+        assert [v == "" for v in released["postcode_dp"]] == [False, True, False]
     summary = ledger.summary()
-    assert summary["draws"] == 4  # only subject 4's first draw is new
+    assert summary["draws"] == 4  # only subject 4's draw is new
     assert spends(summary["subjects"]) == {"1.5": 4}
 
 
@@ -439,12 +449,16 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 0
     text = capsys.readouterr().out
     assert "1 would be refused by the budget" in text and not out.exists()
-    assert main([*base, "-o", str(out), "--budget", "1", "--on-error", "null"]) == 0
+    assert main([*base, "-o", str(out), "--budget", "1", "--on-error", "null"]) == 3
+    err = capsys.readouterr().err
+    assert "row 2: privacy budget exceeded" in err and "whatever --on-error says" in err
+    assert not out.exists()
+    assert main([*base, "-o", str(out), "--budget", "2", "--on-error", "null"]) == 0
     show = ["ledger", "show", where, "--json"] + (["--ledger-secret", secret] if secret else [])
     capsys.readouterr()
     assert main(show) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["subjects"] == [{"spend": "1", "count": 1}]
+    assert summary["subjects"] == [{"spend": "2", "count": 1}]
     # The text view shows a budget as the decimal it was given, not as a fraction.
     out2 = tmp_path / "out2.csv"
     assert main([*base, "-o", str(out2), "--budget", "2.4", "--on-error", "null"]) == 0
@@ -1231,4 +1245,7 @@ def test_ledger_checks_first_line_does_not_call_records_the_budget_refuses_relea
     echo_check(report, as_json=False)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "13 records, 13 passing the record checks:"
-    assert "  1 would be refused by the budget" in lines
+    assert (
+        "  1 would be refused by the budget, which stops the release whatever --on-error "
+        "says" in lines
+    )

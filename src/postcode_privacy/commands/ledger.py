@@ -258,7 +258,10 @@ def echo_check(report: dict, as_json: bool) -> None:
         f"  {report['new_subjects_records']} belong to {report['new_subjects']} new subjects"
     )
     if report["over_budget"]:
-        click.echo(f"  {report['over_budget']} would be refused by the budget")
+        click.echo(
+            f"  {report['over_budget']} would be refused by the budget, which stops the "
+            "release whatever --on-error says"
+        )
     if report["unreleasable"]:
         click.echo(f"  {report['unreleasable']} cannot be released at all (see perturb)")
     if report["spend_after_known"]:

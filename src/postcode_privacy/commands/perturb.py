@@ -118,8 +118,8 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option(
     "--budget",
     metavar="E",
-    help="With --ledger: records whose subject's cumulative spend would exceed E are "
-    "handled by --on-error.",
+    help="With --ledger: a record whose subject's cumulative spend would exceed E stops the "
+    "release (nothing is written), whatever --on-error says.",
 )
 @click.option(
     "--dry-run",
@@ -214,14 +214,9 @@ def perturb_command(
             )
     if not quiet:
         ledger_line = None
-        if recorder is not None:
-            from ..release.manifest import read_audit
-
-            over = read_audit(output_path)["counts"].get("over_budget", 0)  # private count
+        if recorder is not None:  # (a budget refuses no record of a release that was made)
             drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
-            ledger_line = f"  ledger: {drawn} new draws recorded" + (
-                f", {over} records over budget" if budget is not None else ""
-            )
+            ledger_line = f"  ledger: {drawn} new draws recorded"
         echo_summary(manifest, output_path, ledger_line)
 
 
@@ -298,8 +293,9 @@ def echo_summary(manifest: dict, output_path: str, ledger_line: str | None = Non
         echo_status(
             f"  {counts['failed']} records could not be released: "
             f"{counts['nulled']} left empty, {counts['dropped']} dropped; the release shows "
-            "which (an empty cell, a missing row), and so that their true postcodes were "
-            "missing, malformed or not in the graph: the guarantee does not cover that fact"
+            "which (an empty cell, a missing row), and so that their identifiers or true "
+            "postcodes were missing, malformed or not in the graph: the guarantee does not "
+            "cover that fact"
         )
     if counts["terminated_mapped"]:
         echo_status(

@@ -98,8 +98,9 @@ class _PendingEntry:
 class LedgerRecorder:
     """One release's link to a ledger.  Use one recorder per release.
 
-    ``budget``: refuse (as a failing record, handled by the release's ``on_error`` policy)
-    every record whose new draw would take its subject's cumulative spend above it.
+    ``budget``: refuse every record whose new draw would take its subject's cumulative spend
+    above it; such a record stops the release, whatever its ``on_error`` policy says
+    (``release.records.over_budget_error``).
 
     States, in order: created; attached (:meth:`attach`); screened (:meth:`start`, called by
     the first screened chunk); pending (:meth:`prepare`); committed (:meth:`commit`).  A step

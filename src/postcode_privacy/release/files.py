@@ -66,7 +66,7 @@ from .manifest import (
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
 from .reader import TableReader, read_failure, refuse_columns_csv_cannot_hold
-from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts
+from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts, over_budget_error
 from .writers import open_writer, uncompressed_sha256, written_with
 
 __all__ = [
@@ -378,7 +378,10 @@ def _release(
         first = None
         ahead = None
         chunks = 0  # chunks the check pass read
-        if plan.on_error == "error":
+        # A budget's refusals stop the release whatever on_error says (over_budget_error): a
+        # check pass finds them all before anything is written.
+        budgeted = ledger is not None and ledger.budget is not None
+        if plan.on_error == "error" or budgeted:
             check = ChunkCheck()
             # The check pass reads every record anyway: it keeps what the engine needs, so
             # that the whole file is drawn in one batch (release/draw_ahead.py), unless a
@@ -404,11 +407,14 @@ def _release(
                     bar.update(len(chunk))
             if check.counts["records"] == 0:
                 raise _no_records(reader)
-            if check.failed:
+            refused = plan.on_error == "error" and check.failed
+            if refused or check.counts["over_budget"]:
                 lines = None
                 if reader.format == "csv":
                     lines = _lines_of(input_path, check, input_sha256)
-                raise failure_error(check.row_errors, check.counts, lines)
+                if refused:
+                    raise failure_error(check.row_errors, check.counts, lines)
+                raise over_budget_error(check.row_errors, check.counts, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk

@@ -23,7 +23,14 @@ from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from .displacement import Displacement
 from .options import ReleaseOptions
-from .records import CheckedRecords, ChunkCheck, RecordRules, Screen, failure_error
+from .records import (
+    CheckedRecords,
+    ChunkCheck,
+    RecordRules,
+    Screen,
+    failure_error,
+    over_budget_error,
+)
 from .subjects import WARN_ROWS, _SubjectTracker, _tracker_hashes, warn_duplicate_subjects
 
 __all__ = ["PendingChunk", "ReleasePlan"]
@@ -179,6 +186,8 @@ class ReleasePlan:
         check = pending.checked.check
         if check.counts["failed"] and self.on_error == "error":
             raise failure_error(check.row_errors, check.counts)
+        if check.counts["over_budget"]:  # whatever on_error says (over_budget_error)
+            raise over_budget_error(check.row_errors, check.counts)
         return pending
 
     def finish_chunk(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..errors import InputDataError, option
+from ..errors import InputDataError, option, option_name
 from ..graph.graph import Graph
 from ..mechanism.subject import canonical_subject_id, holds_unassigned
 from ..postcodes import is_normalised, try_normalise
@@ -47,6 +47,7 @@ __all__ = [
     "Screen",
     "failure_error",
     "merge_counts",
+    "over_budget_error",
 ]
 
 # The ledger's budget screen (ledger/recording.py): releasable records in, refused positions out.
@@ -110,6 +111,32 @@ def failure_error(
         f"with {option('on_error', 'error')} nothing is released",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
         total_errors=failed,
+        row_lines=row_lines,
+    )
+
+
+def over_budget_error(
+    row_errors: Sequence[tuple[int, str]],
+    counts: dict[str, int],
+    row_lines: dict[int, int] | None = None,
+) -> InputDataError:
+    """The error for records the ledger's budget refuses, whatever ``on_error`` says.
+
+    Only a record that draws anew can be refused (a repeated draw costs nothing), and a subject
+    draws anew when their true postcode differs from the one an earlier release drew for.  So
+    an empty cell or a missing row in its place would tell the release's readers that the
+    subject's postcode changed, a fact the guarantee does not cover: the release stops instead,
+    naming the rows (docs/ledger.md, "Budgets")."""
+    over = counts.get("over_budget", 0)
+    label = _FAILURE_LABELS["over_budget"]
+    listed = [(row, reason) for row, reason in row_errors if reason == label]
+    return InputDataError(
+        f"{over} of {counts.get('records', 0)} records would take their subjects over the "
+        f"budget; nothing is released.  A record the budget refuses stops the release "
+        f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
+        "would tell the release's readers that its subject's postcode changed",
+        row_errors=listed[:MAX_LISTED_ERRORS],
+        total_errors=over,
         row_lines=row_lines,
     )
 
