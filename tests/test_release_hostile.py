@@ -396,6 +396,38 @@ def test_damaged_compressed_input_is_an_input_error(setup, tmp_path, capsys, suf
     assert names(tmp_path) == [src.name]
 
 
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+@pytest.mark.parametrize("after", ["a-damaged-stream", "trailing-junk", "another-stream"])
+def test_what_follows_a_compressed_stream_is_another_whole_stream_or_refused(
+    setup, tmp_path, capsys, suffix, after
+):
+    """Python's bzip2 and xz readers (and pandas') stop without a word at data after a stream
+    that does not start another: the records after it were lost and the release exited 0 (a
+    review of round 28).  Such data is refused, as gzip's reader refuses it; a second whole
+    stream (and, for xz, stream padding) is read as the rest of the file."""
+    compress = COMPRESSORS[suffix]
+    df = frame(setup["codes"], 30)
+    text = df.to_csv(index=False).encode()
+    cut = text.index(b"\n", len(text) // 2) + 1
+    first, second = compress(text[:cut]), compress(text[cut:])
+    data = {
+        "a-damaged-stream": first + b"X" + second[1:],
+        "trailing-junk": compress(text) + b"trailing junk",
+        "another-stream": first + (b"\0" * 4 if suffix == ".xz" else b"") + second,
+    }[after]
+    src = tmp_path / f"in.csv{suffix}"
+    src.write_bytes(data)
+    code = perturb(setup, src, tmp_path / "out.csv")
+    err = capsys.readouterr().err
+    if after == "another-stream":
+        assert code == 0, err
+        released = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+        assert released["subject"].tolist() == df["subject"].astype(str).tolist()
+        return
+    assert code == 3 and "the compressed input is damaged or ends early" in err, err
+    assert names(tmp_path) == [src.name]
+
+
 def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)

@@ -19,6 +19,7 @@ read only to name a column asked for that is a RangeIndex, which pandas does not
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import io
 import os
@@ -143,48 +144,45 @@ class TableReader:
     def _csv_chunks(self) -> Iterator[pd.DataFrame]:
         if self._skip_blank_lines is None:
             self._skip_blank_lines = self._check_lines()
-        try:
-            reader = pd.read_csv(
-                self.path,
-                sep=",",
-                header=0,
-                names=self.columns,
-                index_col=False,
-                dtype=str,
-                keep_default_na=False,
-                na_filter=False,
-                chunksize=self.rows_per_chunk,
-                encoding="utf-8",
-                compression="infer",
-                skip_blank_lines=self._skip_blank_lines,
-                engine="c",
-            )
-        except (
-            UnicodeDecodeError,
-            pd.errors.ParserError,
-            pd.errors.EmptyDataError,
-            ValueError,
-            *READ_ERRORS,
-        ) as exc:
-            raise self._csv_error(exc) from None
-        with reader:
-            while True:
-                try:
-                    with warnings.catch_warnings():
-                        # A first record longer than the header would silently become an index.
-                        warnings.simplefilter("error", pd.errors.ParserWarning)
-                        chunk = next(reader)
-                except StopIteration:
-                    return
-                except (
-                    UnicodeDecodeError,
-                    pd.errors.ParserError,
-                    pd.errors.ParserWarning,
-                    ValueError,
-                    *READ_ERRORS,
-                ) as exc:
-                    raise self._csv_error(exc) from None
-                yield chunk
+        errors = (UnicodeDecodeError, pd.errors.ParserError, ValueError, *READ_ERRORS)
+        with contextlib.ExitStack() as opened:
+            try:
+                # Compressed input is read through the package's own reader, not pandas'
+                # (compression="infer"): that one loses the records after a damaged bzip2 or
+                # xz stream without a word (formats.open_decompressed).
+                source: Any = self.path
+                if self.path.lower().endswith((".gz", ".bz2", ".xz")):
+                    source = opened.enter_context(open_decompressed(self.path))
+                reader = pd.read_csv(
+                    source,
+                    sep=",",
+                    header=0,
+                    names=self.columns,
+                    index_col=False,
+                    dtype=str,
+                    keep_default_na=False,
+                    na_filter=False,
+                    chunksize=self.rows_per_chunk,
+                    encoding="utf-8",
+                    compression=None,
+                    skip_blank_lines=self._skip_blank_lines,
+                    engine="c",
+                )
+            except (*errors, pd.errors.EmptyDataError) as exc:
+                raise self._csv_error(exc) from None
+            with reader:
+                while True:
+                    try:
+                        with warnings.catch_warnings():
+                            # A first record longer than the header would silently become an
+                            # index.
+                            warnings.simplefilter("error", pd.errors.ParserWarning)
+                            chunk = next(reader)
+                    except StopIteration:
+                        return
+                    except (*errors, pd.errors.ParserWarning) as exc:
+                        raise self._csv_error(exc) from None
+                    yield chunk
 
     def _check_lines(self) -> bool:
         """Refuse the lines pandas would misread, before any record is read; return whether
