@@ -428,6 +428,28 @@ def test_what_follows_a_compressed_stream_is_another_whole_stream_or_refused(
     assert names(tmp_path) == [src.name]
 
 
+@pytest.mark.parametrize("fmt", [".csv", ".parquet"])
+def test_a_column_option_of_bytes_that_are_not_utf8_is_refused_before_work(
+    setup, tmp_path, capsys, fmt
+):
+    """``--out-column $'pc\\xff'`` reached the writer and crashed with a traceback (a review of
+    round 28): every column option must be text a file can hold, said in the CLI's terms."""
+    from postcode_privacy import perturb_frame
+
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    odd = os.fsdecode(b"pc\xff")  # what Python makes of the argument's bytes
+    for option in ("--out-column", "--id-column"):
+        code = perturb(setup, src, tmp_path / f"out{fmt}", option, odd)
+        err = capsys.readouterr().err
+        assert code == 8, err
+        assert f"{option} is not valid Unicode text" in err and "Traceback" not in err
+        assert odd not in err and "xff" not in err.lower() and "dcff" not in err.lower()
+        assert names(tmp_path) == ["in.csv"]
+    with pytest.raises(InvalidParameterError, match="out_column is not valid Unicode text"):
+        perturb_frame(frame(setup["codes"]), **python_options(setup), out_column="pc\udcff")
+
+
 def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)

@@ -111,6 +111,13 @@ class ReleaseOptions:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise InvalidParameterError(f"{self.flag(name)} must be a non-empty column name")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # (its message would quote the character)
+                raise InvalidParameterError(
+                    f"{self.flag(name)} is not valid Unicode text (a lone surrogate: on the "
+                    "command line, bytes that are not UTF-8); no file can hold it as a name"
+                ) from None
         if self.id_column == self.postcode_column:
             raise InvalidParameterError(
                 f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ"
