@@ -450,6 +450,26 @@ def test_a_column_option_of_bytes_that_are_not_utf8_is_refused_before_work(
         perturb_frame(frame(setup["codes"]), **python_options(setup), out_column="pc\udcff")
 
 
+def test_a_first_column_name_starting_with_a_byte_order_mark_reads_back_unchanged(setup, tmp_path):
+    """A CSV release whose first column's name starts with U+FEFF began with the bytes of a
+    byte-order mark, which every reader drops, so the name came back without it (a review of
+    round 28): the name is quoted, and the file starts with the quote."""
+    codes = setup["codes"]
+    parquet = tmp_path / "in.parquet"
+    names_in = ["\ufeffnote", "subject", "postcode"]
+    table = pa.table({"\ufeffnote": ["a", "b"], "subject": ["1", "2"], "postcode": codes[:2]})
+    pq.write_table(table, parquet)
+    twice = tmp_path / "twice.csv"  # a CSV file written with a mark before a name of that kind
+    twice.write_bytes(b"\xef\xbb\xbf" + f"\ufeffnote,subject,postcode\na,1,{codes[0]}\n".encode())
+    for src in (parquet, twice):
+        out = tmp_path / f"{src.stem}-out.csv"
+        assert perturb(setup, src, out) == 0
+        assert out.read_bytes().startswith('"\ufeffnote"'.encode())
+        back = pd.read_csv(out, dtype=str, keep_default_na=False)
+        assert list(back.columns) == [*names_in[:2], "postcode_dp"]
+        assert back["\ufeffnote"].tolist() == ["a", "b"][: len(back)]
+
+
 def test_an_output_name_too_long_for_its_manifest_is_refused_before_work(setup, tmp_path, capsys):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)

@@ -92,7 +92,13 @@ class _CsvWriter:
         self._header_written = False
 
     def _header(self, columns: list) -> None:
-        self._text.write(_csv_rows([[str(name)] for name in columns]))
+        text = _csv_rows([[str(name)] for name in columns])
+        if text.startswith("\ufeff"):
+            # A first name starting with U+FEFF would begin the file with the bytes of a
+            # byte-order mark, which readers drop: quoted, the file starts with the quote.
+            first = str(columns[0])
+            text = _quote_cell(first) + text[len(first) :]
+        self._text.write(text)
         self._header_written = True
 
     def write(self, frame: pd.DataFrame) -> None:
