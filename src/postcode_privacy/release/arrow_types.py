@@ -19,6 +19,7 @@ __all__ = [
     "without_list_views",
     "extension_stored_as",
     "dictionary_in_extension",
+    "nested_dictionary",
 ]
 
 
@@ -173,6 +174,14 @@ def extension_stored_as(kind, forms) -> bool:
         and any(plain(t.storage_type) != t.storage_type for plain in forms)
         for t in _types_within(kind)
     )
+
+
+def nested_dictionary(kind) -> bool:
+    """Whether a dictionary type lies within ``kind`` (in a struct, list, map or union), not
+    at its top level."""
+    import pyarrow as pa
+
+    return any(pa.types.is_dictionary(t) for t in list(_types_within(kind))[1:])
 
 
 def dictionary_in_extension(kind) -> bool:

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
-from .arrow_types import refuse_dictionaries_in_extensions, without_views
+from .arrow_types import nested_dictionary, refuse_dictionaries_in_extensions, without_views
 from .column_labels import duplicate_columns_message
 from .csv_lines import (
     PANDAS_BUFFER,
@@ -296,14 +296,7 @@ class TableReader:
         handle = self._parquet_file()
         offset = 0
         try:
-            batches = handle.iter_batches(batch_size=self.rows_per_chunk, use_pandas_metadata=False)
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except (pa.ArrowException, OSError, ValueError):
-                    raise InputDataError("the input Parquet file is damaged or truncated") from None
+            for batch in self._parquet_batches(handle):
                 batch = batch.replace_schema_metadata(None)
                 _check_utf8(batch, offset)
                 _check_csv_text(batch, offset, self._csv_columns)
@@ -316,6 +309,30 @@ class TableReader:
                 yield batch.to_pandas(types_mapper=pd.ArrowDtype)
         finally:
             handle.close()
+
+    def _parquet_batches(self, handle) -> Iterator[Any]:
+        """The file's record batches, of at most ``rows_per_chunk`` records.
+
+        pyarrow cannot make a batch that spans row groups of a column with a dictionary inside
+        a struct, list or map ("nested data conversions not implemented for chunked array
+        outputs"), so such a file is read one row group at a time: smaller chunks, the same
+        output (it never depends on the chunk size)."""
+        import pyarrow as pa
+
+        nested = any(nested_dictionary(kind) for kind in self.arrow_schema.types)
+        groups = [[g] for g in range(handle.num_row_groups)] if nested else [None]
+        for group in groups:
+            batches = handle.iter_batches(
+                batch_size=self.rows_per_chunk, row_groups=group, use_pandas_metadata=False
+            )
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError, ValueError):
+                    raise InputDataError("the input Parquet file is damaged or truncated") from None
+                yield batch
 
     def check_columns(self, options) -> None:
         """Refuse an input whose columns cannot be released with ``options`` (a
