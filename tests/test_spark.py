@@ -43,6 +43,7 @@ from postcode_privacy import (  # noqa: E402
 )
 from postcode_privacy import spark as pps  # noqa: E402  (imports PySpark)
 from postcode_privacy.errors import ArtefactError, DuplicateSubjectWarning  # noqa: E402
+from postcode_privacy.spark import check_pass, executors, release_pass, shipping, tasks  # noqa: E402
 
 # The random records reuse identifiers at several postcodes, which warns by design;
 # test_duplicate_subjects_warn_like_perturb_frame asserts that warning (pytest.warns still sees it).
@@ -200,9 +201,9 @@ def test_batch_and_chunk_sizes_do_not_change_the_output(spark, small_graph):
             terminated="error",
             **options,
         )
-        offsets = pps._run_check(sdf, prepared).offsets
-        out = pps._release_frame(
-            sdf, prepared, pps._SealedKey(options["key"]), offsets, chunk=100
+        offsets = check_pass._run_check(sdf, prepared).offsets
+        out = release_pass._release_frame(
+            sdf, prepared, shipping._SealedKey(options["key"]), offsets, chunk=100
         ).toPandas()  # chunks of three batches of 40
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -221,10 +222,10 @@ def test_chunks_regroup_arrow_batches_in_order():
         )
         for i, n in enumerate([4, 3, 5, 2])
     ]
-    chunks = list(pps._chunks(iter(batches), 6))
+    chunks = list(release_pass._chunks(iter(batches), 6))
     assert [c.num_rows for c in chunks] == [7, 7]
     assert pa.concat_tables(chunks).equals(pa.Table.from_batches(batches))
-    assert list(pps._chunks(iter([]), 6)) == []
+    assert list(release_pass._chunks(iter([]), 6)) == []
 
 
 def test_check_reports_the_counts_of_perturb_frame(spark, small_graph):
@@ -282,7 +283,7 @@ def test_release_does_not_fork_engine_processes_inside_spark_workers(spark, smal
         keep_source_postcode=False,
         terminated="error",
     )
-    sealed = pps._SealedKey(Key.generate())
+    sealed = shipping._SealedKey(Key.generate())
 
     names = list(sdf.columns)
 
@@ -291,7 +292,7 @@ def test_release_does_not_fork_engine_processes_inside_spark_workers(spark, smal
 
         forks = []
         os.register_at_fork(before=lambda: forks.append(1))
-        released = pps._release_partition(options, sealed, [0], batches, names)
+        released = release_pass._release_partition(options, sealed, [0], batches, names)
         rows = sum(out.num_rows for out in released)
         yield pa.RecordBatch.from_pydict({"rows": [rows], "forks": [len(forks)]})
 
@@ -369,11 +370,13 @@ def test_a_failure_found_only_while_releasing_still_names_global_records(spark, 
         keep_source_postcode=False,
         terminated="error",
     )
-    offsets = pps._run_check(clean, options).offsets
+    offsets = check_pass._run_check(clean, options).offsets
     assert offsets == [0, 300, 600]
     pdf.loc[[640, 650], "pc"] = "not a postcode"  # the input changes after its check
     changed = spark.createDataFrame(pdf)
-    released = pps._release_frame(changed, options, pps._SealedKey(Key.generate()), offsets)
+    released = release_pass._release_frame(
+        changed, options, shipping._SealedKey(Key.generate()), offsets
+    )
     with pytest.raises(PythonException) as failure:
         released.collect()
     message = str(failure.value)
@@ -495,20 +498,22 @@ def test_key_never_appears_in_plans_event_log_or_configuration(
     assert "postcode_privacy_release" in logged and "postcode_privacy_check" in logged
     for secret in secrets_:
         assert secret not in logged
-    sealed = pps._SealedKey(key)
+    sealed = shipping._SealedKey(key)
     assert all(secret not in repr(sealed) + str(sealed) for secret in secrets_)
 
 
 def test_closure_is_small_and_carries_no_graph(small_graph):
     graph, _ = small_graph
-    ref = pps._GraphRef(pps._artefact_name(graph.sha256), graph.sha256)
+    ref = shipping._GraphRef(shipping._artefact_name(graph.sha256), graph.sha256)
     options = ReleaseOptions(
         epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null"
     )
     assert pickle.loads(pickle.dumps(options)) == options  # plain values, no key
-    spec = pps._TaskSpec(graph=ref, options=options, expected_radius=3)
+    spec = tasks._TaskSpec(graph=ref, options=options, expected_radius=3)
     pickled = cloudpickle.dumps(
-        pps._release_function(spec, pps._SealedKey(Key.generate()), [0, 10, 20], ["sid", "pc"])
+        release_pass._release_function(
+            spec, shipping._SealedKey(Key.generate()), [0, 10, 20], ["sid", "pc"]
+        )
     )
     assert len(pickled) < 16_000
     assert graph.label(5).encode() not in pickled  # no node label, so no graph, in the closure
@@ -516,11 +521,11 @@ def test_closure_is_small_and_carries_no_graph(small_graph):
 
 def test_worker_refuses_an_artefact_with_another_hash(spark, small_graph):
     graph, path = small_graph
-    ref = pps._ship_graph(spark, graph, path)
+    ref = shipping._ship_graph(spark, graph, path)
     assert ref.file_name == f"postcode-privacy-graph-{graph.sha256}.ppgraph"
-    assert pps._worker_graph(ref).sha256 == graph.sha256  # the driver can read it too
+    assert shipping._worker_graph(ref).sha256 == graph.sha256  # the driver can read it too
     with pytest.raises(ArtefactError, match="not the driver's graph"):
-        pps._worker_graph(pps._GraphRef(ref.file_name, "0" * 64))
+        shipping._worker_graph(shipping._GraphRef(ref.file_name, "0" * 64))
 
 
 # -- the national graph ---------------------------------------------------------------------------
@@ -740,8 +745,9 @@ def test_executors_without_the_package_fail_early_naming_pyspark_python(
 def test_probe_reports_another_output_stability_version():
     from postcode_privacy.version import OUTPUT_STABILITY_VERSION
 
-    assert pps._probe_function(OUTPUT_STABILITY_VERSION)() == ""
-    assert "output-stability version" in pps._probe_function("not-" + OUTPUT_STABILITY_VERSION)()
+    probe = executors._probe_function
+    assert probe(OUTPUT_STABILITY_VERSION)() == ""
+    assert "output-stability version" in probe("not-" + OUTPUT_STABILITY_VERSION)()
 
 
 def test_column_metadata_comes_back_with_every_column(spark, small_graph):
@@ -831,9 +837,9 @@ def test_a_library_error_on_an_executor_fails_the_check_pass_as_that_error(spark
     spec = pps._prepare(
         sdf, key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", graph=path
     )
-    elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
+    elsewhere = replace(spec, graph=shipping._GraphRef(spec.graph.file_name, "0" * 64))
     with pytest.raises(ArtefactError) as failure:
-        pps._run_check(sdf, elsewhere)
+        check_pass._run_check(sdf, elsewhere)
     assert str(failure.value) == (
         "the graph artefact on this executor is not the driver's graph (its sha256 differs)"
     )
@@ -846,13 +852,13 @@ def test_library_errors_are_found_only_as_the_workers_last_library_error():
         "Traceback (most recent call last):\n  File ...\n"
         "postcode_privacy.errors.InvalidParameterError: the radius on this executor differs\n"
     )
-    rebuilt = pps._library_error(RuntimeError(trace))
+    rebuilt = executors._library_error(RuntimeError(trace))
     assert type(rebuilt) is InvalidParameterError
     assert str(rebuilt) == "the radius on this executor differs"
-    assert pps._library_error(RuntimeError("ValueError: no")) is None
-    assert pps._library_error(RuntimeError("postcode_privacy.errors.Graph: x")) is None
+    assert executors._library_error(RuntimeError("ValueError: no")) is None
+    assert executors._library_error(RuntimeError("postcode_privacy.errors.Graph: x")) is None
     assert (
-        pps._library_error(RuntimeError("postcode_privacy.errors.DuplicateSubjectWarning: x"))
+        executors._library_error(RuntimeError("postcode_privacy.errors.DuplicateSubjectWarning: x"))
         is None
     )
 

@@ -26,7 +26,7 @@ from spark_helpers import small_graph as make_small_graph
 
 from postcode_privacy import Key, perturb_frame
 from postcode_privacy import spark as pps
-from postcode_privacy.spark import local_services
+from postcode_privacy.spark import check_pass, executors, local_services, shipping
 
 # The generated records reuse identifiers at several postcodes, which warns by design (its
 # own test is in test_spark.py).
@@ -80,7 +80,7 @@ def spark(server):
 
 
 def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):
-    assert pps._is_connect(spark)
+    assert shipping._is_connect(spark)
     graph, path = make_small_graph(tmp_path)
     names = {"sid": "person.id", "pc": "post`code"}
     csv, local_input = csv_input(tmp_path, 900, seed=31, columns=names)
@@ -132,9 +132,9 @@ def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):
 
 
 def test_executor_probe_runs_on_spark_connect(spark):
-    pps._probe_executors(spark)  # the package imports on the server's Python workers
+    executors._probe_executors(spark)  # the package imports on the server's Python workers
     frame = spark.createDataFrame(pd.DataFrame({"id": ["a"], "postcode": ["LS1 1AA"]}))
-    assert pps._session_id(frame.sparkSession) == spark.session_id
+    assert shipping._session_id(frame.sparkSession) == spark.session_id
 
 
 def test_metadata_types_and_worker_errors_on_spark_connect(spark, tmp_path):
@@ -163,9 +163,9 @@ def test_metadata_types_and_worker_errors_on_spark_connect(spark, tmp_path):
     with pytest.raises(InputDataError, match=r"^column 3 holds intervals that Spark cannot "):
         pps.perturb(months, **common)
     spec = pps._prepare(sdf, **common)
-    elsewhere = replace(spec, graph=pps._GraphRef(spec.graph.file_name, "0" * 64))
+    elsewhere = replace(spec, graph=shipping._GraphRef(spec.graph.file_name, "0" * 64))
     with pytest.raises(ArtefactError, match=r"^the graph artefact on this executor is not the"):
-        pps._run_check(sdf, elsewhere)
+        check_pass._run_check(sdf, elsewhere)
     # text that is not UTF-8 (a cast from binary) is refused naming its record, never quoted
     bad = sdf.withColumn("pc", F.expr("CAST(X'515A37375146FF' AS STRING)")).coalesce(1)
     with pytest.raises(InputDataError) as failure:
