@@ -759,6 +759,48 @@ def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(
     ]
 
 
+@pytest.mark.parametrize("command", sorted(OTHER_COMMANDS))
+def test_other_commands_replace_only_a_file_of_no_kind_of_their_own_even_with_force(
+    command, tmp_path, setup, capsys
+):
+    """A hostile review of round 28: ``report -o rel.csv --force`` replaced a release (its
+    manifest left describing a file that was gone), ``calibrate -o rel.csv.audit.json`` its
+    private audit file, ``evaluate -o <the cached national graph> --force`` the graph it had
+    just read, and a key file with a blank line before its header (which the key reader
+    accepts) was not recognised as one.  Each is now refused, exit 5, and left as it was."""
+    src = tmp_path / "in.csv"
+    frame(setup["codes"]).to_csv(src, index=False)
+    release = tmp_path / "rel.csv"
+    assert perturb(setup, src, release) == 0
+    key = tmp_path / "blank-first.key"
+    key.write_bytes(b"\n \t" + Path(setup["key"]).read_bytes())
+    key.chmod(0o600)
+    assert perturb(setup, src, tmp_path / "with-blank-key.csv", "--key", str(key)) == 0
+    table = tmp_path / "table.npy"
+    np.save(table, np.arange(3))
+    graph = tmp_path / "copy.ppgraph"
+    graph.write_bytes(Path(setup["graph"]).read_bytes())
+    kinds = {
+        release: "a release (its manifest is beside it)",
+        tmp_path / "rel.csv.manifest.json": "a release's manifest",
+        tmp_path / "rel.csv.audit.json": "a release's private audit file",
+        key: "a postcode-privacy key file",
+        table: "a NumPy array file",
+        graph: "a graph artefact",
+    }
+    argv = OTHER_COMMANDS[command] + ["--graph", str(setup["graph"]), "-q"]
+    capsys.readouterr()
+    for target, kind in kinds.items():
+        before = target.read_bytes()
+        assert main(argv + ["-o", str(target), "--force"]) == 5, target
+        err = capsys.readouterr().err
+        assert f"is {kind}" in err and "never replaced, even with --force" in err, err
+        assert target.read_bytes() == before
+    # perturb replaces its own release with --force, and build its own graph.
+    assert perturb(setup, src, release, "--force", "--epsilon", "2") == 0
+    assert json.loads((tmp_path / "rel.csv.manifest.json").read_text())["epsilon"] == "2"
+
+
 def test_perturb_never_replaces_a_key_file_even_with_force(setup, tmp_path):
     src = tmp_path / "in.csv"
     frame(setup["codes"]).to_csv(src, index=False)

@@ -27,6 +27,7 @@ import contextvars
 import errno
 import importlib.util
 import os
+import re
 import secrets
 import signal
 import stat
@@ -55,15 +56,26 @@ __all__ = [
     "fsync_directory",
     "is_key_file",
     "never_replaced",
+    "WRITES_GRAPH",
+    "WRITES_RELEASE",
     "refuse_directory_path",
     "same_file",
     "refuse_over_inputs",
     "signals_deferred",
 ]
 
-# The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py).
-_KEY_FILE_PREFIX = b"postcode-privacy key file"
+# The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py),
+# and how much of a file to read for it: the key reader takes files of up to 4,096 bytes and
+# skips white space before the line.
+_KEY_FILE_TEXT = "postcode-privacy key file"
+_KEY_FILE_HEAD = 4097
 _SQLITE_PREFIX = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
+_NUMPY_PREFIX = b"\x93NUMPY"  # every .npy file
+_GRAPH_PREFIX = b"POSTCODE-PRIVACY-GRAPH\x00"  # graph.artefact.MAGIC (a test compares)
+# A release's manifest or audit file (release/manifest.py): a JSON object whose "format"
+# comes within its first few hundred bytes (after the audit file's warning).
+_DOCUMENT_HEAD = 4096
+_DOCUMENT_FORMAT = re.compile(rb'\A\s*\{[^{}]*?"format": "postcode-privacy-(manifest|audit)"')
 # Temporary names keep at most this many bytes of the target's name, so that a long (but
 # valid) output name never makes its temporary file's name too long.
 _TEMP_STEM_BYTES = 160
@@ -177,38 +189,72 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 
 
 def is_key_file(path: str | os.PathLike) -> bool:
-    """True if ``path`` is (or links to) a postcode-privacy key file."""
-    return _starts_with(path, _KEY_FILE_PREFIX)
+    """True if ``path`` is (or links to) a postcode-privacy key file: its text, past any
+    leading white space (which the key reader skips too), starts with the key file's header."""
+    head = _head(path, _KEY_FILE_HEAD)
+    return head is not None and head.decode("latin-1").lstrip().startswith(_KEY_FILE_TEXT)
 
 
-def never_replaced(path: str | os.PathLike) -> str | None:
-    """What ``path`` is, if it is a file no output may replace even with ``force``: a key file,
-    a SQLite database (a ledger, most likely: a release is never one), or no regular file at
-    all (a pipe, a device such as ``/dev/null``, a socket: replacing one with a file, as root
-    could, breaks whatever uses it), else None."""
+# What an output of each kind may replace, with --force, besides files of no kind below.
+WRITES_RELEASE = "release"  # a release, its manifest and its audit file (perturb, demo)
+WRITES_GRAPH = "graph"  # a graph artefact (build)
+
+
+def never_replaced(path: str | os.PathLike, writes: str | None = None) -> str | None:
+    """What ``path`` is, if it is a file an output that ``writes`` files of that kind (a
+    ``WRITES_*`` constant, or None) may not replace even with ``force``, else None.
+
+    Never replaced by anything: a key file, a SQLite database (a ledger, most likely), a NumPy
+    array (the engine's cached tables), or no regular file at all (a pipe, a device such as
+    ``/dev/null``, a socket: replacing one with a file, as root could, breaks whatever uses
+    it).  Replaced only by an output of its own kind: a release, its manifest or its audit
+    file (the audit cannot be made again without the input; ``report -o rel.csv --force``
+    would leave a manifest describing a file that is gone), and a graph artefact (the
+    national one is the package's cache)."""
     try:
         found = os.stat(path)  # (through a link: what a write would reach)
     except OSError:
-        found = None
-    if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
+        return None
+    if not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
         return "not a regular file (a pipe, a device or a socket)"
     if is_key_file(path):
         return "a postcode-privacy key file"
-    if _starts_with(path, _SQLITE_PREFIX):
+    head = _head(path, _DOCUMENT_HEAD) or b""
+    if head.startswith(_SQLITE_PREFIX):
         return "a SQLite database (a ledger?)"
+    if head.startswith(_NUMPY_PREFIX):
+        return "a NumPy array file (the engine's cached tables?)"
+    if writes != WRITES_GRAPH and head.startswith(_GRAPH_PREFIX):
+        return "a graph artefact"
+    if writes != WRITES_RELEASE:
+        kind = _release_document(head)
+        if kind is not None:
+            return kind
+        if _release_document(_head(f"{os.fspath(path)}.manifest.json", _DOCUMENT_HEAD)):
+            return "a release (its manifest is beside it)"
     return None
 
 
-def _starts_with(path: str | os.PathLike, prefix: bytes) -> bool:
-    """Whether the regular file at ``path`` starts with ``prefix`` (anything else is never
-    opened: opening a FIFO to read would wait for a writer forever)."""
+def _release_document(head: bytes | None) -> str | None:
+    """Which document of a release ``head`` (a file's first bytes) starts, if any."""
+    found = _DOCUMENT_FORMAT.search(head or b"")
+    if found is None:
+        return None
+    if found.group(1) == b"manifest":
+        return "a release's manifest"
+    return "a release's private audit file"
+
+
+def _head(path: str | os.PathLike, size: int) -> bytes | None:
+    """The first ``size`` bytes of the regular file at ``path``, or None (anything else is
+    never opened: opening a FIFO to read would wait for a writer forever)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
+            return None
         with open(path, "rb") as handle:
-            return handle.read(len(prefix)) == prefix
+            return handle.read(size)
     except OSError:
-        return False
+        return None
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -341,8 +387,15 @@ class OutputClaim:
         *,
         force: bool = False,
         inputs: Mapping[str, str | os.PathLike | None] | None = None,
+        writes: str | None = None,
+        final: bool = True,
     ):
         targets = list(targets)
+        # The kind of file the run writes (a ``WRITES_*`` constant): with force it may replace
+        # a file of its own kind, never one of another (``never_replaced``).
+        self.writes = writes
+        # Whether these are the run's last files: once they are in place, a stop loses nothing.
+        self.final = final
         # What the run reads, by what it is ("the manifest"): never an output, even with force.
         self.inputs = {what: Path(p) for what, p in (inputs or {}).items() if p is not None}
         if not targets:
@@ -427,7 +480,7 @@ class OutputClaim:
         for target in self.targets:
             if target.is_dir():
                 raise InvalidParameterError(f"the output path {target} is a directory")
-            kind = never_replaced(target)
+            kind = never_replaced(target, self.writes)
             if kind is not None:
                 raise OutputExistsError(
                     f"{target} is {kind}; it is never replaced, even with {option('force')}"
@@ -587,7 +640,8 @@ class OutputClaim:
                 self._undo(done)  # whatever stopped the step, no companion stays without its file
                 raise
             fsync_directory(self.directory)
-            note_files_in_place()
+            if self.final:
+                note_files_in_place()
         if arrived:
             warnings.warn(
                 "a stop signal arrived while the finished files were being moved into place; "

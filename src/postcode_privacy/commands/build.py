@@ -70,7 +70,7 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
-    from ..atomic import OutputClaim, write_failure
+    from ..atomic import WRITES_GRAPH, OutputClaim, write_failure
     from ..errors import InvalidParameterError
     from ..graph.artefact import write_graph
     from ..graph.national import build_from_sources
@@ -87,6 +87,7 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
         [output, sidecar],
         force=force,
         inputs={**sources, "the population file": population},
+        writes=WRITES_GRAPH,
     ) as claim:
         graph, table = build_from_sources(
             codepoint=codepoint,

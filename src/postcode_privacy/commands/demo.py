@@ -80,7 +80,8 @@ def _copy_example(target: Path) -> None:
     from ..atomic import OutputClaim, write_atomic
 
     # Through a claim, as every output: never over a key file or a ledger, even with --force.
-    with OutputClaim([target], force=True):
+    # Not the run's last file: a stop after it has written no release.
+    with OutputClaim([target], force=True, final=False):
         write_atomic(target, _example_bytes())
 
 

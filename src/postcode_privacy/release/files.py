@@ -43,7 +43,13 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal, timing_text
-from ..atomic import OutputClaim, refuse_directory_path, same_file, write_failure
+from ..atomic import (
+    WRITES_RELEASE,
+    OutputClaim,
+    refuse_directory_path,
+    same_file,
+    write_failure,
+)
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background
@@ -201,7 +207,7 @@ def release_file(
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     input_path, output_path, targets = _checked_paths(input_path, output_path)
     manifest_path = targets[1]
-    claim = OutputClaim(targets, force=force)
+    claim = OutputClaim(targets, force=force, writes=WRITES_RELEASE)
     with claim:
         return _release(
             claim,
@@ -232,7 +238,7 @@ def check_release_paths(
     a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
     input's records themselves are the preview's to judge."""
     input_path, output_path, targets = _checked_paths(input_path, output_path)
-    OutputClaim(targets, force=force).check()
+    OutputClaim(targets, force=force, writes=WRITES_RELEASE).check()
     reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)
     _check_columns(reader, options, output_path)
     if table_format(output_path) == "csv" and reader.format != "csv":
