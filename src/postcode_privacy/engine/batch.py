@@ -238,7 +238,10 @@ def _worker_init() -> None:
     worker's buffers."""
     global _WORKER
     job = _JOB
-    assert job is not None, "workers are forked only while _perturb_canonical has set _JOB"
+    if job is None:
+        # Forked by the pool's own thread to replace a worker while the pool was being
+        # stopped and the job already forgotten: nothing to do, and nothing to say.
+        os._exit(0)
     _WORKER = _Worker(job, _sampler(job))
 
 

@@ -7,21 +7,32 @@ logging module has some) raises KeyboardInterrupt inside a callback, where Pytho
 after being told to stop.  So both signals are blocked while the pool forks; one that arrives
 is delivered when they are unblocked, to the caller's own handler, which raises there.
 
-Blocked rather than noted by a stand-in handler (as ``atomic._signals_held`` does around the
-final renames): the workers inherit the mask, so a SIGTERM with which the parent stops a
-worker that has only just been forked stays pending until the worker has put the default
-action back, and then kills it; a stand-in handler inherited by the worker would swallow it
-and leave the parent waiting for that worker for ever.
+Blocked, and noted by a stand-in handler too (``atomic.signals_deferred``).  The mask is what
+the workers inherit, so a SIGTERM with which the parent stops a worker that has only just been
+forked stays pending until the worker has put the default action back, and then kills it; a
+stand-in handler alone, inherited by the worker, would swallow it and leave the parent waiting
+for that worker for ever.  But the mask is the forking thread's only: the kernel may hand the
+signal to another thread of the process (a library's), and Python then runs the handler in
+this one all the same, inside ``os.fork``'s callbacks, where the KeyboardInterrupt was dropped
+or left the logging module's lock held, and the run hung (a hostile review found both).  The
+stand-in handler only takes note there; the signal is delivered once the pool exists.
+
+A worker also dies with the thread that forked it (Linux's parent-death signal): one forked
+while the parent was stopping would otherwise outlive it, waiting for tasks for ever.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable
 from multiprocessing.pool import Pool
+
+from ..atomic import signals_deferred
 
 __all__ = ["fork_pool", "start_in_background", "stop_pool"]
 
@@ -30,17 +41,36 @@ _FORK_WITH_THREADS = (
     r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
 )
 
+_PR_SET_PDEATHSIG = 1  # prctl's option number (linux/prctl.h)
 STOP_PATIENCE = 10.0  # seconds ``stop_pool`` gives Pool.terminate before killing the workers
 
 
-def _start_worker(initializer: Callable[[], None] | None) -> None:
+def _start_worker(parent: int, initializer: Callable[[], None] | None) -> None:
     """In each worker: leave interrupts to the parent, die on SIGTERM (the signals forked
-    blocked are unblocked only then), then ``initializer``."""
+    blocked are unblocked only then) and with the thread that forked it, then
+    ``initializer``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _die_with_parent(parent)
     if initializer is not None:
         initializer()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this process when the thread that forked it ends (``prctl``'s
+    PR_SET_PDEATHSIG); if the parent ended before the request, end now.  Elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # (no prctl: the worker lives as before)
+        return
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 # Threads started by ``start_in_background``, each with the event its target sets on ending,
@@ -94,23 +124,25 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
     """
     _settle_background()
     context = multiprocessing.get_context("fork")
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    pool = None
     try:
-        with warnings.catch_warnings():
-            # Python 3.12 and later warn at every fork of a process with other threads.  Those
-            # here belong to libraries (pyarrow's allocator and thread pool, which their own
-            # fork handlers make safe; tqdm's monitor, asleep): none is used by a worker, which
-            # runs only the engine's compiled kernels on the arrays it inherits, and this
-            # library's own threads have ended (``_settle_background``).
-            warnings.filterwarnings("ignore", _FORK_WITH_THREADS, DeprecationWarning)
-            pool = context.Pool(workers, _start_worker, (initializer,))
+        with signals_deferred():  # a stop is delivered at the end of this block (module doc)
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                with warnings.catch_warnings():
+                    # Python 3.12 and later warn at every fork of a process with other threads.
+                    # Those here belong to libraries (pyarrow's allocator and thread pool,
+                    # which their own fork handlers make safe; tqdm's monitor, asleep): none is
+                    # used by a worker, which runs only the engine's compiled kernels on the
+                    # arrays it inherits, and this library's own threads have ended
+                    # (``_settle_background``).
+                    warnings.filterwarnings("ignore", _FORK_WITH_THREADS, DeprecationWarning)
+                    pool = context.Pool(workers, _start_worker, (os.getpid(), initializer))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a held signal is handled here
-    except BaseException:
-        stop_pool(pool)
+        if pool is not None:
+            stop_pool(pool)
         raise
     return pool
 
