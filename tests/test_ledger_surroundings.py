@@ -635,10 +635,21 @@ def test_init_succeeds_once_the_ledger_and_key_exist_even_if_it_cannot_be_opened
 
 
 def test_a_ledger_name_without_room_for_sqlites_files_is_a_clear_error(tmp_path, capsys):
-    assert main(["ledger", "init", str(tmp_path / ("n" * 245 + ".db"))]) == 1
+    assert main(["ledger", "init", str(tmp_path / ("n" * 245 + ".db"))]) == 8
     err = quiet_error(capsys)
     assert "its file name is too long (SQLite needs room for '-journal' after it" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ledger_init_gives_a_path_the_exit_code_of_every_output_path(tmp_path, capsys):
+    """A missing directory or a parent that is a file exited 1, as a broken ledger does,
+    where docs/release.md (and every other command's output path) says 8 (a hostile review
+    of round 28)."""
+    (tmp_path / "a-file").write_text("x")
+    for where in ("no-such-dir/L.db", "a-file/L.db"):
+        assert main(["ledger", "init", str(tmp_path / where)]) == 8, where
+        assert "cannot create the ledger: " in quiet_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 # -- --budget is read by --epsilon's rules ----------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..atomic import refuse_directory_path, signals_deferred
-from ..errors import InvalidParameterError, OutputExistsError
+from ..errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from .errors import LedgerDamagedError, LedgerError, LedgerSurroundingsError
 
 __all__ = [
@@ -637,10 +638,25 @@ def refuse_unusable_new_path(path: str) -> None:
     directory, name = os.path.split(path)
     longest = len(os.fsencode(name)) + len("-journal")
     if longest > _name_max(directory):
-        raise LedgerError(
+        raise InvalidParameterError(
             "cannot create the ledger: its file name is too long (SQLite needs room for "
             f"'-journal' after it: at most {_name_max(directory) - len('-journal')} bytes)"
         )
+
+
+# What a path names wrongly (no such directory, not one, no right to write there, a name too
+# long): the path's error, exit code 8, as every command's output path; anything else (a full
+# disk) is the ledger's.
+_PATH_ERRNOS = frozenset(
+    {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG}
+)
+
+
+def _creation_error(exc: OSError) -> PostcodePrivacyError:
+    message = f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
+    if exc.errno in _PATH_ERRNOS:
+        return InvalidParameterError(message)
+    return LedgerError(message)
 
 
 class SqliteStore(Store):
@@ -733,9 +749,7 @@ class SqliteStore(Store):
             with signals_deferred():
                 os.close(os.open(self.building, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except OSError as exc:
-            raise LedgerError(
-                f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
-            ) from None
+            raise _creation_error(exc) from None
         except BaseException:
             self.discard()
             raise
@@ -769,9 +783,7 @@ class SqliteStore(Store):
                 "created; refusing to overwrite it"
             ) from None
         except OSError as exc:
-            raise LedgerError(
-                f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
-            ) from None
+            raise _creation_error(exc) from None
         # Held: a stop between the bookkeeping and the unlink would leave the built file as
         # a second name of the live ledger (which ``ledger show`` then refuses).
         with signals_deferred():
