@@ -4,6 +4,10 @@ blocks or breaks the next run (hostile review of the interrupt handling)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from postcode_privacy import Key, write_key_file
@@ -455,3 +459,37 @@ def test_a_hold_handler_left_in_place_passes_later_signals_on(hold):
             signal.raise_signal(signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+NUMBA_CACHE_UNWRITABLE = r"""
+import errno, sys
+sys.path.insert(0, sys.argv[1])
+import numba.core.caching as caching
+
+def refuse(*args, **kwargs):
+    raise OSError(errno.EFBIG, "File too large")
+
+caching.IndexDataCacheFile.save = refuse  # as a file-size limit or a full disk would
+import kernel_for_test
+print(kernel_for_test.add_one(41))
+"""
+
+
+def test_a_kernel_numba_cannot_write_to_its_cache_is_compiled_all_the_same(tmp_path):
+    """A full disk or a file-size limit while numba wrote a newly compiled kernel to its cache
+    ended the run with numba's traceback (a hostile review of round 28): the write is skipped,
+    and the kernel runs."""
+    (tmp_path / "kernel_for_test.py").write_text(
+        "from postcode_privacy._numba import njit\n\n\n"
+        "@njit(cache=True)\ndef add_one(x):\n    return x + 1\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run(
+        [sys.executable, "-c", NUMBA_CACHE_UNWRITABLE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "42"), done.stderr

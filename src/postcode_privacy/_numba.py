@@ -9,13 +9,20 @@ SIGTERM are held from the moment the lock is asked for until it is given back, a
 that arrived is then delivered (``atomic.signals_deferred``): the stop lands a moment later,
 in Python code, as any other stop does (docs/release.md, "Nothing is lost").  Every compiled
 module imports ``njit`` from here, so the guard is in place before the first compilation.
+
+numba also writes each kernel it compiles to its on-disk cache, and a write that fails (a full
+disk, a file-size limit) raised out of the first call with numba's traceback (a hostile review
+found it).  The kernel is compiled all the same: such a write is skipped, and the next run
+compiles it again (``_skip_failed_cache_writes``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
+import numba.core.caching as numba_caching
 import numba.core.event as numba_events
 from numba import njit
 
@@ -52,5 +59,24 @@ class _StopsHeldWhileCompiling(numba_events.Listener):
             held.__exit__(None, None, None)  # delivers a stop that came meanwhile
 
 
+def _skip_failed_cache_writes() -> None:
+    """Make numba's cache save (``Cache.save_overload``) give up quietly on an OSError."""
+    cache = getattr(numba_caching, "Cache", None)
+    save = getattr(cache, "save_overload", None)
+    if save is None or getattr(save, "skips_failed_writes", False):
+        return  # (another numba, or done already)
+
+    @functools.wraps(save)
+    def save_or_skip(self, sig, data) -> None:
+        try:
+            save(self, sig, data)
+        except OSError:  # nothing lost but time: the compiled kernel is in memory
+            pass
+
+    save_or_skip.skips_failed_writes = True  # type: ignore[attr-defined]
+    cache.save_overload = save_or_skip  # type: ignore[union-attr]
+
+
+_skip_failed_cache_writes()
 STOPS_HELD_WHILE_COMPILING = _StopsHeldWhileCompiling()
 numba_events.register("numba:compiler_lock", STOPS_HELD_WHILE_COMPILING)
