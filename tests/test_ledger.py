@@ -333,6 +333,54 @@ def test_a_budget_refusal_stops_the_release_whatever_on_error_says(ledger, tmp_p
     assert spends(summary["subjects"]) == {"1.5": 4}
 
 
+@pytest.mark.parametrize("chunk_size", [5, 1000])
+def test_a_budget_refusal_is_listed_after_any_number_of_other_failures(
+    ledger, tmp_path, chunk_size
+):
+    """The first 20 listed failures were shared by every kind, so 25 bad postcodes before a
+    refused record left the budget's error naming no row at all (a review of round 28); the
+    refused records are listed on their own."""
+    release(ledger, write_input(tmp_path / "q1.csv", ["2"], [CODES[1]]), tmp_path / "q1-out.csv")
+    people = [str(100 + i) for i in range(25)] + ["2"]
+    q2 = write_input(tmp_path / "q2.csv", people, ["XX"] * 25 + [CODES[8]])  # 2 moved
+    with pytest.raises(InputDataError) as info:
+        release(
+            ledger,
+            q2,
+            tmp_path / "q2-out.csv",
+            budget=Fraction(1),
+            on_error="null",
+            chunk_size=chunk_size,
+        )
+    assert info.value.row_errors == [(26, "privacy budget exceeded (ledger)")]
+    assert "1 of 26 records would take their subjects over the budget" in str(info.value)
+    assert info.value.row_lines[26] == 27  # (line 1 is the header)
+
+
+def test_a_chunk_finished_without_prepare_chunk_is_refused_too(ledger, tmp_path):
+    """``checked_chunk``, ``PendingChunk.start`` and ``finish_chunk`` (public, below
+    ``process_chunk``) released the refused record with an empty cell (a review of round 28)."""
+    from postcode_privacy.release import ReleasePlan
+
+    release(ledger, write_input(tmp_path / "q1.csv", ["2"], [CODES[1]]), tmp_path / "q1-out.csv")
+    plan = ReleasePlan(
+        key=KEY,
+        epsilon="1",
+        id_column="person",
+        postcode_column="pc",
+        graph=GRAPH,
+        on_error="null",
+    )
+    LedgerRecorder(ledger, Fraction(1)).attach(plan)
+    chunk = pd.DataFrame({"person": ["3", "2"], "pc": [CODES[2], CODES[8]]})
+    pending = plan.checked_chunk(chunk, 0)
+    pending.start()
+    with pytest.raises(InputDataError, match="would take their subjects over the budget"):
+        plan.finish_chunk(pending)
+    with pytest.raises(InputDataError, match="would take their subjects over the budget"):
+        plan.process_chunk(chunk, 0)
+
+
 def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record(tmp_path, capsys):
     """``perturb --dry-run`` said "all pass" and exited 0 for a release that would stop at
     once: an output over the input, one that exists, in no directory, of no known format, or

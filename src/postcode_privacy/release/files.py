@@ -91,7 +91,7 @@ DEFAULT_CHUNK_SIZE = 100_000
 def _lines_of(path: Path, check: ChunkCheck, checked_sha256: str) -> dict[int, int] | None:
     """The file line of each record ``check`` lists (``record_lines``), if the file read again
     is still the one checked: lines found in another file could be wrong ones."""
-    listed = [row for row, _ in check.row_errors]
+    listed = [row for row, _ in check.row_errors + check.budget_errors]
     lines = record_lines(path, listed, check.counts["records"])
     try:
         unchanged = sha256_of_file(path) == checked_sha256
@@ -420,7 +420,7 @@ def _release(
                     lines = _lines_of(input_path, check, input_sha256)
                 if refused:
                     raise failure_error(check.row_errors, check.counts, lines)
-                raise over_budget_error(check.row_errors, check.counts, lines)
+                raise over_budget_error(check, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):
                 ahead = None  # over the limits, or one chunk: drawn chunk by chunk

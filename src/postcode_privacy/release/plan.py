@@ -187,7 +187,7 @@ class ReleasePlan:
         if check.counts["failed"] and self.on_error == "error":
             raise failure_error(check.row_errors, check.counts)
         if check.counts["over_budget"]:  # whatever on_error says (over_budget_error)
-            raise over_budget_error(check.row_errors, check.counts)
+            raise over_budget_error(check)
         return pending
 
     def finish_chunk(
@@ -199,6 +199,9 @@ class ReleasePlan:
     ) -> tuple[pd.DataFrame, dict[str, int]]:
         """The last step of :meth:`process_chunk`: wait for the chunk's draws, record its
         subjects, and build its output frame.  Chunks must be finished in input order."""
+        if pending.checked.check.counts["over_budget"]:  # (a caller that skipped prepare_chunk)
+            pending.cancel()
+            raise over_budget_error(pending.checked.check)
         ok = pending.ok
         drawn = pending.wait() if ok.size else np.empty(0, dtype=np.int64)
         self.record_subjects(pending, warn=warn)

@@ -115,11 +115,7 @@ def failure_error(
     )
 
 
-def over_budget_error(
-    row_errors: Sequence[tuple[int, str]],
-    counts: dict[str, int],
-    row_lines: dict[int, int] | None = None,
-) -> InputDataError:
+def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None) -> InputDataError:
     """The error for records the ledger's budget refuses, whatever ``on_error`` says.
 
     Only a record that draws anew can be refused (a repeated draw costs nothing), and a subject
@@ -127,15 +123,14 @@ def over_budget_error(
     an empty cell or a missing row in its place would tell the release's readers that the
     subject's postcode changed, a fact the guarantee does not cover: the release stops instead,
     naming the rows (docs/ledger.md, "Budgets")."""
+    counts = check.counts
     over = counts.get("over_budget", 0)
-    label = _FAILURE_LABELS["over_budget"]
-    listed = [(row, reason) for row, reason in row_errors if reason == label]
     return InputDataError(
         f"{over} of {counts.get('records', 0)} records would take their subjects over the "
         f"budget; nothing is released.  A record the budget refuses stops the release "
         f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
         "would tell the release's readers that its subject's postcode changed",
-        row_errors=listed[:MAX_LISTED_ERRORS],
+        row_errors=sorted(check.budget_errors)[:MAX_LISTED_ERRORS],
         total_errors=over,
         row_lines=row_lines,
     )
@@ -220,11 +215,14 @@ class ChunkCheck:
     """What checking a chunk found: counts by outcome and the failing rows (first few listed).
 
     ``row_errors`` lists at most :data:`MAX_LISTED_ERRORS` ``(record number, reason)`` pairs;
-    ``counts["failed"]`` is the full number.
+    ``counts["failed"]`` is the full number.  ``budget_errors`` lists as many of the records a
+    ledger's budget refused, on their own: other failures listed first must not crowd them out
+    of :func:`over_budget_error`.
     """
 
     counts: dict[str, int] = field(default_factory=_empty_counts)
     row_errors: list[tuple[int, str]] = field(default_factory=list)
+    budget_errors: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -232,9 +230,11 @@ class ChunkCheck:
 
     def merge(self, other: ChunkCheck) -> ChunkCheck:
         merge_counts(self.counts, other.counts)
-        room = MAX_LISTED_ERRORS - len(self.row_errors)
-        if room > 0:
-            self.row_errors.extend(other.row_errors[:room])
+        for listed, more in (
+            (self.row_errors, other.row_errors),
+            (self.budget_errors, other.budget_errors),
+        ):
+            listed.extend(more[: max(0, MAX_LISTED_ERRORS - len(listed))])
         return self
 
 
@@ -321,8 +321,11 @@ class RecordRules:
         for i in refused:
             nodes[i] = codes[i] = -1
             ids[i] = None
+            error = (row_offset + i + 1, _FAILURE_LABELS["over_budget"])
             if len(check.row_errors) < MAX_LISTED_ERRORS:
-                check.row_errors.append((row_offset + i + 1, _FAILURE_LABELS["over_budget"]))
+                check.row_errors.append(error)
+            if len(check.budget_errors) < MAX_LISTED_ERRORS:
+                check.budget_errors.append(error)
         check.counts["over_budget"] += len(refused)
         check.row_errors.sort()
 
