@@ -46,31 +46,38 @@ def open_decompressed(path: str, name: str | None = None) -> gzip.GzipFile | io.
     lower = (path if name is None else name).lower()
     if lower.endswith(".gz"):
         return gzip.open(path, "rb")
-    if lower.endswith(".bz2"):
-        return io.BufferedReader(_WholeStreams(path, bz2.BZ2Decompressor, padding=False))
-    if lower.endswith(".xz"):
-        return io.BufferedReader(_WholeStreams(path, lzma.LZMADecompressor, padding=True))
+    if lower.endswith((".bz2", ".xz")):
+        return io.BufferedReader(_WholeStreams(path, xz=lower.endswith(".xz")))
     return open(path, "rb")
 
 
 _BLOCK = 1 << 16
+_XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream
 
 
 class _WholeStreams(io.RawIOBase):
     """The bytes of a bzip2 or xz file made of one or more whole compressed streams.
 
-    After each stream, what follows must be another stream, or nothing (for xz, zero bytes of
-    stream padding may come between): anything else raises :class:`OSError`, or
-    :class:`lzma.LZMAError` from the decompressor, and a stream cut short raises
-    :class:`EOFError`.  All three are :data:`READ_ERRORS`: "damaged or ends early"."""
+    After each stream, what follows must be another stream, or nothing.  For xz, as ``xz``
+    itself reads a file: stream padding (zero bytes, in whole 4-byte words) may come after a
+    stream, and only xz streams may follow one; a legacy ``.lzma`` stream stands alone.
+    Anything else raises :class:`OSError`, or :class:`lzma.LZMAError` from the decompressor,
+    and a stream cut short raises :class:`EOFError`.  All three are :data:`READ_ERRORS`:
+    "damaged or ends early"."""
 
-    def __init__(self, path: str, decompressor, *, padding: bool):
+    def __init__(self, path: str, *, xz: bool):
         self._file = open(path, "rb")
-        self._make = decompressor
-        self._padding = padding
-        self._stream = decompressor()
+        self._xz = xz
+        # Whether the file starts an xz stream, which padding and more xz streams may follow.
+        self._concatenable = not xz or self._file.peek(len(_XZ_MAGIC)).startswith(_XZ_MAGIC)
+        self._stream = self._decompressor(first=True)
         self._unfed = b""  # compressed bytes read from the file, not yet given to a stream
         self._begun = False  # whether the current stream has been given any byte
+
+    def _decompressor(self, *, first: bool):
+        if not self._xz:
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor(format=lzma.FORMAT_AUTO if first else lzma.FORMAT_XZ)
 
     def readable(self) -> bool:
         return True
@@ -97,16 +104,21 @@ class _WholeStreams(io.RawIOBase):
 
     def _next_stream(self) -> bool:
         """Start the stream after the one just ended; False at the end of the file."""
-        rest = self._stream.unused_data
+        rest, padding = self._stream.unused_data, 0
         while True:
-            if self._padding:
-                rest = rest.lstrip(b"\0")
+            if self._xz:
+                kept = rest.lstrip(b"\0")
+                padding, rest = padding + len(rest) - len(kept), kept
             if rest:
                 break
             rest = self._file.read(_BLOCK)
             if not rest:
-                return False
-        self._stream = self._make()
+                break
+        if padding % 4 or ((padding or rest) and not self._concatenable):
+            raise OSError("the compressed input has data after a stream that is not another")
+        if not rest:
+            return False
+        self._stream = self._decompressor(first=False)
         self._unfed = rest
         self._begun = False
         return True
