@@ -21,7 +21,7 @@ from graphs import leeds_grid
 from postcode_privacy import Key, write_key_file
 from postcode_privacy.cli import main
 from postcode_privacy.errors import InputDataError, KeyFileError
-from postcode_privacy.ledger import Ledger, LedgerRecorder, check_release, spend_text
+from postcode_privacy.ledger import Ledger, LedgerError, LedgerRecorder, check_release, spend_text
 from postcode_privacy.ledger.digests import Digester, DrawParameters, _Hmac
 from postcode_privacy.ledger.recording import TEST_PAUSE_ENV
 from postcode_privacy.release import release_file
@@ -379,6 +379,42 @@ def test_a_chunk_finished_without_prepare_chunk_is_refused_too(ledger, tmp_path)
         plan.finish_chunk(pending)
     with pytest.raises(InputDataError, match="would take their subjects over the budget"):
         plan.process_chunk(chunk, 0)
+
+
+def test_a_budget_spent_by_a_release_recorded_between_the_passes_says_so(
+    ledger, tmp_path, monkeypatch
+):
+    """Within the budget when checked, over it in the release pass because another release
+    was recorded in between: the message counted one chunk ("1 of 1 records") and blamed the
+    input (a review of round 28); it says what happened, as the final re-check does."""
+    from postcode_privacy.ledger.recording import LedgerRecorder as Recorder
+    from postcode_privacy.release.records import OverBudgetError
+
+    q2 = write_input(tmp_path / "q2.csv", ["1", "2", "3", "4", "6"], CODES[:4] + [CODES[9]])
+    other = write_input(tmp_path / "other.csv", ["6"], [CODES[7]])
+    screen, passes = Recorder.screen, []
+
+    def screen_then_race(self, ids, nodes, row_offset):
+        if row_offset == 0:
+            passes.append(True)
+            if len(passes) == 2:  # between the check pass and the release pass
+                monkeypatch.setattr(Recorder, "screen", screen)
+                release(ledger, other, tmp_path / "other-out.csv")
+        return screen(self, ids, nodes, row_offset)
+
+    monkeypatch.setattr(Recorder, "screen", screen_then_race)
+    with pytest.raises(LedgerError, match="since this one was checked would take some") as info:
+        release(
+            ledger,
+            q2,
+            tmp_path / "q2-out.csv",
+            budget=Fraction("1.5"),
+            on_error="null",
+            chunk_size=2,
+        )
+    assert not isinstance(info.value, OverBudgetError)
+    assert not [p.name for p in tmp_path.iterdir() if "q2-out" in p.name]
+    assert len(ledger.summary()["releases"]) == 1  # the other release only
 
 
 def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record(tmp_path, capsys):

@@ -232,10 +232,16 @@ class LedgerRecorder:
     def _recheck_budget(self, account: ReleaseAccount, budget: Fraction) -> None:
         """Inside the write transaction: would any subject now exceed the budget?"""
         if self._over_budget(account, budget):
-            raise LedgerError(
-                "another release recorded in the ledger since this one was checked would "
-                "take some subjects over the budget; nothing was released, run it again"
-            )
+            raise self.spent_meanwhile()
+
+    @staticmethod
+    def spent_meanwhile() -> LedgerError:
+        """The error for a release that a release recorded since its check pass takes over
+        the budget: its records were within it when checked (docs/ledger.md, "Budgets")."""
+        return LedgerError(
+            "another release recorded in the ledger since this one was checked would "
+            "take some subjects over the budget; nothing was released, run it again"
+        )
 
     def _over_budget(self, account: ReleaseAccount, budget: Fraction) -> bool:
         """Inside a write transaction: would recording this release's draws now take any

@@ -72,7 +72,14 @@ from .manifest import (
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
 from .reader import TableReader, read_failure, refuse_columns_csv_cannot_hold
-from .records import COUNT_KEYS, ChunkCheck, failure_error, merge_counts, over_budget_error
+from .records import (
+    COUNT_KEYS,
+    ChunkCheck,
+    OverBudgetError,
+    failure_error,
+    merge_counts,
+    over_budget_error,
+)
 from .writers import open_writer, uncompressed_sha256, written_with
 
 __all__ = [
@@ -444,11 +451,17 @@ def _release(
             else:  # a file of one chunk is not read again: that chunk is ``first``, as checked
                 again = [first.df] if first is not None and chunks == 1 else reader.chunks()
                 outputs = _released_chunks(plan, again, bar.update, first)
-            with closing(outputs) as released:
-                for out, part in released:
-                    writer.write(out)
-                    merge_counts(counts, part)
-                    del out  # not held while the next chunk is checked (two chunks at most)
+            try:
+                with closing(outputs) as released:
+                    for out, part in released:
+                        writer.write(out)
+                        merge_counts(counts, part)
+                        del out  # not held while the next chunk is checked (two chunks at most)
+            except OverBudgetError:
+                if not budgeted:
+                    raise
+                # The check pass found none: a release recorded since then spent the budget.
+                raise ledger.spent_meanwhile() from None
         if counts["records"] == 0:
             raise _no_records(reader)
         if ahead is not None:

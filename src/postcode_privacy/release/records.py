@@ -48,6 +48,7 @@ __all__ = [
     "failure_error",
     "merge_counts",
     "over_budget_error",
+    "OverBudgetError",
 ]
 
 # The ledger's budget screen (ledger/recording.py): releasable records in, refused positions out.
@@ -115,6 +116,10 @@ def failure_error(
     )
 
 
+class OverBudgetError(InputDataError):
+    """Records a ledger's budget refuses (:func:`over_budget_error`)."""
+
+
 def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None) -> InputDataError:
     """The error for records the ledger's budget refuses, whatever ``on_error`` says.
 
@@ -125,7 +130,7 @@ def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None
     naming the rows (docs/ledger.md, "Budgets")."""
     counts = check.counts
     over = counts.get("over_budget", 0)
-    return InputDataError(
+    return OverBudgetError(
         f"{over} of {counts.get('records', 0)} records would take their subjects over the "
         f"budget; nothing is released.  A record the budget refuses stops the release "
         f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
