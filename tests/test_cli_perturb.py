@@ -226,6 +226,14 @@ def test_duplicate_subject_warning_is_printed(setup, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: 1 subject identifier(s) appear with more than one postcode" in err
     assert "0001" not in err
+    # -q prints no summary, whose last line says its lines are private: the warning says so
+    # itself (a review of round 28 found it printed bare).
+    assert perturb(setup, src, tmp_path / "quiet.csv", "-q") == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("warning: 1 subject identifier(s) appear with more than one")
+    assert lines[1:] == [
+        "  the warning above describes the true records: keep it out of published logs"
+    ]
 
 
 # -- every input problem: a message and an exit code, and no files ------------------------------

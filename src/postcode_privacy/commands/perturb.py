@@ -41,8 +41,12 @@ def resolve_key(key_path: str | None):
 
 
 @contextlib.contextmanager
-def echo_library_warnings():
-    """Print the library's warnings as ``warning: ...`` lines on stderr (after the block)."""
+def echo_library_warnings(quiet: bool = False):
+    """Print the library's warnings as ``warning: ...`` lines on stderr (after the block).
+
+    A warning about the true records (subjects seen with two postcodes) is as private as the
+    summary, whose last line says so; under ``quiet`` there is no summary, so a line after the
+    warnings says it instead."""
     from ..atomic import LateSignalWarning
     from ..errors import TeleportWarning
     from ..release import DuplicateSubjectWarning
@@ -60,6 +64,11 @@ def echo_library_warnings():
                     click.echo(f"warning: {item.message}", err=True)
                 else:
                     others.append(item)
+            if quiet and any(issubclass(i.category, DuplicateSubjectWarning) for i in caught):
+                click.echo(
+                    "  the warning above describes the true records: keep it out of published logs",
+                    err=True,
+                )
     for item in others:
         warnings.showwarning(item.message, item.category, item.filename, item.lineno)
 
@@ -199,7 +208,7 @@ def perturb_command(
 
             ledger = stack.enter_context(Ledger.open(ledger_location, ledger_secret))
             recorder = LedgerRecorder(ledger, limit)
-        with echo_library_warnings():
+        with echo_library_warnings(quiet):
             manifest = release_file(
                 input_path,
                 output_path,
