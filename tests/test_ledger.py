@@ -530,9 +530,12 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main([*base, "-o", str(out), "--budget", "1"]) == 3
     err = capsys.readouterr().err
     assert "row 2: privacy budget exceeded" in err and not out.exists()
-    assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 0
-    text = capsys.readouterr().out
-    assert "1 would be refused by the budget" in text and not out.exists()
+    # The preview exits as the release would (a newcomer's review of round 28: it exited 0).
+    assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 3
+    printed = capsys.readouterr()
+    assert "1 would be refused by the budget" in printed.out and not out.exists()
+    assert "the release would stop: 1 records would take their subjects over" in printed.err
+    assert main([*base, "-o", str(out), "--dry-run", "--budget", "2"]) == 0
     assert main([*base, "-o", str(out), "--budget", "1", "--on-error", "null"]) == 3
     err = capsys.readouterr().err
     assert "row 2: privacy budget exceeded" in err and "whatever --on-error says" in err
@@ -550,6 +553,25 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main(show[:-1] if secret is None else [*show[:3], "--ledger-secret", secret]) == 0
     text = capsys.readouterr().out
     assert "budget 2.4" in text and "12/5" not in text
+
+
+def test_a_dry_run_exits_as_the_release_would_for_records_that_cannot_be_released(tmp_path, capsys):
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where, None).close()
+    keyfile = tmp_path / "release.key"
+    write_key_file(KEY, keyfile)
+    graph = tmp_path / "g.ppgraph"
+    GRAPH.save(graph)
+    src = write_input(tmp_path / "in.csv", ["1", "2"], [CODES[0], "not a postcode"])
+    base = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(keyfile)]
+    base += ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
+    base += ["--graph", str(graph), "--ledger", where, "--dry-run"]
+    assert main(base) == 3
+    assert "the release would stop: 1 records cannot be released" in capsys.readouterr().err
+    assert main([*base, "--on-error", "null"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["ledger.db", "ledger.db.key", "release.key", "g.ppgraph", "in.csv"]
+    )
 
 
 def test_the_database_holds_no_identifier_or_postcode(tmp_path):

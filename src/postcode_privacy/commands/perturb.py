@@ -134,7 +134,8 @@ def graph_loader(graph_path: str | None, progress: bool):
     "--dry-run",
     is_flag=True,
     help="With --ledger: report what the release would record, and write none of its files "
-    "(after refusing what the release would refuse before its first record).",
+    "(after refusing what the release would refuse before its first record; exit 3 if its "
+    "records would stop it).",
 )
 def perturb_command(
     input_path: str,
@@ -177,22 +178,21 @@ def perturb_command(
 
         # The preview refuses what the release itself would refuse before its first record:
         # the files above, the key, the terminated-postcode file and the ledger, then the paths.
-        echo_check(
-            run_check(
-                input_path,
-                ledger_location,
-                ledger_secret,
-                key_path,
-                options,
-                graph_path,
-                budget,
-                chunk_size,
-                before_reading=lambda: check_release_paths(
-                    input_path, output_path, options=options, force=force
-                ),
+        report = run_check(
+            input_path,
+            ledger_location,
+            ledger_secret,
+            key_path,
+            options,
+            graph_path,
+            budget,
+            chunk_size,
+            before_reading=lambda: check_release_paths(
+                input_path, output_path, options=options, force=force
             ),
-            as_json=False,
         )
+        echo_check(report, as_json=False)
+        refuse_what_the_records_would_stop(report, options.on_error)
         return
     if ledger_location is not None:
         from .ledger import refuse_ledger_secret_as_key
@@ -227,6 +227,23 @@ def perturb_command(
             drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
             ledger_line = f"  ledger: {drawn} new draws recorded"
         echo_summary(manifest, output_path, ledger_line)
+
+
+def refuse_what_the_records_would_stop(report: dict, on_error: str) -> None:
+    """After a dry run's preview: exit as the release would (3) if its records would stop it,
+    so that ``perturb --dry-run ... && perturb ...`` never starts a release bound to fail."""
+    from ..errors import InputDataError
+
+    if report["over_budget"]:
+        raise InputDataError(
+            f"the release would stop: {report['over_budget']} records would take their "
+            "subjects over the budget (whatever --on-error says)"
+        )
+    if on_error == "error" and report["unreleasable"]:
+        raise InputDataError(
+            f"the release would stop: {report['unreleasable']} records cannot be released "
+            "(--on-error error; perturb lists them)"
+        )
 
 
 def refuse_writing_over_inputs(
