@@ -81,6 +81,17 @@ def check(ledger, src, *, graph=GRAPH, key=KEY, **options):
     )
 
 
+def screened_plan(ledger, budget=None):
+    """A plan on the test graph that leaves failing records empty, screened by ``ledger``
+    under ``budget``: (plan, recorder)."""
+    from postcode_privacy.release import ReleasePlan
+
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
+    )
+    return plan, LedgerRecorder(ledger, budget).attach(plan)
+
+
 def spends(dist):
     return {spend_text(v): n for v, n in dist}
 
@@ -360,18 +371,9 @@ def test_a_budget_refusal_is_listed_after_any_number_of_other_failures(
 def test_a_chunk_finished_without_prepare_chunk_is_refused_too(ledger, tmp_path):
     """``checked_chunk``, ``PendingChunk.start`` and ``finish_chunk`` (public, below
     ``process_chunk``) released the refused record with an empty cell (a review of round 28)."""
-    from postcode_privacy.release import ReleasePlan
 
     release(ledger, write_input(tmp_path / "q1.csv", ["2"], [CODES[1]]), tmp_path / "q1-out.csv")
-    plan = ReleasePlan(
-        key=KEY,
-        epsilon="1",
-        id_column="person",
-        postcode_column="pc",
-        graph=GRAPH,
-        on_error="null",
-    )
-    LedgerRecorder(ledger, Fraction(1)).attach(plan)
+    plan, _ = screened_plan(ledger, Fraction(1))
     chunk = pd.DataFrame({"person": ["3", "2"], "pc": [CODES[2], CODES[8]]})
     pending = plan.checked_chunk(chunk, 0)
     pending.start()
@@ -417,6 +419,19 @@ def test_a_budget_spent_by_a_release_recorded_between_the_passes_says_so(
     assert len(ledger.summary()["releases"]) == 1  # the other release only
 
 
+def cli_ledger_release(tmp_path) -> list[str]:
+    """The options of a ``perturb`` on the test graph with a new SQLite ledger in ``tmp_path``
+    (ledger.db, its key, release.key and g.ppgraph written there)."""
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where, None).close()
+    keyfile = tmp_path / "release.key"
+    write_key_file(KEY, keyfile)
+    graph = tmp_path / "g.ppgraph"
+    GRAPH.save(graph)
+    options = ["--key", str(keyfile), "--epsilon", "1", "--id-column", "person"]
+    return options + ["--postcode-column", "pc", "--graph", str(graph), "--ledger", where]
+
+
 def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record(tmp_path, capsys):
     """``perturb --dry-run`` said "all pass" and exited 0 for a release that would stop at
     once: an output over the input, one that exists, in no directory, of no known format, or
@@ -427,12 +442,8 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    where = str(tmp_path / "ledger.db")
-    Ledger.init(where, None).close()
+    common = cli_ledger_release(tmp_path)
     keyfile = tmp_path / "release.key"
-    write_key_file(KEY, keyfile)
-    graph = tmp_path / "g.ppgraph"
-    GRAPH.save(graph)
     src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
     (tmp_path / "old.csv").write_text("x\n")
     nested = tmp_path / "nested.parquet"
@@ -441,8 +452,6 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
     stamp = pa.array([dt.datetime(2000, 1, 1), dt.datetime(9999, 12, 31, 23, 59)])
     stamp = stamp.cast(pa.timestamp("us", tz="Asia/Tokyo"))
     pq.write_table(pa.table({"person": ["1", "2"], "pc": CODES[:2], "t": stamp}), late)
-    common = ["--key", str(keyfile), "--epsilon", "1", "--id-column", "person"]
-    common += ["--postcode-column", "pc", "--graph", str(graph), "--ledger", where]
     cases = [
         (src, src),
         (src, tmp_path / "old.csv"),
@@ -556,16 +565,9 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
 
 
 def test_a_dry_run_exits_as_the_release_would_for_records_that_cannot_be_released(tmp_path, capsys):
-    where = str(tmp_path / "ledger.db")
-    Ledger.init(where, None).close()
-    keyfile = tmp_path / "release.key"
-    write_key_file(KEY, keyfile)
-    graph = tmp_path / "g.ppgraph"
-    GRAPH.save(graph)
+    options = cli_ledger_release(tmp_path)
     src = write_input(tmp_path / "in.csv", ["1", "2"], [CODES[0], "not a postcode"])
-    base = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), "--key", str(keyfile)]
-    base += ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
-    base += ["--graph", str(graph), "--ledger", where, "--dry-run"]
+    base = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), *options, "--dry-run"]
     assert main(base) == 3
     assert "the release would stop: 1 records cannot be released" in capsys.readouterr().err
     assert main([*base, "--on-error", "null"]) == 0
@@ -788,13 +790,7 @@ def test_a_failed_release_leaves_no_entry(ledger, tmp_path):
 
 
 def test_the_budget_is_checked_again_when_recording(ledger, tmp_path):
-    from postcode_privacy.ledger import LedgerError
-    from postcode_privacy.release import ReleasePlan
-
-    plan = ReleasePlan(
-        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
-    )
-    slow = LedgerRecorder(ledger, Fraction("1.5")).attach(plan)
+    plan, slow = screened_plan(ledger, Fraction("1.5"))
     checked = plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
     assert checked.check.counts["over_budget"] == 0  # fits against the ledger as it was
     # Meanwhile another release draws subject 1 elsewhere.
@@ -827,12 +823,8 @@ def test_ledger_options_need_a_ledger(tmp_path, capsys):
 
 
 def test_abandoning_a_release_keeps_a_draw_another_release_shares(ledger, tmp_path):
-    from postcode_privacy.release import ReleasePlan
 
-    plan = ReleasePlan(
-        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
-    )
-    stopped = LedgerRecorder(ledger).attach(plan)
+    plan, stopped = screened_plan(ledger)
     plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
     stopped.prepare(tmp_path / "never-written.csv", "0" * 64)  # pending, owns the draw
     src = write_input(tmp_path / "b.csv", ["1", "2"], [CODES[0], CODES[1]])
@@ -874,12 +866,8 @@ def _stopped_release(ledger, tmp_path, name, owner, directory=None):
     """A release left pending by a run that stopped after recording it, as if by ``owner``
     two minutes ago; its output and manifest are written in place in ``directory`` (default
     ``tmp_path``)."""
-    from postcode_privacy.release import ReleasePlan
 
-    plan = ReleasePlan(
-        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
-    )
-    recorder = LedgerRecorder(ledger).attach(plan)
+    plan, recorder = screened_plan(ledger)
     plan.check_records(pd.DataFrame({"person": [name], "pc": [CODES[0]]}), 0)
     directory = tmp_path if directory is None else directory
     out = directory / f"{name}.csv"
@@ -1026,18 +1014,9 @@ def test_a_release_abandoned_while_it_was_written_is_recorded_and_its_budget_che
     files are in place, so the draws are recorded whatever the budget says, and a budget
     exceeded by releases recorded meanwhile is a LedgerError naming the release."""
     from postcode_privacy.ledger import LedgerError
-    from postcode_privacy.release import ReleasePlan
 
     def pending(person, budget):
-        plan = ReleasePlan(
-            key=KEY,
-            epsilon="1",
-            id_column="person",
-            postcode_column="pc",
-            graph=GRAPH,
-            on_error="null",
-        )
-        recorder = LedgerRecorder(ledger, budget).attach(plan)
+        plan, recorder = screened_plan(ledger, budget)
         plan.check_records(pd.DataFrame({"person": [person], "pc": [CODES[0]]}), 0)
         before = ledger.summary()["draws"]
         recorder.prepare(tmp_path / f"{person}-out.csv", "0" * 64)
@@ -1122,14 +1101,10 @@ def test_the_ledger_secret_is_refused_as_the_release_key_in_python(ledger, locat
 
 def test_recorder_steps_out_of_order_are_refused_with_a_state_error(ledger, tmp_path):
     from postcode_privacy.ledger import LedgerError
-    from postcode_privacy.release import ReleasePlan
 
     with pytest.raises(LedgerError, match="not attached"):
         LedgerRecorder(ledger).start()
-    plan = ReleasePlan(
-        key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=GRAPH, on_error="null"
-    )
-    recorder = LedgerRecorder(ledger).attach(plan)
+    plan, recorder = screened_plan(ledger)
     with pytest.raises(LedgerError, match="not screened"):
         recorder.report()
     with pytest.raises(LedgerError, match="not screened"):

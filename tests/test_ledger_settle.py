@@ -13,6 +13,7 @@ from test_ledger import (
     _stopped_release,
     location,
     release,
+    screened_plan,
     spends,
     write_input,
 )
@@ -171,23 +172,11 @@ def test_an_entry_committed_while_the_custodian_confirms_is_not_abandoned(
 
 
 def test_abandoning_by_hand_passes_shared_draws_to_heirs(location, tmp_path):
-    from test_ledger import GRAPH, KEY
-
-    from postcode_privacy.ledger import LedgerRecorder
-    from postcode_privacy.release import ReleasePlan
 
     where, secret = location
     Ledger.init(where, secret).close()
     with Ledger.open(where, secret) as ledger:
-        plan = ReleasePlan(
-            key=KEY,
-            epsilon="1",
-            id_column="person",
-            postcode_column="pc",
-            graph=GRAPH,
-            on_error="null",
-        )
-        first = LedgerRecorder(ledger).attach(plan)
+        plan, first = screened_plan(ledger)
         plan.check_records(pd.DataFrame({"person": ["1"], "pc": [CODES[0]]}), 0)
         first.prepare(tmp_path / "never.csv", "0" * 64)
         ledger.store.execute(
