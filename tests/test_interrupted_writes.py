@@ -475,6 +475,7 @@ print(kernel_for_test.add_one(41))
 """
 
 
+@pytest.mark.slow  # a fresh process compiles a kernel: about two seconds
 def test_a_kernel_numba_cannot_write_to_its_cache_is_compiled_all_the_same(tmp_path):
     """A full disk or a file-size limit while numba wrote a newly compiled kernel to its cache
     ended the run with numba's traceback (a hostile review of round 28): the write is skipped,

@@ -566,7 +566,7 @@ def after_fork_in_parent():
     if not sent:  # the first fork only
         sent.append(True)
         signal.pthread_kill(other.ident, signal.SIGTERM)  # the kernel chose the other thread
-        deadline = time.monotonic() + 0.5
+        deadline = time.monotonic() + 0.2
         while time.monotonic() < deadline:  # Python code: the handler runs here, if it can
             pass
 
