@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
-from ._interrupts import note_files_in_place, note_stop
+from ._interrupts import note_files_in_place, note_stop, stop_if_told
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
@@ -612,6 +612,7 @@ class OutputClaim:
         Precondition: every temporary file has been finished (:meth:`TempFile.finish`).
         """
         done: list[Path] = []
+        stop_if_told()  # a stop Python dropped on the way: nothing is moved into place
         with _signals_held() as arrived:
             try:
                 if self.force:

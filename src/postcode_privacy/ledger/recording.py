@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._digest import sha256_of_file
+from .._interrupts import stop_if_told
 from ..errors import SURFACE, KeyFileError, option_name
 from ..version import OUTPUT_STABILITY_VERSION
 from .accounting import (
@@ -191,6 +192,7 @@ class LedgerRecorder:
 
     def prepare(self, output_path: str | os.PathLike, output_sha256: str) -> None:
         """Record the release as pending (durably), re-checking the budget first."""
+        stop_if_told()  # a stop Python dropped on the way: nothing is recorded
         account = self.account
         p = self._bound().params
         store = self.ledger.store

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._interrupts import stop_if_told
 from ..engine.batch import _Draws, _start_canonical
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
@@ -182,6 +183,7 @@ class ReleasePlan:
         :class:`InputDataError` under ``on_error="error"`` if any fails); nothing is drawn or
         recorded in the plan yet, but the ledger's screen (if any) has seen the chunk, so
         chunks must be prepared in input order."""
+        stop_if_told()  # (a stop Python dropped must not let the release run on: _interrupts)
         pending = self.checked_chunk(df, row_offset)
         check = pending.checked.check
         if check.counts["failed"] and self.on_error == "error":
