@@ -51,3 +51,9 @@ def test_the_graph_recognised_as_never_replaced_is_the_artefact_format():
     from postcode_privacy.graph.artefact import MAGIC
 
     assert atomic._GRAPH_PREFIX == MAGIC
+
+
+def test_the_sidecar_recognised_as_never_replaced_is_builds():
+    from postcode_privacy.commands.build import TERMINATED_SUFFIX
+
+    assert atomic._GRAPH_SIDECAR_SUFFIX == TERMINATED_SUFFIX

@@ -810,13 +810,33 @@ def test_other_commands_replace_only_a_file_of_no_kind_of_their_own_even_with_fo
     np.save(table, np.arange(3))
     graph = tmp_path / "copy.ppgraph"
     graph.write_bytes(Path(setup["graph"]).read_bytes())
+    sidecar = tmp_path / "copy.ppgraph.terminated.parquet"
+    sidecar.write_bytes(b"PAR1")
+    header = tmp_path / "profiles.json"
+    header.write_text('{"format": "postcode-privacy-location-profiles/1"}')
+    assert main(["ledger", "init", str(tmp_path / "l.db")]) == 0
+    wal = tmp_path / "l.db-wal"
+    wal.write_bytes(b"\x37\x7f\x06\x82")
+    # Read as report --manifest reads it: re-saved sorted, minified, with a byte-order mark
+    # (a review of this round's first version, which knew only the bytes it writes).
+    assert perturb(setup, src, tmp_path / "again.csv") == 0
+    for document in ("again.csv.manifest.json", "again.csv.audit.json"):
+        parsed = json.loads((tmp_path / document).read_text())
+        resaved = json.dumps(parsed, sort_keys=True, separators=(",", ":"))
+        (tmp_path / document).write_bytes(b"\xef\xbb\xbf" + resaved.encode())
     kinds = {
         release: "a release (its manifest is beside it)",
         tmp_path / "rel.csv.manifest.json": "a release's manifest",
         tmp_path / "rel.csv.audit.json": "a release's private audit file",
+        tmp_path / "again.csv": "a release (its manifest is beside it)",
+        tmp_path / "again.csv.manifest.json": "a release's manifest",
+        tmp_path / "again.csv.audit.json": "a release's private audit file",
         key: "a postcode-privacy key file",
         table: "a NumPy array file",
         graph: "a graph artefact",
+        sidecar: "the terminated postcodes build keeps beside a graph artefact",
+        header: "the header of one of the engine's cached tables",
+        wal: "one of SQLite's files beside a database",
     }
     argv = OTHER_COMMANDS[command] + ["--graph", str(setup["graph"]), "-q"]
     capsys.readouterr()

@@ -26,8 +26,8 @@ import contextlib
 import contextvars
 import errno
 import importlib.util
+import json
 import os
-import re
 import secrets
 import signal
 import stat
@@ -72,10 +72,20 @@ _KEY_FILE_HEAD = 4097
 _SQLITE_PREFIX = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 _NUMPY_PREFIX = b"\x93NUMPY"  # every .npy file
 _GRAPH_PREFIX = b"POSTCODE-PRIVACY-GRAPH\x00"  # graph.artefact.MAGIC (a test compares)
-# A release's manifest or audit file (release/manifest.py): a JSON object whose "format"
-# comes within its first few hundred bytes (after the audit file's warning).
+# The first bytes read to tell what a file is, and the largest file read whole to see whether
+# it is a release's manifest or audit file (a JSON object whose "format" names it, in any
+# layout ``report --manifest`` reads: a few kilobytes as written).
 _DOCUMENT_HEAD = 4096
-_DOCUMENT_FORMAT = re.compile(rb'\A\s*\{[^{}]*?"format": "postcode-privacy-(manifest|audit)"')
+_DOCUMENT_LIMIT = 1 << 20
+_RELEASE_DOCUMENTS = {
+    "postcode-privacy-manifest": "a release's manifest",
+    "postcode-privacy-audit": "a release's private audit file",
+}
+_TABLE_HEADERS = ("postcode-privacy-location-profiles/", "postcode-privacy-cluster-balls/")
+# SQLite's files beside a database (its write-ahead log, its rollback journal: a hot one holds
+# what a crash left to undo) and the side file ``build`` writes beside a graph artefact.
+_SQLITE_SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
+_GRAPH_SIDECAR_SUFFIX = ".terminated.parquet"  # commands/build.py TERMINATED_SUFFIX
 # Temporary names keep at most this many bytes of the target's name, so that a long (but
 # valid) output name never makes its temporary file's name too long.
 _TEMP_STEM_BYTES = 160
@@ -219,30 +229,48 @@ def never_replaced(path: str | os.PathLike, writes: str | None = None) -> str | 
         return "not a regular file (a pipe, a device or a socket)"
     if is_key_file(path):
         return "a postcode-privacy key file"
+    name = os.fspath(path)
     head = _head(path, _DOCUMENT_HEAD) or b""
     if head.startswith(_SQLITE_PREFIX):
         return "a SQLite database (a ledger?)"
+    for suffix in _SQLITE_SIDE_SUFFIXES:
+        if name.endswith(suffix) and (_head(name[: -len(suffix)], 16) or b"") == _SQLITE_PREFIX:
+            return "one of SQLite's files beside a database (a ledger?)"
     if head.startswith(_NUMPY_PREFIX):
         return "a NumPy array file (the engine's cached tables?)"
-    if writes != WRITES_GRAPH and head.startswith(_GRAPH_PREFIX):
-        return "a graph artefact"
+    form = _document_format(path)
+    if form.startswith(_TABLE_HEADERS):
+        return "the header of one of the engine's cached tables"
+    if writes != WRITES_GRAPH:
+        if head.startswith(_GRAPH_PREFIX):
+            return "a graph artefact"
+        artefact = name[: -len(_GRAPH_SIDECAR_SUFFIX)]
+        prefix = _head(artefact, len(_GRAPH_PREFIX))
+        if name.endswith(_GRAPH_SIDECAR_SUFFIX) and prefix == _GRAPH_PREFIX:
+            return "the terminated postcodes build keeps beside a graph artefact"
     if writes != WRITES_RELEASE:
-        kind = _release_document(head)
-        if kind is not None:
-            return kind
-        if _release_document(_head(f"{os.fspath(path)}.manifest.json", _DOCUMENT_HEAD)):
+        if form in _RELEASE_DOCUMENTS:
+            return _RELEASE_DOCUMENTS[form]
+        if _document_format(f"{name}.manifest.json") == "postcode-privacy-manifest":
             return "a release (its manifest is beside it)"
     return None
 
 
-def _release_document(head: bytes | None) -> str | None:
-    """Which document of a release ``head`` (a file's first bytes) starts, if any."""
-    found = _DOCUMENT_FORMAT.search(head or b"")
-    if found is None:
-        return None
-    if found.group(1) == b"manifest":
-        return "a release's manifest"
-    return "a release's private audit file"
+def _document_format(path: str | os.PathLike) -> str:
+    """The "format" of the JSON object in the file at ``path`` ("" if it is none), read as
+    ``report --manifest`` reads a manifest: a byte-order mark, any white space and any order
+    of keys allowed."""
+    data = _head(path, _DOCUMENT_LIMIT + 1)
+    if data is None or len(data) > _DOCUMENT_LIMIT:
+        return ""
+    if not data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+        return ""  # (most files: no need to parse)
+    try:
+        document = json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        return ""
+    form = document.get("format") if isinstance(document, dict) else None
+    return form if isinstance(form, str) else ""
 
 
 def _head(path: str | os.PathLike, size: int) -> bytes | None:
