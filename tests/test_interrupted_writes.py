@@ -476,7 +476,7 @@ print(kernel_for_test.add_one(41))
 
 
 @pytest.mark.slow  # a fresh process compiles a kernel: about two seconds
-def test_a_kernel_numba_cannot_write_to_its_cache_is_compiled_all_the_same(tmp_path):
+def test_a_kernel_numba_cannot_write_or_read_in_its_cache_is_compiled_all_the_same(tmp_path):
     """A full disk or a file-size limit while numba wrote a newly compiled kernel to its cache
     ended the run with numba's traceback (a hostile review of round 28): the write is skipped,
     and the kernel runs."""
@@ -494,3 +494,20 @@ def test_a_kernel_numba_cannot_write_to_its_cache_is_compiled_all_the_same(tmp_p
         env=env,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "42"), done.stderr
+    # A damaged cache is a miss: every run after one failed with an unpickling error.
+    run = [
+        sys.executable,
+        "-c",
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import kernel_for_test as k; print(k.add_one(41))",
+        str(tmp_path),
+    ]
+    assert subprocess.run(run, capture_output=True, timeout=120, env=env).returncode == 0
+    cached = [f for f in (tmp_path / "cache").rglob("*") if f.suffix in (".nbi", ".nbc")]
+    assert cached
+    for file in cached:
+        file.write_bytes(b"garbage")
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "42"), done.stderr
+    index = [f for f in cached if f.suffix == ".nbi"]
+    assert index and all(f.read_bytes() != b"garbage" for f in index)  # written anew

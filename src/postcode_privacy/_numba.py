@@ -10,16 +10,18 @@ that arrived is then delivered (``atomic.signals_deferred``): the stop lands a m
 in Python code, as any other stop does (docs/release.md, "Nothing is lost").  Every compiled
 module imports ``njit`` from here, so the guard is in place before the first compilation.
 
-numba also writes each kernel it compiles to its on-disk cache, and a write that fails (a full
-disk, a file-size limit) raised out of the first call with numba's traceback (a hostile review
-found it).  The kernel is compiled all the same: such a write is skipped, and the next run
-compiles it again (``_skip_failed_cache_writes``).
+numba also keeps each kernel it compiles in an on-disk cache.  A write that failed (a full
+disk, a file-size limit) raised out of the first call with numba's traceback, and so did every
+run after a cache file was damaged (an unpickling error), until the cache was deleted by hand
+(hostile reviews found both).  The cache is only a shortcut: a failed write is skipped and a
+failed read is a miss, so the kernel is compiled again (``_cache_failures_are_misses``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 
 import numba.core.caching as numba_caching
@@ -59,11 +61,13 @@ class _StopsHeldWhileCompiling(numba_events.Listener):
             held.__exit__(None, None, None)  # delivers a stop that came meanwhile
 
 
-def _skip_failed_cache_writes() -> None:
-    """Make numba's cache save (``Cache.save_overload``) give up quietly on an OSError."""
+def _cache_failures_are_misses() -> None:
+    """Make numba's cache give up quietly: a save (``Cache.save_overload``) that raises
+    OSError does nothing, and a load (``Cache.load_overload``) that raises finds nothing."""
     cache = getattr(numba_caching, "Cache", None)
     save = getattr(cache, "save_overload", None)
-    if save is None or getattr(save, "skips_failed_writes", False):
+    load = getattr(cache, "load_overload", None)
+    if save is None or load is None or getattr(save, "misses_on_failure", False):
         return  # (another numba, or done already)
 
     @functools.wraps(save)
@@ -72,11 +76,24 @@ def _skip_failed_cache_writes() -> None:
             save(self, sig, data)
         except OSError:  # nothing lost but time: the compiled kernel is in memory
             pass
+        except Exception:  # a damaged index, read before writing: dropped, then written anew
+            index = getattr(getattr(self, "_cache_file", None), "_index_path", None)
+            with contextlib.suppress(Exception):
+                os.unlink(index)  # type: ignore[arg-type]
+                save(self, sig, data)
 
-    save_or_skip.skips_failed_writes = True  # type: ignore[attr-defined]
+    @functools.wraps(load)
+    def load_or_miss(self, sig, target_context):
+        try:
+            return load(self, sig, target_context)
+        except Exception:  # a damaged cache file: compiled afresh (and written again)
+            return None
+
+    save_or_skip.misses_on_failure = True  # type: ignore[attr-defined]
     cache.save_overload = save_or_skip  # type: ignore[union-attr]
+    cache.load_overload = load_or_miss  # type: ignore[union-attr]
 
 
-_skip_failed_cache_writes()
+_cache_failures_are_misses()
 STOPS_HELD_WHILE_COMPILING = _StopsHeldWhileCompiling()
 numba_events.register("numba:compiler_lock", STOPS_HELD_WHILE_COMPILING)
