@@ -539,6 +539,7 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main([*base, "-o", str(out), "--budget", "1"]) == 3
     err = capsys.readouterr().err
     assert "row 2: privacy budget exceeded" in err and not out.exists()
+    assert "a record the budget refuses stops it whatever --on-error says" in err
     # The preview exits as the release would (a newcomer's review of round 28: it exited 0).
     assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 3
     printed = capsys.readouterr()

@@ -263,7 +263,7 @@ def echo_check(report: dict, as_json: bool) -> None:
             "release whatever --on-error says"
         )
     if report["unreleasable"]:
-        click.echo(f"  {report['unreleasable']} cannot be released at all (see perturb)")
+        click.echo(f"  {report['unreleasable']} cannot be released at all (the release lists them)")
     if report["spend_after_known"]:
         click.echo("cumulative spend after this release, subjects already in the ledger:")
         for value, count in report["spend_after_known"]:

@@ -242,7 +242,7 @@ def refuse_what_the_records_would_stop(report: dict, on_error: str) -> None:
     if on_error == "error" and report["unreleasable"]:
         raise InputDataError(
             f"the release would stop: {report['unreleasable']} records cannot be released "
-            "(--on-error error; perturb lists them)"
+            "(--on-error error; the release lists them)"
         )
 
 

@@ -107,9 +107,15 @@ def failure_error(
     reasons = ", ".join(
         f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k)
     )
+    # A record the budget refuses stops the release under every policy (over_budget_error).
+    budget = (
+        f"; a record the budget refuses stops it whatever {option_name('on_error')} says"
+        if counts.get("over_budget")
+        else ""
+    )
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
-        f"with {option('on_error', 'error')} nothing is released",
+        f"with {option('on_error', 'error')} nothing is released{budget}",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
         total_errors=failed,
         row_lines=row_lines,
