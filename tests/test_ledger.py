@@ -1139,6 +1139,7 @@ def test_a_file_that_is_not_a_ledger_is_refused_unchanged(tmp_path, capsys):
     assert {p: p.read_bytes() for p in (empty, other)} == before
 
 
+@pytest.mark.slow  # damages a ledger a dozen ways, each opened afresh: about two seconds
 def test_a_damaged_ledger_is_called_damaged_not_another_file(tmp_path, capsys):
     """A ledger cut short or with a page overwritten (its index no longer finding the format
     row a scan still finds) was "not a postcode-privacy ledger", whose remedy is another path:
