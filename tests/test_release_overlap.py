@@ -596,3 +596,36 @@ def test_a_stop_the_kernel_hands_to_another_thread_while_the_pool_forks_still_st
     )
     assert (done.returncode, done.stdout.strip()) == (130, "stopped"), done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_pool_with_a_worker_dead_already_is_stopped_without_waiting(monkeypatch):
+    """A SIGTERM to the whole process group (``timeout``, systemd) killed the workers with the
+    parent; one killed holding a pool's queue lock left Pool.terminate waiting, and the stop
+    waited out the whole patience, about 10 s (a hostile review of round 28).  A worker found
+    dead already means no patience is given."""
+    from multiprocessing.pool import Pool
+
+    from postcode_privacy.engine import forking
+
+    monkeypatch.setattr(forking, "STOP_PATIENCE", 5.0)
+    real_terminate, held = Pool.terminate, []
+
+    def terminate_with_a_lost_lock(self):
+        held.append(self._outqueue._wlock)
+        held[-1].acquire()  # as a worker killed mid-reply leaves it: never released
+        real_terminate(self)
+
+    monkeypatch.setattr(Pool, "terminate", terminate_with_a_lost_lock)
+    pool = forking.fork_pool(2)
+    try:
+        assert pool.apply(sum, ([1, 2],)) == 3
+        dead = pool._pool[0]
+        dead.kill()
+        dead.join()
+        began = time.monotonic()
+        forking.stop_pool(pool)
+        assert time.monotonic() - began < 2.5
+        assert all(process.exitcode is not None for process in pool._pool)
+    finally:
+        for lock in held:
+            lock.release()  # the stuck terminate can end now

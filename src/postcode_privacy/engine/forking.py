@@ -42,6 +42,8 @@ _FORK_WITH_THREADS = (
 )
 
 _PR_SET_PDEATHSIG = 1  # prctl's option number (linux/prctl.h)
+_FIRST_WORKERS = "_postcode_privacy_first_workers"  # an attribute fork_pool gives its pool
+_FIRST_PATIENCE = 0.5  # seconds after which a pool with a dead first worker is killed
 STOP_PATIENCE = 10.0  # seconds ``stop_pool`` gives Pool.terminate before killing the workers
 
 
@@ -144,6 +146,7 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
         if pool is not None:
             stop_pool(pool)
         raise
+    setattr(pool, _FIRST_WORKERS, list(pool._pool))  # type: ignore[attr-defined]
     return pool
 
 
@@ -156,13 +159,23 @@ def stop_pool(pool: Pool) -> None:
     of CPython's pool, met once in a CI run: a worker task failed and the others were killed
     mid-reply).  So it runs in a thread given ``STOP_PATIENCE`` seconds; past that, the
     workers still alive are killed and joined here, and the pool's threads, blocked on the
-    dead lock, are left behind (daemon threads: they hold nothing else).
+    dead lock, are left behind (daemon threads: they hold nothing else).  A worker found dead
+    already is such a worker, likely: a SIGTERM sent to the whole process group (``timeout``,
+    ``kill -- -PGID``, systemd) kills the workers with the parent, and the stop waited out the
+    patience (a hostile review found it): so once half a second has passed, a pool one of whose
+    first workers has died is not waited for any longer.
     """
+    workers = list(pool._pool)  # type: ignore[attr-defined]  # no public list of them
+    # (the workers first forked: the pool replaces a dead one, which then leaves its list)
+    first = getattr(pool, _FIRST_WORKERS, workers)
     stopper = threading.Thread(target=pool.terminate, name="stop-pool", daemon=True)
     stopper.start()
-    stopper.join(STOP_PATIENCE)
+    stopper.join(min(STOP_PATIENCE, _FIRST_PATIENCE))  # (a signal's workers die meanwhile)
+    if stopper.is_alive() and not any(process.exitcode is not None for process in first):
+        stopper.join(STOP_PATIENCE - _FIRST_PATIENCE)
     if stopper.is_alive():
-        workers = list(pool._pool)  # type: ignore[attr-defined]  # no public list of them
+        # (with the pool's own replacements for dead workers, forked meanwhile)
+        workers = list({*first, *workers, *pool._pool})  # type: ignore[attr-defined]
         for process in workers:
             if process.exitcode is None:
                 process.kill()
