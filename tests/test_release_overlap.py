@@ -158,12 +158,27 @@ def test_a_worker_failing_leaves_nothing_and_the_next_release_works(grid, tmp_pa
     assert (tmp_path / "out.csv").exists()
 
 
+def lose_a_pool_lock_at_terminate(monkeypatch) -> list:
+    """Make ``Pool.terminate`` first take its result queue's write lock and never give it
+    back, as a worker killed mid-reply leaves it; return the locks so taken, for the test to
+    release once it is done (the stuck terminate then ends)."""
+    from multiprocessing.pool import Pool
+
+    real_terminate, held = Pool.terminate, []
+
+    def terminate_with_a_lost_lock(self):
+        held.append(self._outqueue._wlock)
+        held[-1].acquire()
+        real_terminate(self)
+
+    monkeypatch.setattr(Pool, "terminate", terminate_with_a_lost_lock)
+    return held
+
+
 def test_workers_are_stopped_even_when_the_pool_cannot_terminate(grid, tmp_path, monkeypatch):
     """A pool whose result queue's lock is never released (as when a worker is killed while
     passing a result back): Pool.terminate waits for it for ever, so the workers are killed
     after the patience, the lock of the draws is freed, and the release completes."""
-    from multiprocessing.pool import Pool
-
     from postcode_privacy.engine import forking
 
     graph, codes = grid
@@ -171,14 +186,7 @@ def test_workers_are_stopped_even_when_the_pool_cannot_terminate(grid, tmp_path,
     monkeypatch.setattr(forking, "STOP_PATIENCE", 0.5)
     src = tmp_path / "in.csv"
     records(codes, 6000).to_csv(src, index=False)
-    real_terminate, held = Pool.terminate, []
-
-    def terminate_with_a_lost_lock(self):
-        held.append(self._outqueue._wlock)
-        held[-1].acquire()  # as a worker killed mid-reply leaves it: never released
-        real_terminate(self)
-
-    monkeypatch.setattr(Pool, "terminate", terminate_with_a_lost_lock)
+    held = lose_a_pool_lock_at_terminate(monkeypatch)
     try:
         release(src, tmp_path / "out.csv", graph, chunk_size=3000)
         assert held  # the pool was stopped through the stuck terminate
@@ -601,21 +609,12 @@ def test_a_stop_the_kernel_hands_to_another_thread_while_the_pool_forks_still_st
 def test_a_pool_with_a_worker_dead_already_is_stopped_without_waiting(monkeypatch):
     """A SIGTERM to the whole process group (``timeout``, systemd) killed the workers with the
     parent; one killed holding a pool's queue lock left Pool.terminate waiting, and the stop
-    waited out the whole patience, about 10 s (a hostile review of round 28).  A worker found
-    dead already means no patience is given."""
-    from multiprocessing.pool import Pool
-
+    waited out the whole patience, about 10 s (a hostile review of round 28).  A pool whose
+    first workers include a dead one is waited for half a second only."""
     from postcode_privacy.engine import forking
 
     monkeypatch.setattr(forking, "STOP_PATIENCE", 5.0)
-    real_terminate, held = Pool.terminate, []
-
-    def terminate_with_a_lost_lock(self):
-        held.append(self._outqueue._wlock)
-        held[-1].acquire()  # as a worker killed mid-reply leaves it: never released
-        real_terminate(self)
-
-    monkeypatch.setattr(Pool, "terminate", terminate_with_a_lost_lock)
+    held = lose_a_pool_lock_at_terminate(monkeypatch)
     pool = forking.fork_pool(2)
     try:
         assert pool.apply(sum, ([1, 2],)) == 3
