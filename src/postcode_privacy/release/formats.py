@@ -15,11 +15,12 @@ import zlib
 
 from ..errors import InvalidParameterError
 
-__all__ = ["table_format", "open_decompressed", "READ_ERRORS", "os_reason"]
+__all__ = ["table_format", "is_compressed", "open_decompressed", "READ_ERRORS", "os_reason"]
 
 # What reading a (possibly compressed) file can raise besides a decoding error.
 READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
+_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -35,6 +36,11 @@ def table_format(path: str | os.PathLike) -> str:
         "cannot tell the table format from the file name: use .csv (optionally .gz, .bz2 or "
         ".xz), .parquet or .pq"
     )
+
+
+def is_compressed(name: str | os.PathLike) -> bool:
+    """Whether a file of this name is compressed (``.gz``, ``.bz2`` or ``.xz``)."""
+    return os.fspath(name).lower().endswith(_COMPRESSED_SUFFIXES)
 
 
 def open_decompressed(path: str, name: str | None = None) -> gzip.GzipFile | io.BufferedReader:

@@ -46,7 +46,7 @@ from .csv_lines import (
     unclosed_quote_line,
 )
 from .csv_text import first_unshowable, has_text
-from .formats import READ_ERRORS, open_decompressed, os_reason, table_format
+from .formats import READ_ERRORS, is_compressed, open_decompressed, os_reason, table_format
 from .type_words import type_words
 
 __all__ = [
@@ -151,7 +151,7 @@ class TableReader:
                 # (compression="infer"): that one loses the records after a damaged bzip2 or
                 # xz stream without a word (formats.open_decompressed).
                 source: Any = self.path
-                if self.path.lower().endswith((".gz", ".bz2", ".xz")):
+                if is_compressed(self.path):
                     source = opened.enter_context(open_decompressed(self.path))
                 reader = pd.read_csv(
                     source,
@@ -450,9 +450,7 @@ def _bounded_columns(columns: list) -> list:
 
 def read_failure(path: str, exc: BaseException) -> str:
     """The message for an input that could not be read (in the CLI's terms, no path echoed)."""
-    if path.lower().endswith((".gz", ".bz2", ".xz")) and not isinstance(
-        exc, FileNotFoundError | PermissionError
-    ):
+    if is_compressed(path) and not isinstance(exc, FileNotFoundError | PermissionError):
         return "the compressed input is damaged or ends early (truncated?)"
     if isinstance(exc, FileNotFoundError):  # worded as release_file's own check words it
         return "the input file does not exist"

@@ -25,7 +25,7 @@ from ..errors import InputDataError
 from .arrow_types import dictionaries_of_their_own
 from .column_labels import column_label
 from .csv_text import Unshowable, named_time_zones, series_text, tz_database_version
-from .formats import open_decompressed, table_format
+from .formats import is_compressed, open_decompressed, table_format
 
 __all__ = ["open_writer", "written_with", "uncompressed_sha256"]
 
@@ -230,7 +230,7 @@ def written_with(name: str, schema: Any = None) -> dict[str, str]:
     if schema is not None and named_time_zones(schema):
         versions["tz_database"] = tz_database_version()
     lower = name.lower()
-    if lower.endswith((".gz", ".bz2", ".xz")):
+    if is_compressed(lower):
         versions["python"] = platform.python_version()
     if lower.endswith(".gz"):
         versions["zlib"] = zlib.ZLIB_RUNTIME_VERSION
