@@ -182,8 +182,9 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
     all Python integers, as from an integer column) take a vectorised route to the same text.
     """
     types = set(map(type, values))
-    all_ascii = types == {str} and "".join(values).isascii()
-    if all_ascii or (types == {str} and _all_encodable(values) and not _any_unassigned(values)):
+    joined = "".join(values) if types == {str} else None  # (one pass for the whole column)
+    all_ascii = joined is not None and joined.isascii()
+    if all_ascii or (joined is not None and _bulk_safe(joined)):
         normalize = unicodedata.normalize
         canonical: list[str | None] = (
             [v.strip() for v in values]  # ASCII text is its own NFC form
@@ -207,18 +208,14 @@ def _canonical_identifiers(values: list) -> tuple[list[str | None], dict[int, tu
     return canonical, failures
 
 
-def _any_unassigned(texts: list[str]) -> bool:
-    """True if any text holds a code point the row-by-row rule refuses as unassigned."""
-    return holds_unassigned("".join(texts))
-
-
-def _all_encodable(texts: list[str]) -> bool:
-    """False if any text holds a lone surrogate (the row-by-row rule refuses those)."""
+def _bulk_safe(text: str) -> bool:
+    """Whether the joined text of a column has nothing the row-by-row rule refuses: no lone
+    surrogate, no code point unassigned in this Python's Unicode version."""
     try:
-        "".join(texts).encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return True
+    return not holds_unassigned(text)
 
 
 @dataclass
