@@ -72,10 +72,9 @@ _KEY_FILE_HEAD = 4097
 _SQLITE_PREFIX = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
 _NUMPY_PREFIX = b"\x93NUMPY"  # every .npy file
 _GRAPH_PREFIX = b"POSTCODE-PRIVACY-GRAPH\x00"  # graph.artefact.MAGIC (a test compares)
-# The first bytes read to tell what a file is, and the largest file read whole to see whether
-# it is a release's manifest or audit file (a JSON object whose "format" names it, in any
-# layout ``report --manifest`` reads: a few kilobytes as written).
-_DOCUMENT_HEAD = 4096
+# How much of a file is read to tell what it is: the largest file read whole to see whether it
+# is a release's manifest or audit file (a JSON object whose "format" names it, in any layout
+# ``report --manifest`` reads: a few kilobytes as written); larger files are none.
 _DOCUMENT_LIMIT = 1 << 20
 _RELEASE_DOCUMENTS = {
     "postcode-privacy-manifest": "a release's manifest",
@@ -201,8 +200,11 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 def is_key_file(path: str | os.PathLike) -> bool:
     """True if ``path`` is (or links to) a postcode-privacy key file: its text, past any
     leading white space (which the key reader skips too), starts with the key file's header."""
-    head = _head(path, _KEY_FILE_HEAD)
-    return head is not None and head.decode("latin-1").lstrip().startswith(_KEY_FILE_TEXT)
+    return _starts_a_key_file(_head(path, _KEY_FILE_HEAD) or b"")
+
+
+def _starts_a_key_file(data: bytes) -> bool:
+    return data[:_KEY_FILE_HEAD].decode("latin-1").lstrip().startswith(_KEY_FILE_TEXT)
 
 
 # What an output of each kind may replace, with --force, besides files of no kind below.
@@ -227,10 +229,10 @@ def never_replaced(path: str | os.PathLike, writes: str | None = None) -> str | 
         return None
     if not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
         return "not a regular file (a pipe, a device or a socket)"
-    if is_key_file(path):
-        return "a postcode-privacy key file"
     name = os.fspath(path)
-    head = _head(path, _DOCUMENT_HEAD) or b""
+    head = _head(path, _DOCUMENT_LIMIT + 1) or b""  # (read once, for every test below)
+    if _starts_a_key_file(head):
+        return "a postcode-privacy key file"
     if head.startswith(_SQLITE_PREFIX):
         return "a SQLite database (a ledger?)"
     for suffix in _SQLITE_SIDE_SUFFIXES:
@@ -238,30 +240,29 @@ def never_replaced(path: str | os.PathLike, writes: str | None = None) -> str | 
             return "one of SQLite's files beside a database (a ledger?)"
     if head.startswith(_NUMPY_PREFIX):
         return "a NumPy array file (the engine's cached tables?)"
-    form = _document_format(path)
+    form = _document_format(head)
     if form.startswith(_TABLE_HEADERS):
         return "the header of one of the engine's cached tables"
     if writes != WRITES_GRAPH:
         if head.startswith(_GRAPH_PREFIX):
             return "a graph artefact"
-        artefact = name[: -len(_GRAPH_SIDECAR_SUFFIX)]
-        prefix = _head(artefact, len(_GRAPH_PREFIX))
-        if name.endswith(_GRAPH_SIDECAR_SUFFIX) and prefix == _GRAPH_PREFIX:
+        artefact = name.removesuffix(_GRAPH_SIDECAR_SUFFIX)
+        if artefact != name and _head(artefact, len(_GRAPH_PREFIX)) == _GRAPH_PREFIX:
             return "the terminated postcodes build keeps beside a graph artefact"
     if writes != WRITES_RELEASE:
         if form in _RELEASE_DOCUMENTS:
             return _RELEASE_DOCUMENTS[form]
-        if _document_format(f"{name}.manifest.json") == "postcode-privacy-manifest":
+        beside = _head(f"{name}.manifest.json", _DOCUMENT_LIMIT + 1) or b""
+        if _document_format(beside) == "postcode-privacy-manifest":
             return "a release (its manifest is beside it)"
     return None
 
 
-def _document_format(path: str | os.PathLike) -> str:
-    """The "format" of the JSON object in the file at ``path`` ("" if it is none), read as
-    ``report --manifest`` reads a manifest: a byte-order mark, any white space and any order
-    of keys allowed."""
-    data = _head(path, _DOCUMENT_LIMIT + 1)
-    if data is None or len(data) > _DOCUMENT_LIMIT:
+def _document_format(data: bytes) -> str:
+    """The "format" of the JSON object a file's first bytes ``data`` hold ("" if none, or if
+    the file is larger than any such document), read as ``report --manifest`` reads a
+    manifest: a byte-order mark, any white space and any order of keys allowed."""
+    if len(data) > _DOCUMENT_LIMIT:
         return ""
     if not data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return ""  # (most files: no need to parse)
