@@ -924,7 +924,7 @@ def test_null_and_drop_say_what_the_release_shows(setup, tmp_path, capsys, polic
     args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
     assert main([*args, "--graph", setup["graph"], "--on-error", policy]) == 0
     printed = "".join(capsys.readouterr())
-    assert "1 records could not be released" in printed
+    assert "1 record could not be released" in printed
     assert "the guarantee does not cover that fact" in printed
     assert "ZZ" not in printed and "0002" not in printed
 

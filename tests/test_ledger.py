@@ -544,7 +544,7 @@ def test_budget_through_the_cli_names_rows(ledger, location, tmp_path, capsys):
     assert main([*base, "-o", str(out), "--dry-run", "--budget", "1"]) == 3
     printed = capsys.readouterr()
     assert "1 would be refused by the budget" in printed.out and not out.exists()
-    assert "the release would stop: 1 records would take their subjects over" in printed.err
+    assert "the release would stop: 1 record would take its subject over" in printed.err
     assert main([*base, "-o", str(out), "--dry-run", "--budget", "2"]) == 0
     assert main([*base, "-o", str(out), "--budget", "1", "--on-error", "null"]) == 3
     err = capsys.readouterr().err
@@ -570,7 +570,7 @@ def test_a_dry_run_exits_as_the_release_would_for_records_that_cannot_be_release
     src = write_input(tmp_path / "in.csv", ["1", "2"], [CODES[0], "not a postcode"])
     base = ["perturb", str(src), "-o", str(tmp_path / "out.csv"), *options, "--dry-run"]
     assert main(base) == 3
-    assert "the release would stop: 1 records cannot be released" in capsys.readouterr().err
+    assert "the release would stop: 1 record cannot be released" in capsys.readouterr().err
     assert main([*base, "--on-error", "null"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["ledger.db", "ledger.db.key", "release.key", "g.ppgraph", "in.csv"]
@@ -1332,3 +1332,29 @@ def test_ledger_checks_first_line_does_not_call_records_the_budget_refuses_relea
         "  1 would be refused by the budget, which stops the release whatever --on-error "
         "says" in lines
     )
+
+
+def test_ledger_check_counts_one_in_the_singular(capsys):
+    """ "1 are new draws of 1 subjects" read as a slip; one of anything is said in the singular,
+    and any other count in the plural."""
+    from postcode_privacy.commands.ledger import echo_check
+
+    report = dict(records=1, releasable=1, repeats=1, new_draws_of_known_subjects=1)
+    report |= dict(known_subjects_drawn_again=1, new_subjects_records=1, new_subjects=1)
+    report |= dict(over_budget=0, unreleasable=0, spend_after_known=[])
+    echo_check(report, as_json=False)
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        "1 record, 1 passing the record checks:",
+        "  1 repeats a draw already in the ledger (cost nothing)",
+        "  1 is a new draw of 1 subject already in the ledger",
+        "  1 belongs to 1 new subject",
+    ]
+    report |= dict(records=0, releasable=0, repeats=2, new_draws_of_known_subjects=3)
+    report |= dict(known_subjects_drawn_again=2, new_subjects_records=0, new_subjects=0)
+    echo_check(report, as_json=False)
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        "0 records, 0 passing the record checks:",
+        "  2 repeat a draw already in the ledger (cost nothing)",
+        "  3 are new draws of 2 subjects already in the ledger",
+        "  0 belong to 0 new subjects",
+    ]

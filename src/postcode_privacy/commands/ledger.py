@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .._wording import counted, verb
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
 from ._shared_options import graph_option, json_option, ledger_secret_option, release_key_option
@@ -248,14 +249,23 @@ def echo_check(report: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(_jsonable(report), indent=2))
         return
-    click.echo(f"{report['records']} records, {report['releasable']} passing the record checks:")
-    click.echo(f"  {report['repeats']} repeat a draw already in the ledger (cost nothing)")
     click.echo(
-        f"  {report['new_draws_of_known_subjects']} are new draws of "
-        f"{report['known_subjects_drawn_again']} subjects already in the ledger"
+        f"{counted(report['records'], 'record')}, {report['releasable']} passing the record checks:"
     )
+    repeats = report["repeats"]
     click.echo(
-        f"  {report['new_subjects_records']} belong to {report['new_subjects']} new subjects"
+        f"  {repeats} {verb(repeats, 'repeats', 'repeat')} a draw already in the ledger "
+        "(cost nothing)"
+    )
+    again = report["new_draws_of_known_subjects"]
+    click.echo(
+        f"  {again} {verb(again, 'is a new draw', 'are new draws')} of "
+        f"{counted(report['known_subjects_drawn_again'], 'subject')} already in the ledger"
+    )
+    new = report["new_subjects_records"]
+    click.echo(
+        f"  {new} {verb(new, 'belongs', 'belong')} to "
+        f"{counted(report['new_subjects'], 'new subject')}"
     )
     if report["over_budget"]:
         click.echo(

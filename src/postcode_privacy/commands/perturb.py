@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from .._wording import counted, verb
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
 from ._shared_options import graph_option, ledger_secret_option, release_key_option
@@ -234,15 +235,17 @@ def refuse_what_the_records_would_stop(report: dict, on_error: str) -> None:
     so that ``perturb --dry-run ... && perturb ...`` never starts a release bound to fail."""
     from ..errors import InputDataError
 
-    if report["over_budget"]:
+    over = report["over_budget"]
+    if over:
         raise InputDataError(
-            f"the release would stop: {report['over_budget']} records would take their "
-            "subjects over the budget (whatever --on-error says)"
+            f"the release would stop: {counted(over, 'record')} would take "
+            f"{verb(over, 'its subject', 'their subjects')} over the budget (whatever "
+            "--on-error says)"
         )
     if on_error == "error" and report["unreleasable"]:
         raise InputDataError(
-            f"the release would stop: {report['unreleasable']} records cannot be released "
-            "(--on-error error; the release lists them)"
+            f"the release would stop: {counted(report['unreleasable'], 'record')} cannot be "
+            "released (--on-error error; the release lists them)"
         )
 
 
@@ -298,7 +301,10 @@ def echo_run_line(audit: dict, counts: dict) -> None:
     run = audit.get("run") or {}
     seconds = float(run.get("seconds") or 0.0)
     rate = counts["records"] / seconds if seconds > 0 else float("inf")
-    line = f"perturb: {counts['records']:,} records in {seconds:.1f} s ({rate:,.0f} records/s)"
+    line = (
+        f"perturb: {counted(counts['records'], 'record', grouped=True)} in {seconds:.1f} s "
+        f"({rate:,.0f} records/s)"
+    )
     click.echo(line, err=True)
 
 
@@ -317,7 +323,7 @@ def echo_summary(manifest: dict, output_path: str, ledger_line: str | None = Non
     )
     if counts["failed"]:
         echo_status(
-            f"  {counts['failed']} records could not be released: "
+            f"  {counted(counts['failed'], 'record')} could not be released: "
             f"{counts['nulled']} left empty, {counts['dropped']} dropped; the release shows "
             "which (an empty cell, a missing row), and so that their identifiers or true "
             "postcodes were missing, malformed or not in the graph: the guarantee does not "

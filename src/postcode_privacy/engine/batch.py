@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._wording import counted, verb
 from ..errors import InputDataError, InvalidParameterError, UnknownPostcodeError
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
@@ -271,7 +272,8 @@ def _canonical_ids(ids: Sequence) -> list[str]:
                 problems.append((i, f"subject identifier: {exc}"))
     if bad_ids:
         raise InputDataError(
-            f"{bad_ids} records have an invalid subject identifier (positions counted from 0)",
+            f"{counted(bad_ids, 'record')} {verb(bad_ids, 'has', 'have')} an invalid subject "
+            "identifier (positions counted from 0)",
             problems,
             bad_ids,
         )
@@ -594,7 +596,8 @@ def perturb_many(
         nodes[i] = node
     if unknown:
         raise UnknownPostcodeError(
-            f"{unknown} records have a postcode that is not a node of this "
+            f"{counted(unknown, 'record')} {verb(unknown, 'has', 'have')} a postcode that is not "
+            "a node of this "
             f"graph (first at position {first_unknown}, counted from 0)"
         )
     result = _perturb_canonical(

@@ -43,6 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._progress import stderr_is_terminal, timing_text
+from .._wording import counted
 from ..atomic import (
     WRITES_RELEASE,
     OutputClaim,
@@ -150,7 +151,8 @@ class _StageLines:
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             elapsed = time.perf_counter() - self._started
-            self._say(f"{self.desc} done: {self.done:,} records in {elapsed:.1f} s")
+            done = counted(self.done, "record", grouped=True)
+            self._say(f"{self.desc} done: {done} in {elapsed:.1f} s")
 
 
 def _bar(progress: bool, total: int | None, desc: str):
