@@ -907,7 +907,7 @@ def test_a_stopped_release_is_abandoned_only_where_this_machine_can_tell_it_was_
     never_manifest.unlink()  # no rename had begun
     with Ledger.open(where, secret) as ledger:
         summary = ledger.summary()
-    states = {r["output"]: r["state"] for r in summary["releases"]}
+    states = {Path(r["output"]).name: r["state"] for r in summary["releases"]}
     assert states == {
         "a.csv": "pending",
         "b.csv": "pending",
@@ -955,7 +955,7 @@ def test_a_stopped_release_is_abandoned_only_if_every_part_of_its_owner_is_this_
     gone.rmdir()  # the directory it recorded cannot be looked up here
     with Ledger.open(where, secret) as ledger:
         summary = ledger.summary()
-    states = {r["output"]: r["state"] for r in summary["releases"]}
+    states = {Path(r["output"]).name: r["state"] for r in summary["releases"]}
     assert states == {
         f"{name}.csv": "abandoned" if name == "same" else "pending" for name in owners
     }
@@ -1283,6 +1283,28 @@ def test_ledger_show_prints_budgets_exactly_in_text_and_json(ledger, location, t
     assert main(["ledger", "show", where, *extra, "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)["releases"]
     assert entry["budget"] == "1000000000000000000000000000000.5"
+
+
+def test_ledger_show_names_each_output_by_the_path_the_operator_would_type_here(
+    ledger, location, tmp_path, capsys, monkeypatch
+):
+    """Two releases both called ``release.csv``, in two directories, were one name twice in
+    `ledger show`; `settle --committed` wants the output at its recorded path, so show prints
+    that path: relative to the current directory when the file lies under it, whole if not."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        given = write_input(tmp_path / name / "in.csv", ["1"], [CODES[0]])
+        release(ledger, given, tmp_path / name / "release.csv")
+    where, secret = location
+    extra = [] if secret is None else ["--ledger-secret", secret]
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["ledger", "show", where, *extra]) == 0
+    out = capsys.readouterr().out
+    assert "  release.csv  " in out
+    assert f"  {tmp_path / 'b' / 'release.csv'}  " in out
+    assert main(["ledger", "show", where, *extra, "--json"]) == 0
+    outputs = [r["output"] for r in json.loads(capsys.readouterr().out)["releases"]]
+    assert outputs == [str(tmp_path / name / "release.csv") for name in ("a", "b")]
 
 
 def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_not_overwritten(

@@ -94,7 +94,7 @@ def echo_summary(summary: dict) -> None:
     click.echo(f"{len(releases)} release(s), {summary['draws']} distinct draws")
     for r in releases:
         click.echo(
-            f"  #{r['id']} {r['state']:<9} {r['created']}  {r['output']}  epsilon "
+            f"  #{r['id']} {r['state']:<9} {r['created']}  {shown_path(r['output'])}  epsilon "
             f"{r['epsilon']} radius {r['radius']}  graph {r['graph_sha256'][:12]}  key "
             f"{r['key_fingerprint']}  records {r['records']}, new draws {r['new_draws']}"
             + (f"  budget {spend_text(r['budget'])}" if r["budget"] is not None else "")
@@ -152,7 +152,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
         if abandoned and not yes:
             shown = pending_release(ledger, rid)
             click.echo(
-                f"release #{rid}: {shown['output']}, recorded {shown['created']} by "
+                f"release #{rid}: {shown_path(shown['output'])}, recorded {shown['created']} by "
                 f"{shown['owner']}, {shown['records']} records, epsilon {shown['epsilon']}"
             )
             click.confirm(
@@ -278,6 +278,20 @@ def echo_check(report: dict, as_json: bool) -> None:
         click.echo("cumulative spend after this release, subjects already in the ledger:")
         for value, count in report["spend_after_known"]:
             click.echo(f"  {spend_text(value):>8}  {count}")
+
+
+def shown_path(recorded: str) -> str:
+    """A release's recorded output path as the operator would type it here: relative to the
+    current directory when the file lies under it, absolute otherwise."""
+    import os
+
+    try:
+        relative = os.path.relpath(recorded)
+    except ValueError:  # (another drive, on Windows)
+        relative = recorded
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        relative = recorded
+    return click.format_filename(relative)
 
 
 def _jsonable(value):

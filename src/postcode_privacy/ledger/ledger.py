@@ -413,7 +413,6 @@ class Ledger:
             with _damage_is_a_ledger_error(store, "releases"):
                 for r in releases:
                     _check_release_row(r)
-                    r["output"] = os.path.basename(r["output"])
                     r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
             settled = {}
             if store.schema_version() != "1":  # version 1 has no settlements table

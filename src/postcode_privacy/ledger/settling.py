@@ -44,7 +44,7 @@ BASIS_STATEMENT = "the custodian's statement that its files were not published"
 
 
 class PendingRelease(dict):
-    """What the custodian is shown before settling: id, output (file name), created, owner,
+    """What the custodian is shown before settling: id, output (its recorded path), created, owner,
     records, new draws and epsilon of a release that was pending when read."""
 
 
@@ -67,7 +67,7 @@ def pending_release(ledger: Ledger, rid: int) -> PendingRelease:
     _, owner, created, path, _, records, new_draws, epsilon = row
     return PendingRelease(
         id=rid,
-        output=os.path.basename(path),
+        output=path,
         created=created,
         owner=owner,
         records=records,
@@ -126,8 +126,8 @@ def settle_by_hand(
             else:
                 raise LedgerError(
                     f"release #{rid} is not settled: its output is not at its recorded path "
-                    "with its recorded sha256 as this machine sees it; give the published "
-                    "file with --output FILE"
+                    "(`ledger show` prints it) with its recorded sha256 as this machine sees "
+                    "it; give the published file with --output FILE"
                 )
             ledger._commit_rows(rid)
         else:
