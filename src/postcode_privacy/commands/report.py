@@ -72,8 +72,9 @@ def report_command(
 ) -> None:
     """Write a self-contained HTML page (figures embedded) explaining a release at epsilon.
 
-    At a glance: the attacker's chance of naming the exact postcode after one release and after
-    K independent releases, against publishing the sector or district, on a named sample.  Then
+    At a glance: the attacker's chance of naming the exact postcode after one release (K
+    independent releases do at least as well), against publishing the sector or district, on a
+    named sample.  Then
     the guarantee in plain words and the seven conditions under which a repeated release counts
     as one; R and the teleport bound; exact displacement in a city, a town, a remote area (and
     --postcode), each with a map drawn offline from the graph's own postcode locations.

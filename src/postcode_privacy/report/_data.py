@@ -45,7 +45,8 @@ from ._maps import place_map, probability_in
 FORMAT = "postcode-privacy-report"
 # 3: probability_within_1km and map_outside_share are exact (fraction_json), not floats
 # 4: probability_within_1km counts postcodes exactly 1,000 m away (it was under 1,000 m)
-FORMAT_VERSION = 4
+# 5: likelihood_ratio_bounds give two_candidates_upper
+FORMAT_VERSION = 5
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
@@ -276,7 +277,14 @@ def build_report(
     for h in sorted({1, 2, 3, 5, 10, mechanism.radius}):
         if h <= mechanism.radius:
             upper = _exp_upper(mechanism.epsilon * h)
-            ratios.append({"hops": h, "max_ratio": _float_up(upper), "max_ratio_upper": upper})
+            ratios.append(
+                {
+                    "hops": h,
+                    "max_ratio": _float_up(upper),
+                    "max_ratio_upper": upper,
+                    "two_candidates_upper": _two_candidates_upper(upper),
+                }
+            )
     data = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -323,6 +331,16 @@ def _exp_upper(x: Decimal) -> dict | None:
         approx = x.exp()
     bound = Fraction(approx) * (1 + Fraction(1, 10**45))
     return {"numerator": str(bound.numerator), "denominator": str(bound.denominator)}
+
+
+def _two_candidates_upper(upper: dict | None) -> dict | None:
+    """How sure, at most, an observer can be which of two postcodes h hops apart, equally likely
+    beforehand, was the true one: r/(1 + r) for the likelihood ratio r ≤ e^(εh) (Bayes' rule
+    with even prior odds; increasing in r, so ``upper`` bounds it).  ``None`` past 10^307."""
+    if upper is None:
+        return None
+    r = Fraction(int(upper["numerator"]), int(upper["denominator"]))
+    return fraction_json(r / (1 + r), upper_bound=True)
 
 
 def _float_up(upper: dict | None) -> float | None:

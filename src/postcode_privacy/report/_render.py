@@ -9,6 +9,7 @@ Probabilities are printed by ``_numbers`` (never an untrue 0 or 100%), bounds ro
 from __future__ import annotations
 
 import base64
+import math
 from fractions import Fraction
 
 from markupsafe import Markup, escape
@@ -40,6 +41,21 @@ def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
     return Markup(escape(f"{float(rounded):.{digits}g}"))
 
 
+def percent_up(value: Fraction | dict | None) -> str:
+    """An upper bound on a probability as a percentage rounded *up* to one decimal, so that
+    "at most" stays true; a bound below 1 that would round up to 100% prints as "almost 100%"
+    (``None``: the bound of a ratio past 10^307, ``_data._two_candidates_upper``)."""
+    if value is None:
+        return "almost 100%"
+    x = exact_value(value)
+    if x >= 1:
+        return "100%"
+    steps = math.ceil(x * 1000)  # exact: x is a Fraction
+    if steps >= 1000:
+        return "almost 100%"
+    return f"{steps // 10}.{steps % 10}%"
+
+
 def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -54,7 +70,13 @@ def _environment():
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(number=number, number_up=number_up, percent=percent, data_uri=data_uri)
+    env.filters.update(
+        number=number,
+        number_up=number_up,
+        percent=percent,
+        percent_up=percent_up,
+        data_uri=data_uri,
+    )
     return env
 
 
