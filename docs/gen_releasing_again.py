@@ -82,7 +82,7 @@ def write_inputs(work: Path) -> None:
     quarters["q4"] = dict(
         quarters["q3"], S002=ls6[29], S004=ls6[17], S013=ls6[23]
     )  # moves; a recruit
-    # S004 would go over the budget: the study's protocol retires a participant at the cap.
+    # S004 would go over the budget: the study's protocol retires a participant it refuses.
     quarters["q4-retired"] = {k: v for k, v in quarters["q4"].items() if k != "S004"}
     for name, people in quarters.items():
         pd.DataFrame(

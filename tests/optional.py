@@ -10,11 +10,26 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 from types import ModuleType
 
 import pytest
 
 REQUIRE_ENV = "POSTCODE_PRIVACY_REQUIRE_OPTIONAL"
+
+
+def require_java() -> None:
+    """Skip the calling test module when no Java runtime is found where PySpark looks for one
+    (``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``): without it every session fails to
+    start.  CI requires it, as it requires the imports."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if java and os.access(java, os.X_OK):
+        return
+    reason = "no Java runtime for PySpark (JAVA_HOME, or java on PATH; Spark needs Java 17)"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def require(module: str, install_hint: str) -> ModuleType:

@@ -19,9 +19,10 @@ import warnings
 
 import pandas as pd
 import pytest
-from optional import require
+from optional import require, require_java
 
 require("pyspark", "pip install '.[spark]'")
+require_java()
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_helpers import (  # noqa: E402

@@ -8,9 +8,10 @@ import sys
 import warnings
 
 import pytest
-from optional import require
+from optional import require, require_java
 
 require("pyspark", "pip install '.[spark]'")
+require_java()
 from spark_helpers import (
     EPSILON,
     PANDAS3_COPY,

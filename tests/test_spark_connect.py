@@ -10,9 +10,10 @@ import warnings
 
 import pandas as pd
 import pytest
-from optional import require
+from optional import require, require_java
 
 require("pyspark", "pip install '.[spark]'")
+require_java()
 from spark_helpers import (
     EPSILON,
     PANDAS3_COPY,

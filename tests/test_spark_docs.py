@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from optional import require
+from optional import require, require_java
 
 require("pyspark", "pip install '.[spark]'")
+require_java()
 from spark_helpers import source_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

@@ -92,7 +92,10 @@ def _copy_example(target: Path) -> None:
     default="postcode-privacy-demo",
     show_default=True,
     metavar="DIR",
-    help="Directory for the release, its manifest and its private audit file (created if needed).",
+    help=(
+        "Directory for a copy of the example input, the release, its manifest and its private "
+        "audit file (created if needed)."
+    ),
 )
 @click.option("--force", is_flag=True, help="Replace the release of an earlier demo run.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
@@ -165,6 +168,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     median = "not measured" if displacement is None else f"{displacement['median']:,} m"
     click.echo(
         f"  median displacement {median} between true and released postcodes "
-        f"(audit file; {same} of {counts['released']} released unchanged)"
+        f"(from the audit file); {same} of {counts['released']} released unchanged (input "
+        "and output compared)"
     )
     click.echo("  the key was a throwaway and has been deleted: this release cannot be repeated")
