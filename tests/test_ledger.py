@@ -274,6 +274,28 @@ def test_spend_is_exact_and_per_pair(ledger, tmp_path):
     assert spends(summary["pairs"]) == {"0.1": 1, "0.3": 2}
 
 
+def test_a_budget_given_to_the_python_api_is_read_exactly_or_refused(ledger, tmp_path):
+    """``LedgerRecorder(ledger, 0.3)`` decided refusals against the float nearest 0.3 (below
+    it), and NaN or infinity switched the budget off and left a ledger `ledger show` called
+    damaged (an audit of round 28): the API reads a budget as Mechanism reads epsilon."""
+    from decimal import Decimal
+
+    from postcode_privacy.errors import InvalidParameterError
+
+    for given in ("0.3", Decimal("0.3"), 0.3, Fraction(3, 10)):
+        assert LedgerRecorder(ledger, given).budget == Fraction(3, 10), given
+    assert LedgerRecorder(ledger, 3).budget == 3 and LedgerRecorder(ledger).budget is None
+    for bad in (float("nan"), float("inf"), Fraction(1, 3), True, -1, 0, "abc", [1], 10**7):
+        with pytest.raises(InvalidParameterError):
+            LedgerRecorder(ledger, bad)
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    for radius in (30, 31, 32):  # three new draws at epsilon 0.1: exactly 0.3, within 0.3
+        release(ledger, src, tmp_path / f"r{radius}.csv", epsilon="0.1", radius=radius, budget=0.3)
+    with pytest.raises(InputDataError, match="privacy budget exceeded"):
+        release(ledger, src, tmp_path / "r33.csv", epsilon="0.1", radius=33, budget=0.3)
+    assert spends(ledger.summary()["subjects"]) == {"0.3": 1}
+
+
 def test_terminated_mapping_counts_the_mapped_postcode(ledger, tmp_path):
     table = pd.DataFrame(
         {"postcode": ["LS9 9AA"], "easting": [400230.0], "northing": [430100.0]}

@@ -571,6 +571,34 @@ def test_terminated_nearest_with_a_supplied_directory(grid, key, tmp_path):
     assert out.tolist()[3] == ""
 
 
+def test_a_subject_at_a_terminated_postcode_and_its_live_one_is_one_draw_not_two(
+    grid, key, tmp_path
+):
+    """A terminated postcode is drawn as the live postcode it maps to, so a subject seen at
+    both is released once: the run warned that it was "released more than once" and counted it
+    in the audit file (an audit of round 28). Two live postcodes are still two draws."""
+    import warnings
+
+    from postcode_privacy.errors import DuplicateSubjectWarning
+
+    graph, codes = grid
+    table = pd.DataFrame(
+        {"postcode": ["LS9 9AA"], "easting": [400230.0], "northing": [430100.0]}
+    )  # 30 m from LS1 2BD
+    df = pd.DataFrame({"person": ["1", "1", "2", "2"], "pc": ["LS9 9AA", "LS1 2BD"] + codes[:2]})
+    src = write_csv(df, tmp_path / "in.csv")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(src, tmp_path / "out.csv", graph, key, terminated="nearest", terminated_locations=table)
+    (warning,) = [w for w in caught if issubclass(w.category, DuplicateSubjectWarning)]
+    assert str(warning.message).startswith("1 subject identifier") and "record(s) 4)" in str(
+        warning.message
+    )
+    assert read_audit(tmp_path / "out.csv")["counts"]["identifiers_with_several_postcodes"] == 1
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)["postcode_dp"]
+    assert out[0] == out[1]
+
+
 def test_terminated_nearest_needs_coordinates(key):
     from postcode_privacy import Graph
 

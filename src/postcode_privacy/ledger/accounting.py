@@ -9,6 +9,7 @@ no float is ever involved.
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -22,6 +23,7 @@ __all__ = [
     "distribution",
     "spend_text",
     "parse_budget",
+    "budget_from",
     "ReleaseAccount",
     "REPEAT",
     "KNOWN_SUBJECT",
@@ -85,6 +87,32 @@ def parse_budget(value: object) -> Fraction:
     from ..mechanism.epsilon import exact_decimal
 
     return Fraction(exact_decimal(value, option_name("budget"), "4", MIN_BUDGET, MAX_BUDGET))
+
+
+def budget_from(value: object) -> Fraction | None:
+    """A budget given to the Python API (``LedgerRecorder``, ``check_release``), read as a
+    Mechanism reads epsilon: decimal text or a Decimal (:func:`parse_budget`), an int, a float
+    by its shortest text (``0.3`` is 3/10, as ``--budget 0.3`` is, not the binary fraction
+    nearest it), or a Fraction that is a plain decimal (what :func:`parse_budget` returns).
+    ``None`` is no budget.  Anything else, NaN and infinities included, is refused: an unchecked
+    value could switch the budget off or decide refusals in float arithmetic."""
+    from ..errors import InvalidParameterError, option_name
+
+    if value is None:
+        return None
+    name = option_name("budget")
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise InvalidParameterError(f"{name} must be a number")
+    if isinstance(value, Fraction):
+        text = spend_text(value)
+        if "/" in text:
+            raise InvalidParameterError(f"{name} must be a decimal number, not {text}")
+        return parse_budget(text)
+    if isinstance(value, float):  # (numpy.float64 too; float.__repr__: see parse_epsilon)
+        return parse_budget(Decimal(float.__repr__(value)))
+    if isinstance(value, numbers.Integral):
+        return parse_budget(Decimal(int(value)))
+    return parse_budget(value)
 
 
 class ReleaseAccount:

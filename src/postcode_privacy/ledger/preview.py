@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from fractions import Fraction
 
 from .ledger import Ledger
 from .recording import LedgerRecorder
@@ -23,7 +22,7 @@ def check_release(
     radius: int | None = None,
     terminated: str = "error",
     terminated_locations=None,
-    budget: Fraction | None = None,
+    budget: object = None,
     chunk_size: int = 100_000,
 ) -> dict:
     """Classify every releasable record of ``input_path`` against ``ledger`` (nothing is

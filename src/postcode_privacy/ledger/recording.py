@@ -43,6 +43,7 @@ from .accounting import (
     NEW_SUBJECT,
     REPEAT,
     ReleaseAccount,
+    budget_from,
     distribution,
     spend_text,
 )
@@ -100,7 +101,8 @@ class LedgerRecorder:
     """One release's link to a ledger.  Use one recorder per release.
 
     ``budget``: refuse every record whose new draw would take its subject's cumulative spend
-    above it; such a record stops the release, whatever its ``on_error`` policy says
+    above it (decimal text, a Decimal, an int, a float read by its shortest text, or a decimal
+    Fraction: ``accounting.budget_from``); such a record stops the release, whatever its ``on_error`` policy says
     (``release.records.over_budget_error``).
 
     States, in order: created; attached (:meth:`attach`); screened (:meth:`start`, called by
@@ -108,9 +110,9 @@ class LedgerRecorder:
     taken before the state it needs raises :class:`LedgerError`.
     """
 
-    def __init__(self, ledger: Ledger, budget: Fraction | None = None):
+    def __init__(self, ledger: Ledger, budget: object = None):
         self.ledger = ledger
-        self.budget = budget
+        self.budget = budget_from(budget)  # exact, or refused (never a float)
         self.records = 0
         self._binding: _Binding | None = None
         self._account: ReleaseAccount | None = None

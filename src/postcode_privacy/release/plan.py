@@ -217,7 +217,11 @@ class ReleasePlan:
         ok = pending.ok
         hashes = _tracker_hashes(pending.accepted)
         new = self._subjects.add(
-            hashes, pending.checked.codes[ok], ok.astype(np.int64) + pending.row_offset + 1
+            # by the node drawn from: a terminated postcode and the live one it maps to are
+            # one draw, so one subject at both is released once
+            hashes,
+            pending.checked.nodes[ok],
+            ok.astype(np.int64) + pending.row_offset + 1,
         )
         if warn and new:
             self._warned += len(new)

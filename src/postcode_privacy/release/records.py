@@ -250,8 +250,9 @@ class ChunkCheck:
 class CheckedRecords:
     check: ChunkCheck
     ids: list[str | None]
-    nodes: np.ndarray  # node to perturb from, -1 for a failed row
-    codes: np.ndarray  # the true postcode as a number (node, or len(graph) + terminated row)
+    # node to perturb from (a terminated postcode's is the live node it maps to, as its draw
+    # is that node's), -1 for a failed row
+    nodes: np.ndarray
 
 
 class RecordRules:
@@ -285,7 +286,6 @@ class RecordRules:
         kind[list(id_failures)] = -1  # the identifier's failure comes first
         released = kind == 0
         nodes = np.where(released, outcomes["node"][which], -1)
-        codes = np.where(released, outcomes["code"][which], -1)
         counts["terminated_mapped"] = int(np.count_nonzero(outcomes["mapped"][which] & released))
         for i in np.flatnonzero(~released)[:MAX_LISTED_ERRORS].tolist():
             check.row_errors.append(
@@ -304,7 +304,7 @@ class RecordRules:
         for i in np.flatnonzero(~released).tolist():
             ids[i] = None
         if screen is not None:
-            self._apply_screen(screen, check, ids, nodes, codes, row_offset)
+            self._apply_screen(screen, check, ids, nodes, row_offset)
         failed = sum(counts[k] for k in FAILURE_KINDS)
         counts["failed"] = failed
         counts["released"] = n - failed
@@ -313,7 +313,7 @@ class RecordRules:
         elif self.options.on_error == "drop":
             counts["dropped"] = failed
         counts["rows_out"] = n - counts["dropped"]
-        return CheckedRecords(check, ids, nodes, codes)
+        return CheckedRecords(check, ids, nodes)
 
     def _apply_screen(
         self,
@@ -321,13 +321,12 @@ class RecordRules:
         check: ChunkCheck,
         ids: list,
         nodes: np.ndarray,
-        codes: np.ndarray,
         row_offset: int,
     ) -> None:
         """Fail the records the ledger's budget refuses (docs/ledger.md, "Budgets")."""
         refused = screen(ids, nodes, row_offset)
         for i in refused:
-            nodes[i] = codes[i] = -1
+            nodes[i] = -1
             ids[i] = None
             error = (row_offset + i + 1, _FAILURE_LABELS["over_budget"])
             if len(check.row_errors) < MAX_LISTED_ERRORS:
@@ -362,7 +361,7 @@ class RecordRules:
     def _postcode_outcomes(self, values: list) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Outcome arrays per distinct postcode cell and, per row, the index of its cell.
 
-        An outcome is (failure kind index or 0, node to release from, true code, mapped?);
+        An outcome is (failure kind index or 0, node to release from, mapped?);
         index 0 of FAILURE_KINDS is an identifier kind, so 0 can mean "no failure" here.
         Text cells are grouped by exact equality (``pd.factorize``); any other cell (missing
         values, numbers) is classified on its own, so grouping can never merge cells that the
@@ -394,25 +393,24 @@ class RecordRules:
         table = []
         for norm in norms:
             if type(norm) is not str:
-                table.append((norm, -1, -1, False))
+                table.append((norm, -1, False))
                 continue
             node = next(found)
             if node >= 0:
-                table.append((0, node, node, False))
+                table.append((0, node, False))
             else:  # not a node: a terminated postcode the directory locates, or unknown
-                table.append(self._unlisted(norm, len(self.graph)))
+                table.append(self._unlisted(norm))
         outcomes = {
             "kind": np.array([t[0] for t in table], dtype=np.int64).reshape(-1),
             "node": np.array([t[1] for t in table], dtype=np.int64).reshape(-1),
-            "code": np.array([t[2] for t in table], dtype=np.int64).reshape(-1),
-            "mapped": np.array([t[3] for t in table], dtype=bool).reshape(-1),
+            "mapped": np.array([t[2] for t in table], dtype=bool).reshape(-1),
         }
         return outcomes, np.asarray(which, dtype=np.int64)
 
-    def _unlisted(self, norm: str, n_nodes: int) -> tuple[int, int, int, bool]:
+    def _unlisted(self, norm: str) -> tuple[int, int, bool]:
         """Outcome of a well-formed postcode that is not a node of the graph."""
         if self._nearest is not None:
             row = self._nearest.row_of(norm)
             if row is not None:
-                return 0, self._nearest.nearest_node(row), n_nodes + row, True
-        return _KIND["unknown_postcode"], -1, -1, False
+                return 0, self._nearest.nearest_node(row), True
+        return _KIND["unknown_postcode"], -1, False

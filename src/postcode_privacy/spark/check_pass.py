@@ -66,7 +66,7 @@ def _check_partition(spec: _TaskSpec, batches):
                 count=ok.size,
             ).view(np.int64)
             pairs = pd.DataFrame(
-                {"h": hashes, "c": checked.codes[ok], "r": ok.astype(np.int64) + seen + 1}
+                {"h": hashes, "c": checked.nodes[ok], "r": ok.astype(np.int64) + seen + 1}
             )
             pairs = pairs.drop_duplicates(["h", "c"], keep="first")
             yield pd.DataFrame(
