@@ -382,7 +382,11 @@ def test_float_bounds_of_a_range_hold_the_exact_value():
         assert math.nextafter(low, 1) == high  # the nearest floats either side
     assert float_below(Fraction(1, 2)) == float_above(Fraction(1, 2)) == 0.5
     assert float_below(Fraction(0)) == 0.0 and float_above(Fraction(1)) == 1.0
-    assert float_above(1 - Fraction(1, 10**20)) < 1  # never an untrue 1
+    # A bound holds first: the least float at or above 1 - 10^-20 is 1.0 (a float below 1 cut
+    # the exact value out of `evaluate`'s range at epsilon 100; an audit of round 28), and the
+    # largest at or below 10^-400 is 0.0.
+    assert float_above(1 - Fraction(1, 10**20)) == 1.0
+    assert float_below(Fraction(1, 10**400)) == 0.0
 
 
 @pytest.mark.slow  # exact attacker figures on a sample: two seconds

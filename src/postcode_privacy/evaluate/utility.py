@@ -39,25 +39,27 @@ def honest_float(x: Fraction) -> float:
 
 def float_below(x: Fraction) -> float:
     """The largest float at most ``x``: a range's lower bound, so that the stated range holds
-    the exact value (docs/choosing-epsilon.md).  As :func:`honest_float`, 0.0 only for exactly 0,
-    so a positive ``x`` below the smallest float (5e-324) is the one bound it cannot keep."""
+    the exact value (docs/choosing-epsilon.md).  Unlike :func:`honest_float` it may be 0.0 for
+    a positive ``x`` (below the smallest float, 5e-324): a bound must hold before it reads well,
+    and the range's text says "less than 0.1%" where it matters."""
     import math
 
     f = float(x)  # correctly rounded: within half a step of x
     if Fraction(f) > x:
         f = math.nextafter(f, -math.inf)
-    return honest_float(x) if f in (0.0, 1.0) else f
+    return f
 
 
 def float_above(x: Fraction) -> float:
-    """The smallest float at least ``x``: a range's upper bound (:func:`float_below`); 1.0
-    only for exactly 1."""
+    """The smallest float at least ``x``: a range's upper bound (:func:`float_below`).  It may
+    be 1.0 for an ``x`` just below 1 (1 - 10^-20): a float below 1 would cut the exact value
+    out of the range; the text says "more than 99.9%"."""
     import math
 
     f = float(x)
     if Fraction(f) < x:
         f = math.nextafter(f, math.inf)
-    return honest_float(x) if f in (0.0, 1.0) else f
+    return f
 
 
 @dataclass
