@@ -236,6 +236,34 @@ def test_duplicate_subject_warning_is_printed(setup, tmp_path, capsys):
     ]
 
 
+def test_quiet_still_warns_that_null_or_drop_applied_and_that_a_kept_source_is_no_release(
+    setup, tmp_path, capsys
+):
+    """`-q` drops the summary, and with it the two lines no release may go without: that the
+    release shows which records failed (`null`, `drop`), and that `--keep-source-postcode` made
+    a file that must not be published (an audit of round 28 found a quiet run silent)."""
+    src = write_records(
+        tmp_path / "in.csv", setup["codes"], n=6, overrides={(2, "postcode"): "NOT A CODE"}
+    )
+    assert perturb(setup, src, tmp_path / "null.csv", "-q", "--on-error", "null") == 0
+    printed = capsys.readouterr()
+    assert printed.out == "" and "NOT A CODE" not in printed.err
+    assert printed.err.splitlines() == [
+        "warning: 1 record could not be released (1 left empty, 0 dropped); the release shows "
+        "which, and so that their identifiers or true postcodes were missing, malformed or not "
+        "in the graph: the guarantee does not cover that fact",
+        "  the warning above describes the true records: keep it out of published logs",
+    ]
+    kept = ("-q", "--on-error", "drop", "--keep-source-postcode")
+    assert perturb(setup, src, tmp_path / "kept.csv", *kept) == 0
+    err = capsys.readouterr().err
+    assert "warning: NOT a release: --keep-source-postcode kept the true postcodes" in err
+    assert "(0 left empty, 1 dropped)" in err
+    clean = write_records(tmp_path / "clean.csv", setup["codes"], n=6)
+    assert perturb(setup, clean, tmp_path / "clean-out.csv", "-q") == 0
+    assert capsys.readouterr().err == ""
+
+
 # -- every input problem: a message and an exit code, and no files ------------------------------
 
 

@@ -345,6 +345,10 @@ def test_a_budget_refusal_stops_the_release_whatever_on_error_says(ledger, tmp_p
     if policy != "error":
         assert "2 of 4 records would take their subjects over the budget" in str(info.value)
         assert "whatever on_error says" in str(info.value)
+        # what an empty cell would tell: a refused new draw, not always a move (a new key, graph
+        # or epsilon draws every subject anew; an audit of round 28)
+        assert "that its subject was refused a new draw" in str(info.value)
+        assert "under an unchanged key, graph and epsilon, that they moved" in str(info.value)
     assert not [p.name for p in tmp_path.iterdir() if "q2-out" in p.name]  # nor lock, temp
     assert ledger.summary()["draws"] == 3 and len(ledger.summary()["releases"]) == 1
     # Within the budget the policy applies to a postcode that fails the record checks.

@@ -52,7 +52,7 @@ def echo_library_warnings(quiet: bool = False):
     from ..errors import TeleportWarning
     from ..release import DuplicateSubjectWarning
 
-    ours = (TeleportWarning, DuplicateSubjectWarning, LateSignalWarning)
+    ours = (TeleportWarning, DuplicateSubjectWarning, LateSignalWarning, _RecordsNotice)
     with warnings.catch_warnings(record=True) as caught:
         for category in ours:
             warnings.simplefilter("always", category)
@@ -65,13 +65,43 @@ def echo_library_warnings(quiet: bool = False):
                     click.echo(f"warning: {item.message}", err=True)
                 else:
                     others.append(item)
-            if quiet and any(issubclass(i.category, DuplicateSubjectWarning) for i in caught):
+            about_records = (DuplicateSubjectWarning, _RecordsNotice)
+            if quiet and any(issubclass(i.category, about_records) for i in caught):
                 click.echo(
                     "  the warning above describes the true records: keep it out of published logs",
                     err=True,
                 )
     for item in others:
         warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+
+
+class _RecordsNotice(UserWarning):
+    """A line of the summary that ``-q`` must still print, about the true records."""
+
+
+def warn_without_the_summary(manifest: dict, output_path: str) -> None:
+    """Under ``-q`` there is no summary, but two of its lines are warnings no release may go
+    without: that ``null``/``drop`` applied (the release then shows which records failed, a
+    fact the guarantee does not cover: docs/release.md) and that the output holds the true
+    postcodes (``--keep-source-postcode``)."""
+    from ..release.manifest import read_audit
+
+    counts = read_audit(output_path)["counts"]  # private: shown to the operator only
+    if counts["failed"]:
+        warnings.warn(
+            f"{counted(counts['failed'], 'record')} could not be released "
+            f"({counts['nulled']} left empty, {counts['dropped']} dropped); the release shows "
+            "which, and so that their identifiers or true postcodes were missing, malformed or "
+            "not in the graph: the guarantee does not cover that fact",
+            _RecordsNotice,
+            stacklevel=2,
+        )
+    if manifest["columns"]["source_postcode_kept"]:
+        click.echo(
+            "warning: NOT a release: --keep-source-postcode kept the true postcodes in the "
+            "output; do not publish it",
+            err=True,
+        )
 
 
 def show_progress(quiet: bool) -> bool:
@@ -117,7 +147,9 @@ def graph_loader(graph_path: str | None, progress: bool):
     metavar="N",
     help="Records read, checked and written at a time (does not change the output).",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress bar and no summary; warnings still print."
+)
 @click.option(
     "--ledger",
     "ledger_location",
@@ -222,6 +254,8 @@ def perturb_command(
                 terminated_locations=terminated_locations,
                 ledger=recorder,
             )
+            if quiet:
+                warn_without_the_summary(manifest, output_path)
     if not quiet:
         ledger_line = None
         if recorder is not None:  # (a budget refuses no record of a release that was made)

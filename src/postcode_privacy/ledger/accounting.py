@@ -1,9 +1,10 @@
 """Cumulative spend: exact sums of epsilon over distinct draws (docs/ledger.md, "Accounting").
 
 A subject's cumulative spend is the sum of epsilon over its distinct draws (basic
-composition, docs/threat-model.md: ``n`` independent draws are ``n·ε·d̃``-private).  When the
-draws are of different true postcodes (a person who moved) the sum is conservative: it bounds
-what the draws together reveal about either location.  All arithmetic is on :class:`fractions.Fraction`;
+composition, docs/threat-model.md: ``n`` independent draws are ``n·ε·d̃``-private, in each
+draw's own graph's hops).  For a person who moved it bounds what the draws reveal about where
+they lived; not whether they moved, which keyed determinism shows to anyone holding two
+releases (docs/ledger.md, "Accounting").  All arithmetic is on :class:`fractions.Fraction`;
 no float is ever involved.
 """
 

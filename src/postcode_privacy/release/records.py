@@ -129,18 +129,21 @@ class OverBudgetError(InputDataError):
 def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None) -> InputDataError:
     """The error for records the ledger's budget refuses, whatever ``on_error`` says.
 
-    Only a record that draws anew can be refused (a repeated draw costs nothing), and a subject
-    draws anew when their true postcode differs from the one an earlier release drew for.  So
-    an empty cell or a missing row in its place would tell the release's readers that the
-    subject's postcode changed, a fact the guarantee does not cover: the release stops instead,
-    naming the rows (docs/ledger.md, "Budgets")."""
+    Only a record that draws anew can be refused (a repeated draw costs nothing): under an
+    unchanged key, graph, epsilon and radius, that is a subject whose true postcode differs from
+    the one an earlier release drew for.  So an empty cell or a missing row in its place would
+    tell the release's readers that the subject was refused a new draw, a fact about their true
+    postcodes that the guarantee does not cover: the release stops instead, naming the rows
+    (docs/ledger.md, "Budgets")."""
     counts = check.counts
     over = counts.get("over_budget", 0)
     return OverBudgetError(
         f"{over} of {counts.get('records', 0)} records would take their subjects over the "
         f"budget; nothing is released.  A record the budget refuses stops the release "
         f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
-        "would tell the release's readers that its subject's postcode changed",
+        "would tell the release's readers that its subject was refused a new draw, a fact "
+        "about their true postcodes (under an unchanged key, graph and epsilon, that they "
+        "moved)",
         row_errors=sorted(check.budget_errors)[:MAX_LISTED_ERRORS],
         total_errors=over,
         row_lines=row_lines,
