@@ -599,6 +599,45 @@ def test_a_subject_at_a_terminated_postcode_and_its_live_one_is_one_draw_not_two
     assert out[0] == out[1]
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_the_input_read_is_the_file_its_name_means_here_never_home_nor_a_url(
+    grid, key, tmp_path, monkeypatch, suffix
+):
+    """Given "~/in.csv", pandas read $HOME/in.csv (pyarrow likewise for Parquet) while the
+    checks and the audit's sha256 were of ./~/in.csv, and "file:///..." was fetched as a URL
+    (a hostile review of round 28): the release held another file's records than the one
+    hashed. A name is now read as the file it names, relative to the current directory."""
+    graph, codes = grid
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "~").mkdir()
+    (tmp_path / "file:" / "elsewhere").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+
+    def write(path, people):
+        df = pd.DataFrame({"person": people, "pc": codes[: len(people)]})
+        if suffix == ".csv":
+            df.to_csv(path, index=False)
+        else:
+            df.to_parquet(path, index=False)
+
+    for named, decoy in (
+        (f"~/in{suffix}", home / f"in{suffix}"),
+        (f"file:///elsewhere/in{suffix}", tmp_path / "elsewhere" / f"in{suffix}"),
+    ):
+        write(tmp_path / os.path.normpath(named.replace("file:///", "file:/")), ["meant"])
+        write(decoy, ["decoy", "decoy"])
+        out = tmp_path / f"out{suffix}"
+        run(named, out, graph, key, force=True)
+        back = pd.read_csv(out, dtype=str) if suffix == ".csv" else pd.read_parquet(out)
+        assert back["person"].tolist() == ["meant"], named
+        audit = read_audit(out)
+        meant = tmp_path / os.path.normpath(named.replace("file:///", "file:/"))
+        assert audit["input"]["sha256"] == hashlib.sha256(meant.read_bytes()).hexdigest()
+
+
 def test_terminated_nearest_needs_coordinates(key):
     from postcode_privacy import Graph
 

@@ -129,6 +129,39 @@ def test_every_writer_round_trips_any_cell(small, tmp_path_factory, suffix, cell
     check_round_trip(df, out)
 
 
+@pytest.mark.parametrize("cuts", [False, True])
+def test_a_nul_in_a_csv_cell_comes_out_unchanged_or_the_pandas_that_would_cut_it_refuses(
+    small, tmp_path, monkeypatch, cuts
+):
+    """pandas before 3 ends a CSV cell at NUL without a word: "123\\0456" was read as subject
+    "123" and "TF4 3EB\\0junk" as a postcode it released (a review of round 28, on pandas
+    2.2.3, which pyproject allows). There the run is refused, naming the record; pandas 3 keeps
+    the cell whole. Either way, never a cell cut short."""
+    from postcode_privacy.errors import InputDataError
+    from postcode_privacy.release import reader
+
+    monkeypatch.setattr(reader, "PANDAS_CUTS_CELLS_AT_NUL", cuts)
+    graph, codes = small
+    df = records([("x", "y"), ("multi\nline", "z"), ("nul\x00mid", "w")], codes)
+    src = tmp_path / "in.csv"
+    write_input(df, src)
+    out = tmp_path / "out.csv"
+    options = dict(key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
+    if not cuts:
+        release_file(src, out, **options)
+        check_round_trip(df, out)
+        return
+    with pytest.raises(InputDataError) as info:
+        release_file(src, out, **options)
+    message = str(info.value)
+    assert message.startswith("record 3 (starting on line 5) holds a NUL character, which pandas")
+    assert "mid" not in message and not out.exists()
+    header = tmp_path / "header.csv"
+    header.write_bytes(b'person,"p\x00c"\n1,x\n')
+    with pytest.raises(InputDataError, match="^the header holds a NUL character"):
+        release_file(header, tmp_path / "h.csv", **{**options, "postcode_column": "p\x00c"})
+
+
 def test_a_bare_carriage_return_does_not_add_a_row(small, tmp_path):
     """The defect as reported: 20 records read back as 21 with a CR inside a quoted cell."""
     graph, codes = small

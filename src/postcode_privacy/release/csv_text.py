@@ -148,6 +148,10 @@ def _floats(array) -> list[str | None]:
     import pyarrow as pa
 
     # widening to 64 bits is exact; repr is the shortest text that reads back the same
+    if pa.types.is_float16(array.type):
+        # pyarrow 15 (the least pyproject allows) has no cast from 16 bits: numpy's float16,
+        # which to_pylist gives, widens exactly too
+        return _cells(array, lambda value: repr(float(value)))
     return _cells(array.cast(pa.float64()), repr)
 
 

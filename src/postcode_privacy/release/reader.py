@@ -42,12 +42,16 @@ from .csv_lines import (
     csv_field_limit,
     first_bad_utf8_line,
     first_long_record,
+    first_record_with_nul,
     survey_lines,
     unclosed_quote_line,
 )
 from .csv_text import first_unshowable, has_text
 from .formats import READ_ERRORS, is_compressed, open_decompressed, os_reason, table_format
 from .type_words import type_words
+
+# pandas' C reader before 3.0 ends a field at a NUL byte and drops the rest of it, silently.
+PANDAS_CUTS_CELLS_AT_NUL = int(pd.__version__.split(".")[0]) < 3
 
 __all__ = [
     "TableReader",
@@ -149,10 +153,14 @@ class TableReader:
             try:
                 # Compressed input is read through the package's own reader, not pandas'
                 # (compression="infer"): that one loses the records after a damaged bzip2 or
-                # xz stream without a word (formats.open_decompressed).
-                source: Any = self.path
+                # xz stream without a word (formats.open_decompressed).  Plain input is opened
+                # here too: given a name, pandas expands "~" and fetches "file://" or
+                # "http://" names, so it could read a file other than the one checked and hashed.
+                source: Any
                 if is_compressed(self.path):
                     source = opened.enter_context(open_decompressed(self.path))
+                else:
+                    source = opened.enter_context(open(self.path, "rb"))
                 reader = pd.read_csv(
                     source,
                     sep=",",
@@ -198,6 +206,8 @@ class TableReader:
         its first empty line, where one could."""
         try:
             survey = survey_lines(self.path)
+            if survey.nul and PANDAS_CUTS_CELLS_AT_NUL:
+                self._refuse_nul()
             if not (survey.could_start_blank or survey.could_be_empty):
                 return False
             lines = blank_and_empty_lines(self.path)
@@ -215,6 +225,21 @@ class TableReader:
         raise InputDataError(
             f"line {lines.empty} of the file is empty, and the CSV reader cannot skip empty "
             f"lines safely in this file ({why}): remove the empty lines"
+        )
+
+    def _refuse_nul(self) -> None:
+        """pandas before 3 ends a CSV cell at a NUL character without a word, so a cell would
+        come out cut short (and an identifier or postcode be read as another): refused there,
+        naming the record; pandas 3 keeps every character (docs/release.md, "Limits and unusual
+        files")."""
+        found = first_record_with_nul(self.path)
+        if found is None:  # (only inside a cell pandas never reads, should one exist)
+            return
+        record, line = found
+        where = "the header" if record == 0 else f"record {record} (starting on line {line})"
+        raise InputDataError(
+            f"{where} holds a NUL character, which pandas {pd.__version__} cuts a cell short "
+            "at (pandas 3 keeps it): install pandas 3 or later, or remove the NUL characters"
         )
 
     def _csv_error(self, exc: BaseException) -> InputDataError:
@@ -267,7 +292,10 @@ class TableReader:
             # INT96 timestamps (Spark's and Hive's older format) are read in microseconds:
             # in nanoseconds, pyarrow's default, a date past 2262 or before 1677 (9999-12-31,
             # a common "valid to") wraps round silently.
-            return pq.ParquetFile(self.path, coerce_int96_timestamp_unit="us")
+            # The absolute path: given "~/in.parquet", pyarrow reads $HOME's file, not the one
+            # the name means here (which was checked and hashed); no absolute path starts
+            # with "~" or holds "//" (os.path.abspath collapses it), so none reads as a URI.
+            return pq.ParquetFile(os.path.abspath(self.path), coerce_int96_timestamp_unit="us")
         except (pa.ArrowException, OSError, ValueError):
             raise InputDataError("the input is not a readable Parquet file") from None
 
