@@ -102,6 +102,11 @@ def test_out_column_may_not_be_mistaken_for_the_truth(small, key):
     df = frame(["1"], [codes[0]], postcode_dp=["x"])
     with pytest.raises(InvalidParameterError, match="own name"):
         release(df, graph, key, out_column="postcode")
+    # nor a name that differs from it only in case, spaces or Unicode form, as an input column
+    # like that is refused (a hostile review of round 28 found "Postcode" accepted)
+    for alike in ("Postcode", " postcode ", "ｐｏｓｔｃｏｄｅ", "ID"):
+        with pytest.raises(InvalidParameterError, match="not only in case"):
+            release(df, graph, key, out_column=alike)
     with pytest.raises(
         InputDataError,
         match=r"already has a column named like out_column 'postcode_dp' \(column 3\)",

@@ -638,6 +638,26 @@ def test_the_input_read_is_the_file_its_name_means_here_never_home_nor_a_url(
         assert audit["input"]["sha256"] == hashlib.sha256(meant.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("end", [b"\r", b"\n", b"\r\n"])
+def test_an_unended_last_line_reads_alike_at_every_chunk_size(grid, key, tmp_path, end):
+    """pandas' C reader raised "Buffer overflow caught" on a CR-ended file whose last line,
+    unended, is a lone comma, whenever a chunk ended before it (chunk sizes 1 and 2 here, or
+    a file of 100,001 records at the default), and the run said "an unclosed quote" (a hostile
+    review of round 28). The last line is now read as if ended: the same records, alike at
+    every chunk size."""
+    graph, codes = grid
+    src = tmp_path / "in.csv"
+    src.write_bytes(end.join([b"pid,pc", f"1,{codes[0]}".encode(), f"2,{codes[1]}".encode(), b","]))
+    outputs = set()
+    for size in (1, 2, 3, 100):
+        out = tmp_path / f"out{size}.csv"
+        run(src, out, graph, key, id_column="pid", on_error="drop", chunk_size=size)
+        outputs.add(out.read_bytes())
+        assert read_audit(out)["counts"]["records"] == 3
+    assert len(outputs) == 1
+    assert pd.read_csv(out, dtype=str)["pid"].tolist() == ["1", "2"]
+
+
 def test_terminated_nearest_needs_coordinates(key):
     from postcode_privacy import Graph
 

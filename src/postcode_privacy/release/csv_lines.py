@@ -88,6 +88,7 @@ class _Survey(NamedTuple):
     lone_cr: bool  # some carriage return is not followed by a line feed
     size: int  # bytes (after decompression)
     nul: bool  # some byte is NUL
+    unended: bool  # the last line has no line end (and the file is not empty)
 
 
 # The end of pandas' C reader's read buffer (its default chunk): where a line's leading blanks
@@ -118,7 +119,40 @@ def survey_lines(path: str) -> _Survey:
             nul = nul or b"\0" in block
             tail = block[-1:]
         lone_cr = lone_cr or tail == b"\r"
-    return _Survey(start_blank, empty, lone_cr, size, nul)
+    unended = size > 0 and tail not in (b"\n", b"\r")
+    return _Survey(start_blank, empty, lone_cr, size, nul, unended)
+
+
+class LastLineEnded(io.RawIOBase):
+    """The bytes of the binary stream ``source``, then a line feed if they do not end in a line
+    end.  pandas' C reader fails on some files whose last line is unended ("Buffer overflow
+    caught" for a CR-ended file whose last line is a lone delimiter), or not, as the chunk
+    size falls; an ended last line is the same records, and reads alike at every size."""
+
+    def __init__(self, source) -> None:
+        self._source = source
+        self._last = b"\n"
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._ended:
+            return 0
+        count = self._source.readinto(buffer)
+        if count:
+            self._last = bytes(buffer[count - 1 : count])
+            return count
+        self._ended = True
+        if self._last in (b"\n", b"\r"):
+            return 0
+        buffer[0:1] = b"\n"
+        return 1
+
+    def close(self) -> None:
+        self._source.close()
+        super().close()
 
 
 def first_record_with_nul(path: str) -> tuple[int, int] | None:
@@ -184,26 +218,27 @@ def record_lines(path: str | os.PathLike, records: Iterable[int], total: int) ->
 class _Lines(NamedTuple):
     blank: int | None  # the first line of nothing but spaces or tabs
     empty: int | None  # the first empty line
-    empty_before_record: bool  # some empty line has a record after it
     starts_blank: bool  # some record starts with a space or a tab
+    # some empty line ended by a lone carriage return (outside quotes) has a record after it
+    cr_empty_before_record: bool
 
 
 def blank_and_empty_lines(path: str) -> _Lines:
     """What the lines outside quoted cells hold, by Python's CSV reader (which splits lines
     and quotes as pandas does)."""
     empty = None
-    pending_empty = before_record = starts_blank = False
+    starts_blank = pending_cr = cr_before_record = False
     for line, row, raw, one_line in _records_with_lines(path):
         if not row:
             empty = line if empty is None else empty
-            pending_empty = True
+            pending_cr = pending_cr or raw == "\r"
             continue
         if one_line and blanks_only(row):
             if raw.rstrip("\r\n") == row[0]:  # unquoted: the line itself is the blanks
-                return _Lines(line, empty, before_record, True)
-        before_record = before_record or pending_empty
+                return _Lines(line, empty, True, cr_before_record)
+        cr_before_record = cr_before_record or pending_cr
         starts_blank = starts_blank or raw[:1] in (" ", "\t")
-    return _Lines(None, empty, before_record, starts_blank)
+    return _Lines(None, empty, starts_blank, cr_before_record)
 
 
 def unclosed_quote_line(path: str) -> int | None:

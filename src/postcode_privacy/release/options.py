@@ -122,11 +122,15 @@ class ReleaseOptions:
             raise InvalidParameterError(
                 f"{self.flag('id_column')} and {self.flag('postcode_column')} must differ"
             )
-        if self.out_column in (self.id_column, self.postcode_column):
+        # Also a name that differs only in case, spaces, invisible characters or Unicode form
+        # ("Postcode" for "postcode"): the input's twins of the postcode column are refused
+        # for the same reason (check_columns).
+        if _loosely(self.out_column) in (_loosely(self.id_column), _loosely(self.postcode_column)):
             raise InvalidParameterError(
                 f"{self.flag('out_column')} must be the output column's own name, different from "
-                "the identifier and true postcode columns, so the released postcode cannot be "
-                "mistaken for the truth"
+                "the identifier and true postcode columns (not only in case, spaces, invisible "
+                "characters or Unicode form), so the released postcode cannot be mistaken for "
+                "the truth"
             )
         if self.radius is not None:
             if isinstance(self.radius, bool) or not isinstance(self.radius, numbers.Integral):

@@ -36,6 +36,7 @@ from .arrow_types import nested_dictionary, refuse_dictionaries_in_extensions, w
 from .column_labels import duplicate_columns_message
 from .csv_lines import (
     PANDAS_BUFFER,
+    LastLineEnded,
     blank_and_empty_lines,
     blank_line_message,
     blanks_only,
@@ -93,6 +94,7 @@ class TableReader:
         self.metadata_indexes: list[str] = []
         # whether pandas may skip empty lines, once the lines are checked (``_check_lines``)
         self._skip_blank_lines: bool | None = None
+        self._unended = False  # the last line has no line end (``_check_lines`` says)
         if self.format == "csv":
             self.columns = self._csv_header()
         else:
@@ -161,6 +163,10 @@ class TableReader:
                     source = opened.enter_context(open_decompressed(self.path))
                 else:
                     source = opened.enter_context(open(self.path, "rb"))
+                if self._unended:
+                    source = opened.enter_context(
+                        io.BufferedReader(LastLineEnded(source), buffer_size=1 << 20)
+                    )
                 reader = pd.read_csv(
                     source,
                     sep=",",
@@ -206,6 +212,7 @@ class TableReader:
         its first empty line, where one could."""
         try:
             survey = survey_lines(self.path)
+            self._unended = survey.unended
             if survey.nul and PANDAS_CUTS_CELLS_AT_NUL:
                 self._refuse_nul()
             if not (survey.could_start_blank or survey.could_be_empty):
@@ -218,7 +225,8 @@ class TableReader:
         if lines.empty is None:
             return False
         buffer_fault = lines.starts_blank and survey.size > PANDAS_BUFFER
-        carriage_fault = survey.lone_cr and lines.empty_before_record
+        # (a carriage return inside a quoted cell is no line end: only the lines decide)
+        carriage_fault = survey.lone_cr and lines.cr_empty_before_record
         if not (buffer_fault or carriage_fault):
             return True
         why = "records start with spaces or tabs" if buffer_fault else "lines end in a lone CR"
@@ -304,8 +312,9 @@ class TableReader:
 
         handle = self._parquet_file()
         try:
-            if handle.metadata.num_columns > MAX_COLUMNS:
-                raise InputDataError(_too_many_columns(handle.metadata.num_columns))
+            leaves = handle.metadata.num_columns  # a struct's or list's fields count each
+            if leaves > MAX_COLUMNS:
+                raise InputDataError(_too_many_columns(leaves, len(handle.schema_arrow)))
             # pandas metadata would turn stored columns into an index: every stored column is
             # an ordinary column here (module docstring).
             self.metadata_indexes = _range_index_names(handle.schema_arrow.metadata)
@@ -463,7 +472,15 @@ class _HeaderLines:
         return line
 
 
-def _too_many_columns(count: int) -> str:
+def _too_many_columns(count: int, top_level: int | None = None) -> str:
+    """``count`` columns (for Parquet, leaf columns: a nested column's fields count each, and
+    ``top_level`` is how many columns the file shows)."""
+    if top_level is not None and top_level != count:
+        return (
+            f"the input has {top_level:,} columns holding {count:,} stored columns (each "
+            f"field of a nested column counts); at most {MAX_COLUMNS:,} are supported "
+            "(drop the columns the release does not need)"
+        )
     return (
         f"the input has {count:,} columns; at most {MAX_COLUMNS:,} are supported "
         "(drop the columns the release does not need)"
