@@ -19,7 +19,7 @@ from graphs import leeds_grid
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.release import ReleasePlan, release_file
-from postcode_privacy.release.csv_text import tz_database_version
+from postcode_privacy.release.csv_text import tz_database
 from postcode_privacy.release.manifest import PUBLISHABLE_FIELDS, read_audit
 from postcode_privacy.release.plan import PendingChunk
 
@@ -237,9 +237,40 @@ def test_the_tz_database_is_recorded_only_where_it_shapes_a_cells_text(grid, key
         output = run(src, tmp_path / f"out-{src.stem}{suffix}", graph, key)["output"]
         expected = dict(python)
         if recorded:
-            expected["tz_database"] = tz_database_version()
+            expected |= tz_database(["Europe/London"])
         assert output["written_with"] == expected
-    assert tz_database_version() != "unknown"  # this machine has one, as any that runs zoneinfo
+    recorded = tz_database(["Europe/London"])
+    assert "unknown" not in recorded["tz_database"]  # this machine's says its version
+
+
+def test_the_tz_record_names_the_zone_files_read_not_another_database(tmp_path):
+    """zoneinfo reads a zone from the first TZPATH directory holding it; the manifest named
+    the `tzdata` package's version whenever no directory had a `tzdata.zi` (as on macOS), and
+    two machines writing different local times recorded the same (a review across
+    environments, round 28). It now names the source each zone is read from and digests
+    the zone files themselves."""
+    import shutil
+    import zoneinfo
+
+    london = zoneinfo.ZoneInfo("Europe/London")
+    system = next(r for r in zoneinfo.TZPATH if os.path.isfile(os.path.join(r, "Europe/London")))
+    (tmp_path / "Europe").mkdir()
+    shutil.copyfile(os.path.join(system, "Europe/London"), tmp_path / "Europe" / "London")
+    try:
+        zoneinfo.reset_tzpath(to=[str(tmp_path)])
+        first = tz_database(["Europe/London"])
+        assert first["tz_database"] == "system, version unknown"
+        data = (tmp_path / "Europe" / "London").read_bytes()
+        again = hashlib.sha256(
+            len(b"Europe/London").to_bytes(4, "big") + b"Europe/London"
+            + len(data).to_bytes(8, "big") + data
+        )  # fmt: skip
+        assert first["tz_zones_sha256"] == again.hexdigest()
+        shutil.copyfile(os.path.join(system, "Europe/Paris"), tmp_path / "Europe" / "London")
+        assert tz_database(["Europe/London"])["tz_zones_sha256"] != first["tz_zones_sha256"]
+    finally:
+        zoneinfo.reset_tzpath()
+    assert london is zoneinfo.ZoneInfo("Europe/London")  # (the cache, and so other tests, unharmed)
 
 
 def test_parquet_types_and_nulls_survive(grid, key, tmp_path):
@@ -656,6 +687,31 @@ def test_an_unended_last_line_reads_alike_at_every_chunk_size(grid, key, tmp_pat
         assert read_audit(out)["counts"]["records"] == 3
     assert len(outputs) == 1
     assert pd.read_csv(out, dtype=str)["pid"].tolist() == ["1", "2"]
+
+
+def test_source_date_epoch_makes_a_release_made_again_the_same_manifest(
+    grid, key, tmp_path, monkeypatch
+):
+    """The manifest's `created` was always the wall clock, so a release made again from the
+    same inputs had the same file but another manifest, and another report (a review across
+    environments, round 28). `$SOURCE_DATE_EPOCH` now sets it, as it sets the report's date;
+    a malformed value is refused before any file is claimed."""
+    from postcode_privacy.errors import InvalidParameterError
+
+    graph, codes = grid
+    src = write_csv(pd.DataFrame({"person": ["1", "2"], "pc": codes[:2]}), tmp_path / "in.csv")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    manifests = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        run(src, tmp_path / name / "out.csv", graph, key)
+        manifests.append((tmp_path / name / "out.csv.manifest.json").read_bytes())
+    assert manifests[0] == manifests[1]
+    assert json.loads(manifests[0])["created"] == "2023-11-14T22:13:20+00:00"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1.7e9")
+    with pytest.raises(InvalidParameterError, match="SOURCE_DATE_EPOCH"):
+        run(src, tmp_path / "c.csv", graph, key)
+    assert not list(tmp_path.glob("c.csv*"))
 
 
 def test_terminated_nearest_needs_coordinates(key):

@@ -108,6 +108,16 @@ def test_page_is_self_contained_and_states_the_conditions(report):
     assert "at least as well as after one release" in " ".join(text.split())
 
 
+def test_the_page_names_the_matplotlib_that_drew_its_figures(report):
+    """The PNGs are matplotlib's drawing, so their bytes follow its version: the page and its
+    JSON name it (a review across environments, round 28)."""
+    import importlib.metadata
+
+    version = importlib.metadata.version("matplotlib")
+    assert report.data["figures_drawn_with"] == {"matplotlib": version}
+    assert f"figures drawn with matplotlib {version}." in render_html(report)
+
+
 def test_the_several_releases_figure_is_not_a_headline(report):
     """One simulated set of releases on ten postcodes put 0%, 10% or 30% in bold at the top of
     the page depending on the seed, below the one-release figure it can never truly be under

@@ -497,3 +497,20 @@ def test_calibrate_never_prints_an_achieved_self_probability_of_1():
     assert achieved_text("max-self-probability", 0.99996) == "more than 0.9999"
     assert achieved_text("max-self-probability", 0.2967263) == "0.2967"
     assert achieved_text("median-displacement-km", 0.99996) == "1"
+
+
+def test_figures_ignore_the_users_matplotlib_settings():
+    """A `matplotlibrc` in the current directory (or the user's) changed the report's PNGs, so
+    the same inputs gave another page (a review across environments, round 28): figures are
+    drawn in matplotlib's own defaults (and the page names matplotlib's version:
+    test_report.py)."""
+    import matplotlib
+    import numpy as np
+
+    from postcode_privacy.report._figures import histogram_figure
+
+    hist = np.zeros(3000)
+    hist[[10, 400, 2500]] = [5, 3, 1]
+    plain = histogram_figure(hist, "a test")
+    with matplotlib.rc_context({"axes.facecolor": "red", "font.size": 21, "axes.grid": True}):
+        assert histogram_figure(hist, "a test") == plain

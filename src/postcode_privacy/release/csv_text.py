@@ -98,26 +98,56 @@ def named_time_zones(schema) -> list[str]:
     return sorted(names)
 
 
-def tz_database_version() -> str:
-    """The version of the tz database ``zoneinfo`` reads: the system's (the ``# version`` line
-    of ``tzdata.zi`` in the first directory of ``zoneinfo.TZPATH`` that has one), else the
-    ``tzdata`` package's, which zoneinfo falls back to; ``"unknown"`` when neither says."""
+def tz_database(names: list[str]) -> dict[str, str]:
+    """Where ``zoneinfo`` reads the zones ``names`` from, for the manifest's ``written_with``.
+
+    zoneinfo takes a zone's file from the first directory of ``zoneinfo.TZPATH`` that has it,
+    else from the ``tzdata`` package.  ``tz_database`` is the version of each source used: a
+    directory's ``tzdata.zi`` says it on its first line, the package by its own version; a
+    directory without that file (as on macOS) is "system, version unknown".  ``tz_zones_sha256``
+    digests the zone files themselves (name and bytes, in name order), which binds the local
+    times written whatever the sources say of their versions."""
+    import hashlib
+
+    versions = []
+    parts = []  # zone files are a few kilobytes each
+    for name in sorted(names):
+        zone, version = _zone_file(name)
+        if version not in versions:
+            versions.append(version)
+        encoded = name.encode("utf-8")
+        parts += [len(encoded).to_bytes(4, "big"), encoded, len(zone).to_bytes(8, "big"), zone]
+    zones_sha256 = hashlib.sha256(b"".join(parts)).hexdigest()
+    return {"tz_database": " + ".join(versions), "tz_zones_sha256": zones_sha256}
+
+
+def _zone_file(name: str) -> tuple[bytes, str]:
+    """The bytes of zone ``name`` where zoneinfo reads them, and that source's version."""
     import importlib.metadata
+    import importlib.resources
     import os
     import zoneinfo
 
-    for root in zoneinfo.TZPATH:
-        try:
-            with open(os.path.join(root, "tzdata.zi"), encoding="ascii", errors="replace") as f:
-                first = f.readline(100)
-        except OSError:
-            continue
-        if first.startswith("# version "):
-            return first.split()[2]
+    root = next((r for r in zoneinfo.TZPATH if os.path.isfile(os.path.join(r, name))), None)
+    if root is not None:
+        with open(os.path.join(root, name), "rb") as handle:
+            return handle.read(), _directory_version(root)
+    zone = importlib.resources.files("tzdata.zoneinfo").joinpath(*name.split("/")).read_bytes()
     try:
-        return "tzdata " + importlib.metadata.version("tzdata")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+        return zone, "tzdata " + importlib.metadata.version("tzdata")
+    except importlib.metadata.PackageNotFoundError:  # (zoneinfo found it there)
+        return zone, "tzdata, version unknown"
+
+
+def _directory_version(root: str) -> str:
+    import os
+
+    try:
+        with open(os.path.join(root, "tzdata.zi"), encoding="ascii", errors="replace") as f:
+            first = f.readline(100)
+    except OSError:
+        return "system, version unknown"
+    return first.split()[2] if first.startswith("# version ") else "system, version unknown"
 
 
 def _plain(kind):

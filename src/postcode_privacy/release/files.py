@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from .._digest import sha256_of_file
+from .._environment import source_date_epoch
 from .._progress import stderr_is_terminal, timing_text
 from .._wording import counted
 from ..atomic import (
@@ -214,6 +215,7 @@ def release_file(
         raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
+    source_date_epoch()  # the manifest's time: a malformed value is refused before any work
     input_path, output_path, targets = _checked_paths(input_path, output_path)
     manifest_path = targets[1]
     claim = OutputClaim(targets, force=force, writes=WRITES_RELEASE)

@@ -104,7 +104,14 @@ def audit_path_for(output_path: str | os.PathLike) -> Path:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    """The release's time, in UTC: now, or the moment ``$SOURCE_DATE_EPOCH`` names (the
+    reproducible-builds convention), so that a release made again from the same inputs can
+    have the same manifest, byte for byte, and so the same report (docs/release.md, "The
+    manifest")."""
+    from .._environment import source_date_epoch
+
+    moment = source_date_epoch() or _dt.datetime.now(_dt.UTC)
+    return moment.isoformat(timespec="seconds")
 
 
 def build_manifest(

@@ -24,7 +24,7 @@ from .._digest import sha256_of_stream
 from ..errors import InputDataError
 from .arrow_types import dictionaries_of_their_own
 from .column_labels import column_label
-from .csv_text import Unshowable, named_time_zones, series_text, tz_database_version
+from .csv_text import Unshowable, named_time_zones, series_text, tz_database
 from .formats import is_compressed, open_decompressed, table_format
 
 __all__ = ["open_writer", "written_with", "uncompressed_sha256"]
@@ -227,8 +227,8 @@ def written_with(name: str, schema: Any = None) -> dict[str, str]:
 
         return {"pyarrow": pyarrow.__version__}
     versions = {}
-    if schema is not None and named_time_zones(schema):
-        versions["tz_database"] = tz_database_version()
+    if schema is not None and (zones := named_time_zones(schema)):
+        versions.update(tz_database(zones))
     lower = name.lower()
     if is_compressed(lower):
         versions["python"] = platform.python_version()

@@ -10,6 +10,7 @@ anyone's true data, with stand-in keys derived from the seed.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import math
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from ._maps import place_map, probability_in
 FORMAT = "postcode-privacy-report"
 # 3: probability_within_1km and map_outside_share are exact (fraction_json), not floats
 # 4: probability_within_1km counts postcodes exactly 1,000 m away (it was under 1,000 m)
-# 5: likelihood_ratio_bounds give two_candidates_upper
+# 5: likelihood_ratio_bounds give two_candidates_upper; figures_drawn_with
 FORMAT_VERSION = 5
 
 CONDITIONS = (
@@ -289,6 +290,8 @@ def build_report(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "generated": generated_at(),
+        # the one library whose version shapes the page's bytes beyond its numbers: the PNGs
+        "figures_drawn_with": {"matplotlib": importlib.metadata.version("matplotlib")},
         **identify_mechanism(mechanism),
         "radius_is_default": mechanism.radius == mechanism.default_radius,
         "prior": prior_kind(graph),

@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 from ..evaluate.utility import mixture_quantile_m
 from ._numbers import percent
+
+_Drawing = TypeVar("_Drawing", bound=Callable)
+
+
+def in_default_style(draw: _Drawing) -> _Drawing:
+    """Draw with matplotlib's own defaults, whatever a ``matplotlibrc`` in the current
+    directory, ``$MPLCONFIGDIR`` or the user's configuration says: a report is the same bytes
+    for the same inputs and matplotlib version (which the report records)."""
+
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        from matplotlib import style
+
+        with style.context("default"):
+            return draw(*args, **kwargs)
+
+    return drawn  # type: ignore[return-value]
 
 
 def png(fig) -> bytes:
@@ -21,6 +41,7 @@ def png(fig) -> bytes:
     return buffer.getvalue()
 
 
+@in_default_style
 def histogram_figure(hist_m: np.ndarray, what: str) -> bytes:
     """Bars of displacement probability per distance band (up to the 99th percentile)."""
     from matplotlib.figure import Figure

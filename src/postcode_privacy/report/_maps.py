@@ -21,7 +21,7 @@ from .._input_files import visible_text
 from ..evaluate.exact import ExactMechanism, OutputDistribution
 from ..evaluate.truncation import group_codes
 from ..graph.graph import Graph
-from ._figures import png
+from ._figures import in_default_style, png
 from ._numbers import percent
 
 _CELLS = 120  # map cells across the frame
@@ -105,6 +105,7 @@ def probability_in(exact: ExactMechanism, dist: OutputDistribution, where: np.nd
     return Fraction(ball + exact.powers[exact.radius] * rest, dist.normaliser)
 
 
+@in_default_style
 def place_map(
     exact: ExactMechanism, dist: OutputDistribution, label: str, half_width_m: float, title: str
 ) -> tuple[bytes, Fraction]:
