@@ -422,6 +422,29 @@ def test_refuses_to_overwrite_the_input(setup, tmp_path, capsys):
     assert src.read_bytes() == before
 
 
+def test_a_missing_input_is_named_with_where_it_was_looked_for(
+    setup, tmp_path, capsys, monkeypatch
+):
+    """ "the input file does not exist" left a newcomer in the wrong directory guessing (a
+    newcomer's review of round 28): the message names the path as given and, for a relative
+    one, the directory it was looked for in. `perturb --dry-run` and `ledger check` say the
+    same."""
+    monkeypatch.chdir(tmp_path)
+    assert perturb(setup, "demo/records.csv", tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert f"the input file does not exist: demo/records.csv (looked for in {tmp_path})" in err
+    missing = tmp_path / "gone.csv"
+    assert perturb(setup, missing, tmp_path / "out.csv") == 3
+    assert f"the input file does not exist: {missing}\n" in capsys.readouterr().err
+    ledger = tmp_path / "l.db"
+    assert main(["ledger", "init", str(ledger)]) == 0
+    capsys.readouterr()
+    dry = ("--dry-run", "--ledger", str(ledger))
+    assert perturb(setup, "demo/records.csv", tmp_path / "out.csv", *dry) == 3
+    assert "does not exist: demo/records.csv (looked for in" in capsys.readouterr().err
+    assert not list(tmp_path.glob("out.csv*"))
+
+
 def test_output_directory_that_cannot_be_written(setup, tmp_path, capsys):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
     if os.geteuid() == 0:

@@ -73,7 +73,12 @@ from .manifest import (
 )
 from .options import ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
-from .reader import TableReader, read_failure, refuse_columns_csv_cannot_hold
+from .reader import (
+    TableReader,
+    missing_input_message,
+    read_failure,
+    refuse_columns_csv_cannot_hold,
+)
 from .records import (
     COUNT_KEYS,
     ChunkCheck,
@@ -267,6 +272,7 @@ def _checked_paths(
     # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
     refuse_directory_path(input_path, "input", InputDataError)
     refuse_directory_path(output_path)
+    given_input = input_path
     input_path, output_path = Path(input_path), Path(output_path)
     try:
         input_path.name.encode("utf-8")
@@ -275,7 +281,7 @@ def _checked_paths(
             "the input file name is not valid UTF-8 text; rename it"
         ) from None
     if not input_path.exists():
-        raise InputDataError("the input file does not exist")
+        raise InputDataError(missing_input_message(given_input))
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
     table_format(input_path)

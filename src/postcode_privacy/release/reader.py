@@ -494,12 +494,28 @@ def _bounded_columns(columns: list) -> list:
 
 
 def read_failure(path: str, exc: BaseException) -> str:
-    """The message for an input that could not be read (in the CLI's terms, no path echoed)."""
+    """The message for an input that could not be read, in the CLI's terms."""
     if is_compressed(path) and not isinstance(exc, FileNotFoundError | PermissionError):
         return "the compressed input is damaged or ends early (truncated?)"
     if isinstance(exc, FileNotFoundError):  # worded as release_file's own check words it
-        return "the input file does not exist"
+        return missing_input_message(path)
     return f"cannot read the input file: {os_reason(exc)}"
+
+
+def missing_input_message(path: str | os.PathLike) -> str:
+    """ "The input file does not exist", naming the path as given (control and direction
+    characters made visible) and, for a relative one, the directory it was looked for in:
+    the commonest slip is running a command from another directory than the docs'."""
+    from .._input_files import visible_text
+
+    given = os.fspath(path)
+    message = f"the input file does not exist: {visible_text(given)}"
+    if not os.path.isabs(given):
+        try:
+            message += f" (looked for in {visible_text(os.getcwd())})"
+        except OSError:  # (the current directory was removed)
+            pass
+    return message
 
 
 def _check_utf8(batch, offset: int) -> None:
