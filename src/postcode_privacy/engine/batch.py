@@ -597,8 +597,7 @@ def perturb_many(
     if unknown:
         raise UnknownPostcodeError(
             f"{counted(unknown, 'record')} {verb(unknown, 'has', 'have')} a postcode that is not "
-            "a node of this "
-            f"graph (first at position {first_unknown}, counted from 0)"
+            f"a node of this graph (first at position {first_unknown}, counted from 0)"
         )
     result = _perturb_canonical(
         mechanism,
