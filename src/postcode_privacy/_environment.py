@@ -58,9 +58,9 @@ def source_date_epoch() -> _dt.datetime | None:
 def before_importing_scipy() -> None:
     """Call before importing scipy: a ``$SOURCE_DATE_EPOCH`` that ``int()`` cannot read
     (which ``report`` and a release's manifest use, and refuse) would otherwise stop the import
-    with numpy's ValueError.  numpy.f2py, which scipy imports and which reads the variable once, for the
-    date it stamps on the Fortran wrappers it generates (none here), is imported with the
-    variable hidden; it is put back at once."""
+    with numpy's ValueError.  numpy.f2py, which scipy imports and which reads the variable
+    once, for the date it stamps on the Fortran wrappers it generates (none here), is imported
+    with the variable hidden; it is put back at once."""
     text = os.environ.get(SOURCE_DATE_EPOCH)
     if text is None or "numpy.f2py" in sys.modules:
         return

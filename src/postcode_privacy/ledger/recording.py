@@ -102,8 +102,8 @@ class LedgerRecorder:
 
     ``budget``: refuse every record whose new draw would take its subject's cumulative spend
     above it (decimal text, a Decimal, an int, a float read by its shortest text, or a decimal
-    Fraction: ``accounting.budget_from``); such a record stops the release, whatever its ``on_error`` policy says
-    (``release.records.over_budget_error``).
+    Fraction: ``accounting.budget_from``); such a record stops the release, whatever its
+    ``on_error`` policy says (``release.records.over_budget_error``).
 
     States, in order: created; attached (:meth:`attach`); screened (:meth:`start`, called by
     the first screened chunk); pending (:meth:`prepare`); committed (:meth:`commit`).  A step

@@ -44,8 +44,8 @@ BASIS_STATEMENT = "the custodian's statement that its files were not published"
 
 
 class PendingRelease(dict):
-    """What the custodian is shown before settling: id, output (its recorded path), created, owner,
-    records, new draws and epsilon of a release that was pending when read."""
+    """What the custodian is shown before settling: id, output (its recorded path), created,
+    owner, records, new draws and epsilon of a release that was pending when read."""
 
 
 def custodian() -> str:
