@@ -129,37 +129,31 @@ def test_every_writer_round_trips_any_cell(small, tmp_path_factory, suffix, cell
     check_round_trip(df, out)
 
 
-@pytest.mark.parametrize("cuts", [False, True])
-def test_a_nul_in_a_csv_cell_comes_out_unchanged_or_the_pandas_that_would_cut_it_refuses(
-    small, tmp_path, monkeypatch, cuts
-):
-    """pandas before 3 ends a CSV cell at NUL without a word: "123\\0456" was read as subject
-    "123" and "TF4 3EB\\0junk" as a postcode it released (a review of round 28, on pandas
-    2.2.3, which pyproject allows). There the run is refused, naming the record; pandas 3 keeps
-    the cell whole. Either way, never a cell cut short."""
-    from postcode_privacy.errors import InputDataError
-    from postcode_privacy.release import reader
+def test_the_pandas_the_package_requires_keeps_nul_and_refuses_extra_fields(small, tmp_path):
+    """pandas 2 (allowed until round 29) ended a CSV cell at NUL without a word ("123\\0456"
+    read as subject "123"), and released a record's extra field or refused it by chunk size
+    (reviews of round 28). pyproject requires pandas 3, which keeps every character and
+    refuses a record longer than the header at every chunk size."""
+    import tomllib
+    from pathlib import Path
 
-    monkeypatch.setattr(reader, "PANDAS_CUTS_CELLS_AT_NUL", cuts)
+    from postcode_privacy.errors import InputDataError
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert "pandas>=3.0" in pyproject["project"]["dependencies"]
+    assert int(pd.__version__.split(".")[0]) >= 3
     graph, codes = small
     df = records([("x", "y"), ("multi\nline", "z"), ("nul\x00mid", "w")], codes)
     src = tmp_path / "in.csv"
     write_input(df, src)
-    out = tmp_path / "out.csv"
     options = dict(key=KEY, epsilon="1", id_column="person", postcode_column="pc", graph=graph)
-    if not cuts:
-        release_file(src, out, **options)
-        check_round_trip(df, out)
-        return
-    with pytest.raises(InputDataError) as info:
-        release_file(src, out, **options)
-    message = str(info.value)
-    assert message.startswith("record 3 (starting on line 5) holds a NUL character, which pandas")
-    assert "mid" not in message and not out.exists()
-    header = tmp_path / "header.csv"
-    header.write_bytes(b'person,"p\x00c"\n1,x\n')
-    with pytest.raises(InputDataError, match="^the header holds a NUL character"):
-        release_file(header, tmp_path / "h.csv", **{**options, "postcode_column": "p\x00c"})
+    release_file(src, tmp_path / "out.csv", **options)
+    check_round_trip(df, tmp_path / "out.csv")
+    extra = tmp_path / "extra.csv"
+    extra.write_text(f"person,pc\n1,{codes[0]}\n2,{codes[1]},EXTRA\n")
+    for size in (1, 2, 100):
+        with pytest.raises(InputDataError, match="fields"):
+            release_file(extra, tmp_path / f"x{size}.csv", chunk_size=size, **options)
 
 
 def test_a_bare_carriage_return_does_not_add_a_row(small, tmp_path):

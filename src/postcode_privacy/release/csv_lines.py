@@ -87,7 +87,6 @@ class _Survey(NamedTuple):
     could_be_empty: bool  # some line is empty
     lone_cr: bool  # some carriage return is not followed by a line feed
     size: int  # bytes (after decompression)
-    nul: bool  # some byte is NUL
     unended: bool  # the last line has no line end (and the file is not empty)
 
 
@@ -99,7 +98,7 @@ PANDAS_BUFFER = 262_144
 def survey_lines(path: str) -> _Survey:
     """What the raw bytes say the lines could hold, by byte searches (fast); lines inside
     quoted cells count too, so a True here is only a "could"."""
-    start_blank = empty = lone_cr = nul = False
+    start_blank = empty = lone_cr = False
     size = 0
     with open_decompressed(path) as raw:
         tail = b"\n"  # as if a line break came before the file: its first line starts here
@@ -116,11 +115,10 @@ def survey_lines(path: str) -> _Survey:
                 # a CR at the very end waits for the next block to say what follows it
                 data = tail + block
                 lone_cr = data[:-1].count(b"\r") != data.count(b"\r\n")
-            nul = nul or b"\0" in block
             tail = block[-1:]
         lone_cr = lone_cr or tail == b"\r"
     unended = size > 0 and tail not in (b"\n", b"\r")
-    return _Survey(start_blank, empty, lone_cr, size, nul, unended)
+    return _Survey(start_blank, empty, lone_cr, size, unended)
 
 
 class LastLineEnded(io.RawIOBase):
@@ -153,15 +151,6 @@ class LastLineEnded(io.RawIOBase):
     def close(self) -> None:
         self._source.close()
         super().close()
-
-
-def first_record_with_nul(path: str) -> tuple[int, int] | None:
-    """(record, line of the file it starts on) of the first record holding a NUL character,
-    counting the header as record 0 and line 1; None if none does."""
-    for number, (line, row, _, _) in enumerate(_records_with_lines(path)):
-        if any("\0" in field for field in row):
-            return number, line
-    return None
 
 
 def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]:

@@ -43,16 +43,12 @@ from .csv_lines import (
     csv_field_limit,
     first_bad_utf8_line,
     first_long_record,
-    first_record_with_nul,
     survey_lines,
     unclosed_quote_line,
 )
 from .csv_text import first_unshowable, has_text
 from .formats import READ_ERRORS, is_compressed, open_decompressed, os_reason, table_format
 from .type_words import type_words
-
-# pandas' C reader before 3.0 ends a field at a NUL byte and drops the rest of it, silently.
-PANDAS_CUTS_CELLS_AT_NUL = int(pd.__version__.split(".")[0]) < 3
 
 __all__ = [
     "TableReader",
@@ -213,8 +209,6 @@ class TableReader:
         try:
             survey = survey_lines(self.path)
             self._unended = survey.unended
-            if survey.nul and PANDAS_CUTS_CELLS_AT_NUL:
-                self._refuse_nul()
             if not (survey.could_start_blank or survey.could_be_empty):
                 return False
             lines = blank_and_empty_lines(self.path)
@@ -233,21 +227,6 @@ class TableReader:
         raise InputDataError(
             f"line {lines.empty} of the file is empty, and the CSV reader cannot skip empty "
             f"lines safely in this file ({why}): remove the empty lines"
-        )
-
-    def _refuse_nul(self) -> None:
-        """pandas before 3 ends a CSV cell at a NUL character without a word, so a cell would
-        come out cut short (and an identifier or postcode be read as another): refused there,
-        naming the record; pandas 3 keeps every character (docs/release.md, "Limits and unusual
-        files")."""
-        found = first_record_with_nul(self.path)
-        if found is None:  # (only inside a cell pandas never reads, should one exist)
-            return
-        record, line = found
-        where = "the header" if record == 0 else f"record {record} (starting on line {line})"
-        raise InputDataError(
-            f"{where} holds a NUL character, which pandas {pd.__version__} cuts a cell short "
-            "at (pandas 3 keeps it): install pandas 3 or later, or remove the NUL characters"
         )
 
     def _csv_error(self, exc: BaseException) -> InputDataError:

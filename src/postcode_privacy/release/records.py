@@ -163,6 +163,44 @@ def _is_missing(value: object) -> bool:
     return False
 
 
+class _OtherType:
+    """Stands for a cell of an Arrow type no identifier or postcode has (a date, time,
+    timestamp or duration, a list, struct, map or union): its record is refused as any such
+    value is ("identifier has an unsupported type", "not a UK postcode in form"), and the cell
+    is never made a Python object, which fails for a date past year 9999 quoting its year."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<a cell of another type>"
+
+
+_OTHER_TYPE = _OtherType()
+
+
+def never_usable(kind) -> bool:
+    """Whether no cell of the Arrow type ``kind`` can be an identifier or a postcode."""
+    import pyarrow as pa
+
+    while pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_temporal(kind) or pa.types.is_nested(kind)
+
+
+def other_type_cells(present: np.ndarray) -> list:
+    """The cells :func:`cells_of` gives a column that :func:`never_usable` says no identifier
+    or postcode has: None where ``present`` is False, a stand-in elsewhere."""
+    return [_OTHER_TYPE if here else None for here in present.tolist()]
+
+
+def cells_of(column: pd.Series) -> list:
+    """The Python values of an identifier or postcode column, which the record rules judge."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.ArrowDtype) and never_usable(dtype.pyarrow_dtype):
+        return other_type_cells(column.notna().to_numpy())
+    return column.tolist()
+
+
 def _identifier(value: object) -> tuple[str | None, str | None, str]:
     """(canonical id, failure kind, reason); the reason never contains the value."""
     if _is_missing(value):
@@ -281,10 +319,10 @@ class RecordRules:
         check = ChunkCheck()
         counts = check.counts
         counts["records"] = n
-        ids, id_failures = _canonical_identifiers(df[self.options.id_column].tolist())
+        ids, id_failures = _canonical_identifiers(cells_of(df[self.options.id_column]))
         # Postcodes are classified once per distinct value (files repeat them), then mapped
         # back to the rows; a postcode is looked at only where the identifier is usable.
-        outcomes, which = self._postcode_outcomes(df[self.options.postcode_column].tolist())
+        outcomes, which = self._postcode_outcomes(cells_of(df[self.options.postcode_column]))
         kind = outcomes["kind"][which]
         kind[list(id_failures)] = -1  # the identifier's failure comes first
         released = kind == 0

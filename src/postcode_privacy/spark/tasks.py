@@ -22,6 +22,7 @@ from ..mechanism.keys import Key
 from ..release.options import ReleaseOptions
 from ..release.plan import ReleasePlan
 from ..release.reader import first_invalid_record
+from ..release.records import never_usable, other_type_cells
 from .shipping import _GraphRef, _worker_graph
 
 
@@ -101,7 +102,11 @@ def _records_frame(
                 f"record {first + bad + 1} of Spark partition {_partition_id()}: its {role} "
                 "is text that is not valid UTF-8"
             )
-        columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
+        if never_usable(column.type):  # (pyarrow's conversion fails on a date past 9999)
+            present = column.is_valid().to_numpy(zero_copy_only=False)
+            columns[name] = pd.Series(other_type_cells(present), dtype=object)
+        else:
+            columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
     return pd.DataFrame(columns)
 
 
