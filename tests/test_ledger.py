@@ -285,9 +285,12 @@ def test_a_budget_given_to_the_python_api_is_read_exactly_or_refused(ledger, tmp
     for given in ("0.3", Decimal("0.3"), 0.3, Fraction(3, 10)):
         assert LedgerRecorder(ledger, given).budget == Fraction(3, 10), given
     assert LedgerRecorder(ledger, 3).budget == 3 and LedgerRecorder(ledger).budget is None
-    for bad in (float("nan"), float("inf"), Fraction(1, 3), True, -1, 0, "abc", [1], 10**7):
+    huge = (Fraction(1, 2**15000), Fraction(2**15000, 3**9000))  # (once a raw ValueError)
+    for bad in (float("nan"), float("inf"), Fraction(1, 3), True, -1, 0, "abc", [1], 10**7, *huge):
         with pytest.raises(InvalidParameterError):
             LedgerRecorder(ledger, bad)
+    with pytest.raises(AttributeError):
+        LedgerRecorder(ledger, "1").budget = 0.3  # type: ignore[misc]  # read-only
     src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
     for radius in (30, 31, 32):  # three new draws at epsilon 0.1: exactly 0.3, within 0.3
         release(ledger, src, tmp_path / f"r{radius}.csv", epsilon="0.1", radius=radius, budget=0.3)
@@ -348,7 +351,10 @@ def test_a_budget_refusal_stops_the_release_whatever_on_error_says(ledger, tmp_p
         # what an empty cell would tell: a refused new draw, not always a move (a new key, graph
         # or epsilon draws every subject anew; an audit of round 28)
         assert "that its subject was refused a new draw" in str(info.value)
-        assert "under an unchanged key, graph and epsilon, that they moved" in str(info.value)
+        assert (
+            "if the key, graph, epsilon and radius are those of the releases before, that they moved"
+            in str(info.value)
+        )
     assert not [p.name for p in tmp_path.iterdir() if "q2-out" in p.name]  # nor lock, temp
     assert ledger.summary()["draws"] == 3 and len(ledger.summary()["releases"]) == 1
     # Within the budget the policy applies to a postcode that fails the record checks.
@@ -1331,6 +1337,19 @@ def test_ledger_show_names_each_output_by_the_path_the_operator_would_type_here(
     assert main(["ledger", "show", where, *extra, "--json"]) == 0
     outputs = [r["output"] for r in json.loads(capsys.readouterr().out)["releases"]]
     assert outputs == [str(tmp_path / name / "release.csv") for name in ("a", "b")]
+    # From a removed directory, whole paths (relpath failed there); a directory's name with a
+    # line break is shown escaped, never as a line of the listing (reviews of round 29).
+    forged = tmp_path / "x\n  #9 committed forged"
+    forged.mkdir()
+    release(ledger, write_input(forged / "in.csv", ["1"], [CODES[0]]), forged / "r.csv")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["ledger", "show", where, *extra]) == 0
+    out = capsys.readouterr().out
+    assert f"  {tmp_path / 'a' / 'release.csv'}  " in out
+    assert "\n  #9" not in out and "x\\u000a  #9 committed forged" in out
 
 
 def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_not_overwritten(

@@ -708,10 +708,19 @@ def test_source_date_epoch_makes_a_release_made_again_the_same_manifest(
         manifests.append((tmp_path / name / "out.csv.manifest.json").read_bytes())
     assert manifests[0] == manifests[1]
     assert json.loads(manifests[0])["created"] == "2023-11-14T22:13:20+00:00"
+    # the private audit file keeps the run's real time, for the custodian
+    assert read_audit(tmp_path / "a" / "out.csv")["created"] > "2026"
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1.7e9")
     with pytest.raises(InvalidParameterError, match="SOURCE_DATE_EPOCH"):
         run(src, tmp_path / "c.csv", graph, key)
     assert not list(tmp_path.glob("c.csv*"))
+    # and the dry run's path check says so too (it passed a release bound to fail)
+    from postcode_privacy.release import ReleaseOptions
+    from postcode_privacy.release.files import check_release_paths
+
+    options = ReleaseOptions(epsilon="1", id_column="person", postcode_column="pc")
+    with pytest.raises(InvalidParameterError, match="SOURCE_DATE_EPOCH"):
+        check_release_paths(src, tmp_path / "c.csv", options=options)
 
 
 def test_terminated_nearest_needs_coordinates(key):

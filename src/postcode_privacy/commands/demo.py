@@ -108,6 +108,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     """
     import pandas as pd
 
+    from .._environment import source_date_epoch
     from ..errors import InvalidParameterError
     from ..graph.national import default_graph
     from ..keyfile import read_key_file, write_key_file
@@ -116,6 +117,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from ..release import ReleaseOptions, release_file
     from .perturb import echo_library_warnings, show_progress
 
+    source_date_epoch()  # the manifest's time: refused before the directory is made or filled
     progress = show_progress(quiet)
     out_dir = Path(output_dir)
     try:
@@ -145,8 +147,11 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
         manifest = release_file(
             source, output, key=key, options=options, graph=graph, force=force, progress=progress
         )
-        truth = pd.read_csv(source, dtype=str, keep_default_na=False)[options.postcode_column]
-    released = pd.read_csv(output, dtype=str, keep_default_na=False)[options.out_column]
+        # Read through open files: given a name, pandas expands "~" and fetches URLs.
+        with open(source, "rb") as handle:
+            truth = pd.read_csv(handle, dtype=str, keep_default_na=False)[options.postcode_column]
+    with open(output, "rb") as handle:
+        released = pd.read_csv(handle, dtype=str, keep_default_na=False)[options.out_column]
     same = unchanged_count(graph, truth.tolist(), released.tolist())
     from ..mechanism.radius import bound_text
     from ..release.manifest import read_audit

@@ -282,16 +282,19 @@ def echo_check(report: dict, as_json: bool) -> None:
 
 def shown_path(recorded: str) -> str:
     """A release's recorded output path as the operator would type it here: relative to the
-    current directory when the file lies under it, absolute otherwise."""
+    current directory when the file lies under it, absolute otherwise; control and direction
+    characters made visible (a directory's name must not forge a line of the listing)."""
     import os
+
+    from .._input_files import visible_text
 
     try:
         relative = os.path.relpath(recorded)
-    except ValueError:  # (another drive, on Windows)
+    except (ValueError, OSError):  # (another drive, on Windows; the current directory removed)
         relative = recorded
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         relative = recorded
-    return click.format_filename(relative)
+    return visible_text(click.format_filename(relative))
 
 
 def _jsonable(value):

@@ -105,6 +105,10 @@ def budget_from(value: object) -> Fraction | None:
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InvalidParameterError(f"{name} must be a number")
     if isinstance(value, Fraction):
+        # (no decimal of at most 30 digits from 0.0001 to 1,000,000 needs more; spend_text on a
+        # denominator of thousands of digits would take seconds, then pass Python's digit limit)
+        if value.denominator.bit_length() > 256 or abs(value.numerator).bit_length() > 256:
+            raise InvalidParameterError(f"{name} must be a plain decimal number such as 4")
         text = spend_text(value)
         if "/" in text:
             raise InvalidParameterError(f"{name} must be a decimal number, not {text}")

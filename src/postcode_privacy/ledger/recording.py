@@ -112,12 +112,17 @@ class LedgerRecorder:
 
     def __init__(self, ledger: Ledger, budget: object = None):
         self.ledger = ledger
-        self.budget = budget_from(budget)  # exact, or refused (never a float)
+        self._budget = budget_from(budget)  # exact, or refused (never a float)
         self.records = 0
         self._binding: _Binding | None = None
         self._account: ReleaseAccount | None = None
         self._entry: _PendingEntry | None = None
         self._committed = False
+
+    @property
+    def budget(self) -> Fraction | None:
+        """The budget, exact (read-only: set only through :func:`accounting.budget_from`)."""
+        return self._budget
 
     @property
     def account(self) -> ReleaseAccount:

@@ -253,6 +253,7 @@ def check_release_paths(
     input released to CSV that means reading every record, as the release's check pass does:
     a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
     input's records themselves are the preview's to judge."""
+    source_date_epoch()  # as release_file: a malformed value would stop the release at once
     input_path, output_path, targets = _checked_paths(input_path, output_path)
     OutputClaim(targets, force=force, writes=WRITES_RELEASE).check()
     reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)

@@ -175,7 +175,8 @@ def build_audit(
         "WARNING": AUDIT_WARNING,
         "format": AUDIT_FORMAT,
         "format_version": AUDIT_VERSION,
-        "created": manifest["created"],
+        # the run's real time, for the custodian (the manifest's may be $SOURCE_DATE_EPOCH's)
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "output": {"path": manifest["output"]["path"], "sha256": manifest["output"]["sha256"]},
         "manifest_file": manifest_path_for(manifest["output"]["path"]).name,
         "input": {

@@ -142,8 +142,8 @@ def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None
         f"budget; nothing is released.  A record the budget refuses stops the release "
         f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
         "would tell the release's readers that its subject was refused a new draw, a fact "
-        "about their true postcodes (under an unchanged key, graph and epsilon, that they "
-        "moved)",
+        "about their true postcodes (if the key, graph, epsilon and radius are those of the "
+        "releases before, that they moved)",
         row_errors=sorted(check.budget_errors)[:MAX_LISTED_ERRORS],
         total_errors=over,
         row_lines=row_lines,
