@@ -276,14 +276,20 @@ class TableReader:
         if os.path.getsize(self.path) == 0:
             raise InputDataError("the input file is empty")
         try:
+            # An open file, not a name: given "~/in.parquet", pyarrow reads $HOME's file, not
+            # the one the name means here (which was checked and hashed), and a name can read
+            # as a URI; pa.OSFile opens the name as it is (and closes with the ParquetFile's
+            # close(force=True)).
+            source = pa.OSFile(self.path)
+        except (pa.ArrowException, OSError, ValueError):
+            raise InputDataError("the input is not a readable Parquet file") from None
+        try:
             # INT96 timestamps (Spark's and Hive's older format) are read in microseconds:
             # in nanoseconds, pyarrow's default, a date past 2262 or before 1677 (9999-12-31,
             # a common "valid to") wraps round silently.
-            # The absolute path: given "~/in.parquet", pyarrow reads $HOME's file, not the one
-            # the name means here (which was checked and hashed); no absolute path starts
-            # with "~" or holds "//" (os.path.abspath collapses it), so none reads as a URI.
-            return pq.ParquetFile(os.path.abspath(self.path), coerce_int96_timestamp_unit="us")
+            return pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
         except (pa.ArrowException, OSError, ValueError):
+            source.close()
             raise InputDataError("the input is not a readable Parquet file") from None
 
     def _parquet_header(self) -> list[str]:
@@ -301,7 +307,7 @@ class TableReader:
             refuse_dictionaries_in_extensions(schema)
             self.num_rows = int(handle.metadata.num_rows)
         finally:
-            handle.close()
+            handle.close(force=True)
         self.arrow_schema = schema
         self._pandas_schema = pa.schema([f.with_type(without_views(f.type)) for f in schema])
         return _bounded_columns(list(schema.names))
@@ -324,7 +330,7 @@ class TableReader:
                 offset += batch.num_rows
                 yield batch.to_pandas(types_mapper=pd.ArrowDtype)
         finally:
-            handle.close()
+            handle.close(force=True)
 
     def _parquet_batches(self, handle) -> Iterator[Any]:
         """The file's record batches, of at most ``rows_per_chunk`` records.
