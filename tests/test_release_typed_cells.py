@@ -743,3 +743,41 @@ def test_every_float16_is_written_as_the_float64_it_widens_to():
     texts = column_text(pa.array(values, pa.float16()))
     assert texts == [repr(float(v)) for v in values]
     assert texts[0x3C00] == "1.0" and texts[0x0001] == "5.960464477539063e-08"
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([2_932_897, None], pa.date32()),  # 10000-01-01: past what Python's dates hold
+        pa.array(
+            [{"t": -62_135_596_800_000_000}, None],
+            pa.struct([("t", pa.timestamp("us", tz="America/New_York"))]),
+        ),
+        pa.array([[2_932_897], None], pa.list_(pa.date32())),
+        pa.array([10**18, None], pa.duration("ns")),
+    ],
+)
+@pytest.mark.parametrize("role", ["identifier", "postcode"])
+def test_an_identifier_or_postcode_of_another_type_is_refused_by_record_never_converted(
+    small, column, role
+):
+    """A date past year 9999 (or a nested timestamp before year 1 in its zone) in the
+    identifier or postcode column stopped the check with a raw traceback quoting the year,
+    under every policy, in the CLI and on Spark (a hostile review of round 29): such a cell is
+    refused by record, with the words any date or list gets, and never made a Python object."""
+    from postcode_privacy.release import ReleasePlan
+    from postcode_privacy.release.records import cells_of
+
+    graph, codes, _ = small
+    text = pa.array([codes[0], codes[1]])
+    ids, pcs = (column, text) if role == "identifier" else (pa.array(["1", "2"]), column)
+    df = pa.table({"id": ids, "pc": pcs}).to_pandas(types_mapper=pd.ArrowDtype)
+    cells = cells_of(df["id" if role == "identifier" else "pc"])
+    assert cells[1] is None and repr(cells[0]) == "<a cell of another type>"
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="id", postcode_column="pc", graph=graph, on_error="null"
+    )
+    checked = plan.check_records(df, 0)
+    reason = "identifier has an unsupported type" if role == "identifier" else "not a UK postcode"
+    assert checked.check.row_errors[0][0] == 1 and reason in checked.check.row_errors[0][1]
+    assert checked.check.counts["failed"] == 2

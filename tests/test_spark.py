@@ -910,3 +910,18 @@ def test_text_that_is_not_utf8_is_refused_naming_the_record_never_quoting_it(
         p.read_text(errors="replace") for p in Path(event_log).rglob("*") if p.is_file()
     )
     assert secret not in logged
+
+
+def test_a_check_with_no_failing_record_has_no_error():
+    """``SparkCheck.error()`` returned "0 of 5 records cannot be released ()" for a clean
+    check; ``perturb`` raises nothing then (a hostile review of round 29)."""
+    from postcode_privacy.spark.check_pass import SparkCheck
+
+    clean = SparkCheck(counts={"records": 5, "failed": 0}, row_errors=[], partition_records=[5])
+    assert clean.error() is None
+    failing = SparkCheck(
+        counts={"records": 5, "failed": 1, "malformed_postcode": 1},
+        row_errors=[(3, "not a UK postcode in form")],
+        partition_records=[5],
+    )
+    assert "1 of 5 records cannot be released" in str(failing.error())

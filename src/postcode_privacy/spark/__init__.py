@@ -122,7 +122,7 @@ def check(
     ``perturb_frame`` would report (``"nulled"`` and ``"dropped"`` follow ``on_error``), the
     first failing records with global 1-based numbers, and the records per partition.  Never
     raises for failing records; ``result.error()`` is the exception ``perturb`` would raise
-    under ``on_error="error"``.  No key is needed.
+    under ``on_error="error"`` (None when no record fails).  No key is needed.
     """
     if options is None:
         option_kwargs.setdefault("epsilon", 1)  # no draw is made: any valid epsilon will do
@@ -155,8 +155,9 @@ def perturb(
     """
     spec = _prepare(df, key=key, graph=graph, options=options, **option_kwargs)
     checked = _run_check(df, spec)
-    if checked.failed and spec.options.on_error == "error":
-        raise checked.error()
+    error = checked.error()
+    if error is not None and spec.options.on_error == "error":
+        raise error
     conflicts = checked.counts["identifiers_with_several_postcodes"]
     if conflicts:
         warn_duplicate_subjects(conflicts, checked.conflict_rows, stacklevel=2)

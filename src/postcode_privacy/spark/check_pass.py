@@ -109,8 +109,11 @@ class SparkCheck:
         """Records before each partition, in partition order."""
         return _offsets(self.partition_records)
 
-    def error(self) -> InputDataError:
-        """The error ``perturb_frame`` raises for these failures under ``on_error="error"``."""
+    def error(self) -> InputDataError | None:
+        """The error ``perturb_frame`` raises for these failures under ``on_error="error"``,
+        or None when no record failed (``perturb_frame`` raises nothing then)."""
+        if not self.failed:
+            return None
         return failure_error(self.row_errors, self.counts)
 
 

@@ -37,7 +37,8 @@ class _SealedKey:
 
     ``Key`` refuses pickling so that it is never copied by accident; this holder is the one
     deliberate exception, and it only ever travels inside the closure Spark sends to its Python
-    workers (never into a plan, a literal or a configuration value).
+    workers (never into a literal or a configuration value; on Spark Connect the closure is
+    itself part of the plan the client sends, so debug logs of requests hold it: docs/spark.md).
     """
 
     __slots__ = ("_data",)
