@@ -781,3 +781,30 @@ def test_an_identifier_or_postcode_of_another_type_is_refused_by_record_never_co
     reason = "identifier has an unsupported type" if role == "identifier" else "not a UK postcode"
     assert checked.check.row_errors[0][0] == 1 and reason in checked.check.row_errors[0][1]
     assert checked.check.counts["failed"] == 2
+
+
+def test_a_narrow_float_identifier_is_refused_where_its_width_stops_holding_every_integer(small):
+    """A 32-bit float holds every integer only below 2^24: ids 16777216 and 16777217 in a
+    float32 column both read as 16777216 and were released as one person, on Spark and in the
+    CLI (a hostile review of round 29). Its width now sets the bound (2^11 for float16)."""
+    import numpy as np
+
+    from postcode_privacy.release import ReleasePlan
+
+    graph, codes, _ = small
+    plan = ReleasePlan(
+        key=KEY, epsilon="1", id_column="id", postcode_column="pc", graph=graph, on_error="null"
+    )
+    for width, below in ((np.float32, 2**24), (np.float16, 2**11)):
+        ids = np.array([below - 1, below, -below, np.nan], dtype=width)
+        frames = [
+            pd.DataFrame({"id": ids, "pc": codes[:4]}),
+            pa.table({"id": pa.array(ids), "pc": codes[:4]}).to_pandas(types_mapper=pd.ArrowDtype),
+        ]
+        for df in frames:
+            checked = plan.check_records(df, 0)
+            assert checked.ids[0] == str(below - 1)
+            refused = [row for row, why in checked.check.row_errors if "too large" in why]
+            assert refused == [2, 3], (width, df.dtypes.iloc[0])
+    wide = plan.check_records(pd.DataFrame({"id": [16777217.0], "pc": codes[:1]}), 0)
+    assert wide.ids == ["16777217"]  # a 64-bit float holds it

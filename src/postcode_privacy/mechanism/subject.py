@@ -67,8 +67,9 @@ def _canonical(value: object) -> str:
             raise _Refused("missing identifier")
         if not math.isfinite(as_float):
             raise _Refused("identifier is a non-integral number")
-        if abs(as_float) >= 2**53:
-            # Above 2^53 a float no longer holds every integer: two people could merge.
+        if abs(as_float) >= _every_integer_below(value):
+            # Above 2^53 a float no longer holds every integer (2^24 for a 32-bit float, 2^11
+            # for a 16-bit one): two people could merge.
             raise _Refused("identifier is a floating-point number too large to be exact")
         # Exact comparisons: float() rounds a Fraction or a long double (1 + 2^-60 became 1),
         # and two people must not merge by rounding.
@@ -94,6 +95,16 @@ def _canonical(value: object) -> str:
             raise _Refused("blank identifier")
         return text
     raise _Refused("identifier has an unsupported type")
+
+
+def _every_integer_below(value: object) -> int:
+    """2^p for a binary float of p significant bits: below it the float's type holds every
+    integer.  A numpy float says its width (``dtype``); a Python float is 64 bits."""
+    dtype = getattr(value, "dtype", None)
+    if getattr(dtype, "kind", None) == "f":
+        width = int(getattr(dtype, "itemsize", 8))
+        return 1 << {2: 11, 4: 24}.get(width, 53)
+    return 2**53
 
 
 def holds_unassigned(text: str) -> bool:

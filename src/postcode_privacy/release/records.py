@@ -194,11 +194,30 @@ def other_type_cells(present: np.ndarray) -> list:
 
 
 def cells_of(column: pd.Series) -> list:
-    """The Python values of an identifier or postcode column, which the record rules judge."""
+    """The Python values of an identifier or postcode column, which the record rules judge.
+    A 16- or 32-bit float keeps its width (as a numpy scalar): it holds every integer only up
+    to 2^11 or 2^24, not a Python float's 2^53, and two people must not merge by rounding."""
     dtype = column.dtype
     if isinstance(dtype, pd.ArrowDtype) and never_usable(dtype.pyarrow_dtype):
         return other_type_cells(column.notna().to_numpy())
+    narrow = _narrow_float(dtype)
+    if narrow is not None:
+        return [v if v is None or v != v else narrow(v) for v in column.tolist()]
     return column.tolist()
+
+
+def _narrow_float(dtype) -> type | None:
+    """numpy's scalar type for a float column narrower than 64 bits, else None."""
+    import pyarrow as pa
+
+    if isinstance(dtype, pd.ArrowDtype):
+        kind = dtype.pyarrow_dtype
+        if pa.types.is_floating(kind) and kind.bit_width < 64:
+            return {16: np.float16, 32: np.float32}[kind.bit_width]
+        return None
+    if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
+        return dtype.type
+    return None
 
 
 def _identifier(value: object) -> tuple[str | None, str | None, str]:
