@@ -250,8 +250,8 @@ def test_quiet_still_warns_that_null_or_drop_applied_and_that_a_kept_source_is_n
     assert printed.out == "" and "NOT A CODE" not in printed.err
     assert printed.err.splitlines() == [
         "warning: 1 record could not be released (1 left empty, 0 dropped); the release shows "
-        "which, and so that their identifiers or true postcodes were missing, malformed or not "
-        "in the graph: the guarantee does not cover that fact",
+        "which, and so that its identifier or true postcode was missing, malformed or not in "
+        "the graph: the guarantee does not cover that fact",
         "  the warning above describes the true records: keep it out of published logs",
     ]
     kept = ("-q", "--on-error", "drop", "--keep-source-postcode")

@@ -471,7 +471,7 @@ def test_a_ledger_on_an_overlay_of_two_file_systems_is_read(files, capsys, reque
     assert os.stat(merged / "L.db").st_dev != os.stat(merged).st_dev
     capsys.readouterr()
     assert main(["ledger", "show", str(merged / "L.db")]) == 0
-    assert "1 release(s)" in capsys.readouterr().out
+    assert "1 release, " in capsys.readouterr().out
 
 
 def test_a_ledger_this_process_may_not_write_beside_is_read_without_making_files(

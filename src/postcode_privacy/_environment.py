@@ -3,8 +3,9 @@
 The reproducible-builds convention (https://reproducible-builds.org/specs/source-date-epoch/)
 makes it a decimal integer of seconds since 1970-01-01 UTC, as ``date +%s`` prints it, and asks
 that a malformed value stop the build rather than be ignored.  Here it sets the date a report
-says it was generated, and only ``report`` reads it (before any work): every other command,
-``--help`` and ``keygen`` among them, runs whatever it holds.
+says it was generated and a release's manifest its ``created`` time, and only ``report``, a
+release (``perturb``, its dry run, ``demo``, ``release_file``) read it, before any work: every
+other command, ``--help`` and ``keygen`` among them, runs whatever it holds.
 
 numpy reads the same variable with ``int()`` when scipy is first imported (``numpy.f2py``
 stamps the files it generates with it), so a malformed value would surface there as a

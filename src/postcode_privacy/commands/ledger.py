@@ -91,7 +91,7 @@ def echo_summary(summary: dict) -> None:
     from ..ledger import spend_text
 
     releases = summary["releases"]
-    click.echo(f"{len(releases)} release(s), {summary['draws']} distinct draws")
+    click.echo(f"{counted(len(releases), 'release')}, {counted(summary['draws'], 'distinct draw')}")
     for r in releases:
         click.echo(
             f"  #{r['id']} {r['state']:<9} {r['created']}  {shown_path(r['output'])}  epsilon "
@@ -153,7 +153,8 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
             shown = pending_release(ledger, rid)
             click.echo(
                 f"release #{rid}: {shown_path(shown['output'])}, recorded {shown['created']} by "
-                f"{shown['owner']}, {shown['records']} records, epsilon {shown['epsilon']}"
+                f"{shown['owner']}, {counted(shown['records'], 'record')}, epsilon "
+                f"{shown['epsilon']}"
             )
             click.confirm(
                 "Abandon it? Its draws will stop counting against budgets; if its files were "

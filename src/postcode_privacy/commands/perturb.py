@@ -91,8 +91,8 @@ def warn_without_the_summary(manifest: dict, output_path: str) -> None:
         warnings.warn(
             f"{counted(counts['failed'], 'record')} could not be released "
             f"({counts['nulled']} left empty, {counts['dropped']} dropped); the release shows "
-            "which, and so that their identifiers or true postcodes were missing, malformed or "
-            "not in the graph: the guarantee does not cover that fact",
+            f"which, and so that {_their(counts['failed'])} missing, malformed or not in the "
+            "graph: the guarantee does not cover that fact",
             _RecordsNotice,
             stacklevel=2,
         )
@@ -102,6 +102,12 @@ def warn_without_the_summary(manifest: dict, output_path: str) -> None:
             "output; do not publish it",
             err=True,
         )
+
+
+def _their(failed: int) -> str:
+    return verb(
+        failed, "its identifier or true postcode was", "their identifiers or true postcodes were"
+    )
 
 
 def show_progress(quiet: bool) -> bool:
@@ -359,14 +365,14 @@ def echo_summary(manifest: dict, output_path: str, ledger_line: str | None = Non
         echo_status(
             f"  {counted(counts['failed'], 'record')} could not be released: "
             f"{counts['nulled']} left empty, {counts['dropped']} dropped; the release shows "
-            "which (an empty cell, a missing row), and so that their identifiers or true "
-            "postcodes were missing, malformed or not in the graph: the guarantee does not "
-            "cover that fact"
+            f"which (an empty cell, a missing row), and so that {_their(counts['failed'])} "
+            "missing, malformed or not in the graph: the guarantee does not cover that fact"
         )
     if counts["terminated_mapped"]:
         echo_status(
-            f"  {counts['terminated_mapped']} terminated postcodes were mapped to the "
-            "nearest live postcode first"
+            f"  {counted(counts['terminated_mapped'], 'terminated postcode')} "
+            f"{verb(counts['terminated_mapped'], 'was', 'were')} mapped to the nearest live "
+            "postcode first"
         )
     echo_status(
         f"  epsilon {manifest['epsilon']}, radius {manifest['radius']}, teleport bound "

@@ -259,9 +259,9 @@ class AdversaryScenarios:
         unchanged = sum((e.self_probability for e in self.one_expected), Fraction(0)) / n
         from ..report._numbers import percent_range
 
-        return {  # floats that are 0 or 1 only when exactly so (the fractions' digits grow
-            # with the sample: too many to write out); the range's rounded outward, so that
-            # it holds the exact one, and its text made from the exact bounds
+        return {  # floats (the fractions' digits grow with the sample: too many to write
+            # out); the range's rounded outward, to the nearest floats holding the exact one
+            # (1.0 or 0.0 included), and its text made from the exact bounds
             "identification_rate": float_below(low),
             "identification_rate_high": float_above(high),
             "identification_rate_text": percent_range(low, high),
