@@ -1352,6 +1352,20 @@ def test_ledger_show_names_each_output_by_the_path_the_operator_would_type_here(
     assert "\n  #9" not in out and "x\\u000a  #9 committed forged" in out
 
 
+def test_an_output_path_a_ledger_cannot_record_is_refused_before_any_work(ledger, tmp_path):
+    """A release under a directory whose name is not UTF-8 failed as it was being recorded,
+    and the error called the ledger damaged, to be restored from a backup (a review of round
+    29): such a path is refused first, saying why."""
+    from postcode_privacy.errors import InvalidParameterError
+
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xff")
+    os.mkdir(odd)
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    with pytest.raises(InvalidParameterError, match="not valid UTF-8 text"):
+        release(ledger, src, os.path.join(odd, "o.csv"))
+    assert os.listdir(odd) == [] and ledger.summary()["releases"] == []
+
+
 def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_not_overwritten(
     tmp_path, capsys
 ):

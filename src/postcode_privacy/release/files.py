@@ -221,6 +221,8 @@ def release_file(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
     source_date_epoch()  # the manifest's time: a malformed value is refused before any work
+    if ledger is not None:
+        _refuse_a_path_no_ledger_records(output_path)
     input_path, output_path, targets = _checked_paths(input_path, output_path)
     manifest_path = targets[1]
     claim = OutputClaim(targets, force=force, writes=WRITES_RELEASE)
@@ -238,6 +240,20 @@ def release_file(
             terminated_locations=terminated_locations,
             ledger=ledger,
         )
+
+
+def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
+    """A ledger records the output's whole path as text: one whose directories' names are not
+    UTF-8 (bytes a file system allows) cannot be recorded, and the write failed late, called
+    a damaged ledger."""
+    try:
+        os.path.abspath(output_path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParameterError(
+            "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
+            "that are not), and a ledger records it as text: write the release under a path "
+            "that is"
+        ) from None
 
 
 def check_release_paths(
