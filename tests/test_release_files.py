@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -721,6 +722,24 @@ def test_source_date_epoch_makes_a_release_made_again_the_same_manifest(
     options = ReleaseOptions(epsilon="1", id_column="person", postcode_column="pc")
     with pytest.raises(InvalidParameterError, match="SOURCE_DATE_EPOCH"):
         check_release_paths(src, tmp_path / "c.csv", options=options)
+
+
+def test_a_parquet_input_under_a_name_that_is_not_utf8_is_read(tmp_path):
+    """pyarrow takes names as UTF-8 text, so a Parquet file in a directory whose name is not
+    was "not a readable Parquet file" (CSV read fine); it is opened by Python then."""
+    from postcode_privacy.release.reader import TableReader
+
+    odd = os.fsencode(str(tmp_path)) + b"/d\xff"
+    os.mkdir(odd)
+    path = os.fsdecode(odd + b"/in.parquet")
+    data = io.BytesIO()
+    pd.DataFrame({"id": ["1", "2"], "pc": ["LS1 1AA", "LS1 1AB"]}).to_parquet(data)
+    with open(path, "wb") as handle:  # (pyarrow cannot take this name either)
+        handle.write(data.getvalue())
+    chunks = list(TableReader(path, 10).chunks())
+    assert [c.astype(object).to_dict("records") for c in chunks] == [
+        [{"id": "1", "pc": "LS1 1AA"}, {"id": "2", "pc": "LS1 1AB"}]
+    ]
 
 
 def test_terminated_nearest_needs_coordinates(key):

@@ -280,7 +280,10 @@ class TableReader:
             # the one the name means here (which was checked and hashed), and a name can read
             # as a URI; pa.OSFile opens the name as it is (and closes with the ParquetFile's
             # close(force=True)).
-            source = pa.OSFile(self.path)
+            if _utf8(self.path):
+                source = pa.OSFile(self.path)
+            else:  # (pyarrow takes names as UTF-8 text: Python opens any name the system has)
+                source = pa.PythonFile(open(self.path, "rb"), mode="r")
         except (pa.ArrowException, OSError, ValueError):
             raise InputDataError("the input is not a readable Parquet file") from None
         try:
@@ -476,6 +479,14 @@ def _bounded_columns(columns: list) -> list:
     if len(columns) > MAX_COLUMNS:
         raise InputDataError(_too_many_columns(len(columns)))
     return columns
+
+
+def _utf8(path: str) -> bool:
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_failure(path: str, exc: BaseException) -> str:
