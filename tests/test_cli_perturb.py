@@ -892,8 +892,17 @@ def test_the_ledger_line_comes_before_the_closing_reminder(setup, tmp_path, caps
     args += ["--epsilon", "1", "--id-column", "subject", "--postcode-column", "postcode"]
     assert main(args + ["--graph", setup["graph"], "--ledger", where]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "new draws recorded" in lines[-2]
+    assert lines[-2] == "  ledger: 6 new draws recorded"
     assert lines[-1].endswith("keep them out of published logs")
+    one = write_records(tmp_path / "one.csv", setup["codes"], n=1)  # (said "1 new draws")
+    args[1], args[3] = str(one), str(tmp_path / "one-out.csv")
+    assert main(args + ["--graph", setup["graph"], "--ledger", where]) == 0
+    assert "  ledger: 0 new draws recorded" in capsys.readouterr().out  # subject 0000 repeats
+    fresh = str(tmp_path / "fresh.db")
+    Ledger.init(fresh, None).close()
+    args[3] = str(tmp_path / "one-again.csv")
+    assert main(args + ["--graph", setup["graph"], "--ledger", fresh]) == 0
+    assert "  ledger: 1 new draw recorded" in capsys.readouterr().out
 
 
 def test_keep_source_postcode_is_not_called_a_release_nor_recorded(setup, tmp_path, capsys):

@@ -1364,6 +1364,37 @@ def test_an_output_path_a_ledger_cannot_record_is_refused_before_any_work(ledger
     with pytest.raises(InvalidParameterError, match="not valid UTF-8 text"):
         release(ledger, src, os.path.join(odd, "o.csv"))
     assert os.listdir(odd) == [] and ledger.summary()["releases"] == []
+    # the dry run's path check refuses it too (it passed a release bound to fail)
+    from postcode_privacy.release import ReleaseOptions
+    from postcode_privacy.release.files import check_release_paths
+
+    options = ReleaseOptions(epsilon="1", id_column="person", postcode_column="pc")
+    with pytest.raises(InvalidParameterError, match="not valid UTF-8 text"):
+        check_release_paths(src, os.path.join(odd, "o.csv"), options=options)
+
+
+def test_a_release_with_a_ledger_from_a_removed_directory_fails_cleanly(
+    ledger, location, tmp_path, monkeypatch, capsys
+):
+    """The ledger's path check ran os.path.abspath in a removed working directory, and the
+    run ended in a traceback (a review of round 29); the output's own check says what is
+    wrong, as without a ledger."""
+    where, secret = location
+    src = write_input(tmp_path / "in.csv", ["1"], [CODES[0]])
+    key_file = tmp_path / "k.key"
+    write_key_file(KEY, key_file)
+    graph_file = tmp_path / "g.ppgraph"
+    GRAPH.save(graph_file)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    args = ["perturb", str(src), "-o", "o.csv", "--key", str(key_file), "--graph", str(graph_file)]
+    args += ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc", "-q"]
+    args += ["--ledger", where] + ([] if secret is None else ["--ledger-secret", secret])
+    assert main(args) == 8
+    err = capsys.readouterr().err
+    assert "cannot write in the output directory" in err and "Traceback" not in err
 
 
 def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_not_overwritten(

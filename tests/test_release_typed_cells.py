@@ -797,14 +797,19 @@ def test_a_narrow_float_identifier_is_refused_where_its_width_stops_holding_ever
     )
     for width, below in ((np.float32, 2**24), (np.float16, 2**11)):
         ids = np.array([below - 1, below, -below, np.nan], dtype=width)
-        frames = [
-            pd.DataFrame({"id": ids, "pc": codes[:4]}),
-            pa.table({"id": pa.array(ids), "pc": codes[:4]}).to_pandas(types_mapper=pd.ArrowDtype),
+        arrow = pa.array(ids, mask=np.array([False, False, False, True]))  # a null, not NaN
+        columns = [
+            pd.Series(ids),
+            pd.Series(arrow.to_pandas(types_mapper=pd.ArrowDtype)),
+            pd.Series(arrow.dictionary_encode().to_pandas(types_mapper=pd.ArrowDtype)),
         ]
-        for df in frames:
-            checked = plan.check_records(df, 0)
+        if width is np.float32:  # (pandas has no nullable nor categorical float16)
+            columns += [pd.Series(ids).astype("Float32"), pd.Series(ids).astype("category")]
+        for column in columns:
+            checked = plan.check_records(pd.DataFrame({"id": column, "pc": codes[:4]}), 0)
             assert checked.ids[0] == str(below - 1)
             refused = [row for row, why in checked.check.row_errors if "too large" in why]
-            assert refused == [2, 3], (width, df.dtypes.iloc[0])
+            assert refused == [2, 3], (width, column.dtype)
+            assert checked.check.row_errors[-1] == (4, "missing identifier"), column.dtype
     wide = plan.check_records(pd.DataFrame({"id": [16777217.0], "pc": codes[:1]}), 0)
     assert wide.ids == ["16777217"]  # a 64-bit float holds it

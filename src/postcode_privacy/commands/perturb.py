@@ -266,7 +266,7 @@ def perturb_command(
         ledger_line = None
         if recorder is not None:  # (a budget refuses no record of a release that was made)
             drawn = 0 if recorder.account is None else len(recorder.account.new_draws)
-            ledger_line = f"  ledger: {drawn} new draws recorded"
+            ledger_line = f"  ledger: {counted(drawn, 'new draw')} recorded"
         echo_summary(manifest, output_path, ledger_line)
 
 

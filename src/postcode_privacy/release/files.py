@@ -248,6 +248,8 @@ def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
     a damaged ledger."""
     try:
         os.path.abspath(output_path).encode("utf-8")
+    except OSError:  # (the current directory removed: the output's own checks say so)
+        return
     except UnicodeEncodeError:
         raise InvalidParameterError(
             "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
@@ -270,6 +272,7 @@ def check_release_paths(
     a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
     input's records themselves are the preview's to judge."""
     source_date_epoch()  # as release_file: a malformed value would stop the release at once
+    _refuse_a_path_no_ledger_records(output_path)  # (a preview is always a ledger's)
     input_path, output_path, targets = _checked_paths(input_path, output_path)
     OutputClaim(targets, force=force, writes=WRITES_RELEASE).check()
     reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)

@@ -201,20 +201,30 @@ def cells_of(column: pd.Series) -> list:
     if isinstance(dtype, pd.ArrowDtype) and never_usable(dtype.pyarrow_dtype):
         return other_type_cells(column.notna().to_numpy())
     narrow = _narrow_float(dtype)
-    if narrow is not None:
-        return [v if v is None or v != v else narrow(v) for v in column.tolist()]
+    if narrow is not None:  # (a missing cell stays missing: None, NaN, pd.NA alike)
+        return [v if _is_missing(v) else narrow(v) for v in column.tolist()]
     return column.tolist()
 
 
 def _narrow_float(dtype) -> type | None:
-    """numpy's scalar type for a float column narrower than 64 bits, else None."""
+    """numpy's scalar type for a float column narrower than 64 bits, else None: a numpy,
+    nullable (``Float32``), sparse or categorical column of such floats, or an Arrow one,
+    dictionary-encoded or not."""
     import pyarrow as pa
 
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _narrow_float(dtype.categories.dtype)
     if isinstance(dtype, pd.ArrowDtype):
         kind = dtype.pyarrow_dtype
+        while pa.types.is_dictionary(kind):
+            kind = kind.value_type
         if pa.types.is_floating(kind) and kind.bit_width < 64:
             return {16: np.float16, 32: np.float32}[kind.bit_width]
         return None
+    for inner in ("numpy_dtype", "subtype"):  # a nullable dtype's, a sparse one's
+        if isinstance(getattr(dtype, inner, None), np.dtype):
+            dtype = getattr(dtype, inner)
+            break
     if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
         return dtype.type
     return None
