@@ -1451,22 +1451,25 @@ def test_ledger_check_counts_one_in_the_singular(capsys):
     and any other count in the plural."""
     from postcode_privacy.commands.ledger import echo_check
 
-    report = dict(records=1, releasable=1, repeats=1, new_draws_of_known_subjects=1)
-    report |= dict(known_subjects_drawn_again=1, new_subjects_records=1, new_subjects=1)
-    report |= dict(over_budget=0, unreleasable=0, spend_after_known=[])
-    echo_check(report, as_json=False)
-    assert capsys.readouterr().out.splitlines()[:4] == [
-        "1 record, 1 passing the record checks:",
-        "  1 repeats a draw already in the ledger (cost nothing)",
-        "  1 is a new draw of 1 subject already in the ledger",
-        "  1 belongs to 1 new subject",
-    ]
-    report |= dict(records=0, releasable=0, repeats=2, new_draws_of_known_subjects=3)
-    report |= dict(known_subjects_drawn_again=2, new_subjects_records=0, new_subjects=0)
-    echo_check(report, as_json=False)
-    assert capsys.readouterr().out.splitlines()[:4] == [
-        "0 records, 0 passing the record checks:",
-        "  2 repeat a draw already in the ledger (cost nothing)",
-        "  3 are new draws of 2 subjects already in the ledger",
-        "  0 belong to 0 new subjects",
-    ]
+    one = dict(records=1, releasable=1, repeats=1, new_draws_of_known_subjects=1)
+    one |= dict(known_subjects_drawn_again=1, new_subjects_records=1, new_subjects=1)
+    one |= dict(over_budget=0, unreleasable=0, spend_after_known=[])
+    other = one | dict(records=0, releasable=0, repeats=2, new_draws_of_known_subjects=3)
+    other |= dict(known_subjects_drawn_again=2, new_subjects_records=0, new_subjects=0)
+    expected = {
+        "one": [
+            "1 record, 1 passing the record checks:",
+            "  1 repeats a draw already in the ledger (cost nothing)",
+            "  1 is a new draw of 1 subject already in the ledger",
+            "  1 belongs to 1 new subject",
+        ],
+        "other": [
+            "0 records, 0 passing the record checks:",
+            "  2 repeat a draw already in the ledger (cost nothing)",
+            "  3 are new draws of 2 subjects already in the ledger",
+            "  0 belong to 0 new subjects",
+        ],
+    }
+    for name, report in (("one", one), ("other", other)):
+        echo_check(report, as_json=False)
+        assert capsys.readouterr().out.splitlines()[:4] == expected[name]
