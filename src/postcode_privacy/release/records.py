@@ -187,19 +187,14 @@ def never_usable(kind) -> bool:
     return pa.types.is_temporal(kind) or pa.types.is_nested(kind)
 
 
-def other_type_cells(present: np.ndarray) -> list:
-    """The cells :func:`cells_of` gives a column that :func:`never_usable` says no identifier
-    or postcode has: None where ``present`` is False, a stand-in elsewhere."""
-    return [_OTHER_TYPE if here else None for here in present.tolist()]
-
-
 def cells_of(column: pd.Series) -> list:
     """The Python values of an identifier or postcode column, which the record rules judge.
     A 16- or 32-bit float keeps its width (as a numpy scalar): it holds every integer only up
     to 2^11 or 2^24, not a Python float's 2^53, and two people must not merge by rounding."""
     dtype = column.dtype
     if isinstance(dtype, pd.ArrowDtype) and never_usable(dtype.pyarrow_dtype):
-        return other_type_cells(column.notna().to_numpy())
+        # (missing where the column is, a stand-in elsewhere)
+        return [_OTHER_TYPE if here else None for here in column.notna().to_numpy().tolist()]
     narrow = _narrow_float(dtype)
     if narrow is not None:  # (a missing cell stays missing: None, NaN, pd.NA alike)
         return [v if _is_missing(v) else narrow(v) for v in column.tolist()]

@@ -22,7 +22,7 @@ from ..mechanism.keys import Key
 from ..release.options import ReleaseOptions
 from ..release.plan import ReleasePlan
 from ..release.reader import first_invalid_record
-from ..release.records import never_usable, other_type_cells
+from ..release.records import never_usable
 from .shipping import _GraphRef, _worker_graph
 
 
@@ -102,15 +102,14 @@ def _records_frame(
                 f"record {first + bad + 1} of Spark partition {_partition_id()}: its {role} "
                 "is text that is not valid UTF-8"
             )
-        if never_usable(column.type):  # (pyarrow's conversion fails on a date past 9999)
-            present = column.is_valid().to_numpy(zero_copy_only=False)
-            columns[name] = pd.Series(other_type_cells(present), dtype=object)
-        else:
-            columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
+        columns[name] = column.to_pandas(types_mapper=_exact_pandas_type)
     return pd.DataFrame(columns)
 
 
 def _exact_pandas_type(kind: pa.DataType):
-    if pa.types.is_integer(kind):
+    # Integers keep every digit; a type no identifier or postcode has stays Arrow, for the
+    # record rules to refuse by record (records.cells_of): pyarrow's conversion to Python
+    # fails on a date past 9999, quoting its year.
+    if pa.types.is_integer(kind) or never_usable(kind):
         return pd.ArrowDtype(kind)
     return None  # pyarrow's own conversion (text as str, the rest as it always is)
