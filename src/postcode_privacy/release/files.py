@@ -220,10 +220,9 @@ def release_file(
         raise InvalidParameterError(refusal)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidParameterError("chunk_size must be a whole number of at least 1")
-    source_date_epoch()  # the manifest's time: a malformed value is refused before any work
-    if ledger is not None:
-        _refuse_a_path_no_ledger_records(output_path)
-    input_path, output_path, targets = _checked_paths(input_path, output_path)
+    input_path, output_path, targets = _checked_paths(
+        input_path, output_path, recorded=ledger is not None
+    )
     manifest_path = targets[1]
     claim = OutputClaim(targets, force=force, writes=WRITES_RELEASE)
     with claim:
@@ -271,9 +270,8 @@ def check_release_paths(
     input released to CSV that means reading every record, as the release's check pass does:
     a cell with no CSV text (a timestamp past year 9999 in its zone) stops the release.  The
     input's records themselves are the preview's to judge."""
-    source_date_epoch()  # as release_file: a malformed value would stop the release at once
-    _refuse_a_path_no_ledger_records(output_path)  # (a preview is always a ledger's)
-    input_path, output_path, targets = _checked_paths(input_path, output_path)
+    # (a preview is always a ledger's)
+    input_path, output_path, targets = _checked_paths(input_path, output_path, recorded=True)
     OutputClaim(targets, force=force, writes=WRITES_RELEASE).check()
     reader = TableReader(input_path, DEFAULT_CHUNK_SIZE)
     _check_columns(reader, options, output_path)
@@ -283,12 +281,17 @@ def check_release_paths(
 
 
 def _checked_paths(
-    input_path: str | os.PathLike, output_path: str | os.PathLike
+    input_path: str | os.PathLike, output_path: str | os.PathLike, *, recorded: bool
 ) -> tuple[Path, Path, list[Path]]:
     """The input, the output and the three files a release writes (output, manifest, audit
     file), once the paths pass the checks made before any file is claimed: the input is a file
     of a known format, and the output has a known format and names neither a directory nor the
-    input (the output's names are then the claim's to check)."""
+    input (the output's names are then the claim's to check).  First, what would stop the
+    release at its end: a malformed ``$SOURCE_DATE_EPOCH`` (the manifest's time) and, for a
+    release a ledger records (``recorded``), an output path it cannot record."""
+    source_date_epoch()
+    if recorded:
+        _refuse_a_path_no_ledger_records(output_path)
     # As given, before Path drops a trailing "/" (``in.csv/`` is not the file ``in.csv``).
     refuse_directory_path(input_path, "input", InputDataError)
     refuse_directory_path(output_path)
