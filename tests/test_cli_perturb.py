@@ -249,16 +249,16 @@ def test_quiet_still_warns_that_null_or_drop_applied_and_that_a_kept_source_is_n
     printed = capsys.readouterr()
     assert printed.out == "" and "NOT A CODE" not in printed.err
     assert printed.err.splitlines() == [
-        "warning: 1 record could not be released (1 left empty, 0 dropped); the release shows "
-        "which, and so that its identifier or true postcode was missing, malformed or not in "
-        "the graph: the guarantee does not cover that fact",
+        "warning: 1 record could not be released: 1 left empty, 0 dropped; the release shows "
+        "which (an empty cell, a missing row), and so that its identifier or true postcode was "
+        "missing, malformed or not in the graph: the guarantee does not cover that fact",
         "  the warning above describes the true records: keep it out of published logs",
     ]
     kept = ("-q", "--on-error", "drop", "--keep-source-postcode")
     assert perturb(setup, src, tmp_path / "kept.csv", *kept) == 0
     err = capsys.readouterr().err
     assert "warning: NOT a release: --keep-source-postcode kept the true postcodes" in err
-    assert "(0 left empty, 1 dropped)" in err
+    assert "could not be released: 0 left empty, 1 dropped;" in err
     clean = write_records(tmp_path / "clean.csv", setup["codes"], n=6)
     assert perturb(setup, clean, tmp_path / "clean-out.csv", "-q") == 0
     assert capsys.readouterr().err == ""

@@ -88,14 +88,7 @@ def warn_without_the_summary(manifest: dict, output_path: str) -> None:
 
     counts = read_audit(output_path)["counts"]  # private: shown to the operator only
     if counts["failed"]:
-        warnings.warn(
-            f"{counted(counts['failed'], 'record')} could not be released "
-            f"({counts['nulled']} left empty, {counts['dropped']} dropped); the release shows "
-            f"which, and so that {_their(counts['failed'])} missing, malformed or not in the "
-            "graph: the guarantee does not cover that fact",
-            _RecordsNotice,
-            stacklevel=2,
-        )
+        warnings.warn(failed_records_text(counts), _RecordsNotice, stacklevel=2)
     if manifest["columns"]["source_postcode_kept"]:
         click.echo(
             "warning: NOT a release: --keep-source-postcode kept the true postcodes in the "
@@ -104,9 +97,17 @@ def warn_without_the_summary(manifest: dict, output_path: str) -> None:
         )
 
 
-def _their(failed: int) -> str:
-    return verb(
+def failed_records_text(counts: dict) -> str:
+    """The summary's line (and ``-q``'s warning) on the records ``null``/``drop`` applied to."""
+    failed = counts["failed"]
+    their = verb(
         failed, "its identifier or true postcode was", "their identifiers or true postcodes were"
+    )
+    return (
+        f"{counted(failed, 'record')} could not be released: {counts['nulled']} left empty, "
+        f"{counts['dropped']} dropped; the release shows which (an empty cell, a missing row), "
+        f"and so that {their} missing, malformed or not in the graph: the guarantee does not "
+        "cover that fact"
     )
 
 
@@ -362,12 +363,7 @@ def echo_summary(manifest: dict, output_path: str, ledger_line: str | None = Non
         f"{click.format_filename(output_path)}"
     )
     if counts["failed"]:
-        echo_status(
-            f"  {counted(counts['failed'], 'record')} could not be released: "
-            f"{counts['nulled']} left empty, {counts['dropped']} dropped; the release shows "
-            f"which (an empty cell, a missing row), and so that {_their(counts['failed'])} "
-            "missing, malformed or not in the graph: the guarantee does not cover that fact"
-        )
+        echo_status("  " + failed_records_text(counts))
     if counts["terminated_mapped"]:
         echo_status(
             f"  {counted(counts['terminated_mapped'], 'terminated postcode')} "
