@@ -199,6 +199,30 @@ def test_error_list_is_capped_with_a_total(small, key):
     assert info.value.total_errors == n
 
 
+def test_the_message_itself_names_the_first_failing_records(small, key):
+    """A Python traceback showed only "3 of 4 records cannot be released (...)": the rows were
+    in ``row_errors`` alone, so an analyst in a notebook was not told which (a hostile review of
+    round 30).  The message now lists the first five, never a value; the command line prints
+    the summary with every listed record on a line of its own."""
+    graph, codes = small
+    with pytest.raises(InputDataError) as info:
+        release(
+            frame(["a", "b", "", "c"], [codes[0], "ZZ9 9ZZ", codes[1], "NOT A CODE"]), graph, key
+        )
+    assert info.value.summary.startswith("3 of 4 records cannot be released")
+    assert str(info.value) == (
+        f"{info.value.summary} [record 2: postcode is well-formed but not in the graph "
+        "(terminated, non-geographic, or outside its area); record 3: blank identifier; "
+        "record 4: not a UK postcode in form]"
+    )
+    n = MAX_LISTED_ERRORS + 15
+    with pytest.raises(InputDataError) as info:
+        release(frame([str(i) for i in range(n)], ["XX"] * n), graph, key)
+    listed = str(info.value).split(" [", 1)[1]
+    assert listed.startswith("record 1: not a UK postcode in form; record 2:")
+    assert listed.count("record ") == 5 and listed.endswith("; and 30 more]")
+
+
 def test_on_error_null_and_drop(small, key):
     graph, codes = small
     df = mixed_frame(codes)

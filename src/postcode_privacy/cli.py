@@ -98,7 +98,8 @@ def _run(argv: list[str] | None) -> int:
         )
         return 1
     except errors.PostcodePrivacyError as exc:
-        click.echo(f"error: {exc}", err=True)
+        # An InputDataError's summary: its listed records follow, one a line.
+        click.echo(f"error: {getattr(exc, 'summary', exc)}", err=True)
         lines = getattr(exc, "row_lines", {})
         for row, reason in getattr(exc, "row_errors", []):
             line = f" (line {lines[row]})" if row in lines else ""

@@ -41,10 +41,32 @@ class InputDataError(PostcodePrivacyError):
         row_lines: dict[int, int] | None = None,
     ):
         super().__init__(message)
+        self.summary = message
         self.row_errors = list(row_errors or [])
         self.total_errors = total_errors if total_errors is not None else len(self.row_errors)
         # For a CSV file: the line of the file each listed record starts on (header: line 1).
         self.row_lines = dict(row_lines or {})
+
+    def __str__(self) -> str:
+        """The summary, then the first listed records, so that a Python traceback names the
+        rows as the command line does (which prints the summary, then every listed record on
+        a line of its own).  Reasons never quote a cell."""
+        if not self.row_errors:
+            return self.summary
+        listed = [
+            f"record {row}{self._line_text(row)}: {reason}"
+            for row, reason in self.row_errors[:_RECORDS_IN_MESSAGE]
+        ]
+        more = self.total_errors - len(listed)
+        if more > 0:
+            listed.append(f"and {more} more")
+        return f"{self.summary} [{'; '.join(listed)}]"
+
+    def _line_text(self, row: int) -> str:
+        return f" (line {self.row_lines[row]})" if row in self.row_lines else ""
+
+
+_RECORDS_IN_MESSAGE = 5  # the rest are in ``row_errors`` (at most 20) and the command's output
 
 
 class SourceDataError(PostcodePrivacyError):

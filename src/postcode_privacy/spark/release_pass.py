@@ -31,11 +31,6 @@ from .tasks import (
 RELEASE_CHUNK = 50_000  # records handed to process_chunk at once (Arrow batches are 10,000)
 
 
-def _rows_text(error: InputDataError) -> str:
-    listed = "; ".join(f"record {row}: {reason}" for row, reason in error.row_errors)
-    return f" [{listed}]" if listed else ""
-
-
 def _chunks(batches, size: int):
     """Arrow record batches regrouped into tables of at least ``size`` records (the last may be
     smaller), in order.  Larger chunks change no output, only the engine's speed: it shares
@@ -88,9 +83,9 @@ def _release_partition(
                 out, _ = plan.process_chunk(records, offset + seen, warn=False)
         except InputDataError as exc:
             # Only reachable if the input changed after the check pass had accepted it; the
-            # message crosses to the driver as text, so it carries the listed records itself.
+            # message crosses to the driver as text, which lists the records (InputDataError).
             raise InputDataError(
-                f"{exc}{_rows_text(exc)} (found while releasing partition {partition}: the "
+                f"{exc.summary} (found while releasing partition {partition}: the "
                 "input changed after the check pass; record numbers assume the check pass's "
                 "partitioning)",
                 exc.row_errors,
