@@ -570,7 +570,7 @@ def test_national_graph_identity_and_single_load(spark, national_graph):
 def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
     spark, national_graph
 ):
-    from postcode_privacy.release.terminated import bundled_terminated_locations
+    from postcode_privacy.release.terminated import NearestLive, bundled_terminated_locations
 
     graph = national_graph
     terminated = bundled_terminated_locations()["postcode"].tolist()
@@ -578,7 +578,6 @@ def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
     codes = [graph.label(rng.randrange(len(graph))) for _ in range(200)]
     for i in (3, 77, 150):
         codes[i] = rng.choice(terminated)
-    pdf = pd.DataFrame({"person": range(200), "postcode": codes})
     options = dict(
         key=Key.generate(),
         epsilon=EPSILON,
@@ -586,10 +585,21 @@ def test_terminated_postcodes_mapped_to_the_nearest_live_one_like_perturb_frame(
         postcode_column="postcode",
         terminated="nearest",
     )
-    out = pps.perturb(spark.createDataFrame(pdf), **options).toPandas()
-    local, local_counts = perturb_frame(pdf, graph=graph, with_counts=True, **options)
+    # Person 3 is seen at a terminated postcode and at the live one it maps to: one draw, so
+    # neither path warns of a subject "released more than once" (local: tests/test_release_files).
+    nearest = NearestLive(graph)
+    codes[4] = graph.label(nearest.nearest_node(nearest.row_of(codes[3])))
+    people = list(range(200))
+    people[4] = 3
+    pdf = pd.DataFrame({"person": people, "postcode": codes})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DuplicateSubjectWarning)
+        out = pps.perturb(spark.createDataFrame(pdf), **options).toPandas()
+        local, local_counts = perturb_frame(pdf, graph=graph, with_counts=True, **options)
     assert local_counts["terminated_mapped"] == 3
+    assert local_counts["identifiers_with_several_postcodes"] == 0
     assert_same_release(out, local)
+    assert out["postcode_dp"][3] == out["postcode_dp"][4]
 
 
 # -- rough edges: column names, pandas 3, the executors' Python ---------------------------------
@@ -825,6 +835,31 @@ def test_a_column_arrow_cannot_carry_is_refused_before_any_job(spark, small_grap
     released = pps.perturb(base.withColumn("s", F.array(distinct)), **common)
     assert released.select("s").collect() == base.select(F.array(distinct).alias("s")).collect()
     spark.sparkContext.setJobGroup("after", "")
+
+
+def test_a_narrow_float_identifier_is_refused_by_record_like_perturb_frame(spark, small_graph):
+    """Spark's FloatType arrives as 32-bit floats, which hold every integer only below 2^24:
+    ids 16777216 and 16777217 both read as 16777216 and were released as one person (a hostile
+    review of round 29). The check pass refuses them by record, as perturb_frame does."""
+    import numpy as np
+
+    graph, path = small_graph
+    ids = np.array([2**24 - 1, 2**24, 2**24 + 2, 7], dtype=np.float32)
+    pdf = pd.DataFrame({"sid": ids, "pc": ["LS1 1AA", "LS1 1AB", "LS1 1AC", "LS1 1AD"]})
+    sdf = spark.createDataFrame(pdf)
+    assert sdf.schema["sid"].dataType.typeName() == "float"
+    options = dict(
+        key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc", on_error="null"
+    )
+    out = pps.perturb(sdf, graph=path, **options).toPandas()
+    local = perturb_frame(pdf, graph=graph, **options)
+    assert_same_release(out, local)
+    assert out["postcode_dp"].notna().tolist() == [True, False, False, True]
+    with pytest.raises(
+        InputDataError, match=r"\[record 2: [^;]*too large[^;]*; record 3: "
+    ) as refused:
+        pps.perturb(sdf, graph=path, **{**options, "on_error": "error"})
+    assert "16777216" not in str(refused.value)
 
 
 def test_a_library_error_on_an_executor_fails_the_check_pass_as_that_error(spark, small_graph):
