@@ -113,6 +113,22 @@ def test_bad_epsilon_rejected(bad):
         parse_epsilon(bad)
 
 
+def test_a_float_narrower_or_wider_than_64_bits_is_refused_saying_so():
+    """numpy's float32 and float16 were refused as "epsilon must be a number", which they are
+    (an independent checker of round 30): only a 64-bit float is read by its shortest text, and
+    float32 0.1 is not one tenth.  The budget reads them the same way."""
+    import numpy as np
+
+    from postcode_privacy.ledger.accounting import budget_from
+
+    for value in (np.float32(0.5), np.float16(1), np.longdouble(0.5)):
+        for read, name in ((parse_epsilon, "epsilon"), (budget_from, "budget")):
+            with pytest.raises(InvalidParameterError, match=f"^{name} is a numpy float"):
+                read(value)
+    assert parse_epsilon(np.float64(0.1)).text == "0.1"
+    assert budget_from(np.float64(0.1)) == Fraction(1, 10)
+
+
 @pytest.mark.parametrize("radius", [0, -1, 100_001, 1.5, "3", True])
 def test_bad_radius_rejected(radius):
     with pytest.raises(InvalidParameterError):

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from fractions import Fraction
 
-from ..mechanism.epsilon import MIN_EPSILON
+from ..mechanism.epsilon import MIN_EPSILON, refuse_other_floats
 
 __all__ = [
     "ZERO",
@@ -104,6 +104,7 @@ def budget_from(value: object) -> Fraction | None:
     name = option_name("budget")
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InvalidParameterError(f"{name} must be a number")
+    refuse_other_floats(value, name)
     if isinstance(value, Fraction):
         # (no decimal of at most 30 digits from 0.0001 to 1,000,000 needs more; spend_text on a
         # denominator of thousands of digits would take seconds, then pass Python's digit limit)

@@ -74,6 +74,7 @@ def parse_epsilon(value: object) -> Epsilon:
     name = option_name("epsilon")
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InvalidParameterError(f"{name} must be a number")
+    refuse_other_floats(value, name)
     if isinstance(value, str):
         dec = exact_decimal(value, name, "0.5", MIN_EPSILON, MAX_EPSILON)
         return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
@@ -92,6 +93,20 @@ def parse_epsilon(value: object) -> Epsilon:
         raise InvalidParameterError(f"{name} must be a number") from None
     dec = exact_decimal(dec, name, "0.5", MIN_EPSILON, MAX_EPSILON)
     return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+
+
+def refuse_other_floats(value: object, name: str) -> None:
+    """Refuse a binary float other than a 64-bit one (numpy's float16, float32, longdouble)
+    with a message saying so: only a 64-bit float is read by its shortest round-trip text
+    (docs/spec.md, "Inputs").  ``np.float32(0.1)`` prints as 0.1 but holds
+    0.100000001490116…, and no reading of it is the one every user would expect."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, numbers.Real) and getattr(dtype, "kind", None) == "f":
+        if not isinstance(value, float):  # (numpy.float64 is a float)
+            raise InvalidParameterError(
+                f"{name} is a numpy {dtype.name}: give it as a Python float, a Decimal or "
+                "decimal text"
+            )
 
 
 def exact_decimal(value: object, name: str, example: str, low: Decimal, high: Decimal) -> Decimal:
