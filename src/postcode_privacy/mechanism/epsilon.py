@@ -101,8 +101,9 @@ def refuse_other_floats(value: object, name: str) -> None:
     (docs/spec.md, "Inputs").  ``np.float32(0.1)`` prints as 0.1 but holds
     0.100000001490116…, and no reading of it is the one every user would expect."""
     dtype = getattr(value, "dtype", None)
-    if isinstance(value, numbers.Real) and getattr(dtype, "kind", None) == "f":
-        if not isinstance(value, float):  # (numpy.float64 is a float)
+    # (numpy.float64 is a float, read as one)
+    if isinstance(value, numbers.Real) and not isinstance(value, float) and dtype is not None:
+        if getattr(dtype, "kind", None) == "f":
             raise InvalidParameterError(
                 f"{name} is a numpy {dtype.name}: give it as a Python float, a Decimal or "
                 "decimal text"
