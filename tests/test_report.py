@@ -136,10 +136,33 @@ def test_the_several_releases_figure_is_not_a_headline(report):
     assert "nothing on this page is computed from the records of a release" in text
 
 
+def test_a_several_releases_figure_below_the_one_release_one_is_flagged(report):
+    """With 20 releases on ten postcodes the simulation named 0.0% where one release names
+    2.8% exactly, shown bare in the box and the table (a newcomer's review of round 30): it
+    cannot truly be under the one-release figure, and both places now say so, only then."""
+    import copy
+    import dataclasses
+
+    rows = report.data["attacker"]["rows"]
+    one, many = rows[0], rows[2]
+    flagged = many["identification_rate"] < one["identification_rate"]
+    assert many["below_one_release"] is flagged
+    assert ("below the one-release figure" in many["identification"]) is flagged
+    data = copy.deepcopy(report.data)
+    data["attacker"]["rows"][0]["identification_rate"] = 0.028
+    low = data["attacker"]["rows"][2]
+    for below in (True, False):
+        low.update(identification_rate=0.0 if below else 0.5, below_one_release=below)
+        text = " ".join(render_html(dataclasses.replace(report, data=data)).split())
+        assert ("here below the one-release figure, which it cannot truly be under" in text) is (
+            below
+        )
+
+
 def test_report_numbers_are_the_exact_ones(geo, report):
     data = report.data
     mechanism = Mechanism(geo, "0.9")
-    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 5
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 6
     assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
     tb = data["teleport_bound"]
     assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound
