@@ -299,6 +299,13 @@ def test_missing_column(setup, tmp_path, capsys):
     src.write_text("subject,post_code\n1,BD1 1AA\n")
     err = check_failure(setup, tmp_path, capsys, src, 3, "no column 'postcode'", "it has 2 columns")
     assert "BD1 1AA" not in err
+    # A file saved with semicolons (Excel's CSV in many locales) reads as one column; the
+    # message said only "(it has 1 columns; does the file start with a header line?)".
+    for mark, called in ((";", "semicolons"), ("\t", "tabs")):
+        src.write_text(f"subject{mark}postcode\n1{mark}BD1 1AA\n")
+        err = check_failure(setup, tmp_path, capsys, src, 3, "(it has 1 column; its header")
+        assert f"its header holds {called}: the input must be comma-separated" in err
+        assert "BD1 1AA" not in err and f"subject{mark}postcode" not in err
 
 
 def test_duplicate_column_names(setup, tmp_path, capsys):
@@ -443,6 +450,19 @@ def test_a_missing_input_is_named_with_where_it_was_looked_for(
     assert perturb(setup, "demo/records.csv", tmp_path / "out.csv", *dry) == 3
     assert "does not exist: demo/records.csv (looked for in" in capsys.readouterr().err
     assert not list(tmp_path.glob("out.csv*"))
+    # The key file and a manifest are named the same way (they said only "key file not found"
+    # and "the manifest does not exist": a newcomer's review of round 30).
+    src = write_records(tmp_path / "in.csv", setup["codes"], n=3)
+    assert perturb(setup, src, tmp_path / "out.csv", "--key", "release.key", key=False) == 4
+    assert (
+        f"the key file does not exist: release.key (looked for in {tmp_path})"
+        in capsys.readouterr().err
+    )
+    assert main(["report", "--manifest", "out.csv.manifest.json", "-o", "r.html"]) != 0
+    assert (
+        f"the manifest does not exist: out.csv.manifest.json (looked for in {tmp_path})"
+        in capsys.readouterr().err
+    )
 
 
 def test_output_directory_that_cannot_be_written(setup, tmp_path, capsys):
@@ -681,7 +701,9 @@ def test_terminated_nearest_with_the_bundled_directory(tmp_path, capsys, nationa
         "-q",
     ]
     assert main(args) == 3
-    assert "not in the graph" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not in the graph" in err
+    assert "; --terminated nearest releases a terminated postcode as the live one nearest it" in err
     assert main(args + ["--terminated", "nearest"]) == 0
     manifest = json.loads((tmp_path / "out.csv.manifest.json").read_text())
     audit = json.loads((tmp_path / "out.csv.audit.json").read_text())

@@ -71,7 +71,7 @@ def test_malformed_key_files_refused(tmp_path, mangle):
 
 
 def test_missing_key_file(tmp_path):
-    with pytest.raises(KeyFileError, match="not found"):
+    with pytest.raises(KeyFileError, match=r"^the key file does not exist: .*nope$"):
         read_key_file(tmp_path / "nope")
 
 

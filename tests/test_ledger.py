@@ -1422,7 +1422,9 @@ def test_a_mistyped_ledger_path_is_named_as_the_ledger_and_an_existing_one_is_no
     assert main(["ledger", "init", where]) == 0
     (tmp_path / "ledger.db.key").rename(tmp_path / "elsewhere.key")
     assert main(["ledger", "show", where]) == 4
-    assert "the ledger's secret: key file not found" in capsys.readouterr().err
+    assert (
+        f"the ledger's secret: the key file does not exist: {where}.key" in capsys.readouterr().err
+    )
     (tmp_path / "elsewhere.key").rename(tmp_path / "ledger.db.key")
     assert main(["ledger", "init", where]) == 5
     assert "refusing to overwrite" in capsys.readouterr().err

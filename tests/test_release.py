@@ -210,6 +210,11 @@ def test_the_message_itself_names_the_first_failing_records(small, key):
             frame(["a", "b", "", "c"], [codes[0], "ZZ9 9ZZ", codes[1], "NOT A CODE"]), graph, key
         )
     assert info.value.summary.startswith("3 of 4 records cannot be released")
+    # A postcode not in the graph: the message names the option that may release it (a
+    # newcomer's review of round 30), and only then.
+    assert info.value.summary.endswith(
+        "; terminated='nearest' releases a terminated postcode as the live one nearest it"
+    )
     assert str(info.value) == (
         f"{info.value.summary} [record 2: postcode is well-formed but not in the graph "
         "(terminated, non-geographic, or outside its area); record 3: blank identifier; "
@@ -218,6 +223,7 @@ def test_the_message_itself_names_the_first_failing_records(small, key):
     n = MAX_LISTED_ERRORS + 15
     with pytest.raises(InputDataError) as info:
         release(frame([str(i) for i in range(n)], ["XX"] * n), graph, key)
+    assert "terminated=" not in info.value.summary
     listed = str(info.value).split(" [", 1)[1]
     assert listed.startswith("record 1: not a UK postcode in form; record 2:")
     assert listed.count("record ") == 5 and listed.endswith("; and 30 more]")

@@ -543,7 +543,7 @@ def test_perturb_frame_names_an_index_given_as_a_column(small):
         perturb_frame(
             people, key=KEY, graph=graph, epsilon=1, id_column="person", postcode_column="pc"
         )
-    with pytest.raises(InputDataError, match=r"no column 'nope' \(it has 1 columns\)$"):
+    with pytest.raises(InputDataError, match=r"no column 'nope' \(it has 1 column\)$"):
         perturb_frame(
             people, key=KEY, graph=graph, epsilon=1, id_column="nope", postcode_column="pc"
         )

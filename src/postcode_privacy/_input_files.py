@@ -21,7 +21,14 @@ import json
 import os
 import stat
 
-__all__ = ["open_regular_file", "read_small_file", "parse_json", "visible_text", "MIB"]
+__all__ = [
+    "open_regular_file",
+    "read_small_file",
+    "parse_json",
+    "visible_text",
+    "missing_file_message",
+    "MIB",
+]
 
 MIB = 1 << 20
 
@@ -40,7 +47,7 @@ def open_regular_file(
     try:
         fd = os.open(path, flags)  # without blocking: opening a FIFO must not wait for a writer
     except FileNotFoundError:
-        raise error(f"{what} does not exist") from None
+        raise error(missing_file_message(what, path)) from None
     except IsADirectoryError:
         raise error(f"{what} is a directory, not a file") from None
     except OSError as exc:
@@ -53,6 +60,21 @@ def open_regular_file(
         kind = "a directory" if stat.S_ISDIR(mode) else "a pipe, device or socket"
         raise error(f"{what} is not a regular file ({kind})")
     return os.fdopen(fd, "rb")  # O_NONBLOCK means nothing for a regular file
+
+
+def missing_file_message(what: str, path: str | os.PathLike) -> str:
+    """ "<what> does not exist: <path>", the path as given (control and direction characters
+    made visible) and, for a relative one, the directory it was looked for in: the commonest
+    slip is running a command from another directory than the docs'.  The path is the user's
+    own argument, never a cell of their data."""
+    given = os.fsdecode(path)
+    message = f"{what} does not exist: {visible_text(given)}"
+    if not os.path.isabs(given):
+        try:
+            message += f" (looked for in {visible_text(os.getcwd())})"
+        except OSError:  # (the current directory was removed)
+            pass
+    return message
 
 
 def read_small_file(

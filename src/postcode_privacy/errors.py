@@ -31,7 +31,15 @@ class KeyFileError(PostcodePrivacyError):
 
 
 class InputDataError(PostcodePrivacyError):
-    """The records being released are unusable (missing column, bad encoding, bad rows...)."""
+    """The records being released are unusable (missing column, bad encoding, bad rows...).
+
+    For failing records, ``row_errors`` lists up to 20 ``(record, reason)`` pairs, the first
+    five of which the message repeats; ``total_errors`` counts them all and ``summary`` is the
+    message without the list.  Records are numbered from 1 in the input's order (record 3 is
+    ``df.iloc[2]``, whatever the frame's index; in a CSV file, the third record after the
+    header), and ``row_lines`` gives, for a CSV file, the line each listed record starts on.
+    Reasons never quote a cell.
+    """
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ import stat
 import time
 from pathlib import Path
 
+from ._input_files import missing_file_message
 from .atomic import refuse_directory_path, signals_deferred
 from .errors import KeyFileError
 from .mechanism.keys import Key
@@ -122,7 +123,7 @@ def read_key_file(path: str | os.PathLike) -> Key:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
-        raise KeyFileError("key file not found") from None
+        raise KeyFileError(missing_file_message("the key file", path)) from None
     except IsADirectoryError:
         raise KeyFileError("the key file is not a regular file or a pipe (a directory)") from None
     except OSError as exc:

@@ -459,7 +459,9 @@ def _release(
                 if reader.format == "csv":
                     lines = _lines_of(input_path, check, input_sha256)
                 if refused:
-                    raise failure_error(check.row_errors, check.counts, lines)
+                    raise failure_error(
+                        check.row_errors, check.counts, lines, terminated=plan.terminated
+                    )
                 raise over_budget_error(check, lines)
             total = check.counts["records"]
             if ahead is not None and (ahead.abandoned or chunks < 2):

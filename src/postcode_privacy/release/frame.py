@@ -114,7 +114,7 @@ def perturb_frame(
         for start in range(0, len(df), step):
             check.merge(plan.check_chunk(df.iloc[start : start + step], row_offset + start))
         if check.failed:
-            raise failure_error(check.row_errors, check.counts)
+            raise failure_error(check.row_errors, check.counts, terminated=plan.terminated)
     bar = None
     if progress:
         from tqdm import tqdm

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._wording import counted
 from ..errors import SURFACE, InputDataError, InvalidParameterError
 from ..mechanism.epsilon import Epsilon, parse_epsilon
 
@@ -179,8 +180,8 @@ class ReleaseOptions:
                 + (
                     f"; {near}"
                     if near
-                    else f" (it has {len(names)} columns"
-                    + ("; does the file start with a header line?)" if header_line else ")")
+                    else f" (it has {counted(len(names), 'column')}"
+                    + (_header_hint(names) if header_line else ")")
                 )
             )
         if not self.keep_source_postcode:
@@ -316,6 +317,21 @@ def _refuse_names_alike(names: list, form: Callable[[Any], Any], what: str) -> N
         other = first.setdefault(form(name), position)
         if other != position:
             raise InputDataError(f"columns {other} and {position} {what}; rename one")
+
+
+def _header_hint(names: list) -> str:
+    """The end of a CSV file's missing-column message: a one-column header holding another
+    separator (a file saved with semicolons, as Excel does in many locales, or tabs) says so,
+    naming the separator, never the header's text; otherwise it asks whether there is a
+    header line at all."""
+    if len(names) == 1 and isinstance(names[0], str):
+        for mark, called in ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")):
+            if mark in names[0]:
+                return (
+                    f"; its header holds {called}: the input must be comma-separated, so "
+                    "save it as CSV with commas)"
+                )
+    return "; does the file start with a header line?)"
 
 
 def _near_misses(names: list, missing: list) -> str:

@@ -187,7 +187,7 @@ class ReleasePlan:
         pending = self.checked_chunk(df, row_offset)
         check = pending.checked.check
         if check.counts["failed"] and self.on_error == "error":
-            raise failure_error(check.row_errors, check.counts)
+            raise failure_error(check.row_errors, check.counts, terminated=self.terminated)
         if check.counts["over_budget"]:  # whatever on_error says (over_budget_error)
             raise over_budget_error(check)
         return pending

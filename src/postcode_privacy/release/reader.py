@@ -499,19 +499,10 @@ def read_failure(path: str, exc: BaseException) -> str:
 
 
 def missing_input_message(path: str | os.PathLike) -> str:
-    """ "The input file does not exist", naming the path as given (control and direction
-    characters made visible) and, for a relative one, the directory it was looked for in:
-    the commonest slip is running a command from another directory than the docs'."""
-    from .._input_files import visible_text
+    """ "The input file does not exist: <path> (looked for in <directory>)"."""
+    from .._input_files import missing_file_message
 
-    given = os.fspath(path)
-    message = f"the input file does not exist: {visible_text(given)}"
-    if not os.path.isabs(given):
-        try:
-            message += f" (looked for in {visible_text(os.getcwd())})"
-        except OSError:  # (the current directory was removed)
-            pass
-    return message
+    return missing_file_message("the input file", path)
 
 
 def _check_utf8(batch, offset: int) -> None:

@@ -100,9 +100,13 @@ def failure_error(
     row_errors: Sequence[tuple[int, str]],
     counts: dict[str, int],
     row_lines: dict[int, int] | None = None,
+    *,
+    terminated: str,
 ) -> InputDataError:
     """The error for records that cannot be released under ``on_error="error"``;
-    ``row_lines``: the file line each listed record starts on, for a CSV file."""
+    ``row_lines``: the file line each listed record starts on, for a CSV file; ``terminated``:
+    the release's policy for postcodes not in the graph, whose other choice the message names
+    when it could help."""
     failed = counts.get("failed", 0)
     reasons = ", ".join(
         f"{_FAILURE_LABELS[k]}: {counts[k]}" for k in FAILURE_KINDS if counts.get(k)
@@ -113,9 +117,15 @@ def failure_error(
         if counts.get("over_budget")
         else ""
     )
+    nearest = (
+        f"; {option('terminated', 'nearest')} releases a terminated postcode as the live one "
+        "nearest it"
+        if counts.get("unknown_postcode") and terminated == "error"
+        else ""
+    )
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
-        f"with {option('on_error', 'error')} nothing is released{budget}",
+        f"with {option('on_error', 'error')} nothing is released{budget}{nearest}",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
         total_errors=failed,
         row_lines=row_lines,
@@ -139,7 +149,7 @@ def over_budget_error(check: ChunkCheck, row_lines: dict[int, int] | None = None
     over = counts.get("over_budget", 0)
     return OverBudgetError(
         f"{over} of {counts.get('records', 0)} records would take their subjects over the "
-        f"budget; nothing is released.  A record the budget refuses stops the release "
+        f"budget; nothing is released. A record the budget refuses stops the release "
         f"whatever {option_name('on_error')} says: an empty cell or a missing row in its place "
         "would tell the release's readers that its subject was refused a new draw, a fact "
         "about their true postcodes (if the key, graph, epsilon and radius are those of the "

@@ -99,6 +99,7 @@ class SparkCheck:
     row_errors: list[tuple[int, str]]
     partition_records: list[int]
     conflict_rows: list[int] = field(default_factory=list)
+    terminated: str = "error"  # the policy checked under, which the error's advice follows
 
     @property
     def failed(self) -> int:
@@ -114,7 +115,7 @@ class SparkCheck:
         or None when no record failed (``perturb_frame`` raises nothing then)."""
         if not self.failed:
             return None
-        return failure_error(self.row_errors, self.counts)
+        return failure_error(self.row_errors, self.counts, terminated=self.terminated)
 
 
 def _offsets(records: list[int]) -> list[int]:
@@ -201,4 +202,5 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         row_errors=merged.row_errors[:MAX_LISTED_ERRORS],
         partition_records=records,
         conflict_rows=sorted(conflict_rows)[:_MAX_CONFLICT_ROWS],
+        terminated=spec.options.terminated,
     )
