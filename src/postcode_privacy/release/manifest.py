@@ -221,8 +221,8 @@ def describe(plan: ReleasePlan) -> dict:
         "graph": {
             "sha256": identity["graph_sha256"],
             "nodes": identity["graph_postcodes"],
-            "params": dict(plan.graph.params),
-            "provenance": provenance_summary(plan.graph.provenance),
+            "params": _as_saved(plan.graph.params),
+            "provenance": _as_saved(provenance_summary(plan.graph.provenance)),
         },
         "epsilon": identity["epsilon"],
         "radius": identity["radius"],
@@ -242,6 +242,14 @@ def describe(plan: ReleasePlan) -> dict:
             "source_postcode_kept": plan.keep_source_postcode,
         },
     }
+
+
+def _as_saved(value: dict) -> dict:
+    """``value`` as a saved graph artefact holds it: its header is JSON with sorted keys
+    (graph/artefact.py), so a graph loaded from its file lists them sorted, and one built in
+    this process (a first release, a rebuilt cache) in the order its builder wrote them.  Read
+    back this way, both describe a release in the same bytes."""
+    return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
 
 
 def prior_kind(graph: Graph) -> str:
