@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 
 import numpy as np
@@ -363,6 +364,34 @@ def test_default_graph_rebuilds_a_damaged_cache(bundled):
     bundled._default = None
     assert bundled.default_graph().sha256 == g.sha256
     assert len(bundled.calls) == 2
+
+
+@pytest.mark.parametrize("blocked", ["directory at its name", "read-only directory"])
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_run(
+    bundled, tmp_path, monkeypatch, blocked
+):
+    """A graph cache that could not be written failed the release after the graph was built,
+    saying "cannot write in the output directory" of a writable output directory (a review
+    across machines, round 30): the write goes through a release's writer, whose errors were
+    not the OSError the fallback caught.  The run now goes on with the graph it built."""
+    path = bundled.default_graph_path()
+    if blocked == "directory at its name":
+        path.mkdir()
+    elif os.geteuid() == 0:  # (root writes anywhere: a directory under a file cannot be made)
+        (tmp_path / "file").write_bytes(b"")
+        monkeypatch.setenv(bundled.CACHE_ENV, str(tmp_path / "file" / "cache"))
+    else:
+        tmp_path.chmod(0o500)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            graph = bundled.default_graph(progress=False)
+    finally:
+        tmp_path.chmod(0o700)
+    assert graph.sha256 == bundled.DEFAULT_GRAPH_SHA256 and bundled.calls == [False]
+    (failed,) = [str(w.message) for w in caught if "could not cache" in str(w.message)]
+    assert failed.startswith("could not cache the national graph in ") and "output" not in failed
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "file"]
 
 
 def test_a_default_build_with_a_perturbed_parameter_is_refused(bundled, monkeypatch, tmp_path):

@@ -28,7 +28,14 @@ import warnings
 from pathlib import Path
 
 from .._digest import sha256_of_file
-from ..errors import ArtefactError, GraphError, InvalidParameterError, SourceDataError
+from .._input_files import visible_text
+from ..errors import (
+    ArtefactError,
+    GraphError,
+    InvalidParameterError,
+    PostcodePrivacyError,
+    SourceDataError,
+)
 from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .artefact import FORMAT_VERSION, load_graph, save_graph
 from .build import BUILD_FORMAT, BUILDER, build_graph
@@ -251,11 +258,24 @@ def _load_or_build(progress: bool) -> Graph:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_graph(graph, path)
-    except OSError as exc:
+    except (OSError, PostcodePrivacyError) as exc:
+        # (save_graph writes as a release's files are written, and words a failure in a
+        # release's terms: "cannot write in the output directory", the output being the
+        # cache file here.  The run goes on with the graph it built.)
         warnings.warn(
-            f"could not cache the national graph ({exc.strerror or exc}); "
-            "it will be rebuilt next time",
+            f"could not cache the national graph in {visible_text(str(path.parent))} "
+            f"({_os_reason(exc)}); it will be rebuilt next time (set {CACHE_ENV} to a "
+            "directory this user can write)",
             RuntimeWarning,
             stacklevel=3,
         )
     return graph
+
+
+def _os_reason(exc: BaseException) -> str:
+    """The system's reason for a failed write: the OSError's, or that of the OSError the
+    library's own error was raised from (``raise ... from None`` keeps it as the context)."""
+    cause = exc if isinstance(exc, OSError) else exc.__context__
+    if isinstance(cause, OSError):
+        return cause.strerror or type(cause).__name__
+    return str(exc)
