@@ -136,12 +136,13 @@ def test_terminated_postcodes_of_an_onspd_build_map_to_the_nearest_live_one(tmp_
     audit = json.loads((tmp_path / "out.csv.audit.json").read_text(encoding="utf-8"))
     assert audit["counts"]["terminated_mapped"] == 1
     sidecar = terminated_sidecar(graph_path)
-    import hashlib
+    from postcode_privacy.release.terminated import _table_digest
 
+    # The table's digest (what a mapping reads), as for a supplied table or the bundled one.
     assert manifest["terminated_locations"] == {
         "source": "sidecar",
         "file": sidecar.name,
-        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest(),
+        "sha256": _table_digest(pd.read_parquet(sidecar)),
     }
 
 
@@ -195,9 +196,44 @@ def test_the_artefact_records_its_sidecar_hash(tmp_path):
 
     graph_path, _ = _onspd_artefact_and_records(tmp_path)
     sidecar = terminated_sidecar(graph_path)
+    from postcode_privacy.release.terminated import _table_digest
+
     recorded = Graph.load(graph_path).provenance["terminated_sidecar"]
     assert recorded["sha256"] == hashlib.sha256(sidecar.read_bytes()).hexdigest()
+    assert recorded["table_sha256"] == _table_digest(pd.read_parquet(sidecar))
     assert recorded["file"] == sidecar.name and recorded["rows"] >= 1
+
+
+def test_a_sidecar_written_by_another_pyarrow_gives_the_same_manifest(
+    tmp_path, monkeypatch, capsys
+):
+    """The sidecar's Parquet bytes follow the pyarrow that wrote them (its version is in the
+    file), and the manifest named the sidecar by their sha256: the same sources built on two
+    machines gave the same release and graph but manifests that differed, two releases in the
+    threat model's terms (a review across machines, round 30).  It now names the table's."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, args = _onspd_artefact_and_records(tmp_path / "a")
+    original = pd.DataFrame.to_parquet
+
+    def other_writer(self, *a, **k):  # another writer: the same table, other bytes
+        return original(self, *a, **{**k, "compression": "gzip"})
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", other_writer)
+    second, _ = _onspd_artefact_and_records(tmp_path / "b")
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", original)
+    assert terminated_sidecar(first).read_bytes() != terminated_sidecar(second).read_bytes()
+    key = args[args.index("--key") + 1]
+    written = []
+    for graph in (first, second):
+        out = graph.parent / "out.csv"
+        swapped = [str(graph) if a == str(first) else a for a in args]
+        swapped[swapped.index("--key") + 1] = key
+        swapped[-1] = str(out)
+        assert main(swapped) == 0, capsys.readouterr().err
+        written.append((out.read_bytes(), out.with_name("out.csv.manifest.json").read_bytes()))
+    assert written[0] == written[1]
 
 
 def test_an_edited_sidecar_is_refused_cleanly(tmp_path, capsys):

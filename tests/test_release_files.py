@@ -307,7 +307,7 @@ def test_manifest_records_the_release_but_never_the_key(grid, key, tmp_path):
     text = (tmp_path / "out.csv.manifest.json").read_text(encoding="utf-8")
     manifest = json.loads(text)
     assert manifest == returned
-    assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 2
+    assert manifest["format"] == "postcode-privacy-manifest" and manifest["format_version"] == 3
     assert manifest["epsilon"] == "0.1" and manifest["radius"] == 6
     plan = ReleasePlan(
         key=key, epsilon="0.1", radius=6, id_column="person", postcode_column="pc", graph=graph

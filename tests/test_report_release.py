@@ -205,7 +205,7 @@ def test_manifest_refusals(geo, tmp_path, capsys):
             read_manifest(_manifest(geo, tmp_path, **bad))
         assert "--" not in str(caught.value)  # the manifest is to blame, not an option
     with pytest.raises(InvalidParameterError, match="unknown manifest format version"):
-        read_manifest(_manifest(geo, tmp_path, format_version=3))
+        read_manifest(_manifest(geo, tmp_path, format_version=4))
     with pytest.raises(InvalidParameterError, match="not a release manifest"):
         read_manifest(_manifest(geo, tmp_path, format="postcode-privacy-audit"))
     with pytest.raises(InvalidParameterError, match="epsilon"):

@@ -106,7 +106,7 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
                 # its sha256, and perturb refuses a sidecar that does not match (docs/release.md).
                 data = table.terminated.to_parquet(index=False)
                 graph.provenance[PROVENANCE_KEY] = sidecar_record(
-                    data, sidecar.name, len(table.terminated)
+                    data, sidecar.name, table.terminated
                 )
                 temp = claim.temp(sidecar)
                 temp.handle.write(data)

@@ -3,7 +3,7 @@
 docs/release.md, "The manifest"; docs/threat-model.md, "What may be
 published".
 
-* ``OUTPUT.manifest.json`` (format ``postcode-privacy-manifest``, version 2) is publishable.
+* ``OUTPUT.manifest.json`` (format ``postcode-privacy-manifest``, version 3) is publishable.
   It holds only the release's parameters and facts computable from the released file itself:
   nothing in it is computed from a true postcode or from a record that is not released.  (A
   digest of the true input would let anyone who knows a record's other cells test candidate
@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "postcode-privacy-manifest"
-MANIFEST_VERSION = 2
+# 3: a terminated-postcode sidecar is named by its table's sha256, not its file's
+MANIFEST_VERSION = 3
 MANIFEST_SUFFIX = ".manifest.json"
 AUDIT_FORMAT = "postcode-privacy-audit"
 AUDIT_VERSION = 1
@@ -279,6 +280,10 @@ def provenance_summary(provenance: dict) -> dict:
                 ):
                     digest.update(f"{entry.get('file')}\0{entry.get('sha256')}\n".encode())
                 out[key] = {"files": len(files), "sha256_of_list": digest.hexdigest()}
+        elif isinstance(value, dict) and "table_sha256" in value:
+            # (a terminated-postcode sidecar: its file's sha256 follows the pyarrow that wrote
+            # it, so the table's stands for it: release/terminated.py, sidecar_record)
+            out[key] = {k: v for k, v in value.items() if k != "sha256"}
         elif isinstance(value, dict) and "path" in value:
             out[key] = _file_entry(value)
         else:

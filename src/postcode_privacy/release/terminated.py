@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 SIDECAR_ATTR = "postcode_privacy_sidecar"  # DataFrame.attrs key: {"file", "sha256"} as read
-PROVENANCE_KEY = "terminated_sidecar"  # graph provenance key: {"file", "sha256", "rows"}
+# graph provenance key: {"file", "sha256" (of the file's bytes), "table_sha256", "rows"}
+PROVENANCE_KEY = "terminated_sidecar"
 
 # Every postcode the ONS has ever listed (about 2.7 million) fits in a Parquet sidecar of well
 # under 100 MiB; a larger file is no sidecar that `build` wrote.
@@ -191,9 +192,18 @@ class NearestLive:
 # -- the sidecar beside a graph artefact, bound by its sha256 ------------------------------------
 
 
-def sidecar_record(data: bytes, name: str, rows: int) -> dict:
-    """What an artefact's provenance records about the sidecar ``data`` it is written with."""
-    return {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "rows": int(rows)}
+def sidecar_record(data: bytes, name: str, table: pd.DataFrame) -> dict:
+    """What an artefact's provenance records about the sidecar ``data`` (``table`` written as
+    Parquet) it is written with: the file's sha256, which binds the sidecar to the artefact,
+    and the table's (``_table_digest``), which the manifest publishes.  The file's bytes follow
+    the pyarrow that wrote them (its version is in the Parquet footer); the table's do not, so
+    the same sources built on two machines give releases the same manifest."""
+    return {
+        "file": name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "table_sha256": _table_digest(table),
+        "rows": len(table),
+    }
 
 
 def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
@@ -270,8 +280,9 @@ def check_sidecar(graph: Graph, table: pd.DataFrame | None) -> None:
 def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
     """The manifest's ``terminated_locations``: which table mapped terminated postcodes.
 
-    Publishable: the sidecar's or supplied table's sha256 (public data), or the bundled
-    directory's package and version; ``None`` unless ``terminated == "nearest"``.
+    Publishable: the sha256 of the sidecar's or supplied table (``_table_digest``: public
+    data), or the bundled directory's package and version with its table's; ``None`` unless
+    ``terminated == "nearest"``.
     """
     if terminated != "nearest":
         return None
@@ -288,8 +299,8 @@ def describe_source(terminated: str, table: pd.DataFrame | None) -> dict | None:
             "sha256": BUNDLED_TERMINATED_SHA256,  # of the table, checked when it is loaded
         }
     sidecar = table.attrs.get(SIDECAR_ATTR)
-    if sidecar is not None:
-        return {"source": "sidecar", "file": sidecar["file"], "sha256": sidecar["sha256"]}
+    if sidecar is not None:  # (the table's digest, as for the other sources: not the file's)
+        return {"source": "sidecar", "file": sidecar["file"], "sha256": sidecar["content"]}
     return {"source": "supplied table", "sha256": _table_digest(table)}
 
 

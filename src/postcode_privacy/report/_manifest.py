@@ -32,7 +32,7 @@ from ..mechanism.powers import (
 from ..version import OUTPUT_STABILITY_VERSION
 
 FORMAT = "postcode-privacy-manifest"
-KNOWN_VERSIONS = (1, 2)
+KNOWN_VERSIONS = (1, 2, 3)
 # A manifest is a few kilobytes; anything past this is not one (and is not read further).
 MAX_MANIFEST_BYTES = 4 * MIB
 
