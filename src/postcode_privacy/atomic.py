@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from ._file_names import name_text
 from ._interrupts import note_files_in_place, note_stop, stop_if_told
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
@@ -447,12 +448,11 @@ class OutputClaim:
         limit = _name_max(self.directory) if self.directory.is_dir() else 255
         lengths = []
         for target in [*self.targets, self.lock_path]:
-            try:
-                lengths.append(len(target.name.encode("utf-8")))
-            except UnicodeEncodeError:
+            if name_text(target.name) is None:
                 raise InvalidParameterError(
                     "the output file name is not valid UTF-8 text; choose another name"
-                ) from None
+                )
+            lengths.append(len(os.fsencode(target.name)))
         if max(lengths) > limit:
             # the room left by the longest name written beside the output, whichever overflows
             first = lengths[0]

@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 from .._digest import sha256_of_file
+from .._file_names import readable_name
 from .._input_files import visible_text
 from ..errors import (
     ArtefactError,
@@ -127,7 +128,7 @@ def build_from_sources(
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
         params_extra["prior"] = "population"
         provenance["population"] = {
-            "path": os.path.abspath(os.fspath(population)),
+            "path": readable_name(os.path.abspath(population)),
             "sha256": population_sha256,  # of the bytes read
             "coverage": coverage,
         }

@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .._digest import sha256_of_file
+from .._file_names import path_of_text
 from .._input_files import MIB, parse_json, read_small_file
 from .._interrupts import note_files_in_place
 from ..atomic import signals_deferred
@@ -252,8 +253,9 @@ class Ledger:
                 "SELECT id, owner, created, output_path, output_sha256 "
                 "FROM releases WHERE state = 'pending' ORDER BY id"
             )
-            for rid, owner_text, created, path, sha in rows:
+            for rid, owner_text, created, recorded, sha in rows:
                 owner = Owner.from_text(owner_text)  # ValueError: damage, before any change
+                path = path_of_text(recorded)
                 here = owner.ran_here()
                 if _maybe_running(owner, here, created):
                     continue

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._digest import sha256_of_file
+from .._file_names import name_text
 from .._interrupts import stop_if_told
-from ..errors import SURFACE, KeyFileError, option_name
+from ..errors import SURFACE, InvalidParameterError, KeyFileError, option_name
 from ..version import OUTPUT_STABILITY_VERSION
 from .accounting import (
     KNOWN_SUBJECT,
@@ -205,6 +206,11 @@ class LedgerRecorder:
         store = self.ledger.store
         uid = secrets.token_hex(16)
         path = os.path.abspath(output_path)
+        recorded = name_text(path)  # (the same text under any locale: _file_names.py)
+        if recorded is None:  # (refused before any work: release/files.py)
+            raise InvalidParameterError(
+                "the output's whole path is not valid UTF-8 text, and a ledger records it as text"
+            )
         new = account.new_draws + account.borrowed
         with store.write(), _damage_is_a_ledger_error(store):
             if self.budget is not None and new:
@@ -220,7 +226,7 @@ class LedgerRecorder:
                     uid,
                     now(),
                     owner_tag(path),
-                    path,
+                    recorded,
                     output_sha256,
                     p.epsilon,
                     p.radius,

@@ -28,6 +28,7 @@ import socket
 from typing import TYPE_CHECKING, Literal
 
 from .._digest import sha256_of_file
+from .._file_names import path_of_text
 from ..errors import InvalidParameterError
 from .errors import LedgerError
 from .owner import Owner
@@ -104,8 +105,9 @@ def settle_by_hand(
         )
     given_sha = None if output is None else _sha256_of_given(output)
     with store.write(), _damage_is_a_ledger_error(store):
-        _, owner_text, created, path, sha = _pending_row(ledger, rid)[:5]
+        _, owner_text, created, recorded, sha = _pending_row(ledger, rid)[:5]
         owner = Owner.from_text(owner_text)  # ValueError: damage, before any change
+        path = path_of_text(recorded)
         if _maybe_running(owner, owner.ran_here(), created):
             raise LedgerError(
                 f"release #{rid} may still be running (its process is alive on this machine, "

@@ -43,6 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._environment import source_date_epoch
+from .._file_names import name_text
 from .._progress import stderr_is_terminal, timing_text
 from .._wording import counted
 from ..atomic import (
@@ -246,10 +247,10 @@ def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
     UTF-8 (bytes a file system allows) cannot be recorded, and the write failed late, called
     a damaged ledger."""
     try:
-        os.path.abspath(output_path).encode("utf-8")
+        whole = os.path.abspath(output_path)
     except OSError:  # (the current directory removed: the output's own checks say so)
         return
-    except UnicodeEncodeError:
+    if name_text(whole) is None:
         raise InvalidParameterError(
             "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
             "that are not), and a ledger records it as text: write the release under a path "
@@ -297,12 +298,8 @@ def _checked_paths(
     refuse_directory_path(output_path)
     given_input = input_path
     input_path, output_path = Path(input_path), Path(output_path)
-    try:
-        input_path.name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidParameterError(
-            "the input file name is not valid UTF-8 text; rename it"
-        ) from None
+    if name_text(input_path.name) is None:
+        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it")
     if not input_path.exists():
         raise InputDataError(missing_input_message(given_input))
     if not input_path.is_file():

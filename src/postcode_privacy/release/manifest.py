@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._file_names import readable_name
+
 if TYPE_CHECKING:
     from ..graph.graph import Graph
     from .plan import ReleasePlan
@@ -141,7 +143,7 @@ def build_manifest(
         "output_stability_version": description["output_stability_version"],
         "created": created or _now(),
         "output": {
-            "path": output_path.name,
+            "path": readable_name(output_path.name),  # (any locale: _file_names.py)
             "format": output_format,
             "sha256": output_sha256,
             **({} if uncompressed_sha256 is None else {"uncompressed_sha256": uncompressed_sha256}),
@@ -149,7 +151,7 @@ def build_manifest(
             "written_with": dict(written_with),
         },
         **{name: description[name] for name in _DESCRIPTION_FIELDS},
-        "audit_file": audit_path_for(output_path).name,
+        "audit_file": readable_name(audit_path_for(output_path).name),
     }
     assert tuple(manifest) == PUBLISHABLE_FIELDS
     return manifest
@@ -181,7 +183,7 @@ def build_audit(
         "output": {"path": manifest["output"]["path"], "sha256": manifest["output"]["sha256"]},
         "manifest_file": manifest_path_for(manifest["output"]["path"]).name,
         "input": {
-            "path": input_path.name,
+            "path": readable_name(input_path.name),
             "format": input_format,
             "sha256": input_sha256,
             "records": int(counts["records"]),

@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._file_names import name_text
 from ..atomic import refuse_directory_path
 from ..errors import InputDataError, InvalidParameterError
 from .arrow_types import nested_dictionary, refuse_dictionaries_in_extensions, without_views
@@ -280,9 +281,9 @@ class TableReader:
             # the one the name means here (which was checked and hashed), and a name can read
             # as a URI; pa.OSFile opens the name as it is (and closes with the ParquetFile's
             # close(force=True)).
-            if _utf8(self.path):
+            if name_text(self.path) == self.path:
                 source = pa.OSFile(self.path)
-            else:  # (pyarrow takes names as UTF-8 text: Python opens any name the system has)
+            else:  # pyarrow opens a name's UTF-8 bytes; Python opens this locale's bytes
                 source = pa.PythonFile(open(self.path, "rb"), mode="r")
         except (pa.ArrowException, OSError, ValueError):
             raise InputDataError("the input is not a readable Parquet file") from None
@@ -479,14 +480,6 @@ def _bounded_columns(columns: list) -> list:
     if len(columns) > MAX_COLUMNS:
         raise InputDataError(_too_many_columns(len(columns)))
     return columns
-
-
-def _utf8(path: str) -> bool:
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def read_failure(path: str, exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._file_names import readable_name
 from .._input_files import MIB, read_small_file
 from ..errors import ArtefactError, InvalidParameterError
 from ..graph.graph import Graph
@@ -199,7 +200,7 @@ def sidecar_record(data: bytes, name: str, table: pd.DataFrame) -> dict:
     the pyarrow that wrote them (its version is in the Parquet footer); the table's do not, so
     the same sources built on two machines give releases the same manifest."""
     return {
-        "file": name,
+        "file": readable_name(name),
         "sha256": hashlib.sha256(data).hexdigest(),
         "table_sha256": _table_digest(table),
         "rows": len(table),
@@ -233,7 +234,7 @@ def read_sidecar(path: str | os.PathLike) -> pd.DataFrame:
             "rebuild the artefact"
         ) from None
     table.attrs[SIDECAR_ATTR] = {
-        "file": path.name,
+        "file": readable_name(path.name),
         "sha256": hashlib.sha256(data).hexdigest(),
         "content": content,
     }

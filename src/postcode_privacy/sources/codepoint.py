@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from .._file_names import readable_name
 from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
@@ -120,9 +121,12 @@ class _Files:
     def sources(self) -> list[dict[str, str]]:
         if self.archive is not None:  # the very bytes read, not whatever the name holds now
             sha256 = digest_of_what_was_read(self.archive, self.label, self.opened)
-            return [{"path": os.path.abspath(self.path), "sha256": sha256}]
+            return [{"path": readable_name(os.path.abspath(self.path)), "sha256": sha256}]
         return [
-            {"path": os.path.abspath(os.path.join(self.path, n)), "sha256": self.digests[n]}
+            {
+                "path": readable_name(os.path.abspath(os.path.join(self.path, n))),
+                "sha256": self.digests[n],
+            }
             for n in self.data
         ]
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .._digest import sha256_of_file
+from .._file_names import readable_name
 from ..errors import SourceDataError
 from .onspd import irish_to_british_grid
 from .table import normalise_postcodes
@@ -59,7 +60,7 @@ def _files() -> list[str]:
 
 def bundled_directory_sources() -> list[dict[str, str]]:
     """Path and SHA-256 of every bundled directory file, for provenance records."""
-    return [{"path": f, "sha256": sha256_of_file(f)} for f in _files()]
+    return [{"path": readable_name(f), "sha256": sha256_of_file(f)} for f in _files()]
 
 
 def _read_letter(path: str) -> dict[str, np.ndarray]:

@@ -1,0 +1,116 @@
+"""File names under any locale: a release made where Python reads names with another encoding
+(the C locale without UTF-8 mode reads a UTF-8 name's non-ASCII bytes as escapes) accepts the
+same names, writes the same manifest and records the same ledger path as under UTF-8."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from postcode_privacy._file_names import name_text, path_of_text, readable_name
+from postcode_privacy.cli import main
+from postcode_privacy.graph.build import build_graph
+from postcode_privacy.keyfile import write_key_file
+from postcode_privacy.mechanism import Key
+
+pytestmark = pytest.mark.skipif(
+    sys.getfilesystemencoding() != "utf-8", reason="the suite itself runs under UTF-8"
+)
+
+CODES = [f"BD{r + 1} {c + 1}A{'ABDEFGHJ'[c]}" for r in range(4) for c in range(6)]
+
+
+def test_a_name_reads_as_its_bytes_in_utf8():
+    assert name_text("café.csv") == "café.csv"
+    assert path_of_text(name_text("café.csv")) == "café.csv"
+    latin1 = os.fsdecode(b"caf\xe9.csv")  # bytes no UTF-8 reading has
+    assert name_text(latin1) is None
+    assert readable_name(latin1) == "caf\\xe9.csv"
+    assert readable_name("café.csv") == "café.csv"
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    graph = build_graph(CODES, [410000.0 + 100 * i for i in range(24)], [432000.0] * 24)
+    graph.save(tmp_path / "g.ppgraph")
+    write_key_file(Key.generate(), tmp_path / "k.key")
+    records = pd.DataFrame(
+        {"id": [str(i) for i in range(12)], "postcode": [CODES[i * 2] for i in range(12)]}
+    )
+    records.to_csv(tmp_path / "café.csv", index=False)
+    records.to_parquet(tmp_path / "café.parquet", index=False)
+    return tmp_path
+
+
+def _release(base, directory, *, locale_env=None):
+    """Release both inputs into ``directory`` (CSV and Parquet, recorded in a ledger there),
+    in a fresh process under ``locale_env`` or in this one."""
+    calls = [["ledger", "init", str(directory / "l.db")]]
+    for suffix in ("csv", "parquet"):
+        calls.append(
+            [
+                "perturb",
+                str(base / f"café.{suffix}"),
+                "-o",
+                str(directory / f"sortie-é.{suffix}"),
+                "--key",
+                str(base / "k.key"),
+                "--graph",
+                str(base / "g.ppgraph"),
+                "--epsilon",
+                "1",
+                "--id-column",
+                "id",
+                "--postcode-column",
+                "postcode",
+                "--ledger",
+                str(directory / "l.db"),
+                "-q",
+            ]
+        )
+    for args in calls:
+        if locale_env is None:
+            assert main(args) == 0
+            continue
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000", **locale_env}
+        done = subprocess.run(
+            [sys.executable, "-m", "postcode_privacy", *args],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+
+
+@pytest.mark.slow  # fresh CLI processes
+def test_a_c_locale_release_is_the_utf8_release(inputs, monkeypatch):
+    c_locale = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**os.environ, **c_locale},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "ascii"  # names' non-ASCII bytes arrive as escapes
+    (inputs / "c").mkdir()
+    (inputs / "utf8").mkdir()
+    _release(inputs, inputs / "c", locale_env=c_locale)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    _release(inputs, inputs / "utf8")
+    for suffix in ("csv", "parquet"):
+        for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
+            assert (inputs / "c" / name).read_bytes() == (inputs / "utf8" / name).read_bytes()
+        audit = (inputs / "c" / f"sortie-é.{suffix}.audit.json").read_text("utf-8")
+        assert f'"path": "café.{suffix}"' in audit
+    for run in ("c", "utf8"):
+        with sqlite3.connect(inputs / run / "l.db") as db:
+            recorded = sorted(row[0] for row in db.execute("SELECT output_path FROM releases"))
+        assert recorded == sorted(
+            str(inputs / run / f"sortie-é.{suffix}") for suffix in ("csv", "parquet")
+        )
