@@ -98,19 +98,58 @@ def test_a_c_locale_release_is_the_utf8_release(inputs, monkeypatch):
         check=True,
     )
     assert probe.stdout.strip() == "ascii"  # names' non-ASCII bytes arrive as escapes
-    (inputs / "c").mkdir()
-    (inputs / "utf8").mkdir()
-    _release(inputs, inputs / "c", locale_env=c_locale)
+    (inputs / "c-é").mkdir()
+    (inputs / "utf8-é").mkdir()
+    _release(inputs, inputs / "c-é", locale_env=c_locale)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    _release(inputs, inputs / "utf8")
+    _release(inputs, inputs / "utf8-é")
     for suffix in ("csv", "parquet"):
         for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
-            assert (inputs / "c" / name).read_bytes() == (inputs / "utf8" / name).read_bytes()
-        audit = (inputs / "c" / f"sortie-é.{suffix}.audit.json").read_text("utf-8")
+            assert (inputs / "c-é" / name).read_bytes() == (inputs / "utf8-é" / name).read_bytes()
+        audit = (inputs / "c-é" / f"sortie-é.{suffix}.audit.json").read_text("utf-8")
         assert f'"path": "café.{suffix}"' in audit
-    for run in ("c", "utf8"):
+    for run in ("c-é", "utf8-é"):
         with sqlite3.connect(inputs / run / "l.db") as db:
             recorded = sorted(row[0] for row in db.execute("SELECT output_path FROM releases"))
         assert recorded == sorted(
             str(inputs / run / f"sortie-é.{suffix}") for suffix in ("csv", "parquet")
         )
+    # `ledger show`, run in the release's directory under the C locale, names it relatively
+    shown = subprocess.run(
+        [sys.executable, "-m", "postcode_privacy", "ledger", "show", "l.db"],
+        env={**os.environ, **c_locale},
+        cwd=os.fsencode(inputs / "utf8-é"),
+        capture_output=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert " sortie-é.csv " in shown.stdout.decode("utf-8")
+
+
+def test_the_manifest_names_a_source_by_its_last_name_whatever_it_holds():
+    from postcode_privacy.release.manifest import provenance_summary
+
+    summary = provenance_summary(
+        {
+            "sources": [{"path": "/data/ONSPD_\\xe9.csv", "sha256": "a" * 64}],
+            "population": {"path": "C:\\data\\pop.csv", "sha256": "b" * 64},
+        }
+    )
+    assert summary["sources"] == [{"file": "ONSPD_\\xe9.csv", "sha256": "a" * 64}]
+    assert summary["population"]["file"] == "pop.csv"
+
+
+def test_a_name_no_ledger_can_record_is_refused_as_what_it_is(inputs, capsys):
+    bad = os.fsdecode(b"out\xe9.csv")
+    main(["ledger", "init", str(inputs / "l.db")])
+    args = ["--key", str(inputs / "k.key"), "--graph", str(inputs / "g.ppgraph")]
+    args += ["--epsilon", "1", "--id-column", "id", "--postcode-column", "postcode"]
+    ledger = ["--ledger", str(inputs / "l.db")]
+    capsys.readouterr()
+    assert main(["perturb", str(inputs / "café.csv"), "-o", str(inputs / bad), *args, *ledger]) == 8
+    assert "output file name is not valid UTF-8" in capsys.readouterr().err
+    (inputs / os.fsdecode(b"in\xe9.csv")).write_bytes((inputs / "café.csv").read_bytes())
+    check = ["ledger", "check", str(inputs / os.fsdecode(b"in\xe9.csv")), *args, *ledger]
+    assert main(check) == 8
+    assert "input file name is not valid UTF-8" in capsys.readouterr().err
+    assert sorted(p.name for p in inputs.iterdir() if p.name.startswith("out")) == []

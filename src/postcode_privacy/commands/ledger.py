@@ -218,9 +218,11 @@ def run_check(
     opens it, for writing, and the release's own checks run once the key, the terminated-postcode
     file and the ledger have passed."""
     from ..ledger import Ledger, check_release, parse_budget
+    from ..release.files import refuse_unrecordable_input_name
     from .perturb import graph_loader, resolve_key, terminated_locations_for
 
     limit = None if budget is None else parse_budget(budget)  # after --epsilon, before any file
+    refuse_unrecordable_input_name(input_path)  # (the release it previews would refuse it)
     refuse_ledger_secret_as_key(key_path, location, secret)
     key = resolve_key(key_path)
     terminated = terminated_locations_for(options.terminated, graph_path)  # as perturb: first
@@ -287,14 +289,16 @@ def shown_path(recorded: str) -> str:
     characters made visible (a directory's name must not forge a line of the listing)."""
     import os
 
+    from .._file_names import path_of_text
     from .._input_files import visible_text
 
+    path = path_of_text(recorded)  # (recorded as UTF-8 text; this locale may read names otherwise)
     try:
-        relative = os.path.relpath(recorded)
+        relative = os.path.relpath(path)
     except (ValueError, OSError):  # (another drive, on Windows; the current directory removed)
-        relative = recorded
+        relative = path
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        relative = recorded
+        relative = path
     return visible_text(click.format_filename(relative))
 
 

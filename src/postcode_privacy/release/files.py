@@ -93,6 +93,7 @@ from .writers import open_writer, uncompressed_sha256, written_with
 __all__ = [
     "release_file",
     "check_release_paths",
+    "refuse_unrecordable_input_name",
     "manifest_path_for",
     "audit_path_for",
     "MANIFEST_FORMAT",
@@ -250,12 +251,24 @@ def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
         whole = os.path.abspath(output_path)
     except OSError:  # (the current directory removed: the output's own checks say so)
         return
+    if name_text(os.path.basename(whole)) is None:
+        raise InvalidParameterError(_NOT_UTF8_OUTPUT)
     if name_text(whole) is None:
         raise InvalidParameterError(
             "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
             "that are not), and a ledger records it as text: write the release under a path "
             "that is"
         ) from None
+
+
+_NOT_UTF8_OUTPUT = "the output file name is not valid UTF-8 text; choose another name"
+
+
+def refuse_unrecordable_input_name(input_path: str | os.PathLike) -> None:
+    """The audit file records the input's name as UTF-8 text (_file_names.py): one whose bytes
+    are not UTF-8 is refused before any work, by the release and by its previews alike."""
+    if name_text(os.path.basename(os.fspath(input_path))) is None:
+        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it")
 
 
 def check_release_paths(
@@ -298,8 +311,7 @@ def _checked_paths(
     refuse_directory_path(output_path)
     given_input = input_path
     input_path, output_path = Path(input_path), Path(output_path)
-    if name_text(input_path.name) is None:
-        raise InvalidParameterError("the input file name is not valid UTF-8 text; rename it")
+    refuse_unrecordable_input_name(input_path)
     if not input_path.exists():
         raise InputDataError(missing_input_message(given_input))
     if not input_path.is_file():

@@ -298,5 +298,8 @@ def _file_entry(value: Any) -> dict:
         return {"file": str(value)}
     entry = {k: v for k, v in value.items() if k != "path"}
     if "path" in value:
-        entry = {"file": str(value["path"]).replace("\\", "/").rsplit("/", 1)[-1], **entry}
+        path = str(value["path"])
+        # The last name of a POSIX path, or of a Windows one (which holds no "/"); not "\\" in a
+        # POSIX path, where it is a character of a name (readable_name's "\\xNN" among them).
+        entry = {"file": path.rsplit("/" if "/" in path else "\\", 1)[-1], **entry}
     return entry
