@@ -69,3 +69,20 @@ def test_scipy_loads_whatever_it_holds(script, printed, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [printed, "not-a-number"]
+
+
+def test_a_kernel_with_nowhere_to_cache_is_compiled_without_its_cache(monkeypatch):
+    # A read-only install run by an account with no home: no directory numba can write.
+    import numba.core.caching as numba_caching
+
+    from postcode_privacy._numba import njit
+
+    def unwritable(self):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(numba_caching._CacheLocator, "ensure_cache_path", unwritable)
+
+    def add_one(x):
+        return x + 1
+
+    assert njit(cache=True)(add_one)(41) == 42

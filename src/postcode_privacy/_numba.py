@@ -14,7 +14,10 @@ numba also keeps each kernel it compiles in an on-disk cache.  A write that fail
 disk, a file-size limit) raised out of the first call with numba's traceback, and so did every
 run after a cache file was damaged (an unpickling error), until the cache was deleted by hand
 (hostile reviews found both).  The cache is only a shortcut: a failed write is skipped and a
-failed read is a miss, so the kernel is compiled again (``_cache_failures_are_misses``).
+failed read is a miss, so the kernel is compiled again (``_cache_failures_are_misses``).  And
+where numba finds no cache directory it can write at all (the package installed read-only and
+run by an account with no home directory, as a service account often is), its ``cache=True``
+raised at import; such a kernel is compiled on each run instead (:func:`njit`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 
 import numba.core.caching as numba_caching
 import numba.core.event as numba_events
-from numba import njit
+from numba import njit as _numba_njit
 
 from .atomic import signals_deferred
 
@@ -97,3 +100,22 @@ def _cache_failures_are_misses() -> None:
 _cache_failures_are_misses()
 STOPS_HELD_WHILE_COMPILING = _StopsHeldWhileCompiling()
 numba_events.register("numba:compiler_lock", STOPS_HELD_WHILE_COMPILING)
+
+
+def njit(*args, **options):
+    """numba's ``njit``.  With ``cache=True``, a kernel numba has nowhere to cache (it raises
+    "no locator available" when neither ``$NUMBA_CACHE_DIR``, nor a ``__pycache__`` beside the
+    module, nor the user's cache directory can be written) is compiled without its cache: the
+    run costs the compilation, never a traceback."""
+    if args:  # (a bare ``@njit``)
+        return _numba_njit(*args, **options)
+
+    def decorate(function):
+        try:
+            return _numba_njit(**options)(function)
+        except RuntimeError as exc:
+            if not options.get("cache") or "no locator available" not in str(exc):
+                raise
+            return _numba_njit(**{**options, "cache": False})(function)
+
+    return decorate
