@@ -154,6 +154,24 @@ def test_empty_frame_gives_empty_output(small, key):
 # -- failing rows and policies --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("offset", [-1, True, 1.5, "7", np.float64(2.0)])
+def test_a_row_offset_that_is_no_count_of_records_is_refused(small, key, offset):
+    graph, codes = small
+    df = mixed_frame(codes)
+    with pytest.raises(InvalidParameterError, match="row_offset must be a whole number"):
+        release(df, graph, key, row_offset=offset)
+    plan = ReleasePlan(key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph)
+    with pytest.raises(InvalidParameterError, match="row_offset must be a whole number"):
+        plan.process_chunk(df, offset)
+
+
+def test_a_numpy_row_offset_counts_as_its_value(small, key):
+    graph, codes = small
+    with pytest.raises(InputDataError) as info:
+        release(mixed_frame(codes), graph, key, row_offset=np.int64(100))
+    assert info.value.row_errors[0][0] == 102
+
+
 BAD_IDS = [None, "", "   ", float("nan"), True, 2.5]
 BAD_POSTCODES = [None, "", "  ", "NOT A POSTCODE", "ZZ9 9ZZ"]
 

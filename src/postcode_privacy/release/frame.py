@@ -12,7 +12,7 @@ from ..errors import InputDataError
 from ..graph.graph import Graph
 from ..mechanism import Key
 from .options import ReleaseOptions
-from .plan import ReleasePlan
+from .plan import ReleasePlan, checked_row_offset
 from .records import ChunkCheck, _empty_counts, failure_error, merge_counts
 
 __all__ = ["perturb_frame"]
@@ -77,7 +77,7 @@ def perturb_frame(
     terminated postcodes to the nearest live one first; with a graph artefact that ``build``
     made from ONSPD or NSPL, pass its sidecar as ``terminated_locations=read_sidecar(path)``
     (:func:`read_sidecar`), as the command line uses it.  Record numbers in errors count from
-    ``row_offset + 1``.
+    ``row_offset + 1`` (a whole number, 0 or more).
 
     ``result.attrs["postcode_privacy"]`` describes the release as its manifest does (epsilon,
     radius, graph hash, key fingerprint): publishable, and pandas writes it into any Parquet
@@ -98,6 +98,7 @@ def perturb_frame(
     """
     if not isinstance(df, pd.DataFrame):
         raise TypeError("df must be a pandas DataFrame")
+    row_offset = checked_row_offset(row_offset)
     plan = ReleasePlan(
         key=key,
         options=ReleaseOptions.build(options, **option_kwargs),

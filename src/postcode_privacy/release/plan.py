@@ -12,6 +12,7 @@ others go to the engine in one call.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,6 +21,7 @@ import pandas as pd
 
 from .._interrupts import stop_if_told
 from ..engine.batch import _Draws, _start_canonical
+from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
 from .displacement import Displacement
@@ -144,7 +146,8 @@ class ReleasePlan:
         """A chunk with its records checked, failures and all (:meth:`check_chunk` keeps
         only the verdicts; :meth:`prepare_chunk` refuses failures under ``on_error="error"``)."""
         self.check_columns(df.columns)
-        return PendingChunk(self, df, int(row_offset), self.check_records(df, int(row_offset)))
+        offset = checked_row_offset(row_offset)
+        return PendingChunk(self, df, offset, self.check_records(df, offset))
 
     # -- releasing ----------------------------------------------------------------------------
 
@@ -340,3 +343,14 @@ class PendingChunk:
         draws, self._draws = self._draws, None
         if draws is not None:
             draws.cancel()
+
+
+def checked_row_offset(row_offset: object) -> int:
+    """``row_offset`` as the whole number of records before a chunk (0 or more), or
+    :class:`InvalidParameterError`: a negative, fractional or boolean offset would make the
+    record numbers that errors report name records that do not exist."""
+    if isinstance(row_offset, bool) or not isinstance(row_offset, numbers.Integral):
+        raise InvalidParameterError("row_offset must be a whole number of records (0 or more)")
+    if row_offset < 0:
+        raise InvalidParameterError("row_offset must be a whole number of records (0 or more)")
+    return int(row_offset)
