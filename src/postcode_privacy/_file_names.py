@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["name_text", "path_of_text", "readable_name"]
+__all__ = ["OUTPUT_NAME_NOT_UTF8", "name_text", "path_of_text", "readable_name"]
+
+# (one wording wherever an output name is checked: the claim of its files, a ledger's path)
+OUTPUT_NAME_NOT_UTF8 = "the output file name is not valid UTF-8 text; choose another name"
 
 
 def name_text(path: str | os.PathLike) -> str | None:

@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
-from ._file_names import name_text
+from ._file_names import OUTPUT_NAME_NOT_UTF8, name_text
 from ._interrupts import note_files_in_place, note_stop, stop_if_told
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
@@ -449,9 +449,7 @@ class OutputClaim:
         lengths = []
         for target in [*self.targets, self.lock_path]:
             if name_text(target.name) is None:
-                raise InvalidParameterError(
-                    "the output file name is not valid UTF-8 text; choose another name"
-                )
+                raise InvalidParameterError(OUTPUT_NAME_NOT_UTF8)
             lengths.append(len(os.fsencode(target.name)))
         if max(lengths) > limit:
             # the room left by the longest name written beside the output, whichever overflows

@@ -43,7 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._environment import source_date_epoch
-from .._file_names import name_text
+from .._file_names import OUTPUT_NAME_NOT_UTF8, name_text
 from .._progress import stderr_is_terminal, timing_text
 from .._wording import counted
 from ..atomic import (
@@ -252,16 +252,13 @@ def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
     except OSError:  # (the current directory removed: the output's own checks say so)
         return
     if name_text(os.path.basename(whole)) is None:
-        raise InvalidParameterError(_NOT_UTF8_OUTPUT)
+        raise InvalidParameterError(OUTPUT_NAME_NOT_UTF8)
     if name_text(whole) is None:
         raise InvalidParameterError(
             "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
             "that are not), and a ledger records it as text: write the release under a path "
             "that is"
-        ) from None
-
-
-_NOT_UTF8_OUTPUT = "the output file name is not valid UTF-8 text; choose another name"
+        )
 
 
 def refuse_unrecordable_input_name(input_path: str | os.PathLike) -> None:
