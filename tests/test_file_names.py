@@ -153,3 +153,11 @@ def test_a_name_no_ledger_can_record_is_refused_as_what_it_is(inputs, capsys):
     assert main(check) == 8
     assert "input file name is not valid UTF-8" in capsys.readouterr().err
     assert sorted(p.name for p in inputs.iterdir() if p.name.startswith("out")) == []
+
+
+def test_a_missing_file_is_named_with_its_bytes_as_the_records_give_them(tmp_path):
+    from postcode_privacy._input_files import missing_file_message
+
+    message = missing_file_message("the input", tmp_path / os.fsdecode(b"abs\xe9nt.csv"))
+    assert message.endswith("abs\\xe9nt.csv")
+    assert "\\udc" not in message

@@ -21,6 +21,8 @@ import json
 import os
 import stat
 
+from ._file_names import readable_name
+
 __all__ = [
     "open_regular_file",
     "read_small_file",
@@ -67,7 +69,7 @@ def missing_file_message(what: str, path: str | os.PathLike) -> str:
     made visible) and, for a relative one, the directory it was looked for in: the commonest
     slip is running a command from another directory than the docs'.  The path is the user's
     own argument, never a cell of their data."""
-    given = os.fsdecode(path)
+    given = readable_name(path)  # (a byte that is not UTF-8 as \xNN, not Python's \udcNN)
     message = f"{what} does not exist: {visible_text(given)}"
     if not os.path.isabs(given):
         try:
