@@ -155,9 +155,63 @@ def test_a_name_no_ledger_can_record_is_refused_as_what_it_is(inputs, capsys):
     assert sorted(p.name for p in inputs.iterdir() if p.name.startswith("out")) == []
 
 
-def test_a_missing_file_is_named_with_its_bytes_as_the_records_give_them(tmp_path):
+def test_a_missing_file_is_named_with_its_bytes_as_the_records_give_them(tmp_path, monkeypatch):
     from postcode_privacy._input_files import missing_file_message
 
     message = missing_file_message("the input", tmp_path / os.fsdecode(b"abs\xe9nt.csv"))
     assert message.endswith("abs\\xe9nt.csv")
     assert "\\udc" not in message
+    here = tmp_path / os.fsdecode(b"r\xe9pertoire")
+    here.mkdir()
+    monkeypatch.chdir(here)
+    message = missing_file_message("the input", "in.csv")
+    assert message.endswith("r\\xe9pertoire)") and "\\udc" not in message
+
+
+def _released_with_a_ledger(base):
+    """A release recorded in a ledger by a process that has ended; (ledger, output)."""
+    ledger, out = base / "l.db", base / "sortie-é.csv"
+    assert main(["ledger", "init", str(ledger)]) == 0
+    args = [str(base / "café.csv"), "-o", str(out), "--key", str(base / "k.key")]
+    args += ["--graph", str(base / "g.ppgraph"), "--epsilon", "1", "--id-column", "id"]
+    args += ["--postcode-column", "postcode", "--ledger", str(ledger), "-q"]
+    done = subprocess.run(
+        [sys.executable, "-m", "postcode_privacy", "perturb", *args],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return ledger, out
+
+
+def _left_pending(ledger, recorded):
+    with sqlite3.connect(ledger) as db:
+        db.execute("UPDATE releases SET state = 'pending', output_path = ?", (recorded,))
+        return db.execute("SELECT COUNT(*) FROM draws").fetchone()[0]
+
+
+def _state_and_draws(ledger):
+    with sqlite3.connect(ledger) as db:
+        state = db.execute("SELECT state FROM releases").fetchone()[0]
+        return state, db.execute("SELECT COUNT(*) FROM draws").fetchone()[0]
+
+
+@pytest.mark.slow  # a CLI process, so that the release's owner has ended
+def test_a_row_an_earlier_version_recorded_under_latin1_settles_on_its_output(inputs, capsys):
+    # Before names were recorded as UTF-8, a run under Latin-1 stored its reading of the
+    # name's bytes: "sortie-Ã©.csv".  The output is in place, so the row is committed.
+    ledger, out = _released_with_a_ledger(inputs)
+    draws = _left_pending(ledger, str(out).encode("utf-8").decode("latin-1"))
+    assert draws > 0
+    assert main(["ledger", "show", str(ledger)]) == 0
+    assert _state_and_draws(ledger) == ("committed", draws)
+
+
+@pytest.mark.slow  # a CLI process, so that the release's owner has ended
+def test_a_recorded_path_that_is_not_text_is_damage(inputs, capsys):
+    ledger, out = _released_with_a_ledger(inputs)
+    _left_pending(ledger, os.fsencode(out))  # (a BLOB: no version writes one)
+    capsys.readouterr()
+    assert main(["ledger", "show", str(ledger)]) == 1
+    err = capsys.readouterr().err
+    assert "the ledger is damaged" in err and "Traceback" not in err

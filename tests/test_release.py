@@ -163,6 +163,8 @@ def test_a_row_offset_that_is_no_count_of_records_is_refused(small, key, offset)
     plan = ReleasePlan(key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph)
     with pytest.raises(InvalidParameterError, match="row_offset must be a whole number"):
         plan.process_chunk(df, offset)
+    with pytest.raises(InvalidParameterError, match="row_offset must be a whole number"):
+        plan.check_records(df, offset)
 
 
 def test_a_numpy_row_offset_counts_as_its_value(small, key):

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["OUTPUT_NAME_NOT_UTF8", "name_text", "path_of_text", "readable_name"]
+__all__ = [
+    "OUTPUT_NAME_NOT_UTF8",
+    "name_text",
+    "path_of_text",
+    "readable_name",
+    "recorded_paths",
+]
 
 # (one wording wherever an output name is checked: the claim of its files, a ledger's path)
 OUTPUT_NAME_NOT_UTF8 = "the output file name is not valid UTF-8 text; choose another name"
@@ -31,11 +37,50 @@ def name_text(path: str | os.PathLike) -> str | None:
 
 def path_of_text(text: str) -> str:
     """The path, in this process's terms, whose bytes are ``text`` written as UTF-8: the
-    inverse of :func:`name_text`, for a name read back from a ledger."""
+    inverse of :func:`name_text`, for a name read back from a ledger.  TypeError for a value
+    that is not text (a damaged ledger: its caller says so)."""
+    if not isinstance(text, str):
+        raise TypeError("a recorded path is not text")
     return os.fsdecode(text.encode("utf-8"))
+
+
+def recorded_paths(text: str) -> list[str]:
+    """Where a ledger's recorded path may name a file here: first :func:`path_of_text`; then
+    the readings a version before this module may have recorded, which wrote the path as its
+    locale read names: the text as this locale reads names, and the text as Latin-1 read a
+    name's bytes (``"cafÃ©.csv"`` for a UTF-8 ``café.csv``).  A row settles on whichever holds
+    its output (its sha256 decides), and is not abandoned while any holds its manifest, so a
+    reading that names another file can only keep a row pending, never settle it wrongly."""
+    paths = [path_of_text(text)]
+    for name in (text, _latin1_bytes(text)):
+        if name is not None and name not in paths and _nameable(name):
+            paths.append(name)
+    return paths
+
+
+def _latin1_bytes(text: str) -> str | None:
+    try:
+        return os.fsdecode(text.encode("latin-1"))
+    except UnicodeEncodeError:
+        return None
+
+
+def _nameable(path: str) -> bool:
+    """Whether this locale can write ``path`` as a name (text it cannot names nothing here)."""
+    try:
+        os.fsencode(path)
+    except UnicodeError:
+        return False
+    return True
 
 
 def readable_name(path: str | os.PathLike) -> str:
     """The name as :func:`name_text` reads it, with any byte that is not UTF-8 written as
-    ``\\xNN``: text for a record people read, the same under any locale, never an error."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    ``\\xNN``: text for a record people read, the same under any locale, never an error.
+    (On Windows, where "\\" separates names and the only such bytes are those of a lone
+    surrogate, they are written as U+FFFD instead, so that a record's last name stays its
+    file's.)"""
+    return os.fsencode(path).decode("utf-8", _UNREADABLE_BYTES)
+
+
+_UNREADABLE_BYTES = "replace" if os.sep == "\\" else "backslashreplace"

@@ -73,7 +73,7 @@ def missing_file_message(what: str, path: str | os.PathLike) -> str:
     message = f"{what} does not exist: {visible_text(given)}"
     if not os.path.isabs(given):
         try:
-            message += f" (looked for in {visible_text(os.getcwd())})"
+            message += f" (looked for in {visible_text(readable_name(os.getcwd()))})"
         except OSError:  # (the current directory was removed)
             pass
     return message

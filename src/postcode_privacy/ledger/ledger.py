@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .._digest import sha256_of_file
-from .._file_names import path_of_text
+from .._file_names import recorded_paths
 from .._input_files import MIB, parse_json, read_small_file
 from .._interrupts import note_files_in_place
 from ..atomic import signals_deferred
@@ -255,17 +255,17 @@ class Ledger:
             )
             for rid, owner_text, created, recorded, sha in rows:
                 owner = Owner.from_text(owner_text)  # ValueError: damage, before any change
-                path = path_of_text(recorded)
+                paths = recorded_paths(recorded)
                 here = owner.ran_here()
                 if _maybe_running(owner, here, created):
                     continue
-                if os.path.isfile(path) and sha256_of_file(path) == sha:
+                if any(_holds(path, sha) for path in paths):
                     self._commit_rows(rid)
                     outcomes.append((rid, "committed"))
                 elif (
                     here
-                    and owner.wrote_into(os.path.dirname(path))
-                    and not _renames_began(path, sha)
+                    and owner.wrote_into(os.path.dirname(paths[0]))
+                    and not any(_renames_began(path, sha) for path in paths)
                 ):
                     self._abandon_rows(rid)
                     outcomes.append((rid, "abandoned"))
@@ -481,6 +481,11 @@ def _damage_is_a_ledger_error(store: Store, table: str = "") -> Iterator[None]:
             f"the ledger is damaged: {where} is not as postcode-privacy writes it "
             f"({type(exc).__name__}); restore it from a backup"
         ) from None
+
+
+def _holds(path: str, output_sha256: str) -> bool:
+    """Whether the file at ``path`` is a release's output: a regular file with its sha256."""
+    return os.path.isfile(path) and sha256_of_file(path) == output_sha256
 
 
 def _renames_began(output_path: str, output_sha256: str) -> bool:

@@ -28,7 +28,7 @@ import socket
 from typing import TYPE_CHECKING, Literal
 
 from .._digest import sha256_of_file
-from .._file_names import path_of_text
+from .._file_names import recorded_paths
 from ..errors import InvalidParameterError
 from .errors import LedgerError
 from .owner import Owner
@@ -91,7 +91,7 @@ def settle_by_hand(
     :class:`LedgerError` for a release that is not pending, may still be running, or whose
     evidence does not allow ``outcome``; nothing is changed then.  Returns the settlement as
     recorded (``release``, ``outcome``, ``settled``, ``settled_by``, ``basis``)."""
-    from .ledger import _damage_is_a_ledger_error, _maybe_running, _renames_began, now
+    from .ledger import _damage_is_a_ledger_error, _holds, _maybe_running, _renames_began, now
 
     if outcome not in ("committed", "abandoned"):
         raise InvalidParameterError("a release is settled by hand as committed or abandoned")
@@ -107,14 +107,14 @@ def settle_by_hand(
     with store.write(), _damage_is_a_ledger_error(store):
         _, owner_text, created, recorded, sha = _pending_row(ledger, rid)[:5]
         owner = Owner.from_text(owner_text)  # ValueError: damage, before any change
-        path = path_of_text(recorded)
+        paths = recorded_paths(recorded)
         if _maybe_running(owner, owner.ran_here(), created):
             raise LedgerError(
                 f"release #{rid} may still be running (its process is alive on this machine, "
                 "or it was recorded less than a minute ago on a machine this one cannot look "
                 "into); its run settles its own entry"
             )
-        at_path = os.path.isfile(path) and sha256_of_file(path) == sha
+        at_path = any(_holds(path, sha) for path in paths)
         if outcome == "committed":
             if at_path:
                 basis = BASIS_AT_PATH
@@ -138,7 +138,7 @@ def settle_by_hand(
                     f"release #{rid} is not abandoned: its output is at its recorded path with "
                     "its recorded sha256, so the release happened; settle it with --committed"
                 )
-            if _renames_began(path, sha):
+            if any(_renames_began(path, sha) for path in paths):
                 # The manifest is renamed into place first: the output may have followed it
                 # and been moved since.  Automatic settling never abandons such a release.
                 raise LedgerError(

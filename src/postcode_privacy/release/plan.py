@@ -133,7 +133,7 @@ class ReleasePlan:
     def check_records(self, df: pd.DataFrame, row_offset: int) -> CheckedRecords:
         """Classify every record of ``df`` (:meth:`RecordRules.check_records`), the ledger's
         screen included.  Precondition: ``df`` has the identifier and postcode columns."""
-        return self.rules.check_records(df, row_offset, self.screen)
+        return self.rules.check_records(df, checked_row_offset(row_offset), self.screen)
 
     def check_chunk(self, df: pd.DataFrame, row_offset: int = 0) -> ChunkCheck:
         """Check a chunk without perturbing anything (the validation pass of a release).
