@@ -131,6 +131,9 @@ def test_refusals_change_nothing(location, tmp_path, capsys, monkeypatch):
     extra = [] if secret is None else ["--ledger-secret", secret]
     assert main(["ledger", "settle", where, "7", "--committed", *extra]) == 1
     assert "no release #7" in capsys.readouterr().err
+    # past SQLite's integers: no such release, never "the ledger is damaged"
+    assert main(["ledger", "settle", where, str(2**63), "--committed", *extra]) == 2
+    assert "damaged" not in capsys.readouterr().err
 
 
 def test_an_entry_whose_run_is_alive_here_is_not_settled(location, tmp_path, capsys):

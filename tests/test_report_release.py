@@ -292,7 +292,10 @@ def test_hostile_manifest_fields_are_refused_by_name(geo, tmp_path):
          "output.sha256 is not a SHA-256"),
         ({"graph": {"sha256": "AB" * 32}}, "graph.sha256 is not a SHA-256"),
         ({"created": "yesterday"}, "created is not a date and time"),
-        ({"format_version": 2.0}, "unknown manifest format version"),
+        ({"format_version": 2.0}, "format_version is not a version number"),
+        ({"format_version": 0}, "format_version is not a version number"),
+        ({"format_version": True}, "format_version is not a version number"),
+        ({"format_version": "3"}, "format_version is not a version number"),
         ({"output": {"path": "a.csv", "format": "csv", "sha256": "ab" * 32, "rows": -5}},
          "output.rows is not a count"),
     ):  # fmt: skip

@@ -114,7 +114,8 @@ def echo_summary(summary: dict) -> None:
 
 @ledger_group.command("settle")
 @click.argument("location", metavar="PATH_OR_URL")
-@click.argument("rid", metavar="RELEASE_ID", type=click.IntRange(min=1))
+# (a ledger's ids are SQLite integers: a larger number is no release, not a damaged ledger)
+@click.argument("rid", metavar="RELEASE_ID", type=click.IntRange(min=1, max=2**63 - 1))
 @ledger_secret_option("secret")
 @click.option(
     "--committed",

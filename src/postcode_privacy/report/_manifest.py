@@ -121,7 +121,10 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InvalidParameterError(f"this is not a release manifest (format {FORMAT!r} expected)")
     version = data.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version not in KNOWN_VERSIONS:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        # (not a version any postcode-privacy writes: an edited or damaged manifest)
+        raise InvalidParameterError("the manifest's format_version is not a version number")
+    if version not in KNOWN_VERSIONS:  # (a newer release's manifest)
         raise InvalidParameterError(
             "unknown manifest format version (this postcode-privacy reads versions "
             f"{', '.join(str(v) for v in KNOWN_VERSIONS)}); upgrade postcode-privacy"
