@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "LEDGER_PATH_NOT_UTF8",
     "OUTPUT_NAME_NOT_UTF8",
     "name_text",
     "path_of_text",
@@ -25,6 +26,11 @@ __all__ = [
 
 # (one wording wherever an output name is checked: the claim of its files, a ledger's path)
 OUTPUT_NAME_NOT_UTF8 = "the output file name is not valid UTF-8 text; choose another name"
+# (one wording for a whole path a ledger cannot record: checked up front and where it records)
+LEDGER_PATH_NOT_UTF8 = (
+    "the output's whole path is not valid UTF-8 text (a directory's name holds bytes that are "
+    "not), and a ledger records it as text: write the release under a path that is"
+)
 
 
 def name_text(path: str | os.PathLike) -> str | None:

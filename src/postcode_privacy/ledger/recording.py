@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._digest import sha256_of_file
-from .._file_names import name_text
+from .._file_names import LEDGER_PATH_NOT_UTF8, name_text
 from .._interrupts import stop_if_told
 from ..errors import SURFACE, InvalidParameterError, KeyFileError, option_name
 from ..version import OUTPUT_STABILITY_VERSION
@@ -208,9 +208,7 @@ class LedgerRecorder:
         path = os.path.abspath(output_path)
         recorded = name_text(path)  # (the same text under any locale: _file_names.py)
         if recorded is None:  # (refused before any work: release/files.py)
-            raise InvalidParameterError(
-                "the output's whole path is not valid UTF-8 text, and a ledger records it as text"
-            )
+            raise InvalidParameterError(LEDGER_PATH_NOT_UTF8)
         new = account.new_draws + account.borrowed
         with store.write(), _damage_is_a_ledger_error(store):
             if self.budget is not None and new:

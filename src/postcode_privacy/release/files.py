@@ -43,7 +43,7 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._environment import source_date_epoch
-from .._file_names import OUTPUT_NAME_NOT_UTF8, name_text
+from .._file_names import LEDGER_PATH_NOT_UTF8, OUTPUT_NAME_NOT_UTF8, name_text
 from .._progress import stderr_is_terminal, timing_text
 from .._wording import counted
 from ..atomic import (
@@ -254,11 +254,7 @@ def _refuse_a_path_no_ledger_records(output_path: str | os.PathLike) -> None:
     if name_text(os.path.basename(whole)) is None:
         raise InvalidParameterError(OUTPUT_NAME_NOT_UTF8)
     if name_text(whole) is None:
-        raise InvalidParameterError(
-            "the output's whole path is not valid UTF-8 text (a directory's name holds bytes "
-            "that are not), and a ledger records it as text: write the release under a path "
-            "that is"
-        )
+        raise InvalidParameterError(LEDGER_PATH_NOT_UTF8)
 
 
 def refuse_unrecordable_input_name(input_path: str | os.PathLike) -> None:

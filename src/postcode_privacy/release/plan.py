@@ -349,8 +349,10 @@ def checked_row_offset(row_offset: object) -> int:
     """``row_offset`` as the whole number of records before a chunk (0 or more), or
     :class:`InvalidParameterError`: a negative, fractional or boolean offset would make the
     record numbers that errors report name records that do not exist."""
-    if isinstance(row_offset, bool) or not isinstance(row_offset, numbers.Integral):
-        raise InvalidParameterError("row_offset must be a whole number of records (0 or more)")
-    if row_offset < 0:
+    if (
+        isinstance(row_offset, bool)
+        or not isinstance(row_offset, numbers.Integral)
+        or row_offset < 0
+    ):
         raise InvalidParameterError("row_offset must be a whole number of records (0 or more)")
     return int(row_offset)
