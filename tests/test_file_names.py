@@ -47,32 +47,24 @@ def inputs(tmp_path):
     return tmp_path
 
 
+def _perturb(base, source, out, ledger):
+    """``perturb`` of ``source`` to ``out`` with the fixture's key and graph, recorded in
+    ``ledger``."""
+    return [
+        "perturb", str(source), "-o", str(out), "--key", str(base / "k.key"),
+        "--graph", str(base / "g.ppgraph"), "--epsilon", "1", "--id-column", "id",
+        "--postcode-column", "postcode", "--ledger", str(ledger), "-q",
+    ]  # fmt: skip
+
+
 def _release(base, directory, *, locale_env=None):
     """Release both inputs into ``directory`` (CSV and Parquet, recorded in a ledger there),
     in a fresh process under ``locale_env`` or in this one."""
-    calls = [["ledger", "init", str(directory / "l.db")]]
-    for suffix in ("csv", "parquet"):
-        calls.append(
-            [
-                "perturb",
-                str(base / f"café.{suffix}"),
-                "-o",
-                str(directory / f"sortie-é.{suffix}"),
-                "--key",
-                str(base / "k.key"),
-                "--graph",
-                str(base / "g.ppgraph"),
-                "--epsilon",
-                "1",
-                "--id-column",
-                "id",
-                "--postcode-column",
-                "postcode",
-                "--ledger",
-                str(directory / "l.db"),
-                "-q",
-            ]
-        )
+    ledger = directory / "l.db"
+    calls = [["ledger", "init", str(ledger)]] + [
+        _perturb(base, base / f"café.{suffix}", directory / f"sortie-é.{suffix}", ledger)
+        for suffix in ("csv", "parquet")
+    ]
     for args in calls:
         if locale_env is None:
             assert main(args) == 0
@@ -172,11 +164,9 @@ def _released_with_a_ledger(base):
     """A release recorded in a ledger by a process that has ended; (ledger, output)."""
     ledger, out = base / "l.db", base / "sortie-é.csv"
     assert main(["ledger", "init", str(ledger)]) == 0
-    args = [str(base / "café.csv"), "-o", str(out), "--key", str(base / "k.key")]
-    args += ["--graph", str(base / "g.ppgraph"), "--epsilon", "1", "--id-column", "id"]
-    args += ["--postcode-column", "postcode", "--ledger", str(ledger), "-q"]
+    args = _perturb(base, base / "café.csv", out, ledger)
     done = subprocess.run(
-        [sys.executable, "-m", "postcode_privacy", "perturb", *args],
+        [sys.executable, "-m", "postcode_privacy", *args],
         capture_output=True,
         timeout=120,
     )
