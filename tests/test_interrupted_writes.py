@@ -511,3 +511,71 @@ def test_a_kernel_numba_cannot_write_or_read_in_its_cache_is_compiled_all_the_sa
     assert (done.returncode, done.stdout.strip()) == (0, "42"), done.stderr
     index = [f for f in cached if f.suffix == ".nbi"]
     assert index and all(f.read_bytes() != b"garbage" for f in index)  # written anew
+
+
+def test_a_claim_whose_exit_never_ran_is_cleaned_up_when_the_process_ends(tmp_path):
+    """Python may raise a KeyboardInterrupt on entering ``__exit__`` itself, and then none of
+    the clean-up runs: stopped within milliseconds of their final renames, a third of the runs
+    left the lock file behind (a temporary file, earlier).  The process's exit now removes
+    them; a forked copy of the process leaves its parent's lock alone."""
+    out = tmp_path / "o.csv"
+    script = (
+        "import os, sys\n"
+        "from postcode_privacy.atomic import OutputClaim\n"
+        f"claim = OutputClaim([{str(out)!r}])\n"
+        "claim.__enter__()\n"
+        f"claim.temp({str(out)!r}).handle.write(b'part')\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    sys.exit(0)  # (a normal exit, exit handlers and all)\n"
+        "os.waitpid(child, 0)\n"
+        "print(sorted(os.listdir(sys.argv[1])))\n"
+        "raise KeyboardInterrupt  # (as if it had landed on entering __exit__)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True
+    )
+    assert run.returncode != 0 and "KeyboardInterrupt" in run.stderr
+    during = run.stdout.strip()
+    assert ".o.csv.lock" in during and ".tmp" in during  # (the child removed neither)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_python_dropped_is_not_printed_and_the_command_says_it_was_stopped(tmp_path, capsys):
+    """A KeyboardInterrupt raised in a finaliser or an exit handler is dropped by Python,
+    which printed "Exception ignored" with a traceback; a command that went on to its end
+    then exited 0.  It now prints nothing of it and exits 130, saying whether its files are
+    complete; once the command is over, stops are ignored, so its exit cannot be cut short."""
+    import signal
+
+    from postcode_privacy import cli
+    from postcode_privacy._interrupts import stop_once
+
+    class StoppedInAFinaliser:
+        def __del__(self):
+            stop_once(signal.SIGINT, None)
+
+    @cli.cli.command("finalised-test-command")
+    def finalised() -> None:
+        StoppedInAFinaliser()  # (dropped at once: Python calls sys.unraisablehook)
+
+    try:
+        assert cli.main(["finalised-test-command"]) == 130
+    finally:
+        del cli.cli.commands["finalised-test-command"]
+    err = capsys.readouterr().err
+    assert err == "interrupted\n"
+
+    script = (
+        "import os, signal\n"
+        "import postcode_privacy.cli as cli\n"
+        "def finished():\n"
+        "    return 0\n"
+        "cli._main = lambda argv, restore_signals: finished()\n"
+        "import atexit\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), print('after')))\n"
+        "from postcode_privacy._start import entry_point\n"
+        "entry_point()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "after\n", "")

@@ -1701,8 +1701,8 @@ def test_a_stop_python_dropped_in_a_callback_still_stops_the_release(setup, tmp_
     with first_stop_signal_only(restore=True):
         holder = Holder()
         watch = weakref.ref(holder, lambda _: stop_once(signal.SIGINT, None))
-        del holder  # the callback's KeyboardInterrupt is dropped
-        assert watch() is None and [d.exc_type for d in dropped] == [KeyboardInterrupt]
+        del holder  # the callback's KeyboardInterrupt is dropped, and no longer printed
+        assert watch() is None and dropped == []
         with pytest.raises(KeyboardInterrupt):
             release_file(src, tmp_path / "out.csv", **python_options(setup))
     assert names(tmp_path) == ["in.csv"]

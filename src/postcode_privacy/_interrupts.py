@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ __all__ = [
     "stop_message",
     "stop_if_told",
     "stop_once",
+    "stop_was_dropped",
 ]
 
 STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
@@ -86,6 +88,26 @@ def stop_if_told() -> None:
         raise KeyboardInterrupt
 
 
+def stop_was_dropped() -> bool:
+    """Whether :func:`stop_once` raised a KeyboardInterrupt that never ended the run: the
+    command completed, so its files are in place, but it was told to stop and says so."""
+    return bool(_raised)
+
+
+def _quiet_about_dropped_stops(previous_hook):
+    """A ``sys.unraisablehook`` that says nothing of a KeyboardInterrupt Python dropped (in a
+    finaliser, say): Python printed "Exception ignored" and a traceback for it, though the
+    stop is not lost (:func:`stop_if_told`, :func:`stop_was_dropped`).  Anything else is
+    passed on."""
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is KeyboardInterrupt and _raised:
+            return
+        previous_hook(unraisable)
+
+    return hook
+
+
 def handle_stops() -> dict:
     """Handle SIGINT and SIGTERM with :func:`stop_once` where Python's own handler is in place
     (a program embedding the command keeps its own); return the handlers found."""
@@ -120,11 +142,14 @@ def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
     _stopped_at.clear()
     _in_place.clear()
     _raised.clear()
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_dropped_stops(unraisable)
     try:
         yield
     finally:
         stopped = bool(_stopped_at)
         _stopped_at.clear()
         _raised.clear()
+        sys.unraisablehook = unraisable
         for stop, handler in previous.items():
             signal.signal(stop, signal.SIG_IGN if stopped and not restore else handler)

@@ -22,6 +22,7 @@ lost"):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import errno
@@ -401,6 +402,24 @@ _CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVa
     "postcode_privacy_claims", default=()
 )
 
+# Every claim holding its lock in this process, by id.  Python may raise a KeyboardInterrupt
+# on entering any function, ``__exit__`` included, and a stop that lands there skips the whole
+# clean-up: a hostile test stopping runs within milliseconds of their final renames left the
+# lock file behind in a third of them (and before a commit it would leave temporary files).
+# So the process's exit cleans up after every claim still here (``_clean_up_left_claims``).
+_LOCKED: dict[int, OutputClaim] = {}
+
+
+@atexit.register
+def _clean_up_left_claims() -> None:
+    """At exit (also the command line's, which runs the exit handlers: ``cli``), remove what a
+    claim whose ``__exit__`` never ran left: its temporary files and its lock.  A forked
+    worker has a copy of the table and must leave its parent's files alone."""
+    for claim in list(_LOCKED.values()):
+        if claim._owner == os.getpid():
+            claim._token = None  # (the claims' context variable ends with the process)
+            claim._clean_up()
+
 
 class OutputClaim:
     """An exclusive claim on one or more output files in one directory (see the module doc).
@@ -439,6 +458,7 @@ class OutputClaim:
             raise ValueError("claimed files must share one directory")
         self.lock_path = self.targets[0].with_name(f".{self.targets[0].name}.lock")
         self._lock_fd: int | None = None
+        self._owner = os.getpid()  # the process that holds the lock (not a forked copy)
         self._temps: dict[Path, TempFile] = {}
         self._token: contextvars.Token[tuple[OutputClaim, ...]] | None = None
 
@@ -547,6 +567,7 @@ class OutputClaim:
                 raise self._lock_holds_data()
             if not _HAVE_FLOCK:  # pragma: no cover - Windows
                 self._lock_fd = fd
+                _LOCKED[id(self)] = self
                 return
             import fcntl
 
@@ -563,6 +584,7 @@ class OutputClaim:
                 same = False
             if same:
                 self._lock_fd = fd
+                _LOCKED[id(self)] = self
                 return
             os.close(fd)
         raise busy
@@ -608,6 +630,7 @@ class OutputClaim:
             os.unlink(self.lock_path)  # while still holding it: see _lock
         os.close(self._lock_fd)
         self._lock_fd = None
+        _LOCKED.pop(id(self), None)
 
     # -- writing ----------------------------------------------------------------------------
 

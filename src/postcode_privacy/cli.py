@@ -14,7 +14,7 @@ import threading
 import click
 
 from . import errors
-from ._interrupts import first_stop_signal_only, stop_message
+from ._interrupts import first_stop_signal_only, ignore_stops, stop_message, stop_was_dropped
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
 # Documented in docs/cli.md.  Order matters: the first matching class wins.
@@ -109,6 +109,8 @@ def _run(argv: list[str] | None) -> int:
         if total > shown:
             click.echo(f"  ... and {total - shown} more rows", err=True)
         return _exit_code(exc)
+    if stop_was_dropped():  # (Python dropped the stop, and the command went on to its end)
+        return _interrupted()
     return 0
 
 
@@ -161,6 +163,9 @@ def _silence_stdout() -> None:
 
 def entry_point() -> None:
     code = _main(None, restore_signals=False)
+    # The command is over, its outcome is ``code``: a stop now would only cut the exit short
+    # (a KeyboardInterrupt in an exit handler, printed as "Exception ignored", exit code 0).
+    ignore_stops()
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
