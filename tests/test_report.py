@@ -463,3 +463,28 @@ def test_the_jsons_largest_ratios_are_never_below_e_to_the_eps_h(geo):
                 context.prec = 80
                 true = Fraction((Decimal(epsilon) * row["hops"]).exp())
             assert true <= exact <= Fraction(row["max_ratio"])
+
+
+@pytest.mark.slow  # two reports: over 2 s
+def test_the_ratio_bounds_hold_whatever_decimal_context_the_caller_set(geo):
+    """ε·h was worked out in the caller's decimal context: a notebook that had set 3 digits
+    for its own sums got "3.43" as the largest ratio at one hop for ε = 1.23456 (e^ε =
+    3.4369...), and a 30-digit ε lost its last digits even in the default context."""
+    from decimal import ROUND_FLOOR, Context, Decimal, localcontext
+
+    from postcode_privacy.report._numbers import exact_value
+    from postcode_privacy.report._render import number_up
+
+    for epsilon in ("1.23456", "0.123456789012345678901234567849"):
+        with localcontext(Context(prec=3, rounding=ROUND_FLOOR)):
+            report = build_report(geo, epsilon, sample=None)
+        page = " ".join(_parse(render_html(report)).text)
+        for row in report.data["likelihood_ratio_bounds"]:
+            stated = exact_value(row["max_ratio_upper"])
+            with localcontext(Context(prec=120)):
+                true = Fraction((Decimal(epsilon) * row["hops"]).exp())
+            assert true <= stated <= true * (1 + Fraction(1, 10**30))
+        first = report.data["likelihood_ratio_bounds"][0]
+        if epsilon == "1.23456":
+            assert first["hops"] == 1 and str(number_up(first["max_ratio_upper"])) == "3.44"
+            assert "3.44" in page

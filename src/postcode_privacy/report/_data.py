@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 from typing import cast
 
@@ -36,7 +36,7 @@ from ..evaluate.run import (
 from ..evaluate.truncation import group_codes, truncation_baseline
 from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
-from ..mechanism.epsilon import parse_epsilon
+from ..mechanism.epsilon import EXACT, parse_epsilon
 from ..mechanism.mechanism import Mechanism
 from ..release.manifest import float_at_least, prior_kind
 from ._examples import example_postcodes
@@ -291,7 +291,7 @@ def build_report(
     ratios = []
     for h in sorted({1, 2, 3, 5, 10, mechanism.radius}):
         if h <= mechanism.radius:
-            upper = _exp_upper(mechanism.epsilon * h)
+            upper = _exp_upper(EXACT.multiply(Decimal(mechanism.epsilon), Decimal(h)))
             ratios.append(
                 {
                     "hops": h,
@@ -340,11 +340,12 @@ def build_report(
 def _exp_upper(x: Decimal) -> dict | None:
     """An exact rational upper bound on e^x (x a positive decimal), within 10^-40 of it in
     relative terms: decimal's exp is correctly rounded to 60 digits, and the slack covers that
-    rounding (the report prints it rounded up, so its "largest ratio" is never understated)."""
+    rounding (the report prints it rounded up, so its "largest ratio" is never understated).
+    ``x`` must be exact (``EXACT``'s product): the ambient decimal context, which any caller
+    may narrow, rounded ε·h down before, and the bound with it."""
     if x >= 709:  # e^709 > 10^307: reported as "more than 10^307"
         return None
-    with localcontext() as context:
-        context.prec = 60
+    with localcontext(Context(prec=60)):  # (not a copy of the ambient context: see above)
         approx = x.exp()
     bound = Fraction(approx) * (1 + Fraction(1, 10**45))
     return {"numerator": str(bound.numerator), "denominator": str(bound.denominator)}

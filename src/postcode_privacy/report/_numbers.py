@@ -11,7 +11,7 @@ down, its upper bound up), so that the stated range holds the exact one.
 from __future__ import annotations
 
 import math
-from decimal import Decimal, localcontext
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 
 from markupsafe import Markup, escape
@@ -88,8 +88,9 @@ def number(value: float | Fraction | dict | None, digits: int = 3) -> Markup:
         return Markup("0")
     f = float(x) if abs(x) < 10**300 else float("inf")
     if f == 0 or f in (float("inf"), float("-inf")):  # beyond a float: decimal, exactly
-        with localcontext() as context:
-            context.prec = digits + 30  # enough that the final rounding is the only one
+        # enough digits that the final rounding is the only one, and not the ambient context,
+        # which a caller may have narrowed or given another rounding
+        with localcontext(Context(prec=digits + 30)):
             mantissa, exponent = f"{Decimal(x.numerator) / x.denominator:.{digits - 1}e}".split("e")
         return Markup(f"{escape(mantissa)} &times; 10<sup>{int(exponent)}</sup>")
     if abs(f) >= 1e6 or abs(f) < 1e-3:
