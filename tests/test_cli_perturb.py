@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -148,31 +149,24 @@ def test_parquet_release_is_byte_identical_too(setup, tmp_path):
 def test_summary_and_keep_source_postcode(setup, tmp_path, capsys):
     src = write_records(tmp_path / "in.csv", setup["codes"], n=5)
     out = tmp_path / "out.csv"
-    code = main(
-        [
-            "perturb",
-            str(src),
-            "-o",
-            str(out),
-            "--key",
-            setup["key"],
-            "--epsilon",
-            "0.5",
-            "--id-column",
-            "subject",
-            "--postcode-column",
-            "postcode",
-            "--graph",
-            setup["graph"],
-            "--keep-source-postcode",
-            "--out-column",
-            "released",
-        ]
-    )
-    assert code == 0
-    stdout = capsys.readouterr().out
-    assert "released 5 of 5 records" in stdout and "epsilon 0.5" in stdout
-    assert list(pd.read_csv(out).columns) == ["subject", "postcode", "visit", "released"]
+    args = ["perturb", str(src), "-o", str(out), "--key", setup["key"], "--epsilon", "0.5"]
+    args += ["--id-column", "subject", "--postcode-column", "postcode", "--graph", setup["graph"]]
+    args += ["--keep-source-postcode", "--out-column", "released"]
+    umask = os.umask(0)  # (the most permissive: private files must not depend on it)
+    try:
+        assert main(args) == 0
+        stdout = capsys.readouterr().out
+        assert "released 5 of 5 records" in stdout and "epsilon 0.5" in stdout
+        assert list(pd.read_csv(out).columns) == ["subject", "postcode", "visit", "released"]
+        # Not a release: the file and its manifest (whose sha256 of the file is a digest of
+        # the true postcodes) are owner-only, even under umask 0; a release's manifest is not.
+        for path in (out, tmp_path / "out.csv.manifest.json"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert perturb(setup, src, tmp_path / "released.csv") == 0
+        released = tmp_path / "released.csv.manifest.json"
+        assert stat.S_IMODE(released.stat().st_mode) == 0o666
+    finally:
+        os.umask(umask)
 
 
 def test_key_from_the_environment(setup, tmp_path, monkeypatch):

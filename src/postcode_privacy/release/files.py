@@ -533,7 +533,9 @@ def _release(
                 "displacement_m": plan.displacement.summary(),
             },
         )
-        man_tmp = claim.temp(manifest_path)
+        # Beside a file that keeps the true postcodes, the manifest's sha256 of that file is a
+        # digest of them: no longer publishable, so as private as the file.
+        man_tmp = claim.temp(manifest_path, private=options.keep_source_postcode)
         man_tmp.handle.write(encode(manifest))
         man_tmp.finish()
         audit_tmp = claim.temp(audit_path_for(output_path), private=True)  # owner-only from birth
