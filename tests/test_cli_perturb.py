@@ -186,6 +186,22 @@ def test_environment_and_file_keys_that_differ_are_refused(setup, tmp_path, monk
     assert only(tmp_path, "in.csv")
 
 
+def test_an_environment_key_that_names_a_file_says_it_wants_the_file_s_text(
+    setup, tmp_path, monkeypatch, capsys
+):
+    """``POSTCODE_PRIVACY_KEY=release.key`` was told only that it was no key file."""
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    monkeypatch.setenv(ENV_VAR, setup["key"])
+    assert perturb(setup, src, tmp_path / "out.csv", key=False) == 4
+    err = capsys.readouterr().err
+    assert "it holds the name of a file, not a key file's text" in err
+    assert setup["key"] not in err  # (never echoed: it might have been a key)
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "no-such.key"))  # no file: no such guess
+    assert perturb(setup, src, tmp_path / "out.csv", key=False) == 4
+    assert "not a postcode-privacy key file" in capsys.readouterr().err
+    assert only(tmp_path, "in.csv")
+
+
 def test_no_key_at_all(setup, tmp_path, capsys):
     src = write_records(tmp_path / "in.csv", setup["codes"])
     assert perturb(setup, src, tmp_path / "out.csv", key=False) == 4

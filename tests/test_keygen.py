@@ -57,7 +57,8 @@ def test_each_key_is_new(tmp_path):
 def test_keygen_into_a_missing_directory_fails_cleanly(tmp_path, capsys):
     path = tmp_path / "missing" / "release.key"
     assert main(["keygen", "-o", str(path)]) == 4
-    assert "cannot create key file" in capsys.readouterr().err
+    # (it said "cannot create key file: No such file or directory", naming nothing)
+    assert "the key file's directory does not exist" in capsys.readouterr().err
     assert not Path(path).exists()
 
 

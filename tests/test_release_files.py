@@ -535,11 +535,34 @@ def test_output_directory_problems(grid, key, tmp_path):
         run(src, tmp_path / "missing" / "out.csv", graph, key)
     with pytest.raises(InvalidParameterError, match="not a directory"):
         run(src, tmp_path / "in.csv" / "out.csv", graph, key)
-    with pytest.raises(InvalidParameterError, match="table format"):
+    with pytest.raises(InvalidParameterError, match="output's table format.*spreadsheets"):
         run(src, tmp_path / "out.xlsx", graph, key)
+    with pytest.raises(InvalidParameterError, match="output's table format from its name: [^;]*$"):
+        run(src, tmp_path / "out.txt", graph, key)
     for nameless in ("", ".", "/", ".."):
         with pytest.raises(InvalidParameterError, match="names a directory, not a file"):
             run(src, nameless, graph, key)
+
+
+def test_a_spreadsheet_or_parquet_file_given_as_csv_is_called_what_it_is(grid, key, tmp_path):
+    """A workbook is refused by its name; renamed ``.csv`` (a newcomer's next step), it was
+    called text that is not UTF-8, sending them after an encoding."""
+    graph, codes = grid
+    src = write_csv(records(codes), tmp_path / "in.csv")
+    (tmp_path / "book.xlsx").write_bytes(src.read_bytes())
+    with pytest.raises(InvalidParameterError, match="input's table format.*spreadsheets"):
+        run(tmp_path / "book.xlsx", tmp_path / "out.csv", graph, key)
+    starts = {
+        b"PK\x03\x04\x14\x00\x06\x00\xff": "a zip archive .*save the sheet as CSV",
+        b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\xff": "old-style .*save the sheet as CSV",
+        b"PAR1\x15\x04\xff\xfe": "a Parquet file, not CSV text: name it .parquet",
+    }
+    for start, message in starts.items():
+        renamed = tmp_path / "renamed.csv"
+        renamed.write_bytes(start + b"\x00" * 64)
+        with pytest.raises(InputDataError, match=message):
+            run(renamed, tmp_path / "out.csv", graph, key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book.xlsx", "in.csv", "renamed.csv"]
 
 
 def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch, chunk_by_chunk):

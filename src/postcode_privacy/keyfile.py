@@ -51,6 +51,10 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
                     "refusing to overwrite: a file already exists at the key file's path (a "
                     "key file is never written over another file); choose a new name"
                 ) from None
+            except FileNotFoundError:
+                raise KeyFileError(
+                    "the key file's directory does not exist; create it first"
+                ) from None
             except OSError as exc:
                 raise KeyFileError(f"cannot create key file: {exc.strerror}") from None
             created = True
@@ -152,4 +156,22 @@ def key_from_environment() -> Key | None:
     text = os.environ.get(ENV_VAR)
     if text is None:
         return None
-    return Key.from_file_bytes(text.encode("ascii", errors="replace"))
+    try:
+        return Key.from_file_bytes(text.encode("ascii", errors="replace"))
+    except KeyFileError:
+        if _names_a_file(text):  # an easy slip: the file's name, not its text
+            raise KeyFileError(
+                "it holds the name of a file, not a key file's text: set it to the file's "
+                f'text ({ENV_VAR}="$(cat KEYFILE)") or give --key KEYFILE'
+            ) from None
+        raise
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether ``text`` is one line naming an existing file (never echoed: it may be a key)."""
+    if not text or "\n" in text or "\x00" in text or len(text) > 4096:
+        return False
+    try:
+        return os.path.isfile(text)
+    except (OSError, ValueError):
+        return False

@@ -309,10 +309,10 @@ def _checked_paths(
         raise InputDataError(missing_input_message(given_input))
     if not input_path.is_file():
         raise InputDataError("the input is not a regular file")
-    table_format(input_path)
+    table_format(input_path, "input")
     if os.path.isdir(output_path):  # before its format: "-o results" meant "into results"
         raise InvalidParameterError(f"the output path {output_path} is a directory")
-    table_format(output_path)
+    table_format(output_path, "output")
     targets = [output_path, manifest_path_for(output_path), audit_path_for(output_path)]
     if any(same_file(input_path, target) for target in targets):
         raise OutputExistsError("refusing to write over the input file; choose another output")

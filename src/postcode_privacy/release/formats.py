@@ -23,18 +23,27 @@ READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_SPREADSHEET_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".xlsb", ".ods", ".numbers")
 
 
-def table_format(path: str | os.PathLike) -> str:
-    """``"csv"`` or ``"parquet"`` from the file name; InvalidParameterError otherwise."""
+def table_format(path: str | os.PathLike, what: str = "file") -> str:
+    """``"csv"`` or ``"parquet"`` from the file name; InvalidParameterError otherwise, naming
+    ``what`` ("input", "output") and saying so of a spreadsheet, whose obvious next step
+    (renaming it ``.csv``) would only meet an encoding error."""
     name = os.fspath(path).lower()
     if name.endswith(_CSV_SUFFIXES):
         return "csv"
     if name.endswith(_PARQUET_SUFFIXES):
         return "parquet"
+    spreadsheet = name.endswith(_SPREADSHEET_SUFFIXES)
     raise InvalidParameterError(
-        "cannot tell the table format from the file name: use .csv (optionally .gz, .bz2 or "
-        ".xz), .parquet or .pq"
+        f"cannot tell the {what}'s table format from its name: use .csv (optionally .gz, .bz2 "
+        "or .xz), .parquet or .pq"
+        + (
+            "; spreadsheets are not read or written: save the sheet as CSV (UTF-8)"
+            if spreadsheet
+            else ""
+        )
     )
 
 

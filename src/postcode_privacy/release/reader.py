@@ -69,6 +69,20 @@ MAX_HEADER_CHARS = 1_000_000
 MAX_CELLS_PER_CHUNK = 2_000_000
 
 
+# What a file renamed ``.csv`` without being re-saved starts with: a newcomer's likeliest
+# step after a spreadsheet is refused by name, which met only "not UTF-8 text".
+_NOT_CSV_SIGNATURES = (
+    (b"PK\x03\x04", "a zip archive (an .xlsx or .ods spreadsheet is one)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an old-style (.xls) spreadsheet"),
+    (b"PAR1", "a Parquet file"),
+)
+_NOT_CSV_ADVICE = {
+    _NOT_CSV_SIGNATURES[0][1]: "save the sheet as CSV (UTF-8)",
+    _NOT_CSV_SIGNATURES[1][1]: "save the sheet as CSV (UTF-8)",
+    _NOT_CSV_SIGNATURES[2][1]: "name it .parquet",
+}
+
+
 class TableReader:
     """The header and the chunks of one input table.
 
@@ -79,7 +93,7 @@ class TableReader:
     def __init__(self, path: str | os.PathLike, chunk_size: int):
         refuse_directory_path(path, "input", InputDataError)  # "in.csv/" is not "in.csv"
         self.path = os.fspath(path)
-        self.format = table_format(self.path)
+        self.format = table_format(self.path, "input")
         self.chunk_size = int(chunk_size)
         self.num_rows: int | None = None
         self.arrow_schema: Any = None  # pyarrow.Schema of a Parquet input (pyarrow has no types)
@@ -132,6 +146,14 @@ class TableReader:
         raise InputDataError("the input file has no header line (it holds only blank lines)")
 
     def _encoding_message(self) -> str:
+        try:
+            with open_decompressed(self.path) as raw:
+                start = raw.read(8)
+        except READ_ERRORS:
+            start = b""
+        for signature, what in _NOT_CSV_SIGNATURES:  # (a file renamed .csv, not re-saved)
+            if start.startswith(signature):
+                return f"the input is {what}, not CSV text: {_NOT_CSV_ADVICE[what]}"
         try:
             line = first_bad_utf8_line(self.path)
         except READ_ERRORS:
