@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from postcode_privacy import Key, write_key_file
-from postcode_privacy.ledger.stores import SqliteStore
+from postcode_privacy.ledger.sqlite_store import SqliteStore
 
 
 class _StopAfter:
@@ -348,7 +348,7 @@ def test_a_stop_once_a_key_or_ledger_is_written_says_it_is_complete(
     as the closing lines were printed, and a retry was then refused: the files existed."""
     import postcode_privacy.keyfile as keyfile
     from postcode_privacy.cli import main
-    from postcode_privacy.ledger.stores import SqliteStore
+    from postcode_privacy.ledger.sqlite_store import SqliteStore
 
     if command == "keygen":
         monkeypatch.setattr(keyfile, "write_key_file", _then_signal(keyfile.write_key_file))

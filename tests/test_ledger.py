@@ -143,7 +143,7 @@ def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypa
     ledger is ever readable by others, even while it is open."""
     import sqlite3
 
-    import postcode_privacy.ledger.stores as stores
+    import postcode_privacy.ledger.sqlite_store as stores
 
     where, at_connect = tmp_path / "ledger.db", []
     real_connect = sqlite3.connect

@@ -72,7 +72,7 @@ def quiet_error(capsys) -> str:
 def sqlite_connections(monkeypatch):
     """Every read-write SQLite connection the ledger opens (read-only probes, opened by URI,
     are not listed), after ``limit`` (if set) has been applied to it."""
-    import postcode_privacy.ledger.stores as stores
+    import postcode_privacy.ledger.sqlite_store as stores
 
     real_connect = sqlite3.connect
 
@@ -405,7 +405,7 @@ def test_no_file_of_a_ledger_this_process_holds_open_is_opened_outside_sqlite(fi
     """Closing any descriptor of a file drops all this process's POSIX locks on it, SQLite's
     too; another process could then delete the -wal under the open ledger.  So a second
     opening in the same process reads nothing of the file itself."""
-    import postcode_privacy.ledger.stores as stores
+    import postcode_privacy.ledger.sqlite_store as stores
 
     ledger = str(files / "L.db")
     with Ledger.open(ledger):
@@ -480,7 +480,7 @@ def test_a_ledger_this_process_may_not_write_beside_is_read_without_making_files
     """Without write permission on the ledger or its directory (another user's ledger), a
     reader opens it without making SQLite's -shm, which it could not make, or must not make
     beside a file it may not write: immutable, and checked on every read."""
-    import postcode_privacy.ledger.stores as stores
+    import postcode_privacy.ledger.sqlite_store as stores
 
     real_access = os.access
     monkeypatch.setattr(
@@ -594,7 +594,7 @@ def test_init_interrupted_once_the_ledger_is_in_place_keeps_its_key(tmp_path, mo
     """The ledger is published by linking it to its path; an interrupt arriving just after
     that link must not delete the key the published ledger needs (docs/ledger.md, "Creating
     a ledger")."""
-    import postcode_privacy.ledger.stores as stores
+    import postcode_privacy.ledger.sqlite_store as stores
 
     real_link = os.link
 
@@ -792,7 +792,7 @@ def test_a_postgresql_init_stopped_after_its_commit_keeps_the_key(tmp_path, monk
     just made (only a SQLite ledger was checked for being in place): a ledger nothing could
     open.  One before the commit still leaves neither."""
 
-    from postcode_privacy.ledger.stores import PostgresStore
+    from postcode_privacy.ledger.postgres_store import PostgresStore
 
     real_write = PostgresStore.write
 

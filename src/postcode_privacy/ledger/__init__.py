@@ -5,7 +5,8 @@
 * :class:`LedgerRecorder` links one release to a ledger: budget screening, then the
   pending-to-committed recording protocol around the release's renames (``recording.py``);
 * :func:`check_release` previews a release against the ledger (``preview.py``);
-* cumulative spend is exact (``accounting.py``); the SQL lives in ``stores.py``.
+* cumulative spend is exact (``accounting.py``); the SQL lives in ``stores.py`` and the two
+  backends, ``sqlite_store.py`` and ``postgres_store.py``.
 """
 
 from .accounting import parse_budget, spend_text

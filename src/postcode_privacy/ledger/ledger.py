@@ -23,17 +23,8 @@ from .accounting import distribution, spend_by
 from .digests import Digester
 from .errors import LedgerDamagedError, LedgerError, LedgerSurroundingsError
 from .owner import Owner
-from .stores import (
-    LEDGER_FORMAT,
-    SCHEMA_VERSION,
-    SCHEMA_VERSIONS,
-    SqliteStore,
-    Store,
-    is_url,
-    open_store,
-    refuse_unusable_new_path,
-    sqlite_is_writable,
-)
+from .sqlite_store import SqliteStore, refuse_unusable_new_path, sqlite_is_writable
+from .stores import LEDGER_FORMAT, SCHEMA_VERSION, SCHEMA_VERSIONS, Store, is_url, open_store
 
 __all__ = ["Ledger", "secret_path_for", "LEDGER_FORMAT"]
 SECRET_SUFFIX = ".key"

@@ -1,0 +1,140 @@
+"""A ledger in a PostgreSQL database (``stores.Store`` says what it answers).
+
+One writer at a time holds a transaction-scoped advisory lock; bulk loads use ``COPY``; a
+SQLSTATE that describes the server's surroundings becomes one message saying so, classified by
+code, never by message text (docs/ledger.md, "When something goes wrong").
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ..errors import InvalidParameterError, OutputExistsError
+from .errors import LedgerError
+from .stores import Store
+
+__all__ = ["PostgresStore"]
+
+_PG_LOCK_ID = 0x7070_6C65_6467_6572  # advisory lock key ("ppledger"): one writer at a time
+
+# PostgreSQL SQLSTATEs (and classes, their first two characters) that describe the
+# surroundings; every other one (42P01 a table missing, 22xxx a value, XX001 corruption, ...)
+# is about the contents.
+_PG_STATES = {
+    "42501": (
+        "the PostgreSQL role lacks a privilege the ledger needs on its tables (it needs "
+        "SELECT, INSERT, UPDATE and DELETE on all its tables, and CREATE on its schema to "
+        "settle a release by hand in a ledger made by an earlier version)"
+    ),
+    "25006": "the PostgreSQL server accepts only read-only transactions (a standby?)",
+}
+_PG_CLASSES = {
+    "08": "the connection to the PostgreSQL server failed",
+    "53": "the PostgreSQL server is out of resources (disk, memory or connections)",
+    "57": "the PostgreSQL server ended the session or cancelled the statement",
+    "58": "the PostgreSQL server reported a system error (an I/O error?)",
+    "40": "the PostgreSQL server rolled the transaction back (a serialization failure)",
+    "55": "an object of the ledger was locked or busy on the PostgreSQL server",
+}
+
+
+class PostgresStore(Store):
+    kind = "postgresql"
+    blob = "BYTEA"
+
+    def __init__(self, url: str, create: bool):
+        try:
+            import psycopg
+        except ImportError:
+            raise InvalidParameterError(
+                "a PostgreSQL ledger needs the psycopg driver: "
+                "pip install 'postcode-privacy[ledger-postgres]'"
+            ) from None
+        self.location = url
+        try:
+            self.conn = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as exc:
+            # The driver's message can contain the URL (and so a password): never echo it.
+            raise LedgerError(
+                f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})"
+            ) from None
+        self._psycopg = psycopg
+        self.database_errors = (psycopg.Error,)
+        try:
+            if create and self.has_schema():
+                raise OutputExistsError(
+                    "that database already holds a ledger; refusing to overwrite it"
+                )
+            if not create and not self.has_schema():
+                raise InvalidParameterError(
+                    "that database holds no ledger; create one with `postcode-privacy ledger init`"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def surroundings(self, exc):
+        psycopg = self._psycopg
+        state = getattr(exc, "sqlstate", None)
+        if not state:
+            # Raised by the driver itself: a connection lost or closed, never the contents.
+            if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                return "the connection to the PostgreSQL server was lost"
+            return None
+        reason = _PG_STATES.get(state) or _PG_CLASSES.get(state[:2])
+        return None if reason is None else f"{reason} (SQLSTATE {state})"
+
+    def _execute(self, sql, params=()):
+        return self.conn.execute(sql.replace("?", "%s"), params)
+
+    def close(self):
+        with contextlib.suppress(self._psycopg.Error):
+            self.conn.close()
+
+    def _bulk_insert(self, table, columns, rows):
+        with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _insert_new(self, table, columns, rows):
+        # COPY cannot skip conflicts: copy into a temporary table, then insert from it.
+        self._execute("DROP TABLE IF EXISTS incoming")
+        self._execute(f"CREATE TEMPORARY TABLE incoming (LIKE {table})")
+        self._bulk_insert("incoming", columns, rows)
+        names = ", ".join(columns)
+        cursor = self._execute(
+            f"INSERT INTO {table} ({names}) SELECT {names} FROM incoming ON CONFLICT DO NOTHING"
+        )
+        count = cursor.rowcount
+        self._execute("DROP TABLE incoming")
+        return count
+
+    @contextlib.contextmanager
+    def _write(self):
+        with self.conn.transaction():
+            # Read committed whatever the server's default: each statement after the lock must
+            # see what the writer before it committed (the next release number, the spends a
+            # budget is checked against).  Under a database's default of repeatable read the
+            # snapshot was taken by the lock's own statement, before that writer had finished.
+            self._execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+            yield
+
+    @contextlib.contextmanager
+    def _read(self):
+        self._execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(self._psycopg.Error):
+                self._execute("ROLLBACK")
+
+    def load_keys(self, name, keys):
+        # ANALYZE after loading, so that the planner joins on the index rather than scanning.
+        self.execute(f"DROP TABLE IF EXISTS {name}")
+        self.execute(f"CREATE TEMPORARY TABLE {name} (k BYTEA PRIMARY KEY)")
+        self.bulk_insert(name, ("k",), ((k,) for k in set(keys)))
+        self.execute(f"ANALYZE {name}")
+
+    def has_schema(self):
+        return bool(self.query("SELECT to_regclass('ledger_meta') IS NOT NULL")[0][0])
