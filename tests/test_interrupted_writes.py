@@ -437,21 +437,21 @@ def test_a_stop_after_the_command_finished_says_its_files_are_complete():
     )
 
 
-@pytest.mark.parametrize("hold", ["signals_deferred", "_signals_held"])
+@pytest.mark.parametrize("hold", ["signals_deferred", "signals_held"])
 def test_a_hold_handler_left_in_place_passes_later_signals_on(hold):
     """A stop landing while a hold put the handlers back (SIGINT's back, SIGTERM's not yet)
     left the hold's handler in place, and it took note of every later SIGTERM for ever: a
     library caller's process could no longer be stopped by one."""
     import signal
 
-    from postcode_privacy import atomic
+    from postcode_privacy import _signal_holds
 
     def stop(signum, frame):
         raise KeyboardInterrupt
 
     before = signal.signal(signal.SIGTERM, stop)
     try:
-        with getattr(atomic, hold)():
+        with getattr(_signal_holds, hold)():
             left_behind = signal.getsignal(signal.SIGTERM)
         assert signal.getsignal(signal.SIGTERM) is stop
         signal.signal(signal.SIGTERM, left_behind)  # as if putting it back had been cut short

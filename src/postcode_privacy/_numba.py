@@ -6,7 +6,7 @@ inside one of those callbacks raises KeyboardInterrupt where ctypes can only pri
 ignored on calling ctypes callback" and drop it: the run went on as if never stopped, or
 failed later with numba's own "no compiled object yet".  So, in the main thread, SIGINT and
 SIGTERM are held from the moment the lock is asked for until it is given back, and the first
-that arrived is then delivered (``atomic.signals_deferred``): the stop lands a moment later,
+that arrived is then delivered (``_signal_holds.signals_deferred``): the stop lands a moment later,
 in Python code, as any other stop does (docs/release.md, "Nothing is lost").  Every compiled
 module imports ``njit`` from here, so the guard is in place before the first compilation.
 
@@ -31,7 +31,7 @@ import numba.core.caching as numba_caching
 import numba.core.event as numba_events
 from numba import njit as _numba_njit
 
-from .atomic import signals_deferred
+from ._signal_holds import signals_deferred
 
 __all__ = ["njit"]
 

@@ -12,12 +12,14 @@ lost"):
   with the names derived from them, in an existing directory;
 * an existing file is refused unless ``force``; a postcode-privacy key file or a SQLite
   database (a ledger) is never replaced, even with ``force``, nor is a file the run reads
-  (``inputs``: a report's manifest, the graph artefact), named by any path or hard link;
+  (``inputs``: a report's manifest, the graph artefact), named by any path or hard link
+  (``_file_kinds``);
 * the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
   place, so two runs writing the same output cannot both go ahead: the second one is refused;
 * the files of one claim (a release, its manifest, its audit file) are committed together, with
-  SIGINT and SIGTERM held back until every rename is done, so a stop signal can never separate
-  them; without ``force`` a name that appeared meanwhile is not replaced (``os.link``).
+  SIGINT and SIGTERM held back until every rename is done (``_signal_holds``), so a stop signal
+  can never separate them; without ``force`` a name that appeared meanwhile is not replaced
+  (``os.link``).
 """
 
 from __future__ import annotations
@@ -27,18 +29,21 @@ import contextlib
 import contextvars
 import errno
 import importlib.util
-import json
 import os
 import secrets
-import signal
 import stat
-import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ._file_kinds import (
+    never_replaced,
+    refuse_over_inputs,
+    same_file,
+)
 from ._file_names import OUTPUT_NAME_NOT_UTF8, name_text
-from ._interrupts import note_files_in_place, note_stop, stop_if_told
+from ._interrupts import note_files_in_place, stop_if_told
+from ._signal_holds import signals_deferred, signals_held
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
 
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
@@ -55,38 +60,11 @@ __all__ = [
     "LateSignalWarning",
     "atomic_output",
     "write_atomic",
+    "write_failure",
     "fsync_directory",
-    "is_key_file",
-    "never_replaced",
-    "WRITES_GRAPH",
-    "WRITES_RELEASE",
     "refuse_directory_path",
-    "same_file",
-    "refuse_over_inputs",
-    "signals_deferred",
 ]
 
-# The first line of every postcode-privacy key file, whatever its version (mechanism/keys.py),
-# and how much of a file to read for it: the key reader takes files of up to 4,096 bytes and
-# skips white space before the line.
-_KEY_FILE_TEXT = "postcode-privacy key file"
-_KEY_FILE_HEAD = 4097
-_SQLITE_PREFIX = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database
-_NUMPY_PREFIX = b"\x93NUMPY"  # every .npy file
-_GRAPH_PREFIX = b"POSTCODE-PRIVACY-GRAPH\x00"  # graph.artefact.MAGIC (a test compares)
-# How much of a file is read to tell what it is: the largest file read whole to see whether it
-# is a release's manifest or audit file (a JSON object whose "format" names it, in any layout
-# ``report --manifest`` reads: a few kilobytes as written); larger files are none.
-_DOCUMENT_LIMIT = 1 << 20
-_RELEASE_DOCUMENTS = {
-    "postcode-privacy-manifest": "a release's manifest",
-    "postcode-privacy-audit": "a release's private audit file",
-}
-_TABLE_HEADERS = ("postcode-privacy-location-profiles/", "postcode-privacy-cluster-balls/")
-# SQLite's files beside a database (its write-ahead log, its rollback journal: a hot one holds
-# what a crash left to undo) and the side file ``build`` writes beside a graph artefact.
-_SQLITE_SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
-_GRAPH_SIDECAR_SUFFIX = ".terminated.parquet"  # commands/build.py TERMINATED_SUFFIX
 # Temporary names keep at most this many bytes of the target's name, so that a long (but
 # valid) output name never makes its temporary file's name too long.
 _TEMP_STEM_BYTES = 160
@@ -199,203 +177,11 @@ def fsync_directory(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def is_key_file(path: str | os.PathLike) -> bool:
-    """True if ``path`` is (or links to) a postcode-privacy key file: its text, past any
-    leading white space (which the key reader skips too), starts with the key file's header."""
-    return _starts_a_key_file(_head(path, _KEY_FILE_HEAD) or b"")
-
-
-def _starts_a_key_file(data: bytes) -> bool:
-    return data[:_KEY_FILE_HEAD].decode("latin-1").lstrip().startswith(_KEY_FILE_TEXT)
-
-
-# What an output of each kind may replace, with --force, besides files of no kind below.
-WRITES_RELEASE = "release"  # a release, its manifest and its audit file (perturb, demo)
-WRITES_GRAPH = "graph"  # a graph artefact (build)
-
-
-def never_replaced(path: str | os.PathLike, writes: str | None = None) -> str | None:
-    """What ``path`` is, if it is a file an output that ``writes`` files of that kind (a
-    ``WRITES_*`` constant, or None) may not replace even with ``force``, else None.
-
-    Never replaced by anything: a key file, a SQLite database (a ledger, most likely), a NumPy
-    array (the engine's cached tables), or no regular file at all (a pipe, a device such as
-    ``/dev/null``, a socket: replacing one with a file, as root could, breaks whatever uses
-    it).  Replaced only by an output of its own kind: a release, its manifest or its audit
-    file (the audit cannot be made again without the input; ``report -o rel.csv --force``
-    would leave a manifest describing a file that is gone), and a graph artefact (the
-    national one is the package's cache)."""
-    try:
-        found = os.stat(path)  # (through a link: what a write would reach)
-    except OSError:
-        return None
-    if not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
-        return "not a regular file (a pipe, a device or a socket)"
-    name = os.fspath(path)
-    head = _head(path, _DOCUMENT_LIMIT + 1) or b""  # (read once, for every test below)
-    if _starts_a_key_file(head):
-        return "a postcode-privacy key file"
-    if head.startswith(_SQLITE_PREFIX):
-        return "a SQLite database (a ledger?)"
-    for suffix in _SQLITE_SIDE_SUFFIXES:
-        if name.endswith(suffix) and (_head(name[: -len(suffix)], 16) or b"") == _SQLITE_PREFIX:
-            return "one of SQLite's files beside a database (a ledger?)"
-    if head.startswith(_NUMPY_PREFIX):
-        return "a NumPy array file (the engine's cached tables?)"
-    form = _document_format(head)
-    if form.startswith(_TABLE_HEADERS):
-        return "the header of one of the engine's cached tables"
-    if writes != WRITES_GRAPH:
-        if head.startswith(_GRAPH_PREFIX):
-            return "a graph artefact"
-        artefact = name.removesuffix(_GRAPH_SIDECAR_SUFFIX)
-        if artefact != name and _head(artefact, len(_GRAPH_PREFIX)) == _GRAPH_PREFIX:
-            return "the terminated postcodes build keeps beside a graph artefact"
-    if writes != WRITES_RELEASE:
-        if form in _RELEASE_DOCUMENTS:
-            return _RELEASE_DOCUMENTS[form]
-        beside = _head(f"{name}.manifest.json", _DOCUMENT_LIMIT + 1) or b""
-        if _document_format(beside) == "postcode-privacy-manifest":
-            return "a release (its manifest is beside it)"
-    return None
-
-
-def _document_format(data: bytes) -> str:
-    """The "format" of the JSON object a file's first bytes ``data`` hold ("" if none, or if
-    the file is larger than any such document), read as ``report --manifest`` reads a
-    manifest: a byte-order mark, any white space and any order of keys allowed."""
-    if len(data) > _DOCUMENT_LIMIT:
-        return ""
-    if not data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
-        return ""  # (most files: no need to parse)
-    try:
-        document = json.loads(data.decode("utf-8-sig"))
-    except (ValueError, RecursionError):
-        return ""
-    form = document.get("format") if isinstance(document, dict) else None
-    return form if isinstance(form, str) else ""
-
-
-def _head(path: str | os.PathLike, size: int) -> bytes | None:
-    """The first ``size`` bytes of the regular file at ``path``, or None (anything else is
-    never opened: opening a FIFO to read would wait for a writer forever)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(size)
-    except OSError:
-        return None
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether ``a`` and ``b`` name one file: the same path once symbolic links are resolved
-    (``b`` need not exist yet), or the same inode (a hard link)."""
-    try:
-        if os.path.realpath(a) == os.path.realpath(b):
-            return True
-    except (OSError, ValueError, RuntimeError):  # a symbolic link loop, a NUL in the name
-        return False
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
-def refuse_over_inputs(
-    targets: Iterable[str | os.PathLike], inputs: Mapping[str, str | os.PathLike | None]
-) -> None:
-    """Raise OutputExistsError if a target is one of ``inputs`` (by what each is: "the
-    manifest") under any name (``same_file``): an input is never replaced, even with force."""
-    for target in targets:
-        for what, path in inputs.items():
-            if path is not None and same_file(target, path):
-                raise OutputExistsError(
-                    f"the output {target} is {what} this run reads; an input is never "
-                    f"replaced, even with {option('force')}: choose another output"
-                )
-
-
 def _name_max(directory: Path) -> int:
     try:
         return int(os.pathconf(directory, "PC_NAME_MAX"))
     except (OSError, ValueError, AttributeError):
         return 255
-
-
-class _Hold:
-    """SIGINT and SIGTERM replaced by a handler that calls ``on_arrival(signum)`` while the
-    hold lasts.  Once :meth:`release` has begun, that handler passes a signal on to the one it
-    replaced: a stop landing part-way through putting the handlers back (SIGINT's back,
-    SIGTERM's not yet) would otherwise leave a handler that swallows every later SIGTERM."""
-
-    def __init__(self, on_arrival: Callable[[int], None]):
-        self.on_arrival = on_arrival
-        self.previous: dict = {}
-        self.released = False
-
-    def handle(self, signum, frame) -> None:
-        if not self.released:
-            self.on_arrival(signum)
-            return
-        original = self.previous.get(signum, signal.SIG_DFL)
-        if callable(original):
-            original(signum, frame)
-        elif original == signal.SIG_DFL:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-
-    def take(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self.previous[signum] = signal.signal(signum, self.handle)
-
-    def release(self) -> None:
-        self.released = True
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM until the block ends; yields the list of signals that arrived.
-
-    Python runs signal handlers between bytecodes of the main thread, so replacing the handlers
-    by ones that only take note is enough: nothing can interrupt the block part-way.
-    """
-    arrived: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield arrived  # signals are only ever handled in the main thread
-        return
-
-    def note(signum: int) -> None:
-        arrived.append(signum)
-        note_stop()  # the signals of the same burst after the renames are part of this stop
-
-    hold = _Hold(note)
-    try:
-        hold.take()
-        yield arrived
-    finally:
-        hold.release()
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that arrived to
-    the handler that was in place: for a few renames that must happen together (a cache's
-    files), in a run that is not over when they are done, so the stop still stops it."""
-    arrived: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    hold = _Hold(arrived.append)
-    try:
-        hold.take()
-        yield
-    finally:
-        hold.release()
-    if arrived:
-        signal.raise_signal(arrived[0])
 
 
 _CLAIMS: contextvars.ContextVar[tuple[OutputClaim, ...]] = contextvars.ContextVar(
@@ -663,7 +449,7 @@ class OutputClaim:
         """
         done: list[Path] = []
         stop_if_told()  # a stop Python dropped on the way: nothing is moved into place
-        with _signals_held() as arrived:
+        with signals_held() as arrived:
             try:
                 if self.force:
                     # Old files go first: an error part-way then leaves fewer files, never a

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from ._input_files import missing_file_message
-from .atomic import refuse_directory_path, signals_deferred
+from ._signal_holds import signals_deferred
+from .atomic import refuse_directory_path
 from .errors import KeyFileError
 from .mechanism.keys import Key
 

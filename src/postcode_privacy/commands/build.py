@@ -21,7 +21,7 @@ def terminated_sidecar(artefact: str | os.PathLike) -> Path:
 def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     """A Code-Point Open directory's files are inputs too: the artefact (or its sidecar) is
     never written among them, nor over one of them reached by a link, even with --force."""
-    from ..atomic import same_file
+    from .._file_kinds import same_file
     from ..errors import OutputExistsError
 
     if codepoint is None or not os.path.isdir(codepoint):
@@ -70,7 +70,8 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
-    from ..atomic import WRITES_GRAPH, OutputClaim, write_failure
+    from .._file_kinds import WRITES_GRAPH
+    from ..atomic import OutputClaim, write_failure
     from ..errors import InvalidParameterError
     from ..graph.artefact import write_graph
     from ..graph.national import build_from_sources

@@ -52,7 +52,7 @@ def _example_bytes() -> bytes:
 def _check_example_target(target: Path, *, force: bool) -> bool:
     """Whether the example records must be copied to ``target`` (False: an earlier demo's copy
     is there); refuse, before the graph loads, a file there that may not be replaced."""
-    from ..atomic import never_replaced
+    from .._file_kinds import never_replaced
     from ..errors import OutputExistsError, option
 
     kind = never_replaced(target)

@@ -27,7 +27,7 @@ def keygen_command(output: str) -> None:
     group or others can read is refused.
     """
     from .._interrupts import note_files_in_place
-    from ..atomic import signals_deferred
+    from .._signal_holds import signals_deferred
     from ..keyfile import write_key_file
     from ..mechanism import Key
 

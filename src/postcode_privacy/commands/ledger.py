@@ -16,11 +16,11 @@ from ._shared_options import graph_option, json_option, ledger_secret_option, re
 
 
 def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str | None) -> None:
-    """--key must not be the ledger's secret key file under any name (``atomic.same_file``):
+    """--key must not be the ledger's secret key file under any name (``_file_kinds.same_file``):
     one key for both would let the ledger's digests be linked to the releases (docs/ledger.md,
     "What the ledger stores").  A copy of it is refused too, once both are read
     (``LedgerRecorder.attach``)."""
-    from ..atomic import same_file
+    from .._file_kinds import same_file
     from ..errors import KeyFileError, PostcodePrivacyError
     from ..ledger import secret_path_for
 

@@ -299,7 +299,7 @@ def refuse_writing_over_inputs(
 ) -> None:
     """None of the three files perturb writes may be a file it reads, under any name, even with
     --force (the input itself is checked by release_file)."""
-    from ..atomic import refuse_over_inputs
+    from .._file_kinds import refuse_over_inputs
     from ..release.manifest import audit_path_for, manifest_path_for
     from .build import terminated_sidecar
 

@@ -7,7 +7,7 @@ logging module has some) raises KeyboardInterrupt inside a callback, where Pytho
 after being told to stop.  So both signals are blocked while the pool forks; one that arrives
 is delivered when they are unblocked, to the caller's own handler, which raises there.
 
-Blocked, and noted by a stand-in handler too (``atomic.signals_deferred``).  The mask is what
+Blocked, and noted by a stand-in handler too (``_signal_holds.signals_deferred``).  The mask is what
 the workers inherit, so a SIGTERM with which the parent stops a worker that has only just been
 forked stays pending until the worker has put the default action back, and then kills it; a
 stand-in handler alone, inherited by the worker, would swallow it and leave the parent waiting
@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable
 from multiprocessing.pool import Pool
 
-from ..atomic import signals_deferred
+from .._signal_holds import signals_deferred
 
 __all__ = ["fork_pool", "start_in_background", "stop_pool"]
 

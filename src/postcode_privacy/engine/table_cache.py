@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import signals_deferred
+from .._signal_holds import signals_deferred
 
 __all__ = ["cache_files", "read_cached_header", "load_cached_array"]
 

@@ -14,7 +14,7 @@ from .._digest import sha256_of_file
 from .._file_names import recorded_paths
 from .._input_files import MIB, parse_json, read_small_file
 from .._interrupts import note_files_in_place
-from ..atomic import signals_deferred
+from .._signal_holds import signals_deferred
 from ..errors import InvalidParameterError, KeyFileError
 from ..mechanism.epsilon import parse_epsilon
 from ..mechanism.keys import Key

@@ -19,7 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..atomic import refuse_directory_path, signals_deferred
+from .._signal_holds import signals_deferred
+from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from .errors import LedgerDamagedError, LedgerError
 from .stores import LEDGER_FORMAT, Store

@@ -43,16 +43,11 @@ import pandas as pd
 
 from .._digest import sha256_of_file
 from .._environment import source_date_epoch
+from .._file_kinds import WRITES_RELEASE, same_file
 from .._file_names import LEDGER_PATH_NOT_UTF8, OUTPUT_NAME_NOT_UTF8, name_text
 from .._progress import stderr_is_terminal, timing_text
 from .._wording import counted
-from ..atomic import (
-    WRITES_RELEASE,
-    OutputClaim,
-    refuse_directory_path,
-    same_file,
-    write_failure,
-)
+from ..atomic import OutputClaim, refuse_directory_path, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
 from ..engine.profiles import load_in_background

@@ -1,0 +1,97 @@
+"""Holding SIGINT and SIGTERM back for a few steps that must not be cut apart.
+
+Python runs signal handlers between bytecodes of the main thread, so replacing the handlers by
+ones that only take note is enough to make a block uninterruptible:
+
+* :func:`signals_held`: the signals that arrived are handed to the caller (``atomic``'s final
+  renames, which then say the files are complete);
+* :func:`signals_deferred`: the first one that arrived is delivered once the block ends (a
+  file's creation and its recording for clean-up, a cache's renames, a kernel's compilation),
+  so the stop still stops the run, a moment later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+from ._interrupts import note_stop
+
+__all__ = ["signals_deferred", "signals_held"]
+
+
+class _Hold:
+    """SIGINT and SIGTERM replaced by a handler that calls ``on_arrival(signum)`` while the
+    hold lasts.  Once :meth:`release` has begun, that handler passes a signal on to the one it
+    replaced: a stop landing part-way through putting the handlers back (SIGINT's back,
+    SIGTERM's not yet) would otherwise leave a handler that swallows every later SIGTERM."""
+
+    def __init__(self, on_arrival: Callable[[int], None]):
+        self.on_arrival = on_arrival
+        self.previous: dict = {}
+        self.released = False
+
+    def handle(self, signum, frame) -> None:
+        if not self.released:
+            self.on_arrival(signum)
+            return
+        original = self.previous.get(signum, signal.SIG_DFL)
+        if callable(original):
+            original(signum, frame)
+        elif original == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    def take(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self.handle)
+
+    def release(self) -> None:
+        self.released = True
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM until the block ends; yields the list of signals that arrived.
+
+    Python runs signal handlers between bytecodes of the main thread, so replacing the handlers
+    by ones that only take note is enough: nothing can interrupt the block part-way.
+    """
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield arrived  # signals are only ever handled in the main thread
+        return
+
+    def note(signum: int) -> None:
+        arrived.append(signum)
+        note_stop()  # the signals of the same burst after the renames are part of this stop
+
+    hold = _Hold(note)
+    try:
+        hold.take()
+        yield arrived
+    finally:
+        hold.release()
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that arrived to
+    the handler that was in place: for a few renames that must happen together (a cache's
+    files), in a run that is not over when they are done, so the stop still stops it."""
+    arrived: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hold = _Hold(arrived.append)
+    try:
+        hold.take()
+        yield
+    finally:
+        hold.release()
+    if arrived:
+        signal.raise_signal(arrived[0])
