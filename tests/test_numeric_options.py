@@ -52,3 +52,43 @@ def test_the_library_refuses_the_same_releases(small_graph):
     for releases in (0, 1001):
         with pytest.raises(InvalidParameterError, match="releases must be from 1 to 1,000"):
             build_report(small_graph, 1, sample=1, releases=releases)
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "message"),
+    [
+        ("example", "--epsilon", "1e99999999999999999999", "--epsilon above 100 is not supported"),
+        ("example", "--epsilon", "1e-99999999999999999999", "--epsilon below 0.0001"),
+        ("example", "--epsilon", "0e99999999999999999999", "--epsilon must be greater than zero"),
+        ("evaluate", "--epsilon", "7e1000001", "--epsilon above 100 is not supported"),
+        ("report", "--epsilon", "1e99999999999999999999", "--epsilon above 100 is not supported"),
+        (
+            "calibrate",
+            "--target",
+            "median-displacement-km=1e99999999999999999999",
+            "target median-displacement-km",
+        ),
+        ("ledger", "--budget", "1e99999999999999999999", "--budget above 1000000"),
+    ],
+)
+def test_an_exponent_past_what_decimal_takes_is_refused_as_out_of_range(
+    tmp_path, capsys, small_graph, command, option, value, message
+):
+    """Decimal() refuses an exponent past about 10^18 with InvalidOperation: ``--epsilon
+    1e99999999999999999999`` printed a traceback (exit 1) where one digit fewer said "above
+    100 is not supported"."""
+    if command == "ledger":
+        args = ["ledger", "check", str(tmp_path / "in.csv"), "--ledger", str(tmp_path / "l.db")]
+        args += ["--key", str(tmp_path / "k.key"), "--epsilon", "1", option, value]
+        args += ["--id-column", "id", "--postcode-column", "postcode"]
+    else:
+        args = [command, option, value]
+        if command in ("evaluate", "report", "calibrate"):
+            small_graph.save(tmp_path / "g.ppgraph")
+            args += ["--graph", str(tmp_path / "g.ppgraph")]
+        if command == "report":
+            args += ["-o", str(tmp_path / "r.html")]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 8 and "Traceback" not in err, err
+    assert message in err

@@ -22,8 +22,13 @@ MAX_TEXT = 1000  # characters of epsilon text; anything longer is refused unread
 # (28 digits by default, and changeable by any caller) must never round epsilon.
 EXACT = Context(prec=100, Emin=-(10**6), Emax=10**6)
 _DECIMAL_TEXT = re.compile(
-    r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE](?P<exponent>[+-]?[0-9]+))?\Z",
+    re.ASCII,
 )
+# Past this exponent Decimal() itself refuses the text (InvalidOperation, a traceback); long
+# before it every bound here is passed, so a larger one is read as this one: the value is then
+# still far above (or below) every limit and refused for it, in the option's own words.
+_LARGEST_EXPONENT = 10**6
 
 
 class Epsilon(Decimal):
@@ -136,13 +141,15 @@ def decimal_from_text(value: object, name: str, example: str) -> Decimal:
     InvalidParameterError naming the option ``name`` with an ``example``.  Decimal() alone
     also takes "1_0" (= 10) and non-ASCII digits, and a typo must not silently multiply the
     privacy loss; text over ``MAX_TEXT`` characters is refused unread."""
-    if (
-        not isinstance(value, str)
-        or len(value) > MAX_TEXT
-        or not _DECIMAL_TEXT.match(value.strip())
-    ):
+    text = value.strip() if isinstance(value, str) and len(value) <= MAX_TEXT else None
+    parts = None if text is None else _DECIMAL_TEXT.match(text)
+    if parts is None:
         raise InvalidParameterError(f"{name} must be a plain decimal number such as {example}")
-    return Decimal(value.strip())  # exact: the constructor never rounds
+    exponent = int(parts["exponent"] or 0)
+    if abs(exponent) > _LARGEST_EXPONENT:
+        clamped = _LARGEST_EXPONENT if exponent > 0 else -_LARGEST_EXPONENT
+        return Decimal(f"{parts['number']}e{clamped}")
+    return Decimal(text)  # exact: the constructor never rounds
 
 
 def significant_digits(value: Decimal) -> int:
