@@ -61,8 +61,10 @@ def _release(base, directory, *, locale_env=None):
     """Release both inputs into ``directory`` (CSV and Parquet, recorded in a ledger there),
     in a fresh process under ``locale_env`` or in this one."""
     ledger = directory / "l.db"
+    # (a column named outside ASCII too: the same bytes must name it under every locale)
     calls = [["ledger", "init", str(ledger)]] + [
         _perturb(base, base / f"café.{suffix}", directory / f"sortie-é.{suffix}", ledger)
+        + ["--out-column", "tiré_dp"]
         for suffix in ("csv", "parquet")
     ]
     for args in calls:
@@ -98,6 +100,9 @@ def test_a_c_locale_release_is_the_utf8_release(inputs, monkeypatch):
     for suffix in ("csv", "parquet"):
         for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
             assert (inputs / "c-é" / name).read_bytes() == (inputs / "utf8-é" / name).read_bytes()
+        assert '"out": "tiré_dp"' in (
+            inputs / "c-é" / f"sortie-é.{suffix}.manifest.json"
+        ).read_text("utf-8")
         audit = (inputs / "c-é" / f"sortie-é.{suffix}.audit.json").read_text("utf-8")
         assert f'"path": "café.{suffix}"' in audit
     for run in ("c-é", "utf8-é"):

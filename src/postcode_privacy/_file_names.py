@@ -9,6 +9,9 @@ recorded as their bytes read as UTF-8, and a recorded name is turned back into t
 came from.  Where a name must be turned back into the file (a ledger's path) one whose bytes
 are not UTF-8 is refused up front; where it is only read by people (a manifest, a graph's
 provenance) such bytes are written as ``\\xNN``.
+
+A command-line argument that names data rather than a file (a column) comes to Python the
+same way, through the same encoding, and is read the same way (:func:`argument_text`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "argument_text",
     "LEDGER_PATH_NOT_UTF8",
     "OUTPUT_NAME_NOT_UTF8",
     "name_text",
@@ -39,6 +43,15 @@ def name_text(path: str | os.PathLike) -> str | None:
         return os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def argument_text(value: str) -> str:
+    """A command-line argument naming data (a column) as its bytes read as UTF-8, like a file
+    name, so that the same bytes name the same column under every locale (under Latin-1,
+    ``--out-column código`` released a column named ``cÃ³digo``).  An argument whose bytes
+    are not UTF-8 (typed in a Latin-1 terminal) is taken as the locale read it."""
+    text = name_text(value)
+    return value if text is None else text
 
 
 def path_of_text(text: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._file_names import argument_text
 from .._wording import counted
 from ..errors import SURFACE, InputDataError, InvalidParameterError
 from ..mechanism.epsilon import Epsilon, parse_epsilon
@@ -35,9 +36,11 @@ ON_ERROR_POLICIES = ("error", "null", "drop")
 TERMINATED_POLICIES = ("error", "nearest")
 
 
-def _cli(flag: str, help: str, **click_kwargs: Any) -> dict[str, Any]:
-    """Field metadata: how the option appears on the command line."""
-    return {"flag": flag, "help": help, "click": click_kwargs}
+def _cli(flag: str, help: str, *, names_data: bool = False, **click_kwargs: Any) -> dict[str, Any]:
+    """Field metadata: how the option appears on the command line.  ``names_data``: its value
+    names something in the data (a column), read from the command line as a file name is
+    (``_file_names.argument_text``)."""
+    return {"flag": flag, "help": help, "names_data": names_data, "click": click_kwargs}
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,22 @@ class ReleaseOptions:
         )
     )
     id_column: str = field(
-        metadata=_cli("--id-column", "Column of subject identifiers.", required=True, metavar="C")
+        metadata=_cli(
+            "--id-column",
+            "Column of subject identifiers.",
+            names_data=True,
+            required=True,
+            metavar="C",
+        )
     )
     postcode_column: str = field(
-        metadata=_cli("--postcode-column", "Column of true postcodes.", required=True, metavar="P")
+        metadata=_cli(
+            "--postcode-column",
+            "Column of true postcodes.",
+            names_data=True,
+            required=True,
+            metavar="P",
+        )
     )
     radius: int | None = field(
         default=None,
@@ -84,7 +99,9 @@ class ReleaseOptions:
     )
     out_column: str = field(
         default=DEFAULT_OUT_COLUMN,
-        metadata=_cli("--out-column", "Name of the released postcode column.", metavar="NAME"),
+        metadata=_cli(
+            "--out-column", "Name of the released postcode column.", names_data=True, metavar="NAME"
+        ),
     )
     keep_source_postcode: bool = field(
         default=False,
@@ -355,6 +372,10 @@ def _near_misses(names: list, missing: list) -> str:
     )
 
 
+def _argument_text(context: Any, parameter: Any, value: str | None) -> str | None:
+    return None if value is None else argument_text(value)
+
+
 def click_options(
     command: Callable | None = None, *, only: tuple[str, ...] | None = None
 ) -> Callable:
@@ -383,6 +404,8 @@ def click_options(
                 kwargs.setdefault("show_default", True)
             if not kwargs.get("required"):
                 kwargs["default"] = f.default
+            if meta["names_data"]:
+                kwargs["callback"] = _argument_text
             command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
         return command
 
