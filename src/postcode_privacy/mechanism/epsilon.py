@@ -149,7 +149,7 @@ def decimal_from_text(value: object, name: str, example: str) -> Decimal:
     if abs(exponent) > _LARGEST_EXPONENT:
         clamped = _LARGEST_EXPONENT if exponent > 0 else -_LARGEST_EXPONENT
         return Decimal(f"{parts['number']}e{clamped}")
-    return Decimal(text)  # exact: the constructor never rounds
+    return Decimal(parts[0])  # exact: the constructor never rounds
 
 
 def significant_digits(value: Decimal) -> int:
