@@ -117,6 +117,20 @@ def option(name: str, value: str | None = None) -> str:
     return f"{name}=True" if value is None else f"{name}={value!r}"
 
 
+def offers_option(name: str) -> bool:
+    """Whether the caller can give ``name`` (``radius``): always from Python, and on the
+    command line only where the running command has that option, so that a message never
+    advises an option the command lacks (``example`` has no ``--radius``)."""
+    if SURFACE.get() != "cli":
+        return True
+    import click
+
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return True
+    return any(parameter.name == name for parameter in context.command.params)
+
+
 def option_name(name: str) -> str:
     """An option's name as the user wrote it: ``--epsilon`` on the command line, ``epsilon``
     in Python."""

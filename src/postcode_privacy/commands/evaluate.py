@@ -132,7 +132,11 @@ def _text(r: dict) -> str:
             f"{t['median_rank']:g}, median P(truth) {t['median_posterior']:.3g}",
         ]
         if "matching_epsilon" in t:
-            lines.append(f"  epsilon with the same median displacement: {t['matching_epsilon']}")
+            matching = t["matching_epsilon"]
+            if matching is None:  # (the note says why: the target cannot be met in range)
+                why = t["matching_note"].split("; ", 1)[-1]
+                matching = f"none in [0.01, 10] ({why})"
+            lines.append(f"  epsilon with the same median displacement: {matching}")
     for note in r["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

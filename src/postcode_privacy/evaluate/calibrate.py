@@ -30,6 +30,8 @@ from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism.epsilon import canonical_text, decimal_from_text
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.powers import MAX_RADIUS
+from ..mechanism.radius import NoDefaultRadiusError
 from .exact import ExactMechanism
 from .utility import measure_utility, mixture_quantile_m
 
@@ -123,7 +125,15 @@ class _Measures:
         if epsilon not in self.cache:
             if self.progress is not None:
                 self.progress(self.stage, len(self.cache), self.budget)
-            summary = measure_utility(ExactMechanism(Mechanism(self.graph, epsilon)), self.nodes)
+            try:
+                mechanism = Mechanism(self.graph, epsilon)
+            except NoDefaultRadiusError:  # (its advice names options calibrate does not have)
+                raise InvalidParameterError(
+                    f"epsilon {canonical_text(epsilon)}, which the search must measure, has no "
+                    f"default radius within {MAX_RADIUS} hops on this graph (its prior is very "
+                    "uneven): calibrate cannot search it; choose epsilon with evaluate instead"
+                ) from None
+            summary = measure_utility(ExactMechanism(mechanism), self.nodes)
             self.cache[epsilon] = {
                 "median-displacement-km": summary.median_displacement_km,
                 "max-self-probability": summary.max_self_probability,

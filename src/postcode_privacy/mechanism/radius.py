@@ -16,7 +16,7 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from functools import lru_cache
 
-from ..errors import InvalidParameterError, option_name
+from ..errors import InvalidParameterError, offers_option, option_name
 from .powers import MAX_RADIUS, Q_HAT_BITS, powers, q_hat_numerator
 
 TELEPORT_TARGET = Fraction(1, 10**6)
@@ -68,6 +68,23 @@ def _lower_bound_exceeds_target(a: int, radius: int, min_prior: int, outside: in
     return bool(num * TELEPORT_TARGET.denominator > den * TELEPORT_TARGET.numerator)
 
 
+class NoDefaultRadiusError(InvalidParameterError):
+    """No radius up to :data:`MAX_RADIUS` meets the teleport target at this epsilon on this
+    graph (a tiny epsilon, or a very uneven prior): the advice names only options the
+    caller has (``errors.offers_option``)."""
+
+    def __init__(self) -> None:
+        epsilon = option_name("epsilon")
+        advice = (
+            f"give {option_name('radius')} too, or a larger {epsilon}"
+            if offers_option("radius")
+            else f"give a larger {epsilon}"
+        )
+        super().__init__(
+            f"{epsilon} is too small for a default radius within {MAX_RADIUS} hops; {advice}"
+        )
+
+
 @lru_cache(maxsize=256)
 def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     """Smallest R >= 1 whose teleport bound is at most 1e-6 (docs/spec.md, "Radius").
@@ -86,10 +103,7 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     estimate = ctx.divide(ctx.ln(ratio), ctx.divide(Decimal(epsilon), 2))
     start = min(max(int(estimate) - 3, 0), MAX_RADIUS)
     if start == MAX_RADIUS:
-        raise InvalidParameterError(
-            f"{option_name('epsilon')} is too small for a default radius within {MAX_RADIUS} hops; "
-            f"give {option_name('radius')} too, or a larger {option_name('epsilon')}"
-        )
+        raise NoDefaultRadiusError()
     lo = start
     if lo and not _lower_bound_exceeds_target(a, lo, min_prior, outside):
         lo = 0  # the estimate overshot; find the last radius the lower bound rules out
@@ -104,8 +118,5 @@ def default_radius(epsilon: Decimal, min_prior: int, total_prior: int) -> int:
     while teleport_bound(epsilon, radius, min_prior, total_prior) > TELEPORT_TARGET:
         radius += 1
         if radius > MAX_RADIUS:
-            raise InvalidParameterError(
-                f"{option_name('epsilon')} is too small for a default radius within {MAX_RADIUS} hops; "
-                f"give {option_name('radius')} too, or a larger {option_name('epsilon')}"
-            )
+            raise NoDefaultRadiusError()
     return radius
