@@ -92,3 +92,36 @@ def test_an_exponent_past_what_decimal_takes_is_refused_as_out_of_range(
     err = capsys.readouterr().err
     assert code == 8 and "Traceback" not in err, err
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        ("evaluate", "--radius", "\u0663"),  # ARABIC-INDIC DIGIT THREE: int() reads 3
+        ("evaluate", "--sample", "\uff13"),  # FULLWIDTH DIGIT THREE
+        ("evaluate", "--seed", "1_0"),  # int() reads ten
+        ("report", "--radius", "1_0"),
+        ("calibrate", "--sample", "\u0663"),
+    ],
+)
+def test_whole_numbers_are_plain_ascii_digits_as_epsilon_is(
+    tmp_path, capsys, command, option, value
+):
+    """``--radius ٣`` was radius 3 and ``--seed 1_0`` ten, where ``--epsilon`` refuses both."""
+    args = [command, "--graph", str(tmp_path / "absent.ppg"), option, value]
+    args += (
+        ["--target", "median-displacement-km=1"] if command == "calibrate" else ["--epsilon", "1"]
+    )
+    if command == "report":
+        args += ["-o", str(tmp_path / "r.html")]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a whole number in the digits 0 to 9" in err, err
+
+
+def test_ledger_settle_and_perturb_take_plain_digits_only(capsys):
+    assert main(["ledger", "settle", "l.db", "1_0", "--abandoned", "--yes"]) == 2
+    assert "is not a whole number in the digits 0 to 9" in capsys.readouterr().err
+    args = ["perturb", "in.csv", "-o", "o.csv", "--epsilon", "1", "--chunk-size", "\uff13"]
+    assert main(args + ["--id-column", "i", "--postcode-column", "p"]) == 2
+    assert "is not a whole number in the digits 0 to 9" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import math
 
 import click
 
+from .._click_types import WholeNumbers
 from .._limits import MAX_HOPS, MAX_RELEASES
 
 # Ten times the length of Great Britain: a longer cut removes nothing more from a UK graph.
@@ -71,7 +72,7 @@ max_edge_km_option = click.option(
 def sample_option(*, default: int, help: str):
     return click.option(
         "--sample",
-        type=click.IntRange(min=1),
+        type=WholeNumbers(min=1),
         default=default,
         show_default=True,
         metavar="N",
@@ -82,7 +83,7 @@ def sample_option(*, default: int, help: str):
 def seed_option(help: str):
     return click.option(
         "--seed",
-        type=click.IntRange(min=0, max=MAX_SEED),
+        type=WholeNumbers(min=0, max=MAX_SEED),
         default=0,
         show_default=True,
         metavar="S",
@@ -93,7 +94,7 @@ def seed_option(help: str):
 def releases_option(help: str):
     return click.option(
         "--releases",
-        type=click.IntRange(min=1, max=MAX_RELEASES),
+        type=WholeNumbers(min=1, max=MAX_RELEASES),
         default=20,
         show_default=True,
         metavar="K",
@@ -105,7 +106,7 @@ def hops_option(name: str, help: str):
     """A hop count of a search (``--adversary-hops``): from 1 to the largest radius."""
     return click.option(
         name,
-        type=click.IntRange(min=1, max=MAX_HOPS),
+        type=WholeNumbers(min=1, max=MAX_HOPS),
         default=6,
         show_default=True,
         metavar="H",

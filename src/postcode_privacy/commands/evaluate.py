@@ -9,6 +9,7 @@ import warnings
 import click
 
 from ..cli import cli
+from ..release.options import click_options
 from ._shared_options import (
     force_file_option,
     graph_option,
@@ -150,13 +151,7 @@ def mechanism_options(command):
                 "--epsilon", required=True, metavar="E", help="Privacy parameter per hop."
             ),
             graph_option,
-            click.option(
-                "--radius",
-                type=int,
-                default=None,
-                metavar="R",
-                help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
-            ),
+            click_options(only=("radius",)),
         ]
     ):
         command = option(command)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .._click_types import WholeNumbers
 from .._wording import counted, verb
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
@@ -115,7 +116,7 @@ def echo_summary(summary: dict) -> None:
 @ledger_group.command("settle")
 @click.argument("location", metavar="PATH_OR_URL")
 # (a ledger's ids are SQLite integers: a larger number is no release, not a damaged ledger)
-@click.argument("rid", metavar="RELEASE_ID", type=click.IntRange(min=1, max=2**63 - 1))
+@click.argument("rid", metavar="RELEASE_ID", type=WholeNumbers(min=1, max=2**63 - 1))
 @ledger_secret_option("secret")
 @click.option(
     "--committed",
@@ -176,7 +177,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
 @click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
 @click.option(
     "--chunk-size",
-    type=click.IntRange(min=1),
+    type=WholeNumbers(min=1),
     default=100_000,
     show_default=True,
     metavar="N",

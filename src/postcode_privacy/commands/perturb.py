@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from .._click_types import WholeNumbers
 from .._wording import counted, verb
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
@@ -148,7 +149,7 @@ def graph_loader(graph_path: str | None, progress: bool):
 @click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
 @click.option(
     "--chunk-size",
-    type=click.IntRange(min=1),
+    type=WholeNumbers(min=1),
     default=100_000,
     show_default=True,
     metavar="N",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli import cli, echo_status
+from ..release.options import click_options
 from ._shared_options import (
     force_file_option,
     graph_option,
@@ -29,13 +30,7 @@ from .evaluate import echo_warnings, load_graph
     "key fingerprint and rows.",
 )
 @graph_option
-@click.option(
-    "--radius",
-    type=int,
-    default=None,
-    metavar="R",
-    help="Hop cap.  Default: the smallest radius whose teleport bound is at most 1e-6.",
-)
+@click_options(only=("radius",))
 @click.option(
     "--postcode",
     metavar="P",

@@ -404,6 +404,10 @@ def click_options(
                 kwargs.setdefault("show_default", True)
             if not kwargs.get("required"):
                 kwargs["default"] = f.default
+            if kwargs.get("type") is int:
+                from .._click_types import WholeNumbers
+
+                kwargs["type"] = WholeNumbers()
             if meta["names_data"]:
                 kwargs["callback"] = _argument_text
             command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
