@@ -48,12 +48,14 @@ def test_a_claim_that_is_not_the_runs_last_does_not_say_its_files_are_in_place(
 
 
 def test_the_graph_recognised_as_never_replaced_is_the_artefact_format():
+    from postcode_privacy import _file_kinds
     from postcode_privacy.graph.artefact import MAGIC
 
-    assert atomic._GRAPH_PREFIX == MAGIC
+    assert _file_kinds._GRAPH_PREFIX == MAGIC
 
 
 def test_the_sidecar_recognised_as_never_replaced_is_builds():
+    from postcode_privacy import _file_kinds
     from postcode_privacy.commands.build import TERMINATED_SUFFIX
 
-    assert atomic._GRAPH_SIDECAR_SUFFIX == TERMINATED_SUFFIX
+    assert _file_kinds._GRAPH_SIDECAR_SUFFIX == TERMINATED_SUFFIX
