@@ -1044,3 +1044,13 @@ def test_perturb_never_writes_over_the_graph_it_reads_even_with_force(setup, tmp
     assert perturb(setup, src, tmp_path / "linked.csv", "--force", "--graph", str(graph)) == 5
     assert "the graph artefact" in capsys.readouterr().err
     assert graph.read_bytes() == original
+
+
+def test_demo_into_an_empty_path_is_refused_not_the_current_directory(
+    tmp_path, capsys, monkeypatch
+):
+    """``demo -o ''`` wrote its four files into the current directory without a word."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "-o", "", "-q"]) == 8
+    assert "the output directory's path is empty" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

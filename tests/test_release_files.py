@@ -531,7 +531,7 @@ def test_refuses_to_write_over_the_input(grid, key, tmp_path):
 def test_output_directory_problems(grid, key, tmp_path):
     graph, codes = grid
     src = write_csv(records(codes), tmp_path / "in.csv")
-    with pytest.raises(InvalidParameterError, match="does not exist"):
+    with pytest.raises(InvalidParameterError, match="output directory .*missing does not exist"):
         run(src, tmp_path / "missing" / "out.csv", graph, key)
     with pytest.raises(InvalidParameterError, match="not a directory"):
         run(src, tmp_path / "in.csv" / "out.csv", graph, key)

@@ -41,7 +41,7 @@ from ._file_kinds import (
     refuse_over_inputs,
     same_file,
 )
-from ._file_names import OUTPUT_NAME_NOT_UTF8, name_text
+from ._file_names import OUTPUT_NAME_NOT_UTF8, name_text, readable_name
 from ._interrupts import note_files_in_place, stop_if_told
 from ._signal_holds import signals_deferred, signals_held
 from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
@@ -265,10 +265,11 @@ class OutputClaim:
                 f"the output file name is too long: with the files written beside it it may "
                 f"have at most {room} bytes, it has {first}"
             )
+        where = readable_name(os.fspath(self.directory))  # (its bytes: _file_names)
         if not self.directory.exists():
-            raise InvalidParameterError("the output directory does not exist")
+            raise InvalidParameterError(f"the output directory {where} does not exist")
         if not self.directory.is_dir():
-            raise InvalidParameterError("the output's parent path is not a directory")
+            raise InvalidParameterError(f"the output's parent path {where} is not a directory")
 
     def check(self) -> None:
         """Refuse now what entering the claim would refuse of its names (too long, no such

@@ -118,6 +118,8 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from .perturb import echo_library_warnings, show_progress
 
     source_date_epoch()  # the manifest's time: refused before the directory is made or filled
+    if not output_dir:  # (Path("") is the current directory: "-o ''" filled it unasked)
+        raise InvalidParameterError("the output directory's path is empty; give a directory")
     progress = show_progress(quiet)
     out_dir = Path(output_dir)
     try:
