@@ -91,10 +91,11 @@ def shapes(seed: int = 0):
 UNITS = "ABDEFGHJLNPQRSTUWXYZ"  # letters a postcode's unit may use
 
 
-def leeds_grid(max_edge_km: float = 50.0, colocated: bool = False):
+def leeds_grid(max_edge_km: float = 50.0, colocated: bool = False, prior=None):
     """(graph, codes): 36 real-looking postcodes on a 6 x 6 grid 100 m apart in Leeds, built
     from coordinates like the national graph (``build_graph``); with ``colocated``, two more
-    postcodes share the centroid of 'LS1 1AA' (one location, three members)."""
+    postcodes share the centroid of 'LS1 1AA' (one location, three members); ``prior``, one
+    count per postcode (uniform if None)."""
     from postcode_privacy.graph.build import build_graph
 
     codes, east, north = [], [], []
@@ -107,4 +108,4 @@ def leeds_grid(max_edge_km: float = 50.0, colocated: bool = False):
         codes += ["LS2 1ZZ", "LS2 1ZY"]
         east += [400000.0, 400000.0]
         north += [430000.0, 430000.0]
-    return build_graph(codes, east, north, max_edge_km=max_edge_km), codes
+    return build_graph(codes, east, north, prior=prior, max_edge_km=max_edge_km), codes

@@ -5,24 +5,17 @@ default radius, and each command says so in its own terms."""
 from __future__ import annotations
 
 import pytest
+from graphs import leeds_grid
 
 from postcode_privacy.cli import main
-from postcode_privacy.graph.build import build_graph
-
-UNITS = "ABDEFGHJLNPQRSTUWXYZ"
 
 
 @pytest.fixture(scope="module")
 def uneven_graph(tmp_path_factory):
-    codes, east, north = [], [], []
-    for r in range(5):
-        for c in range(6):
-            codes.append(f"LS{r + 1} {c + 1}{UNITS[r]}{UNITS[c]}")
-            east.append(430000.0 + 110 * c)
-            north.append(433000.0 + 95 * r)
-    prior = [999_999_999_999_999_999] * 2 + [1] * (len(codes) - 2)
+    prior = [999_999_999_999_999_999] * 2 + [1] * 34
+    graph, _ = leeds_grid(prior=prior)
     path = tmp_path_factory.mktemp("uneven") / "g.ppgraph"
-    build_graph(codes, east, north, prior=prior).save(path)
+    graph.save(path)
     return str(path)
 
 
@@ -55,4 +48,6 @@ def test_evaluate_says_why_no_epsilon_matches_a_truncation(uneven_graph, capsys)
     out = capsys.readouterr().out
     assert "None" not in out
     assert "epsilon with the same median displacement: none in [0.01, 10] (" in out
-    assert "cannot be met for epsilon in [0.01, 10]" in out
+    assert "cannot be met for epsilon in [0.01, 10]" in out  # (the sectors)
+    # the districts: matching them needs an epsilon whose radius this prior puts out of reach
+    assert "none in [0.01, 10] (not searched: an epsilon the search must measure" in out

@@ -128,7 +128,7 @@ class _Measures:
             try:
                 mechanism = Mechanism(self.graph, epsilon)
             except NoDefaultRadiusError:  # (its advice names options calibrate does not have)
-                raise InvalidParameterError(
+                raise NoDefaultRadiusError(
                     f"epsilon {canonical_text(epsilon)}, which the search must measure, has no "
                     f"default radius within {MAX_RADIUS} hops on this graph (its prior is very "
                     "uneven): calibrate cannot search it; choose epsilon with evaluate instead"

@@ -27,6 +27,7 @@ from ..errors import InvalidParameterError, PostcodePrivacyError, option_name
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.radius import NoDefaultRadiusError
 from .adversary import (
     AdversaryOutcome,
     ExpectedIdentification,
@@ -194,15 +195,23 @@ def evaluate_release(
         entry = summary.to_json()
         if match_truncation:
             report(f"{level} truncation", 1, 2)  # next: the epsilon with its utility
-            matched = calibrate(
-                graph, {"median-displacement-km": summary.median_displacement_km}, nodes
-            )
-            entry["matching_epsilon"] = matched.to_json()["epsilon"]
-            entry["matching_note"] = (
-                "smallest epsilon (two significant figures) whose median "
-                "displacement is at most the truncation's; "
-                + ("; ".join(matched.warnings) if matched.warnings else "met")
-            )
+            try:
+                matched = calibrate(
+                    graph, {"median-displacement-km": summary.median_displacement_km}, nodes
+                )
+            except NoDefaultRadiusError:  # (the graph's prior is very uneven)
+                entry["matching_epsilon"] = None
+                entry["matching_note"] = (
+                    "not searched: an epsilon the search must measure has no default radius "
+                    "on this graph (its prior is very uneven)"
+                )
+            else:
+                entry["matching_epsilon"] = matched.to_json()["epsilon"]
+                entry["matching_note"] = (
+                    "smallest epsilon (two significant figures) whose median "
+                    "displacement is at most the truncation's; "
+                    + ("; ".join(matched.warnings) if matched.warnings else "met")
+                )
         truncation[level] = entry
         report(f"{level} truncation", 2, 2)
 

@@ -73,7 +73,10 @@ class NoDefaultRadiusError(InvalidParameterError):
     graph (a tiny epsilon, or a very uneven prior): the advice names only options the
     caller has (``errors.offers_option``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, message: str | None = None) -> None:
+        if message is not None:  # (a caller's own words: calibrate's)
+            super().__init__(message)
+            return
         epsilon = option_name("epsilon")
         advice = (
             f"give {option_name('radius')} too, or a larger {epsilon}"
