@@ -36,6 +36,7 @@ from ..errors import (
     InvalidParameterError,
     PostcodePrivacyError,
     SourceDataError,
+    option_name,
 )
 from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .artefact import FORMAT_VERSION, load_graph, save_graph
@@ -91,6 +92,13 @@ def build_from_sources(
         raise InvalidParameterError(
             "give either a Code-Point Open source or an ONSPD source, not both"
         )
+    for name, given, what in (
+        ("onspd", onspd, "the ONSPD or NSPL file"),
+        ("codepoint", codepoint, "the Code-Point Open directory or zip"),
+        ("population", population, "the population file"),
+    ):
+        if given is not None and not os.fspath(given):  # else "  does not exist: "
+            raise SourceDataError(f"the {option_name(name)} path is empty; give the name of {what}")
     counts = None
     if population is not None:  # first: a bad population file stops the build at once
         from ..sources.population import read_population_source

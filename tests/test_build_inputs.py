@@ -1,0 +1,30 @@
+"""``build`` on inputs a review found mishandled: empty paths, duplicate rows, population
+files that cover nothing, non-ASCII digits, the source kind and byte-reproducible artefacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from postcode_privacy.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sources"
+ONSPD = str(FIXTURES / "ONSPD_FEB_2024_UK.csv")
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--onspd", ""], "--onspd"),
+        (["--codepoint", ""], "--codepoint"),
+        (["--onspd", ONSPD, "--population", ""], "--population"),
+    ],
+)
+def test_an_empty_source_path_names_its_option(tmp_path, capsys, args, option):
+    out = tmp_path / "g.ppgraph"
+    assert main(["build", *args, "-o", str(out), "--quiet"]) == 7
+    err = capsys.readouterr().err
+    assert f"the {option} path is empty" in err
+    assert "does not exist" not in err
+    assert not out.exists()
