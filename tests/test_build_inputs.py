@@ -28,3 +28,16 @@ def test_an_empty_source_path_names_its_option(tmp_path, capsys, args, option):
     assert f"the {option} path is empty" in err
     assert "does not exist" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("digit", ["\u0663", "\uff13"])  # Arabic-Indic three, fullwidth three
+def test_a_count_in_non_ascii_digits_is_not_a_number(tmp_path, capsys, digit):
+    population = tmp_path / "pop.csv"
+    population.write_text(f"postcode,population\nSW1A 1AA,{digit}\n", encoding="utf-8")
+    out = tmp_path / "g.ppgraph"
+    code = main(["build", "--onspd", ONSPD, "--population", str(population), "-o", str(out)])
+    assert code == 7
+    err = capsys.readouterr().err
+    assert "pop.csv: line 2: column 2 (the count) is not a non-negative integer" in err
+    assert digit not in err
+    assert not out.exists()

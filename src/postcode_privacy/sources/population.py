@@ -30,7 +30,7 @@ from .table import normalise_postcodes
 
 __all__ = ["read_population", "apply_population"]
 
-_COUNT = re.compile(r"\d+")
+_COUNT = re.compile(r"[0-9]+")  # not "\d": that takes Arabic-Indic or fullwidth digits too
 _MAX_COUNT_DIGITS = 18  # any count of at most 18 digits fits in int64; no postcode has more
 
 
