@@ -120,6 +120,14 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
         # both in place together; with no sidecar, a stale one is removed (--force only)
         claim.commit()
     build = graph.provenance.get("build", {})
+    coverage = graph.provenance.get("population", {}).get("coverage")
+    if coverage and coverage["postcodes_floored_to_1"]:
+        counted = coverage["postcodes_with_population"]
+        click.echo(
+            f"note: --population gives a count of 1 or more to {counted:,} of the graph's "
+            f"{len(graph):,} postcodes; the other {len(graph) - counted:,} have the floor of 1",
+            err=True,
+        )
     click.echo(f"wrote {output}")
     click.echo(f"  graph_sha256 {graph.sha256}")
     click.echo(

