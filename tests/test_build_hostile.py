@@ -213,7 +213,10 @@ def test_provenance_hashes_each_codepoint_file_as_read_not_as_it_is_later(tmp_pa
     shutil.copytree(FIXTURES / "codepoint", source)
     files = sorted((source / "Data" / "CSV").glob("*.csv"))
     assert len(files) >= 2
-    digests = {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    digests = {
+        f"cp/{f.relative_to(source).as_posix()}": hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in files
+    }
     real_read = codepoint_module._read_file
 
     def read_then_rewrite_the_first(files_, name, district):

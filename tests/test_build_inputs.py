@@ -76,3 +76,35 @@ def test_a_population_file_covering_part_of_the_graph_is_noted(tmp_path, capsys)
     )
     assert note in captured.err
     assert "note:" not in captured.out
+
+
+def test_two_builds_from_different_directories_write_the_same_bytes(tmp_path, monkeypatch):
+    import shutil
+
+    from postcode_privacy import Graph
+
+    for name in ("a", "b"):
+        (tmp_path / name / "in").mkdir(parents=True)
+        shutil.copy(ONSPD, tmp_path / name / "in" / "src.csv")
+        shutil.copy(FIXTURES / "population.csv", tmp_path / name / "in" / "pop.csv")
+    monkeypatch.chdir(tmp_path / "a")
+    args = ["build", "--onspd", "in/src.csv", "--population", "in/pop.csv", "--quiet", "-o"]
+    assert main([*args, "g.ppgraph"]) == 0
+    monkeypatch.chdir(tmp_path / "b" / "in")
+    assert main([*args[:2], "src.csv", args[3], "pop.csv", "--quiet", "-o", "../g.ppgraph"]) == 0
+    first, second = tmp_path / "a" / "g.ppgraph", tmp_path / "b" / "g.ppgraph"
+    assert first.read_bytes() == second.read_bytes()
+    provenance = Graph.load(first).provenance
+    assert "seconds" not in provenance["build"]
+    assert provenance["sources"][0]["path"] == "src.csv"
+    assert provenance["population"]["path"] == "pop.csv"
+
+
+def test_a_codepoint_directory_is_recorded_by_names_not_absolute_paths(tmp_path):
+    from postcode_privacy import Graph
+
+    out = tmp_path / "cp.ppgraph"
+    assert main(["build", "--codepoint", str(FIXTURES / "codepoint"), "-o", str(out)]) == 0
+    paths = [source["path"] for source in Graph.load(out).provenance["sources"]]
+    assert paths and all(path.startswith("codepoint/") for path in paths)
+    assert not any(str(tmp_path) in p or str(FIXTURES) in p for p in paths)

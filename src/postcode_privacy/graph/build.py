@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import platform
-import time
 from collections.abc import Sequence
 from fractions import Fraction
 from importlib import metadata
@@ -68,10 +67,10 @@ def build_graph(
     Postcondition: a connected :class:`Graph` whose node order is the sorted normalised
     postcodes, whose ``params`` are ``{"builder", "max_edge_km", "format"}`` plus
     ``params_extra`` (all hashed), and whose ``provenance`` is ``provenance`` plus a
-    ``"build"`` section of counts, edge-length percentiles, versions and timing (not hashed).
+    ``"build"`` section of counts, edge-length percentiles and versions (not hashed; no wall
+    time, so that two builds of the same inputs write the same bytes).
     The arrays and ``sha256`` depend only on the set of input rows and the parameters.
     """
-    started = time.perf_counter()
     params = _params(max_edge_km, params_extra)
     max_edge_m = params["max_edge_km"] * 1000.0
     bar = _progress_bar(progress)
@@ -121,7 +120,6 @@ def build_graph(
             params=params,
             provenance=prov,
         )
-        graph.provenance["build"]["seconds"] = round(time.perf_counter() - started, 3)
         _done(bar, "graph assembled")
     finally:
         bar.close()

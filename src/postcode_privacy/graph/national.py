@@ -28,7 +28,6 @@ import warnings
 from pathlib import Path
 
 from .._digest import sha256_of_file
-from .._file_names import readable_name
 from .._input_files import visible_text
 from ..errors import (
     ArtefactError,
@@ -130,7 +129,7 @@ def build_from_sources(
     }
     prior = None
     if population is not None and counts is not None:
-        from ..sources._reading import file_label
+        from ..sources._reading import file_label, recorded_name
         from ..sources.population import apply_population
 
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
@@ -142,7 +141,7 @@ def build_from_sources(
             )
         params_extra["prior"] = "population"
         provenance["population"] = {
-            "path": readable_name(os.path.abspath(population)),
+            "path": recorded_name(population),
             "sha256": population_sha256,  # of the bytes read
             "coverage": coverage,
         }

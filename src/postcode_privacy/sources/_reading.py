@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Generator
 
 from .._digest import sha256_of_stream
+from .._file_names import readable_name
 from .._input_files import open_regular_file, visible_text
 from ..errors import SourceDataError
 
@@ -45,6 +46,7 @@ __all__ = [
     "line_of_record",
     "open_member",
     "open_source",
+    "recorded_name",
     "opened_state",
     "unreadable",
 ]
@@ -159,6 +161,13 @@ def file_label(path: str | os.PathLike) -> str:
     """The name a message gives a source file: its base name, hidden characters made visible."""
     path = os.fspath(path)
     return visible_text(os.path.basename(path.rstrip("/\\")) or path)
+
+
+def recorded_name(path: str | os.PathLike) -> str:
+    """The name the provenance records for a source: the last name of its absolute path (as
+    the release manifest records a file), so that the artefact's bytes do not depend on where
+    the source lay or on the directory the build ran in."""
+    return readable_name(os.path.basename(os.path.abspath(os.fspath(path))))
 
 
 def open_source(path: str | os.PathLike, label: str) -> io.BufferedReader:

@@ -36,6 +36,7 @@ from ._reading import (
     open_member,
     open_source,
     opened_state,
+    recorded_name,
     unreadable,
 )
 from .table import (
@@ -121,10 +122,11 @@ class _Files:
     def sources(self) -> list[dict[str, str]]:
         if self.archive is not None:  # the very bytes read, not whatever the name holds now
             sha256 = digest_of_what_was_read(self.archive, self.label, self.opened)
-            return [{"path": readable_name(os.path.abspath(self.path)), "sha256": sha256}]
+            return [{"path": recorded_name(self.path), "sha256": sha256}]
+        # a data file by its path inside the directory, after the directory's own name
         return [
             {
-                "path": readable_name(os.path.abspath(os.path.join(self.path, n))),
+                "path": f"{recorded_name(self.path)}/{readable_name(n)}",
                 "sha256": self.digests[n],
             }
             for n in self.data

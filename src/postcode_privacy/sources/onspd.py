@@ -21,7 +21,6 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from .._file_names import readable_name
 from .._input_files import visible_text
 from ..errors import SourceDataError
 from ._reading import (
@@ -34,6 +33,7 @@ from ._reading import (
     open_member,
     open_source,
     opened_state,
+    recorded_name,
     unreadable,
 )
 from .table import (
@@ -251,7 +251,7 @@ def _read_open_onspd(
     terminated = pd.concat(dead, ignore_index=True) if dead else None
     # the very bytes read, not whatever the name holds by now
     sha256 = digest_of_what_was_read(source, file_label(path), opened)
-    sources = [{"path": readable_name(os.path.abspath(path)), "sha256": sha256}]
+    sources = [{"path": recorded_name(path), "sha256": sha256}]
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
