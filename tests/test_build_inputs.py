@@ -108,3 +108,73 @@ def test_a_codepoint_directory_is_recorded_by_names_not_absolute_paths(tmp_path)
     paths = [source["path"] for source in Graph.load(out).provenance["sources"]]
     assert paths and all(path.startswith("codepoint/") for path in paths)
     assert not any(str(tmp_path) in p or str(FIXTURES) in p for p in paths)
+
+
+HEADER = "pcds,oseast1m,osnrth1m,osgrdind,doterm,ctry,laua\n"
+ROWS = [
+    "LS1 1AA,430000,433000,1,,E92000001,E08000035\n",
+    "LS1 1AB,430100,433000,1,,E92000001,E08000035\n",
+    "LS1 1AD,430000,433100,1,,E92000001,E08000035\n",
+    "LS1 1AE,430100,433100,1,,E92000001,E08000035\n",
+]
+
+
+@pytest.mark.parametrize(
+    "second, lines",
+    [
+        ("LS1 1AA,439000,439000,1,,E92000001,E08000035\n", "lines 2 and 6"),
+        ("LS1 1AA,430000,433000,1,,E92000001,E08000036\n", "lines 2 and 6"),
+    ],
+    ids=["coordinates", "local-authority"],
+)
+def test_rows_of_one_postcode_that_disagree_are_refused_in_either_order(
+    tmp_path, capsys, second, lines
+):
+    for name, rows in (("a.csv", [*ROWS, second]), ("b.csv", [second, *ROWS])):
+        (tmp_path / name).write_text(HEADER + "".join(rows))
+        out = tmp_path / f"{name}.ppgraph"
+        assert main(["build", "--onspd", str(tmp_path / name), "-o", str(out), "--quiet"]) == 7
+        err = capsys.readouterr().err
+        where = lines if name == "a.csv" else "lines 2 and 3"
+        assert f"{name}: {where}: two rows of one postcode give it different coordinates" in err
+        assert "LS1 1AA" not in err and "LS11AA" not in err
+        assert not out.exists()
+
+
+def test_rows_of_one_postcode_that_agree_are_dropped_as_duplicates(tmp_path, capsys):
+    source = tmp_path / "s.csv"
+    source.write_text(HEADER + "".join([*ROWS, ROWS[0]]))
+    out = tmp_path / "g.ppgraph"
+    assert main(["build", "--onspd", str(source), "-o", str(out), "--quiet"]) == 0
+    assert "dropped (duplicate): 1" in capsys.readouterr().out
+
+
+def test_codepoint_rows_of_one_postcode_in_two_files_that_disagree_name_both(tmp_path, capsys):
+    import shutil
+
+    source = tmp_path / "cp"
+    shutil.copytree(FIXTURES / "codepoint", source)
+    files = sorted((source / "Data" / "CSV").glob("*.csv"))
+    first_row = files[0].read_text().splitlines()[0].split(",")
+    first_row[2] = str(int(float(first_row[2])) + 500)  # the same postcode, moved 500 m
+    with open(files[1], "a") as handle:
+        handle.write(",".join(first_row) + "\n")
+    lines = len(files[1].read_text().splitlines())
+    out = tmp_path / "g.ppgraph"
+    assert main(["build", "--codepoint", str(source), "-o", str(out), "--quiet"]) == 7
+    err = capsys.readouterr().err
+    expected = f"{files[0].name}: line 1 and Data/CSV/{files[1].name}: line {lines}"
+    assert f"Data/CSV/{expected}: two rows of one postcode" in err
+    assert first_row[0].strip('"') not in err
+    assert not out.exists()
+
+
+def test_terminated_rows_of_one_postcode_that_disagree_are_refused(tmp_path, capsys):
+    dead = [
+        "LS9 9ZZ,431500,433800,1,200101,E92000001,E08000035\n",
+        "LS9 9ZZ,431900,433800,1,200101,E92000001,E08000035\n",
+    ]
+    source = tmp_path / "s.csv"
+    source.write_text(HEADER + "".join([*ROWS, *dead]))
+    assert main(["build", "--onspd", str(source), "-o", str(tmp_path / "g"), "--quiet"]) == 7
+    assert "s.csv: lines 6 and 7: two rows of one postcode" in capsys.readouterr().err

@@ -83,10 +83,12 @@ def test_onspd_old_generation_plain_csv():
     assert table.laua[_row(table, "EH1 1YZ")] == "S12000036"  # from ``oslaua``
 
 
-def test_onspd_duplicate_keeps_first_row():
+def test_onspd_duplicate_rows_that_agree_are_one_postcode():
+    # (rows of one postcode that disagree are refused: test_build_inputs.py)
     table = read_onspd(OLD)
     i = _row(table, "SW1A 1AA")
     assert (table.easting[i], table.northing[i]) == (529090.0, 179645.0)
+    assert table.dropped["duplicate"] == 1
 
 
 def test_onspd_co_located_postcodes_are_both_kept():

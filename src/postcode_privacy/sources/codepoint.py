@@ -41,8 +41,10 @@ from ._reading import (
 )
 from .table import (
     GRID_EXTENT_TEXT,
+    DisagreeingRows,
     PostcodeTable,
     build_table,
+    disagreeing_message,
     normalise_postcodes,
     off_the_grid,
 )
@@ -307,9 +309,14 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
             names = tqdm(names, desc="reading Code-Point Open", unit=" files")
         frames = [_read_file(files, name, district) for name in names]
         sources = files.sources()
+        for number, part in enumerate(frames):  # to name a row's file and line (sources.table)
+            part["file"], part["record"] = number, np.arange(len(part))
+        return _table(frames, files, kind, sources)
     finally:
         files.close()
 
+
+def _table(frames: list[pd.DataFrame], files: _Files, kind: str, sources) -> PostcodeTable:
     frame = pd.concat(frames, ignore_index=True)
     frame["postcode"] = pd.Series(
         normalise_postcodes(frame["postcode"].to_numpy()), index=frame.index, dtype=object
@@ -322,4 +329,19 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
     }
     frame = frame.loc[~(malformed | no_location)]
     with_laua = "laua" in frame
-    return build_table(frame, dropped=dropped, kind=kind, sources=sources, with_laua=with_laua)
+    try:
+        return build_table(frame, dropped=dropped, kind=kind, sources=sources, with_laua=with_laua)
+    except DisagreeingRows as exc:
+        places = []
+        for number, record in exc.rows:
+            name = files.data[int(number)]
+            with files.open(name) as handle:
+                line = line_of_record(handle, int(record or 0), header=False)
+            places.append((files.label_of(name), line))
+        (first, a), (second, b) = places
+        where = (
+            f"{first}: lines {a} and {b}"
+            if first == second
+            else f"{first}: line {a} and {second}: line {b}"
+        )
+        raise disagreeing_message(where) from None

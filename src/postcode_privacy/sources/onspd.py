@@ -38,8 +38,10 @@ from ._reading import (
 )
 from .table import (
     GRID_EXTENT_TEXT,
+    DisagreeingRows,
     PostcodeTable,
     build_table,
+    disagreeing_message,
     normalise_postcodes,
     off_the_grid,
     outside_the_table,
@@ -255,14 +257,21 @@ def _read_open_onspd(
     if member is not None:
         sources[0]["member"] = member
     kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
-    return build_table(
-        frame,
-        dropped=dropped,
-        kind=kind,
-        sources=sources,
-        terminated=terminated,
-        with_laua="laua" in wanted,
-    )
+    try:
+        return build_table(
+            frame,
+            dropped=dropped,
+            kind=kind,
+            sources=sources,
+            terminated=terminated,
+            with_laua="laua" in wanted,
+        )
+    except DisagreeingRows as exc:  # its lines, counted in the data read again
+        lines = []
+        for _, record in exc.rows:
+            with _reread(source, member, label, path, opened)() as again:
+                lines.append(line_of_record(again, int(record or 0), header=True))
+        raise disagreeing_message(f"{label}: lines {lines[0]} and {lines[1]}") from None
 
 
 def _filter_chunk(
@@ -358,6 +367,7 @@ def _filter_chunk(
             "postcode": postcode[remaining],
             "easting": easting[remaining],
             "northing": northing[remaining],
+            "record": chunk.index[remaining],  # to name its line (sources.table)
         }
     )
     if "laua" in cols:
@@ -369,6 +379,7 @@ def _filter_chunk(
             "postcode": postcode[keep_terminated],
             "easting": easting[keep_terminated],
             "northing": northing[keep_terminated],
+            "record": chunk.index[keep_terminated],
         }
     )
     return kept, dead

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ from ..postcodes import try_normalise
 
 __all__ = [
     "GRID_EXTENT",
+    "DisagreeingRows",
     "PostcodeTable",
     "build_table",
     "empty_terminated",
@@ -126,6 +128,52 @@ def _as_object(values) -> np.ndarray:
     return out
 
 
+class DisagreeingRows(SourceDataError):
+    """Two rows of one postcode that differ in coordinates or local authority: which one
+    stood would depend on the rows' order.  ``rows`` holds each one's (``file`` value or None,
+    ``record`` value or None) from the frame given to :func:`build_table`, in file order, so
+    that its reader can name the lines (never the postcode)."""
+
+    def __init__(self, rows: list[tuple[Any, Any]]):
+        super().__init__(
+            "two rows of one postcode give it different coordinates or local authorities"
+        )
+        self.rows = rows
+
+
+def disagreeing_message(where: str) -> SourceDataError:
+    """The message for :class:`DisagreeingRows`, ``where`` naming its rows ("x.csv: lines
+    4 and 9")."""
+    return SourceDataError(
+        f"{where}: two rows of one postcode give it different coordinates or "
+        "local authorities; a postcode has one location, so one of them must go"
+    )
+
+
+def _refuse_disagreeing(frame: pd.DataFrame, codes: np.ndarray, order: np.ndarray, columns):
+    """Raise :class:`DisagreeingRows` if rows of one postcode (``codes``, sorted, at frame
+    positions ``order``) differ in any of ``columns``; rows that agree are duplicates."""
+    repeat = np.zeros(len(codes), dtype=bool)
+    repeat[1:] = codes[1:] == codes[:-1]
+    if not repeat.any():
+        return
+    head = np.maximum.accumulate(np.where(repeat, 0, np.arange(len(codes))))
+    differ = np.zeros(len(codes), dtype=bool)
+    for column in columns:
+        values = _as_object(frame[column]) if column == "laua" else frame[column].to_numpy()
+        values = values[order]
+        differ |= repeat & (values != values[head])
+    if differ.any():
+        at = int(np.argmax(differ))
+        positions = sorted({int(order[head[at]]), int(order[at])})
+
+        def field(name: str, position: int):
+            return frame[name].iloc[position] if name in frame else None
+
+        rows = [(field("file", i), field("record", i)) for i in positions]
+        raise DisagreeingRows(sorted(rows, key=lambda r: (str(r[0]), r[1] or 0)))
+
+
 def build_table(
     frame: pd.DataFrame,
     *,
@@ -135,16 +183,21 @@ def build_table(
     terminated: pd.DataFrame | None = None,
     with_laua: bool = False,
 ) -> PostcodeTable:
-    """Sort and de-duplicate kept rows (first occurrence wins) and wrap them in a table.
+    """Sort and de-duplicate kept rows and wrap them in a table.
 
     ``frame`` has columns postcode (already normalised), easting, northing and optionally
-    laua, in file order.  Duplicates are counted under ``"duplicate"``.
+    laua, and, to name a row in a message, ``file`` and ``record``.  Rows of one postcode
+    that agree (coordinates, and local authority when known) are duplicates, counted under
+    ``"duplicate"``; rows that differ raise :class:`DisagreeingRows`, as keeping either would
+    make the table depend on the rows' order.  So do terminated rows that differ.
     """
     dropped = dict(dropped)
     codes = _as_object(frame["postcode"])
-    # A stable sort keeps file order among equal postcodes, so "first in the file" survives.
+    # (rows of one postcode left after the check agree, so which of them is kept is no matter)
     order = np.argsort(codes, kind="stable")
     codes = codes[order]
+    located = ["easting", "northing"]
+    _refuse_disagreeing(frame, codes, order, located + (["laua"] if with_laua else []))
     repeat = np.zeros(len(codes), dtype=bool)
     repeat[1:] = codes[1:] == codes[:-1]
     dropped["duplicate"] = dropped.get("duplicate", 0) + int(repeat.sum())
@@ -157,6 +210,9 @@ def build_table(
     else:
         # A postcode is either live or terminated: a live row wins over a terminated one.
         terminated = terminated.loc[~terminated["postcode"].isin(frame["postcode"])]
+        dead = _as_object(terminated["postcode"])
+        by_code = np.argsort(dead, kind="stable")
+        _refuse_disagreeing(terminated, dead[by_code], by_code, located)
         terminated = terminated.drop_duplicates("postcode", keep="first")
         terminated = terminated.sort_values("postcode", kind="stable").reset_index(drop=True)
         terminated = pd.DataFrame(
