@@ -178,3 +178,57 @@ def test_terminated_rows_of_one_postcode_that_disagree_are_refused(tmp_path, cap
     source.write_text(HEADER + "".join([*ROWS, *dead]))
     assert main(["build", "--onspd", str(source), "-o", str(tmp_path / "g"), "--quiet"]) == 7
     assert "s.csv: lines 6 and 7: two rows of one postcode" in capsys.readouterr().err
+
+
+def _source_of(tmp_path, path, *extra) -> tuple[str, str]:
+    """The built graph's source kind and sha256 (written to a fresh temporary directory)."""
+    import tempfile
+
+    from postcode_privacy import Graph
+
+    out = Path(tempfile.mkdtemp(dir=tmp_path)) / "g.ppgraph"
+    assert main(["build", "--onspd", str(path), *extra, "-o", str(out), "--quiet"]) == 0
+    graph = Graph.load(out)
+    return graph.params["source"], graph.sha256
+
+
+def test_the_source_kind_comes_from_the_header_not_the_file_name(tmp_path):
+    nspl = FIXTURES / "NSPL_FEB_2025_UK.csv"  # header: laua
+    renamed = tmp_path / "postcodes.csv"
+    renamed.write_bytes(nspl.read_bytes())
+    assert _source_of(tmp_path, renamed) == _source_of(tmp_path, nspl)
+    assert _source_of(tmp_path, renamed)[0] == "nspl"
+    onspd_named_nspl = tmp_path / "my_nspl_copy.csv"  # header: oslaua
+    onspd_named_nspl.write_bytes(Path(ONSPD).read_bytes())
+    assert _source_of(tmp_path, onspd_named_nspl) == _source_of(tmp_path, ONSPD)
+    assert _source_of(tmp_path, onspd_named_nspl)[0] == "onspd"
+
+
+def test_where_the_header_does_not_say_nspl_is_an_explicit_choice(tmp_path, capsys):
+    text = (FIXTURES / "NSPL_FEB_2025_UK.csv").read_text()
+    new_names = text.replace(",laua,", ",lad25cd,", 1)  # the 2025 names: ONSPD's too
+    standard = tmp_path / "NSPL_NOV_2025_UK.csv"
+    standard.write_text(new_names)
+    out = tmp_path / "g.ppgraph"
+    assert main(["build", "--onspd", str(standard), "-o", str(out), "--quiet"]) == 7
+    err = capsys.readouterr().err
+    assert "NSPL_NOV_2025_UK.csv: the header does not say whether this is ONSPD or NSPL" in err
+    assert "give --nspl if it is NSPL" in err
+    assert not out.exists()
+    renamed = tmp_path / "postcodes.csv"
+    renamed.write_text(new_names)
+    old = _source_of(tmp_path, FIXTURES / "NSPL_FEB_2025_UK.csv")
+    assert (
+        _source_of(tmp_path, standard, "--nspl") == _source_of(tmp_path, renamed, "--nspl") == old
+    )
+    assert _source_of(tmp_path, renamed)[0] == "onspd"
+
+
+def test_nspl_is_refused_for_an_onspd_header_and_without_onspd(tmp_path, capsys):
+    out = tmp_path / "g.ppgraph"
+    assert main(["build", "--onspd", ONSPD, "--nspl", "-o", str(out), "--quiet"]) == 7
+    assert "--nspl is given, but the header is ONSPD's" in capsys.readouterr().err
+    codepoint = str(FIXTURES / "codepoint")
+    assert main(["build", "--codepoint", codepoint, "--nspl", "-o", str(out)]) != 0
+    assert "--nspl describes the --onspd file" in capsys.readouterr().err
+    assert not out.exists()

@@ -52,6 +52,11 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     help="Postcode population file (Census 2021 pcd_p001.csv, the 2011 layout, or postcode,population).",
 )
 @click.option(
+    "--nspl",
+    is_flag=True,
+    help="The --onspd file is an NSPL; needed only where its header does not say (the 2025 column names).",
+)
+@click.option(
     "--gb-only",
     is_flag=True,
     help="Drop Northern Ireland (use for any artefact meant to be shared).",
@@ -68,7 +73,9 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an existing artefact.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, force, quiet) -> None:
+def build_command(
+    onspd, codepoint, population, nspl, gb_only, max_edge_km, output, force, quiet
+) -> None:
     """Build a graph artefact (Delaunay over postcode centroids) from ONSPD/NSPL or Code-Point Open."""
     from .._file_kinds import WRITES_GRAPH
     from ..atomic import OutputClaim, write_failure
@@ -78,6 +85,8 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
 
     if (onspd is None) == (codepoint is None):
         raise InvalidParameterError("give exactly one of --onspd and --codepoint")
+    if nspl and onspd is None:
+        raise InvalidParameterError("--nspl describes the --onspd file; give it with --onspd")
     sidecar = terminated_sidecar(output)
     _refuse_output_inside(output, codepoint)
     # The shared output rules (atomic.OutputClaim), for the artefact and its sidecar together:
@@ -95,6 +104,7 @@ def build_command(onspd, codepoint, population, gb_only, max_edge_km, output, fo
             onspd=onspd,
             population=population,
             gb_only=gb_only,
+            nspl=nspl,
             max_edge_km=max_edge_km,
             progress=not quiet,
             with_table=True,

