@@ -1054,3 +1054,14 @@ def test_demo_into_an_empty_path_is_refused_not_the_current_directory(
     assert main(["demo", "-o", "", "-q"]) == 8
     assert "the output directory's path is empty" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_column_name_this_locale_cannot_encode_is_judged_not_raised(setup, tmp_path, capsys):
+    """``main([...])`` read column options as their bytes in UTF-8, and text with no bytes
+    in this locale (a lone surrogate here; "€" under Latin-1) raised UnicodeEncodeError."""
+    src = write_records(tmp_path / "in.csv", setup["codes"])
+    args = ["perturb", str(src), "-o", str(tmp_path / "o.csv"), "--key", setup["key"]]
+    args += ["--graph", setup["graph"], "--epsilon", "1", "--postcode-column", "postcode"]
+    assert main([*args, "--id-column", "\ud800"]) == 8
+    assert "--id-column is not valid Unicode text" in capsys.readouterr().err
+    assert only(tmp_path, "in.csv")

@@ -50,4 +50,4 @@ def test_evaluate_says_why_no_epsilon_matches_a_truncation(uneven_graph, capsys)
     assert "epsilon with the same median displacement: none in [0.01, 10] (" in out
     assert "cannot be met for epsilon in [0.01, 10]" in out  # (the sectors)
     # the districts: matching them needs an epsilon whose radius this prior puts out of reach
-    assert "none in [0.01, 10] (not searched: an epsilon the search must measure" in out
+    assert "median displacement: not searched: an epsilon the search must measure" in out

@@ -579,3 +579,24 @@ def test_a_stop_python_dropped_is_not_printed_and_the_command_says_it_was_stoppe
     )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert (run.returncode, run.stdout, run.stderr) == (0, "after\n", "")
+
+
+def test_a_claim_cleaned_up_late_leaves_another_run_s_lock_alone(tmp_path):
+    """A claim whose clean-up was skipped is cleaned up when its process ends; meanwhile its
+    lock may have been removed by hand and another run may hold a new one under the name:
+    removing that one let a third run claim the output while the second wrote it."""
+    from postcode_privacy import atomic
+
+    out = tmp_path / "o.csv"
+    first = atomic.OutputClaim([out])
+    first.__enter__()  # (its __exit__ never runs: as if a stop had skipped it)
+    os.unlink(first.lock_path)  # removed by hand
+    second = atomic.OutputClaim([out])
+    with second:
+        first._token = None  # (what the process's exit does for the first claim)
+        first._clean_up()
+        assert second.lock_path.exists()
+        with pytest.raises(atomic.OutputExistsError, match="another run is writing"):
+            atomic.OutputClaim([out]).__enter__()
+    assert list(tmp_path.iterdir()) == []
+    assert first._lock_fd is None

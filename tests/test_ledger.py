@@ -171,7 +171,7 @@ def test_a_sqlite_ledger_is_private_from_the_moment_it_exists(tmp_path, monkeypa
 @pytest.mark.parametrize(
     ("name", "secret", "message"),
     [
-        ("no/such/ledger.db", None, "cannot create the ledger"),
+        ("no/such/ledger.db", None, "cannot create the ledger: its directory does not exist"),
         ("b" * 250 + ".db", None, "cannot create the ledger"),  # no room for SQLite's files
         ("short.db", "c" * 256 + ".key", "cannot create key file"),
     ],

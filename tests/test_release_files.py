@@ -559,10 +559,18 @@ def test_a_spreadsheet_or_parquet_file_given_as_csv_is_called_what_it_is(grid, k
     }
     for start, message in starts.items():
         renamed = tmp_path / "renamed.csv"
-        renamed.write_bytes(start + b"\x00" * 64)
+        renamed.write_bytes(start + b"\x00" * 64 + (b"PAR1" if start.startswith(b"PAR1") else b""))
         with pytest.raises(InputDataError, match=message):
             run(renamed, tmp_path / "out.csv", graph, key)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["book.xlsx", "in.csv", "renamed.csv"]
+    # A CSV whose header starts "PAR1" is no Parquet file (one ends with PAR1 too)
+    renamed.write_bytes(b"PAR1_code,postcode\nx,caf\xe9\n")
+    with pytest.raises(InputDataError, match="not UTF-8 text .*line 2"):
+        run(renamed, tmp_path / "out.csv", graph, key)
+    with pytest.raises(
+        InvalidParameterError, match="spreadsheets are not written: name the output"
+    ):
+        run(src, tmp_path / "out.ods", graph, key)
 
 
 def test_input_changed_during_the_run_is_refused(grid, key, tmp_path, monkeypatch, chunk_by_chunk):

@@ -49,8 +49,13 @@ def argument_text(value: str) -> str:
     """A command-line argument naming data (a column) as its bytes read as UTF-8, like a file
     name, so that the same bytes name the same column under every locale (under Latin-1,
     ``--out-column código`` released a column named ``cÃ³digo``).  An argument whose bytes
-    are not UTF-8 (typed in a Latin-1 terminal) is taken as the locale read it."""
-    text = name_text(value)
+    are not UTF-8 (typed in a Latin-1 terminal) is taken as the locale read it, and so is
+    text that never came from bytes (a Python caller's ``main([...])`` with "€" under Latin-1,
+    which the locale cannot encode)."""
+    try:
+        text = name_text(value)
+    except UnicodeEncodeError:
+        return value
     return value if text is None else text
 
 

@@ -414,7 +414,10 @@ class OutputClaim:
         if self._lock_fd is None:
             return
         with contextlib.suppress(OSError):
-            os.unlink(self.lock_path)  # while still holding it: see _lock
+            # Only the file this claim holds: one removed by hand and made again by another
+            # run (while this process lived on, its clean-up skipped) is that run's lock.
+            if os.path.samestat(os.fstat(self._lock_fd), os.lstat(self.lock_path)):
+                os.unlink(self.lock_path)  # while still holding it: see _lock
         os.close(self._lock_fd)
         self._lock_fd = None
         _LOCKED.pop(id(self), None)

@@ -134,9 +134,11 @@ def _text(r: dict) -> str:
         ]
         if "matching_epsilon" in t:
             matching = t["matching_epsilon"]
-            if matching is None:  # (the note says why: the target cannot be met in range)
-                why = t["matching_note"].split("; ", 1)[-1]
-                matching = f"none in [0.01, 10] ({why})"
+            note = t["matching_note"]
+            if matching is None and note.startswith("not searched"):
+                matching = note  # (what was not searched is not known to be "none")
+            elif matching is None:  # (the note says why: the target cannot be met in range)
+                matching = f"none in [0.01, 10] ({note.split('; ', 1)[-1]})"
             lines.append(f"  epsilon with the same median displacement: {matching}")
     for note in r["notes"]:
         lines.append(f"note: {note}")

@@ -450,6 +450,8 @@ _PATH_ERRNOS = frozenset(
 
 
 def _creation_error(exc: OSError) -> PostcodePrivacyError:
+    if exc.errno == errno.ENOENT:
+        return InvalidParameterError("cannot create the ledger: its directory does not exist")
     message = f"cannot create the ledger: {exc.strerror or type(exc).__name__}"
     if exc.errno in _PATH_ERRNOS:
         return InvalidParameterError(message)

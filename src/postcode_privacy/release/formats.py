@@ -24,6 +24,10 @@ _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 _SPREADSHEET_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".xlsb", ".ods", ".numbers")
+_SPREADSHEET_ADVICE = {
+    "input": "; spreadsheets are not read: save the sheet as CSV (UTF-8)",
+    "output": "; spreadsheets are not written: name the output .csv or .parquet",
+}
 
 
 def table_format(path: str | os.PathLike, what: str = "file") -> str:
@@ -39,11 +43,7 @@ def table_format(path: str | os.PathLike, what: str = "file") -> str:
     raise InvalidParameterError(
         f"cannot tell the {what}'s table format from its name: use .csv (optionally .gz, .bz2 "
         "or .xz), .parquet or .pq"
-        + (
-            "; spreadsheets are not read or written: save the sheet as CSV (UTF-8)"
-            if spreadsheet
-            else ""
-        )
+        + (_SPREADSHEET_ADVICE.get(what, _SPREADSHEET_ADVICE["input"]) if spreadsheet else "")
     )
 
 

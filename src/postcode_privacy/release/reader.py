@@ -83,6 +83,15 @@ _NOT_CSV_ADVICE = {
 }
 
 
+def _ends_with(path: str, tail: bytes) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() < len(tail):
+            return False
+        handle.seek(-len(tail), os.SEEK_END)
+        return handle.read() == tail
+
+
 class TableReader:
     """The header and the chunks of one input table.
 
@@ -149,9 +158,12 @@ class TableReader:
         try:
             with open_decompressed(self.path) as raw:
                 start = raw.read(8)
+            ends_as_parquet = not is_compressed(self.path) and _ends_with(self.path, b"PAR1")
         except READ_ERRORS:
-            start = b""
+            start, ends_as_parquet = b"", False
         for signature, what in _NOT_CSV_SIGNATURES:  # (a file renamed .csv, not re-saved)
+            if signature == b"PAR1" and not ends_as_parquet:
+                continue  # (a Parquet file ends with it too; a CSV header "PAR1_code" does not)
             if start.startswith(signature):
                 return f"the input is {what}, not CSV text: {_NOT_CSV_ADVICE[what]}"
         try:
