@@ -613,7 +613,9 @@ def test_a_pool_with_a_worker_dead_already_is_stopped_without_waiting(monkeypatc
     first workers include a dead one is waited for half a second only."""
     from postcode_privacy.engine import forking
 
-    monkeypatch.setattr(forking, "STOP_PATIENCE", 5.0)
+    # (a patience far above the half second expected, so that a loaded machine's slowness
+    # cannot be taken for waiting it out: the quick tier beside other work once took 2.5 s)
+    monkeypatch.setattr(forking, "STOP_PATIENCE", 30.0)
     held = lose_a_pool_lock_at_terminate(monkeypatch)
     pool = forking.fork_pool(2)
     try:
@@ -623,7 +625,7 @@ def test_a_pool_with_a_worker_dead_already_is_stopped_without_waiting(monkeypatc
         dead.join()
         began = time.monotonic()
         forking.stop_pool(pool)
-        assert time.monotonic() - began < 2.5
+        assert time.monotonic() - began < 10
         assert all(process.exitcode is not None for process in pool._pool)
     finally:
         for lock in held:
