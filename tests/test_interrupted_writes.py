@@ -600,3 +600,32 @@ def test_a_claim_cleaned_up_late_leaves_another_run_s_lock_alone(tmp_path):
             atomic.OutputClaim([out]).__enter__()
     assert list(tmp_path.iterdir()) == []
     assert first._lock_fd is None
+
+
+def test_a_stop_python_dropped_while_the_command_line_loads_still_stops_it(tmp_path):
+    """A stop whose handler ran inside an import's callback, while the command line loaded,
+    was printed as "Exception ignored ... KeyboardInterrupt" and lost: the command began
+    afresh, wrote its files and exited 0 (a stop-signal soak test met it in ``keygen``)."""
+    key = tmp_path / "k.key"
+    script = (
+        "import os, signal, sys, weakref\n"
+        "class Thing: pass\n"
+        "class DropAStop:  # a stop that lands inside a weakref callback, as Python runs one\n"
+        "    done = False\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'postcode_privacy.cli' and not DropAStop.done:\n"
+        "            DropAStop.done = True\n"
+        "            thing = Thing()\n"
+        "            def stop(_):\n"
+        "                os.kill(os.getpid(), signal.SIGINT)\n"
+        "                for _ in range(1000): pass  # (its handler runs here, and is dropped)\n"
+        "            watch = weakref.ref(thing, stop)\n"
+        "            del thing\n"
+        "sys.meta_path.insert(0, DropAStop())\n"
+        f"sys.argv = ['postcode-privacy', 'keygen', '-o', {str(key)!r}]\n"
+        "from postcode_privacy._start import entry_point\n"
+        "entry_point()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (run.returncode, run.stderr) == (130, "interrupted\n")
+    assert not key.exists()

@@ -34,6 +34,7 @@ __all__ = [
     "stop_if_told",
     "stop_once",
     "stop_was_dropped",
+    "quiet_about_dropped_stops",
 ]
 
 STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
@@ -94,7 +95,7 @@ def stop_was_dropped() -> bool:
     return bool(_raised)
 
 
-def _quiet_about_dropped_stops(previous_hook):
+def quiet_about_dropped_stops(previous_hook):
     """A ``sys.unraisablehook`` that says nothing of a KeyboardInterrupt Python dropped (in a
     finaliser, say): Python printed "Exception ignored" and a traceback for it, though the
     stop is not lost (:func:`stop_if_told`, :func:`stop_was_dropped`).  Anything else is
@@ -139,12 +140,19 @@ def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
         yield
         return
     previous = handle_stops()
+    # A stop Python dropped before the command began (while the command line loaded, under
+    # ``_start``'s guard) must still stop it, before any work: the state below is this run's.
+    dropped_before = bool(_raised)
     _stopped_at.clear()
     _in_place.clear()
     _raised.clear()
     unraisable = sys.unraisablehook
-    sys.unraisablehook = _quiet_about_dropped_stops(unraisable)
+    sys.unraisablehook = quiet_about_dropped_stops(unraisable)
     try:
+        if dropped_before:
+            note_stop()
+            _raised[:] = [True]
+            raise KeyboardInterrupt
         yield
     finally:
         stopped = bool(_stopped_at)

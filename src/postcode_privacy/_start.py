@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from ._interrupts import handle_stops, ignore_stops, stop_message
+from ._interrupts import handle_stops, ignore_stops, quiet_about_dropped_stops, stop_message
 
 _EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
 
@@ -20,6 +20,9 @@ _EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
 def entry_point() -> None:
     try:
         handle_stops()
+        # (a stop dropped while the rest loads, in an import's callback, is not printed: the
+        # command, once it begins, stops on it: _interrupts.first_stop_signal_only)
+        sys.unraisablehook = quiet_about_dropped_stops(sys.unraisablehook)
         from .cli import entry_point as run_command_line
 
         # ``stop_once`` stays in place: it is the handler the commands install (``cli``),
