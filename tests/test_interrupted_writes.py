@@ -629,3 +629,19 @@ def test_a_stop_python_dropped_while_the_command_line_loads_still_stops_it(tmp_p
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert (run.returncode, run.stderr) == (130, "interrupted\n")
     assert not key.exists()
+
+
+def test_a_stopped_command_says_interrupted_with_no_blank_line_before(tmp_path, capsys):
+    """click printed an empty line on stderr for a KeyboardInterrupt passing through it, so a
+    log held a blank line before "interrupted"."""
+    from postcode_privacy import cli
+
+    @cli.cli.command("stopped-test-command")
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    try:
+        assert cli.main(["stopped-test-command"]) == 130
+    finally:
+        del cli.cli.commands["stopped-test-command"]
+    assert capsys.readouterr().err == "interrupted\n"

@@ -32,7 +32,21 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
 EXIT_INTERRUPTED = 130
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Stopped(BaseException):
+    """A stop (KeyboardInterrupt) on its way out of a command, past click: click prints an
+    empty line on stderr for a KeyboardInterrupt that reaches it, so that "interrupted" came
+    after a blank line, also in a log."""
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            raise _Stopped() from stop
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(
     __version__, message=f"%(prog)s %(version)s (output-stability {OUTPUT_STABILITY_VERSION})"
 )
@@ -79,7 +93,7 @@ def _run(argv: list[str] | None) -> int:
             )
             return 1
         return _interrupted()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stopped):
         return _interrupted()
     except click.exceptions.ClickException as exc:
         exc.show()
