@@ -49,8 +49,9 @@ def test_a_count_in_non_ascii_digits_is_not_a_number(tmp_path, capsys, digit):
         "postcode,population\nZZ9 9ZZ,100\n",
         "postcode,population\n",
         "postcode,population\nSW1A 1AA,0\n",
+        "postcode,population\nSW1A 1AA,1\n",  # (every prior 1 all the same: uniform)
     ],
-    ids=["no-postcode-of-the-graph", "no-rows", "only-zero"],
+    ids=["no-postcode-of-the-graph", "no-rows", "only-zero", "only-one"],
 )
 def test_a_population_file_that_counts_no_postcode_of_the_graph_is_refused(
     tmp_path, capsys, content
@@ -61,7 +62,7 @@ def test_a_population_file_that_counts_no_postcode_of_the_graph_is_refused(
     code = main(["build", "--onspd", ONSPD, "--population", str(population), "-o", str(out)])
     assert code == 7
     err = capsys.readouterr().err
-    assert "pop.csv: --population gives none of the graph's 8 postcodes a count of 1 or more" in err
+    assert "pop.csv: --population gives none of the graph's 8 postcodes a count above 1" in err
     assert not out.exists()
 
 
@@ -232,3 +233,24 @@ def test_nspl_is_refused_for_an_onspd_header_and_without_onspd(tmp_path, capsys)
     assert main(["build", "--codepoint", codepoint, "--nspl", "-o", str(out)]) != 0
     assert "--nspl describes the --onspd file" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_rows_that_disagree_are_named_in_file_order_past_the_ninth_file():
+    """Code-Point Open has about 120 files: the rows were sorted by the file's number as text,
+    so file 10 was named before file 2."""
+    import pandas as pd
+
+    from postcode_privacy.sources.table import DisagreeingRows, build_table
+
+    frame = pd.DataFrame(
+        {
+            "postcode": ["LS1 1AA", "LS1 1AA", "LS1 1AB"],
+            "easting": [430000.0, 430500.0, 430100.0],
+            "northing": [433000.0, 433000.0, 433000.0],
+            "file": [10, 2, 3],
+            "record": [4, 1, 0],
+        }
+    )
+    with pytest.raises(DisagreeingRows) as refused:
+        build_table(frame, dropped={}, kind="codepoint", sources=[])
+    assert [(int(f), int(r)) for f, r in refused.value.rows] == [(2, 1), (10, 4)]

@@ -77,7 +77,8 @@ def build_from_sources(
     none); its kind (``source``: ``onspd`` or ``nspl``) is read from its header, or is
     ``nspl`` when the header does not say (the 2025 names) and ``nspl`` is true.  ``population`` is a postcode population file (e.g. Census 2021 ``pcd_p001.csv``):
     each postcode's prior becomes its population, floored at 1 (a file that gives none of the
-    graph's postcodes a count of 1 or more is refused); without it the prior is uniform.
+    graph's postcodes a count above 1, a uniform prior, is refused); without it the prior is
+    uniform.
 
     The hashed ``params`` record the builder, ``max_edge_km``, the source kind, ``gb_only`` for
     ONSPD/NSPL and the prior kind; ``provenance`` records each file read with its sha256, the
@@ -137,11 +138,11 @@ def build_from_sources(
         from ..sources.population import apply_population
 
         prior, coverage = apply_population(table.postcodes, counts, file_label(population))
-        if not coverage["postcodes_with_population"]:  # all floored to 1: a uniform prior
+        if prior.max(initial=1) <= 1:  # every prior 1: a uniform prior, recorded otherwise
             raise SourceDataError(
                 f"{file_label(population)}: {option_name('population')} gives none of the "
-                f"graph's {len(table):,} postcodes a count of 1 or more, so every prior would "
-                f"be the floor of 1 (for a uniform prior, leave out {option_name('population')})"
+                f"graph's {len(table):,} postcodes a count above 1, so every prior would be 1 "
+                f"(for a uniform prior, leave out {option_name('population')})"
             )
         params_extra["prior"] = "population"
         provenance["population"] = {

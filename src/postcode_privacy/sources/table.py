@@ -171,7 +171,10 @@ def _refuse_disagreeing(frame: pd.DataFrame, codes: np.ndarray, order: np.ndarra
             return frame[name].iloc[position] if name in frame else None
 
         rows = [(field("file", i), field("record", i)) for i in positions]
-        raise DisagreeingRows(sorted(rows, key=lambda r: (str(r[0]), r[1] or 0)))
+        # (in file order: by the file's number, not its text, where "10" comes before "2")
+        raise DisagreeingRows(
+            sorted(rows, key=lambda r: (-1 if r[0] is None else int(r[0]), int(r[1] or 0)))
+        )
 
 
 def build_table(
