@@ -5,6 +5,7 @@ same names, writes the same manifest and records the same ledger path as under U
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -210,3 +211,43 @@ def test_a_recorded_path_that_is_not_text_is_damage(inputs, capsys):
     assert main(["ledger", "show", str(ledger)]) == 1
     err = capsys.readouterr().err
     assert "the ledger is damaged" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # compiles a locale, fresh CLI processes
+def test_a_latin1_locale_release_is_the_utf8_release(inputs, tmp_path, monkeypatch):
+    """Under Latin-1 the column options were decoded by the locale: ``--out-column tiré_dp``
+    released a column named ``tirÃ©_dp`` (another release and manifest, exit 0)."""
+    if shutil.which("localedef") is None:
+        pytest.skip("localedef (glibc's locale compiler) is not installed")
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run(
+        ["localedef", "-i", "en_GB", "-f", "ISO-8859-1", str(locales / "en_GB.ISO-8859-1")],
+        capture_output=True,
+    )
+    if not (locales / "en_GB.ISO-8859-1").is_dir():
+        pytest.skip(f"localedef could not compile a Latin-1 locale: {made.stderr!r}")
+    latin1 = {
+        "LOCPATH": str(locales),
+        "LC_ALL": "en_GB.ISO-8859-1",
+        "LANG": "en_GB.ISO-8859-1",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+        env={**os.environ, **latin1},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "iso8859-1"  # names' and arguments' bytes read as Latin-1
+    (inputs / "latin1").mkdir()
+    (inputs / "utf8").mkdir()
+    _release(inputs, inputs / "latin1", locale_env=latin1)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    _release(inputs, inputs / "utf8")
+    for suffix in ("csv", "parquet"):
+        for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
+            assert (inputs / "latin1" / name).read_bytes() == (inputs / "utf8" / name).read_bytes()
+    assert (inputs / "latin1" / "sortie-é.csv").read_text("utf-8").startswith("id,tiré_dp\n")
