@@ -82,25 +82,34 @@ def _release(base, directory, *, locale_env=None):
         assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
 
 
-@pytest.mark.slow  # fresh CLI processes
-def test_a_c_locale_release_is_the_utf8_release(inputs, monkeypatch):
-    c_locale = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+def _release_matches_utf8(inputs, monkeypatch, locale_env, encoding, run, utf8_run):
+    """Release both inputs into ``inputs/run`` in fresh processes under ``locale_env`` (whose
+    file-system encoding must be ``encoding``) and into ``inputs/utf8_run`` in this UTF-8
+    process; assert that the releases and manifests are the same bytes."""
     probe = subprocess.run(
         [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
-        env={**os.environ, **c_locale},
+        env={**os.environ, **locale_env},
         capture_output=True,
         text=True,
         check=True,
     )
-    assert probe.stdout.strip() == "ascii"  # names' non-ASCII bytes arrive as escapes
-    (inputs / "c-é").mkdir()
-    (inputs / "utf8-é").mkdir()
-    _release(inputs, inputs / "c-é", locale_env=c_locale)
+    assert probe.stdout.strip() == encoding
+    (inputs / run).mkdir()
+    (inputs / utf8_run).mkdir()
+    _release(inputs, inputs / run, locale_env=locale_env)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    _release(inputs, inputs / "utf8-é")
+    _release(inputs, inputs / utf8_run)
     for suffix in ("csv", "parquet"):
         for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
-            assert (inputs / "c-é" / name).read_bytes() == (inputs / "utf8-é" / name).read_bytes()
+            assert (inputs / run / name).read_bytes() == (inputs / utf8_run / name).read_bytes()
+
+
+@pytest.mark.slow  # fresh CLI processes
+def test_a_c_locale_release_is_the_utf8_release(inputs, monkeypatch):
+    c_locale = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    # (under it, names' non-ASCII bytes arrive as escapes)
+    _release_matches_utf8(inputs, monkeypatch, c_locale, "ascii", "c-é", "utf8-é")
+    for suffix in ("csv", "parquet"):
         assert '"out": "tiré_dp"' in (
             inputs / "c-é" / f"sortie-é.{suffix}.manifest.json"
         ).read_text("utf-8")
@@ -234,20 +243,6 @@ def test_a_latin1_locale_release_is_the_utf8_release(inputs, tmp_path, monkeypat
         "PYTHONUTF8": "0",
         "PYTHONCOERCECLOCALE": "0",
     }
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
-        env={**os.environ, **latin1},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert probe.stdout.strip() == "iso8859-1"  # names' and arguments' bytes read as Latin-1
-    (inputs / "latin1").mkdir()
-    (inputs / "utf8").mkdir()
-    _release(inputs, inputs / "latin1", locale_env=latin1)
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    _release(inputs, inputs / "utf8")
-    for suffix in ("csv", "parquet"):
-        for name in (f"sortie-é.{suffix}", f"sortie-é.{suffix}.manifest.json"):
-            assert (inputs / "latin1" / name).read_bytes() == (inputs / "utf8" / name).read_bytes()
+    # (under it, names' and arguments' bytes are read as Latin-1)
+    _release_matches_utf8(inputs, monkeypatch, latin1, "iso8859-1", "latin1", "utf8")
     assert (inputs / "latin1" / "sortie-é.csv").read_text("utf-8").startswith("id,tiré_dp\n")
