@@ -70,17 +70,17 @@ MAX_CELLS_PER_CHUNK = 2_000_000
 
 
 # What a file renamed ``.csv`` without being re-saved starts with: a newcomer's likeliest
-# step after a spreadsheet is refused by name, which met only "not UTF-8 text".
-_NOT_CSV_SIGNATURES = (
-    (b"PK\x03\x04", "a zip archive (an .xlsx or .ods spreadsheet is one)"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an old-style (.xls) spreadsheet"),
-    (b"PAR1", "a Parquet file"),
+# step after a spreadsheet is refused by name, which met only "not UTF-8 text".  A Parquet
+# file also ends with its mark (a CSV header "PAR1_code" does not).
+_SHEET = "save the sheet as CSV (UTF-8)"
+_NOT_CSV_STARTS = (
+    (b"PK\x03\x04", f"a zip archive (an .xlsx or .ods spreadsheet is one), not CSV text: {_SHEET}"),
+    (
+        b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",
+        f"an old-style (.xls) spreadsheet, not CSV text: {_SHEET}",
+    ),
 )
-_NOT_CSV_ADVICE = {
-    _NOT_CSV_SIGNATURES[0][1]: "save the sheet as CSV (UTF-8)",
-    _NOT_CSV_SIGNATURES[1][1]: "save the sheet as CSV (UTF-8)",
-    _NOT_CSV_SIGNATURES[2][1]: "name it .parquet",
-}
+_PARQUET_MARK = b"PAR1"
 
 
 def _ends_with(path: str, tail: bytes) -> bool:
@@ -158,14 +158,15 @@ class TableReader:
         try:
             with open_decompressed(self.path) as raw:
                 start = raw.read(8)
-            ends_as_parquet = not is_compressed(self.path) and _ends_with(self.path, b"PAR1")
+            parquet = start.startswith(_PARQUET_MARK) and not is_compressed(self.path)
+            parquet = parquet and _ends_with(self.path, _PARQUET_MARK)
         except READ_ERRORS:
-            start, ends_as_parquet = b"", False
-        for signature, what in _NOT_CSV_SIGNATURES:  # (a file renamed .csv, not re-saved)
-            if signature == b"PAR1" and not ends_as_parquet:
-                continue  # (a Parquet file ends with it too; a CSV header "PAR1_code" does not)
+            start, parquet = b"", False
+        if parquet:
+            return "the input is a Parquet file, not CSV text: name it .parquet"
+        for signature, what in _NOT_CSV_STARTS:  # (a file renamed .csv, not re-saved)
             if start.startswith(signature):
-                return f"the input is {what}, not CSV text: {_NOT_CSV_ADVICE[what]}"
+                return f"the input is {what}"
         try:
             line = first_bad_utf8_line(self.path)
         except READ_ERRORS:
