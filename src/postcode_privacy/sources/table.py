@@ -150,15 +150,21 @@ def disagreeing_message(where: str) -> SourceDataError:
     )
 
 
-def _refuse_disagreeing(frame: pd.DataFrame, codes: np.ndarray, order: np.ndarray, columns):
-    """Raise :class:`DisagreeingRows` if rows of one postcode (``codes``, sorted, at frame
-    positions ``order``) differ in any of ``columns``; rows that agree are duplicates."""
+def _repeats(codes: np.ndarray) -> np.ndarray:
+    """For sorted ``codes``, whether each is the same postcode as the one before it."""
     repeat = np.zeros(len(codes), dtype=bool)
     repeat[1:] = codes[1:] == codes[:-1]
+    return repeat
+
+
+def _refuse_disagreeing(frame: pd.DataFrame, repeat: np.ndarray, order: np.ndarray, columns):
+    """Raise :class:`DisagreeingRows` if rows of one postcode (sorted rows at frame positions
+    ``order``, ``repeat`` from :func:`_repeats`) differ in any of ``columns``; rows that agree
+    are duplicates."""
     if not repeat.any():
         return
-    head = np.maximum.accumulate(np.where(repeat, 0, np.arange(len(codes))))
-    differ = np.zeros(len(codes), dtype=bool)
+    head = np.maximum.accumulate(np.where(repeat, 0, np.arange(len(repeat))))
+    differ = np.zeros(len(repeat), dtype=bool)
     for column in columns:
         values = _as_object(frame[column]) if column == "laua" else frame[column].to_numpy()
         values = values[order]
@@ -200,9 +206,8 @@ def build_table(
     order = np.argsort(codes, kind="stable")
     codes = codes[order]
     located = ["easting", "northing"]
-    _refuse_disagreeing(frame, codes, order, located + (["laua"] if with_laua else []))
-    repeat = np.zeros(len(codes), dtype=bool)
-    repeat[1:] = codes[1:] == codes[:-1]
+    repeat = _repeats(codes)
+    _refuse_disagreeing(frame, repeat, order, located + (["laua"] if with_laua else []))
     dropped["duplicate"] = dropped.get("duplicate", 0) + int(repeat.sum())
     order, codes = order[~repeat], codes[~repeat]
     frame = frame.iloc[order]
@@ -215,7 +220,7 @@ def build_table(
         terminated = terminated.loc[~terminated["postcode"].isin(frame["postcode"])]
         dead = _as_object(terminated["postcode"])
         by_code = np.argsort(dead, kind="stable")
-        _refuse_disagreeing(terminated, dead[by_code], by_code, located)
+        _refuse_disagreeing(terminated, _repeats(dead[by_code]), by_code, located)
         terminated = terminated.drop_duplicates("postcode", keep="first")
         terminated = terminated.sort_values("postcode", kind="stable").reset_index(drop=True)
         terminated = pd.DataFrame(
