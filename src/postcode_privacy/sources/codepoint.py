@@ -338,10 +338,4 @@ def _table(frames: list[pd.DataFrame], files: _Files, kind: str, sources) -> Pos
             with files.open(name) as handle:
                 line = line_of_record(handle, int(record or 0), header=False)
             places.append((files.label_of(name), line))
-        (first, a), (second, b) = places
-        where = (
-            f"{first}: lines {a} and {b}"
-            if first == second
-            else f"{first}: line {a} and {second}: line {b}"
-        )
-        raise disagreeing_message(where) from None
+        raise disagreeing_message(places) from None

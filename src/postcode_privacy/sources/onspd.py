@@ -289,11 +289,11 @@ def _read_open_onspd(
             with_laua="laua" in wanted,
         )
     except DisagreeingRows as exc:  # its lines, counted in the data read again
-        lines = []
+        places = []
         for _, record in exc.rows:
             with _reread(source, member, label, path, opened)() as again:
-                lines.append(line_of_record(again, int(record or 0), header=True))
-        raise disagreeing_message(f"{label}: lines {lines[0]} and {lines[1]}") from None
+                places.append((label, line_of_record(again, int(record or 0), header=True)))
+        raise disagreeing_message(places) from None
 
 
 def _filter_chunk(

@@ -141,9 +141,15 @@ class DisagreeingRows(SourceDataError):
         self.rows = rows
 
 
-def disagreeing_message(where: str) -> SourceDataError:
-    """The message for :class:`DisagreeingRows`, ``where`` naming its rows ("x.csv: lines
-    4 and 9")."""
+def disagreeing_message(places: list[tuple[str, int]]) -> SourceDataError:
+    """The message for :class:`DisagreeingRows`, naming its two rows by (file label, line):
+    "x.csv: lines 4 and 9", or "a.csv: line 4 and b.csv: line 9"."""
+    (first, a), (second, b) = places
+    where = (
+        f"{first}: lines {a} and {b}"
+        if first == second
+        else f"{first}: line {a} and {second}: line {b}"
+    )
     return SourceDataError(
         f"{where}: two rows of one postcode give it different coordinates or "
         "local authorities; a postcode has one location, so one of them must go"
