@@ -19,7 +19,6 @@ from .errors import OutputExistsError, option
 __all__ = [
     "WRITES_GRAPH",
     "WRITES_RELEASE",
-    "is_key_file",
     "never_replaced",
     "refuse_over_inputs",
     "same_file",
@@ -46,12 +45,6 @@ _TABLE_HEADERS = ("postcode-privacy-location-profiles/", "postcode-privacy-clust
 # what a crash left to undo) and the side file ``build`` writes beside a graph artefact.
 _SQLITE_SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
 _GRAPH_SIDECAR_SUFFIX = ".terminated.parquet"  # commands/build.py TERMINATED_SUFFIX
-
-
-def is_key_file(path: str | os.PathLike) -> bool:
-    """True if ``path`` is (or links to) a postcode-privacy key file: its text, past any
-    leading white space (which the key reader skips too), starts with the key file's header."""
-    return _starts_a_key_file(_head(path, _KEY_FILE_HEAD) or b"")
 
 
 def _starts_a_key_file(data: bytes) -> bool:
