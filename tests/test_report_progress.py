@@ -170,11 +170,11 @@ def test_graph_build_prints_stage_lines_off_a_terminal(capsys):
 def test_a_releases_log_lines_estimate_from_the_rate_after_its_first_piece(monkeypatch, capsys):
     """The first piece of a release loads the compiled code and may build a table on first use
     (18 minutes on a busy machine): the time left is the rate after it, not the whole stage's."""
-    import postcode_privacy.release.files as files
+    import postcode_privacy._progress as progress
 
     clock = iter([0.0, 1000.0, 1001.0])
-    monkeypatch.setattr(files.time, "perf_counter", lambda: next(clock))
-    lines = files._StageLines(100, "releasing")
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    lines = progress.CountLines(100, "releasing", prefix="perturb", unit="record")
     lines.update(1)  # the first piece, after the one-off work
     lines.update(25)
     said = capsys.readouterr().err.splitlines()

@@ -1,9 +1,16 @@
-"""Progress on stderr for long commands: a tqdm bar on a terminal, plain stage lines otherwise.
+"""Progress on stderr for long work: a tqdm bar on a terminal, plain stage lines otherwise.
 
 A tqdm bar redraws itself with carriage returns, which turns a CI log or a ``2> file`` into one
 unreadable line; when stderr is not a terminal we print one short line per stage (and at each
-quarter of a long stage) instead.  Library code never prints: it accepts a ``progress``
-callable and calls ``progress(stage, done, total)``; the command line passes a :class:`Progress`.
+quarter of a long stage) instead.  Every progress display of the package is made here, in one
+of three shapes:
+
+* :class:`Progress`, a callable ``progress(stage, done, total)`` for work in named stages (the
+  studies behind ``evaluate``, ``report`` and ``calibrate`` take one; the one-off engine tables
+  make their own);
+* :func:`count_bar`, for one pass over a count of things (records, source files), taken by the
+  file and frame releases and the source readers, which accept ``progress: bool``;
+* :func:`step_bar`, for a fixed list of steps (building a graph).
 """
 
 from __future__ import annotations
@@ -88,6 +95,81 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class CountLines:
+    """A stand-in for a tqdm bar over a count (``update``, a context manager) that prints
+    ``prefix: desc...`` when it starts, ``prefix: desc done/total units (timing)`` at each
+    quarter of a known total, and ``prefix: desc done: N units in 3.1 s`` at its end."""
+
+    def __init__(self, total: int | None, desc: str, *, prefix: str, unit: str):
+        from ._wording import counted
+
+        self.total, self.desc, self.done = total, desc, 0
+        self._prefix, self._unit, self._counted = prefix, unit, counted
+        self._started = time.perf_counter()
+        self._next = 0 if total else None
+        self._since: tuple[float, int] | None = None  # the first update: after one-off work
+        self._say(f"{desc}...")
+
+    def _say(self, text: str) -> None:
+        print(f"{self._prefix}: {text}", file=sys.stderr, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        elapsed = time.perf_counter() - self._started
+        if self._since is None:
+            self._since = (elapsed, self.done)
+        if (
+            self._next is not None
+            and self.total
+            and self.done >= self._next
+            and self.done < self.total
+        ):
+            timing = timing_text(elapsed, self.done, self.total, self._since)
+            units = self._counted(self.total, self._unit).split(" ", 1)[1]
+            self._say(f"{self.desc} {self.done:,}/{self.total:,} {units} ({timing})")
+            self._next = self.done + max(1, -(-self.total // 4))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> CountLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            elapsed = time.perf_counter() - self._started
+            done = self._counted(self.done, self._unit, grouped=True)
+            self._say(f"{self.desc} done: {done} in {elapsed:.1f} s")
+
+
+def count_bar(show: bool, total: int | None, desc: str, *, prefix: str, unit: str = "record"):
+    """Feedback for one pass over ``total`` things (``unit`` names one): a tqdm bar (rate and,
+    with a total, ETA) on a terminal, :class:`CountLines` otherwise, nothing unless ``show``."""
+    from tqdm import tqdm
+
+    if show and not stderr_is_terminal():
+        return CountLines(total, desc, prefix=prefix, unit=unit)
+    return tqdm(
+        total=total,
+        disable=not show,
+        file=sys.stderr,
+        unit=f" {unit}s",
+        desc=desc,
+        dynamic_ncols=True,
+        leave=False,
+        unit_scale=True,
+        smoothing=0.1,
+    )
+
+
+def counting(items, show: bool, total: int | None, desc: str, *, prefix: str, unit: str):
+    """``items`` unchanged, moving a :func:`count_bar` as each is taken."""
+    with count_bar(show, total, desc, prefix=prefix, unit=unit) as bar:
+        for item in items:
+            yield item
+            bar.update(1)
 
 
 class StepLines:

@@ -115,12 +115,11 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from ..mechanism import Key
     from ..mechanism.epsilon import parse_epsilon
     from ..release import ReleaseOptions, release_file
-    from .perturb import echo_library_warnings, show_progress
+    from .perturb import echo_library_warnings
 
     source_date_epoch()  # the manifest's time: refused before the directory is made or filled
     if not output_dir:  # (Path("") is the current directory: "-o ''" filled it unasked)
         raise InvalidParameterError("the output directory's path is empty; give a directory")
-    progress = show_progress(quiet)
     out_dir = Path(output_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,7 +146,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
             epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
         )
         manifest = release_file(
-            source, output, key=key, options=options, graph=graph, force=force, progress=progress
+            source, output, key=key, options=options, graph=graph, force=force, progress=not quiet
         )
         # Read through open files: given a name, pandas expands "~" and fetches URLs.
         with open(source, "rb") as handle:

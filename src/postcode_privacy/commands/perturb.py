@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -110,10 +109,6 @@ def failed_records_text(counts: dict) -> str:
         f"and so that {their} missing, malformed or not in the graph: the guarantee does not "
         "cover that fact"
     )
-
-
-def show_progress(quiet: bool) -> bool:
-    return not quiet and sys.stderr.isatty()
 
 
 def graph_loader(graph_path: str | None, progress: bool):
@@ -240,7 +235,6 @@ def perturb_command(
 
         refuse_ledger_secret_as_key(key_path, ledger_location, ledger_secret)
     key = resolve_key(key_path)
-    progress = show_progress(quiet)
     terminated_locations = terminated_locations_for(options.terminated, graph_path)
     with contextlib.ExitStack() as stack:
         recorder = None
@@ -255,7 +249,7 @@ def perturb_command(
                 output_path,
                 key=key,
                 options=options,
-                graph=graph_loader(graph_path, progress),
+                graph=graph_loader(graph_path, progress=not quiet),
                 force=force,
                 chunk_size=chunk_size,
                 progress=not quiet,

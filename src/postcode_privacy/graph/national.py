@@ -87,7 +87,6 @@ def build_from_sources(
     Returns the graph, or ``(graph, table)`` with ``with_table=True`` so a caller can keep the
     source's terminated postcodes (``table.terminated``) beside the artefact.
     """
-    from .._progress import stderr_is_terminal
     from ..sources.codepoint import read_codepoint
 
     if codepoint is not None and onspd is not None:
@@ -109,11 +108,9 @@ def build_from_sources(
     if onspd is not None:
         from ..sources.onspd import read_onspd
 
-        table = read_onspd(
-            onspd, gb_only=gb_only, progress=progress and stderr_is_terminal(), nspl=nspl
-        )
-    else:  # (a reader's tqdm bar would garble a log; the build below prints plain lines there)
-        table = read_codepoint(codepoint, progress=progress and stderr_is_terminal())
+        table = read_onspd(onspd, gb_only=gb_only, progress=progress, nspl=nspl)
+    else:
+        table = read_codepoint(codepoint, progress=progress)
 
     if not len(table):
         from ..sources._reading import file_label

@@ -32,7 +32,6 @@ The outputs are the same either way.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
@@ -45,8 +44,7 @@ from .._digest import sha256_of_file
 from .._environment import source_date_epoch
 from .._file_kinds import WRITES_RELEASE, same_file
 from .._file_names import LEDGER_PATH_NOT_UTF8, OUTPUT_NAME_NOT_UTF8, name_text
-from .._progress import stderr_is_terminal, timing_text
-from .._wording import counted
+from .._progress import count_bar
 from ..atomic import OutputClaim, refuse_directory_path, write_failure
 from ..engine.batch import prepare_in_background
 from ..engine.landmarks import warm_up_in_background
@@ -119,63 +117,9 @@ def _input_sha256(path: Path) -> str:
         raise InputDataError(read_failure(str(path), exc)) from None
 
 
-class _StageLines:
-    """Progress as plain lines on stderr, for a log rather than a terminal: one line when a
-    stage starts, at each quarter of a known total, and at its end (``_progress.py``)."""
-
-    def __init__(self, total: int | None, desc: str):
-        self.total, self.desc, self.done = total, desc, 0
-        self._started = time.perf_counter()
-        self._next = 0 if total else None
-        self._since: tuple[float, int] | None = None  # the first update: after one-off work
-        self._say(f"{desc}...")
-
-    def _say(self, text: str) -> None:
-        print(f"perturb: {text}", file=sys.stderr, flush=True)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        elapsed = time.perf_counter() - self._started
-        if self._since is None:
-            self._since = (elapsed, self.done)
-        if (
-            self._next is not None
-            and self.total
-            and self.done >= self._next
-            and self.done < self.total
-        ):
-            timing = timing_text(elapsed, self.done, self.total, self._since)
-            self._say(f"{self.desc} {self.done:,}/{self.total:,} records ({timing})")
-            self._next = self.done + max(1, -(-self.total // 4))
-
-    def __enter__(self) -> _StageLines:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            elapsed = time.perf_counter() - self._started
-            done = counted(self.done, "record", grouped=True)
-            self._say(f"{self.desc} done: {done} in {elapsed:.1f} s")
-
-
 def _bar(progress: bool, total: int | None, desc: str):
-    """Feedback for one pass over the records: a tqdm bar (rate and, with a total, ETA) on a
-    terminal, plain stage lines otherwise, nothing without ``progress``."""
-    from tqdm import tqdm
-
-    if progress and not stderr_is_terminal():
-        return _StageLines(total, desc)
-    return tqdm(
-        total=total,
-        disable=not progress,
-        file=sys.stderr,
-        unit=" records",
-        desc=desc,
-        dynamic_ncols=True,
-        leave=False,
-        unit_scale=True,
-        smoothing=0.1,
-    )
+    """Feedback for one pass over the records (``_progress.count_bar``)."""
+    return count_bar(progress, total, desc, prefix="perturb")
 
 
 def _no_records(reader: TableReader) -> InputDataError:

@@ -116,24 +116,17 @@ def perturb_frame(
             check.merge(plan.check_chunk(df.iloc[start : start + step], row_offset + start))
         if check.failed:
             raise failure_error(check.row_errors, check.counts, terminated=plan.terminated)
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    from .._progress import count_bar
 
-        bar = tqdm(total=len(df), unit=" records", desc="releasing")
     parts, counts = [], _empty_counts()
-    try:
+    with count_bar(progress, len(df), "releasing", prefix="perturb_frame") as bar:
         for start in range(0, max(len(df), 1), step):
             out, part = plan.process_chunk(
                 df.iloc[start : start + step], row_offset + start, warn=False
             )
             parts.append(out)
             merge_counts(counts, part)
-            if bar is not None:
-                bar.update(part["records"])
-    finally:
-        if bar is not None:
-            bar.close()
+            bar.update(part["records"])
     result = parts[0] if len(parts) == 1 else pd.concat(parts)
     if plan.on_error == "drop" and len(result) < len(df):
         result = _without_dropped_categories(result, df)

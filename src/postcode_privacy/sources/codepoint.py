@@ -25,6 +25,7 @@ import pandas as pd
 
 from .._file_names import readable_name
 from .._input_files import visible_text
+from .._progress import counting
 from ..errors import SourceDataError
 from ._reading import (
     check_members,
@@ -302,11 +303,14 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
         if not files.data:
             raise SourceDataError(f"{label}: no Data/CSV/*.csv files found")
         district = _district_column(_doc_header(files))
-        names = files.data
-        if progress:
-            from tqdm import tqdm
-
-            names = tqdm(names, desc="reading Code-Point Open", unit=" files")
+        names = counting(
+            files.data,
+            progress,
+            len(files.data),
+            "reading Code-Point Open",
+            prefix="build",
+            unit="file",
+        )
         frames = [_read_file(files, name, district) for name in names]
         sources = files.sources()
         for number, part in enumerate(frames):  # to name a row's file and line (sources.table)

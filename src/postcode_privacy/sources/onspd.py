@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .._input_files import visible_text
+from .._progress import counting
 from ..errors import SourceDataError, option_name
 from ._reading import (
     RecordFault,
@@ -249,10 +250,7 @@ def _read_open_onspd(
             chunksize=_CHUNK_ROWS,
             encoding="utf-8-sig",
         )
-        if progress:
-            from tqdm import tqdm
-
-            reader = tqdm(reader, desc=f"reading {os.path.basename(path)}", unit=" chunks")
+        reader = counting(reader, progress, None, f"reading {label}", prefix="build", unit="chunk")
         fault = None
         try:
             for chunk in reader:
