@@ -56,6 +56,6 @@ def test_the_graph_recognised_as_never_replaced_is_the_artefact_format():
 
 def test_the_sidecar_recognised_as_never_replaced_is_builds():
     from postcode_privacy import _file_kinds
-    from postcode_privacy.commands.build import TERMINATED_SUFFIX
+    from postcode_privacy.graph.artefact import TERMINATED_SUFFIX
 
     assert _file_kinds._GRAPH_SIDECAR_SUFFIX == TERMINATED_SUFFIX

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from postcode_privacy.cli import main
-from postcode_privacy.commands.build import terminated_sidecar
+from postcode_privacy.graph.artefact import terminated_sidecar
 from postcode_privacy.graph.graph import Graph
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"

@@ -9,7 +9,7 @@ import pytest
 
 from postcode_privacy import Graph
 from postcode_privacy.cli import main
-from postcode_privacy.commands.build import terminated_sidecar
+from postcode_privacy.graph.artefact import terminated_sidecar
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sources"
 

@@ -54,6 +54,31 @@ def test_the_library_refuses_the_same_releases(small_graph):
             build_report(small_graph, 1, sample=1, releases=releases)
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, True])
+def test_the_library_refuses_the_seeds_the_command_line_refuses(small_graph, seed):
+    with pytest.raises(InvalidParameterError, match="seed must be"):
+        evaluate_release(small_graph, 1, sample=1, seed=seed)
+    with pytest.raises(InvalidParameterError, match="seed must be"):
+        build_report(small_graph, 1, sample=1, seed=seed)
+
+
+def test_the_library_defaults_are_the_command_lines():
+    """One declaration (``_limits``): ``evaluate_release`` sampled 100 postcodes by default
+    where ``evaluate`` sampled 50."""
+    import inspect
+
+    from postcode_privacy.cli import cli
+
+    library = inspect.signature(evaluate_release).parameters
+    options = {p.name: p.default for p in cli.commands["evaluate"].params}
+    for name in ("sample", "releases", "seed", "adversary_hops", "compromise_hops"):
+        assert library[name].default == options[name], name
+    report = inspect.signature(build_report).parameters
+    options = {p.name: p.default for p in cli.commands["report"].params}
+    for name in ("sample", "releases", "seed"):
+        assert report[name].default == options[name], name
+
+
 @pytest.mark.parametrize(
     ("command", "option", "value", "message"),
     [

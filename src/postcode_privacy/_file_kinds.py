@@ -44,7 +44,7 @@ _TABLE_HEADERS = ("postcode-privacy-location-profiles/", "postcode-privacy-clust
 # SQLite's files beside a database (its write-ahead log, its rollback journal: a hot one holds
 # what a crash left to undo) and the side file ``build`` writes beside a graph artefact.
 _SQLITE_SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
-_GRAPH_SIDECAR_SUFFIX = ".terminated.parquet"  # commands/build.py TERMINATED_SUFFIX
+_GRAPH_SIDECAR_SUFFIX = ".terminated.parquet"  # graph.artefact.TERMINATED_SUFFIX (a test compares)
 
 
 def _starts_a_key_file(data: bytes) -> bool:

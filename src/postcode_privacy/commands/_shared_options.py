@@ -15,13 +15,11 @@ import math
 import click
 
 from .._click_types import WholeNumbers
-from .._limits import MAX_HOPS, MAX_RELEASES
+from .._limits import DEFAULT_HOPS, DEFAULT_MAX_EDGE_KM, MAX_HOPS, MAX_RELEASES, MAX_SEED
 
 # Ten times the length of Great Britain: a longer cut removes nothing more from a UK graph.
 # (build_graph itself takes any positive length: its exactness is tested beyond this.)
 MAX_EDGE_KM = 10_000.0
-# Seeds are recorded in JSON reports: beyond a signed 64-bit integer many readers lose digits.
-MAX_SEED = 2**63 - 1
 
 
 class _FiniteFloatRange(click.FloatRange):
@@ -41,17 +39,50 @@ graph_option = click.option(
     help="Graph artefact to use instead of the embedded national graph.",
 )
 
+
+def force_option(help: str):
+    """``--force``: replace existing outputs (never a key file, a ledger or an input)."""
+    return click.option("--force", is_flag=True, help=help)
+
+
 # For the commands that write one FILE with -o (report, evaluate, calibrate).
-force_file_option = click.option(
-    "--force", is_flag=True, help="Replace an existing FILE (never a key file)."
+force_file_option = force_option("Replace an existing FILE (never a key file).")
+
+
+def quiet_option(help: str):
+    """``-q/--quiet``: no progress (and, for some commands, no summary)."""
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
+progress_quiet_option = quiet_option(
+    "No progress on stderr (a bar on a terminal, stage lines otherwise)."
 )
 
-progress_quiet_option = click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="No progress on stderr (a bar on a terminal, stage lines otherwise).",
-)
+
+def chunk_size_option(help: str):
+    """``--chunk-size N``: records held at once; never changes an output."""
+    from ..release.options import DEFAULT_CHUNK_SIZE
+
+    return click.option(
+        "--chunk-size",
+        type=WholeNumbers(min=1),
+        default=DEFAULT_CHUNK_SIZE,
+        show_default=True,
+        metavar="N",
+        help=help,
+    )
+
+
+def ledger_option(*, required: bool, help: str):
+    """``--ledger PATH_OR_URL``: a SQLite file or a postgresql:// database (docs/ledger.md)."""
+    return click.option(
+        "--ledger", "ledger_location", required=required, metavar="PATH_OR_URL", help=help
+    )
+
+
+def budget_option(help: str):
+    """``--budget E``: an exact decimal, parsed by ``ledger.accounting.parse_budget``."""
+    return click.option("--budget", metavar="E", help=help)
 
 
 def output_file_option(*, required: bool, help: str):
@@ -62,7 +93,7 @@ def output_file_option(*, required: bool, help: str):
 max_edge_km_option = click.option(
     "--max-edge-km",
     type=_FiniteFloatRange(min=0, max=MAX_EDGE_KM, min_open=True),
-    default=50.0,
+    default=DEFAULT_MAX_EDGE_KM,
     show_default=True,
     metavar="KM",
     help="Cut longer edges; connectivity is restored with the shortest cut edges.",
@@ -107,7 +138,7 @@ def hops_option(name: str, help: str):
     return click.option(
         name,
         type=WholeNumbers(min=1, max=MAX_HOPS),
-        default=6,
+        default=DEFAULT_HOPS,
         show_default=True,
         metavar="H",
         help=help,
@@ -125,10 +156,13 @@ def ledger_secret_option(dest: str = "ledger_secret"):
     )
 
 
+def json_output_option(help: str):
+    """``--json``: the machine-readable result instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
 # For the commands that print a result (calibrate, the ledger commands).
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print the machine-readable result (JSON)."
-)
+json_option = json_output_option("Print the machine-readable result (JSON).")
 
 
 # For the commands that use the release key (perturb, ledger check).

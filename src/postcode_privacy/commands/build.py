@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
 from ..cli import cli
-from ._shared_options import max_edge_km_option
-
-TERMINATED_SUFFIX = ".terminated.parquet"
-
-
-def terminated_sidecar(artefact: str | os.PathLike) -> Path:
-    """Where ``build`` keeps the source's terminated postcodes beside an artefact."""
-    return Path(os.fspath(artefact) + TERMINATED_SUFFIX)
+from ._shared_options import force_option, max_edge_km_option, quiet_option
 
 
 def _refuse_output_inside(output: str, codepoint: str | None) -> None:
@@ -23,6 +15,7 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     never written among them, nor over one of them reached by a link, even with --force."""
     from .._file_kinds import same_file
     from ..errors import OutputExistsError
+    from ..graph.artefact import terminated_sidecar
 
     if codepoint is None or not os.path.isdir(codepoint):
         return
@@ -71,8 +64,8 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     metavar="FILE",
     help="Artefact to write.",
 )
-@click.option("--force", is_flag=True, help="Replace an existing artefact.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
+@force_option("Replace an existing artefact.")
+@quiet_option("No progress on stderr (bars on a terminal, stage lines otherwise).")
 def build_command(
     onspd, codepoint, population, nspl, gb_only, max_edge_km, output, force, quiet
 ) -> None:
@@ -80,7 +73,7 @@ def build_command(
     from .._file_kinds import WRITES_GRAPH
     from ..atomic import OutputClaim, write_failure
     from ..errors import InvalidParameterError
-    from ..graph.artefact import write_graph
+    from ..graph.artefact import terminated_sidecar, write_graph
     from ..graph.national import build_from_sources
 
     if (onspd is None) == (codepoint is None):

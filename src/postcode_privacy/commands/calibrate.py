@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from .._limits import EVALUATE_SAMPLE
 from ..cli import cli
+from ._common import claim_output, emit_json, load_graph
 from ._shared_options import (
     force_file_option,
     graph_option,
@@ -14,7 +16,6 @@ from ._shared_options import (
     sample_option,
     seed_option,
 )
-from .evaluate import claim_output, emit_json, load_graph
 
 
 @cli.command("calibrate")
@@ -28,7 +29,7 @@ from .evaluate import claim_output, emit_json, load_graph
     "P); repeat to combine.",
 )
 @graph_option
-@sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
+@sample_option(default=EVALUATE_SAMPLE, help="Postcodes to sample (by prior, without replacement).")
 @seed_option("Seed of the sample.")
 @json_option
 @output_file_option(

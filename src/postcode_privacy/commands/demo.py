@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..cli import cli
+from ._shared_options import force_option, quiet_option
 
 EXAMPLE = "examples/records.csv"
 DEMO_EPSILON = "1"
@@ -97,8 +98,8 @@ def _copy_example(target: Path) -> None:
         "audit file (created if needed)."
     ),
 )
-@click.option("--force", is_flag=True, help="Replace the release of an earlier demo run.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@force_option("Replace the release of an earlier demo run.")
+@quiet_option("No progress on stderr (bars on a terminal, stage lines otherwise).")
 def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     """Release the shipped example records against the national graph at epsilon 1.
 
@@ -115,7 +116,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     from ..mechanism import Key
     from ..mechanism.epsilon import parse_epsilon
     from ..release import ReleaseOptions, release_file
-    from .perturb import echo_library_warnings
+    from ._common import echo_warnings
 
     source_date_epoch()  # the manifest's time: refused before the directory is made or filled
     if not output_dir:  # (Path("") is the current directory: "-o ''" filled it unasked)
@@ -132,7 +133,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     source = out_dir / "records.csv"
     copy_example = _check_example_target(source, force=force)
 
-    with echo_library_warnings():
+    with echo_warnings():
         with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
             key_path = Path(keydir) / "demo.key"
             write_key_file(Key.generate(), key_path)

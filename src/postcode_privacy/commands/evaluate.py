@@ -2,73 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import warnings
-
 import click
 
+from .._limits import EVALUATE_SAMPLE
 from ..cli import cli
-from ..release.options import click_options
+from ..release.options import release_option
+from ._common import claim_output, echo_warnings, emit_json, load_graph
 from ._shared_options import (
     force_file_option,
     graph_option,
     hops_option,
+    json_output_option,
     output_file_option,
     progress_quiet_option,
     releases_option,
     sample_option,
     seed_option,
 )
-
-
-def load_graph(graph_path: str | None, quiet: bool = False):
-    """The ``--graph`` artefact, or the embedded national graph (built on first use)."""
-    if graph_path is not None:
-        from ..graph import Graph
-
-        return Graph.load(graph_path)
-    from ..graph.national import default_graph
-
-    return default_graph(progress=not quiet)  # a bar on a terminal, plain lines otherwise
-
-
-@contextlib.contextmanager
-def echo_warnings():
-    """Show the library's own warnings (e.g. a radius above the teleport target) on stderr."""
-    from ..errors import TeleportWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", TeleportWarning)
-        try:
-            yield
-        finally:
-            for item in caught:
-                if issubclass(item.category, TeleportWarning):
-                    click.echo(f"warning: {item.message}", err=True)
-                else:
-                    warnings.showwarning(item.message, item.category, item.filename, item.lineno)
-
-
-def claim_output(output: str | None, force: bool, graph_path: str | None):
-    """The exclusive claim on ``-o FILE`` (see atomic.OutputClaim), or nothing without -o;
-    the ``--graph`` artefact the command reads is never that file, even with --force."""
-    if output is None:
-        return contextlib.nullcontext()
-    from ..atomic import OutputClaim
-
-    return OutputClaim([output], force=force, inputs={"the graph artefact": graph_path})
-
-
-def emit_json(data: dict, output: str | None) -> None:
-    """Print ``data`` as JSON, or write it to ``output`` (inside its :func:`claim_output`)."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        from ..atomic import write_atomic
-
-        write_atomic(output, text.encode("utf-8"))
 
 
 def _pct(x) -> str:
@@ -147,22 +97,14 @@ def _text(r: dict) -> str:
 
 def mechanism_options(command):
     """--epsilon, --graph and --radius, shared by the commands that study one mechanism."""
-    for option in reversed(
-        [
-            click.option(
-                "--epsilon", required=True, metavar="E", help="Privacy parameter per hop."
-            ),
-            graph_option,
-            click_options(only=("radius",)),
-        ]
-    ):
+    for option in reversed([release_option("epsilon"), graph_option, release_option("radius")]):
         command = option(command)
     return command
 
 
 @cli.command("evaluate")
 @mechanism_options
-@sample_option(default=50, help="Postcodes to sample (by prior, without replacement).")
+@sample_option(default=EVALUATE_SAMPLE, help="Postcodes to sample (by prior, without replacement).")
 @releases_option("Releases per subject for the repeated-release scenarios.")
 @seed_option("Seed of the evaluation's own randomness (sample and stand-in keys).")
 @hops_option(
@@ -176,7 +118,7 @@ def mechanism_options(command):
     is_flag=True,
     help="Skip the search for the epsilon whose utility matches each truncation.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
+@json_output_option("Print the machine-readable report.")
 @output_file_option(
     required=False,
     help="Write the JSON report to FILE (atomically; an existing file needs --force).",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import click
 
 from ..cli import cli
+from ..release.options import release_option
 
 
 @cli.command("example")
-@click.option("--epsilon", default="1", show_default=True, help="Privacy parameter per hop.")
+@release_option("epsilon", required=False, default="1", show_default=True)
 def example_command(epsilon: str) -> None:
     """Perturb a few postcodes on a small built-in graph with a throwaway key."""
     from ..graph import Graph

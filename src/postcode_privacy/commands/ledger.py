@@ -13,7 +13,15 @@ from .._click_types import WholeNumbers
 from .._wording import counted, verb
 from ..cli import cli
 from ..release.options import ReleaseOptions, click_options, pop_release_options
-from ._shared_options import graph_option, json_option, ledger_secret_option, release_key_option
+from ._shared_options import (
+    budget_option,
+    chunk_size_option,
+    graph_option,
+    json_option,
+    ledger_option,
+    ledger_secret_option,
+    release_key_option,
+)
 
 
 def refuse_ledger_secret_as_key(key_path: str | None, location: str, secret: str | None) -> None:
@@ -169,24 +177,17 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
 
 @ledger_group.command("check")
 @click.argument("input_path", metavar="INPUT")
-@click.option("--ledger", "location", required=True, metavar="PATH_OR_URL", help="The ledger.")
+@ledger_option(required=True, help="The ledger.")
 @ledger_secret_option("secret")
 @release_key_option
 @click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
 @graph_option
-@click.option("--budget", metavar="E", help="Also count records this budget would refuse.")
-@click.option(
-    "--chunk-size",
-    type=WholeNumbers(min=1),
-    default=100_000,
-    show_default=True,
-    metavar="N",
-    help="Records held in memory at once.",
-)
+@budget_option("Also count records this budget would refuse.")
+@chunk_size_option("Records held in memory at once.")
 @json_option
 def check_command(
     input_path: str,
-    location: str,
+    ledger_location: str,
     secret: str | None,
     key_path: str | None,
     graph_path: str | None,
@@ -198,7 +199,7 @@ def check_command(
     """Preview a release of INPUT against the ledger, without making it."""
     options = pop_release_options(release_options)
     report = run_check(
-        input_path, location, secret, key_path, options, graph_path, budget, chunk_size
+        input_path, ledger_location, secret, key_path, options, graph_path, budget, chunk_size
     )
     echo_check(report, as_json)
 
@@ -221,7 +222,7 @@ def run_check(
     file and the ledger have passed."""
     from ..ledger import Ledger, check_release, parse_budget
     from ..release.files import refuse_unrecordable_input_name
-    from .perturb import graph_loader, resolve_key, terminated_locations_for
+    from ._common import graph_loader, resolve_key, terminated_locations_for
 
     limit = None if budget is None else parse_budget(budget)  # after --epsilon, before any file
     refuse_unrecordable_input_name(input_path)  # (the release it previews would refuse it)
@@ -236,12 +237,8 @@ def run_check(
             ledger,
             input_path,
             key=key,
-            epsilon=options.epsilon,
-            id_column=options.id_column,
-            postcode_column=options.postcode_column,
             graph=graph_loader(graph_path, False),
-            radius=options.radius,
-            terminated=options.terminated,
+            options=options,
             terminated_locations=terminated,
             budget=limit,
             chunk_size=chunk_size,

@@ -9,74 +9,26 @@ from typing import Any
 
 import click
 
-from .._click_types import WholeNumbers
 from .._wording import counted, verb
 from ..cli import cli, echo_status
 from ..release.options import click_options, pop_release_options
-from ._shared_options import graph_option, ledger_secret_option, release_key_option
-
-
-def resolve_key(key_path: str | None):
-    """The release key: from ``--key KEYFILE``, else from $POSTCODE_PRIVACY_KEY.
-
-    When both are given they must hold the same key: silently preferring one would re-perturb
-    everyone under the other one's releases.
-    """
-    from ..errors import KeyFileError
-    from ..keyfile import ENV_VAR, key_from_environment, read_key_file
-
-    try:
-        from_env = key_from_environment()
-    except KeyFileError as exc:
-        raise KeyFileError(f"${ENV_VAR}: {exc}") from None
-    if key_path is None:
-        if from_env is None:
-            raise KeyFileError(
-                f"no key: give --key KEYFILE or set ${ENV_VAR} to the key file's text"
-            )
-        return from_env
-    key = read_key_file(key_path)
-    if from_env is not None and from_env != key:
-        raise KeyFileError(f"--key and ${ENV_VAR} hold different keys; give only one")
-    return key
-
-
-@contextlib.contextmanager
-def echo_library_warnings(quiet: bool = False):
-    """Print the library's warnings as ``warning: ...`` lines on stderr (after the block).
-
-    A warning about the true records (subjects seen with two postcodes) is as private as the
-    summary, whose last line says so; under ``quiet`` there is no summary, so a line after the
-    warnings says it instead."""
-    from ..atomic import LateSignalWarning
-    from ..errors import TeleportWarning
-    from ..release import DuplicateSubjectWarning
-
-    ours = (TeleportWarning, DuplicateSubjectWarning, LateSignalWarning, _RecordsNotice)
-    with warnings.catch_warnings(record=True) as caught:
-        for category in ours:
-            warnings.simplefilter("always", category)
-        try:
-            yield
-        finally:
-            others = []
-            for item in caught:
-                if issubclass(item.category, ours):
-                    click.echo(f"warning: {item.message}", err=True)
-                else:
-                    others.append(item)
-            about_records = (DuplicateSubjectWarning, _RecordsNotice)
-            if quiet and any(issubclass(i.category, about_records) for i in caught):
-                click.echo(
-                    "  the warning above describes the true records: keep it out of published logs",
-                    err=True,
-                )
-    for item in others:
-        warnings.showwarning(item.message, item.category, item.filename, item.lineno)
-
-
-class _RecordsNotice(UserWarning):
-    """A line of the summary that ``-q`` must still print, about the true records."""
+from ._common import (
+    RecordsNotice,
+    echo_warnings,
+    graph_loader,
+    resolve_key,
+    terminated_locations_for,
+)
+from ._shared_options import (
+    budget_option,
+    chunk_size_option,
+    force_option,
+    graph_option,
+    ledger_option,
+    ledger_secret_option,
+    quiet_option,
+    release_key_option,
+)
 
 
 def warn_without_the_summary(manifest: dict, output_path: str) -> None:
@@ -88,7 +40,7 @@ def warn_without_the_summary(manifest: dict, output_path: str) -> None:
 
     counts = read_audit(output_path)["counts"]  # private: shown to the operator only
     if counts["failed"]:
-        warnings.warn(failed_records_text(counts), _RecordsNotice, stacklevel=2)
+        warnings.warn(failed_records_text(counts), RecordsNotice, stacklevel=2)
     if manifest["columns"]["source_postcode_kept"]:
         click.echo(
             "warning: NOT a release: --keep-source-postcode kept the true postcodes in the "
@@ -111,21 +63,6 @@ def failed_records_text(counts: dict) -> str:
     )
 
 
-def graph_loader(graph_path: str | None, progress: bool):
-    """A function loading the ``--graph`` artefact, or the embedded national graph."""
-    if graph_path is not None:
-        from ..graph import Graph
-
-        return lambda: Graph.load(graph_path)
-
-    def national():
-        from ..graph.national import default_graph
-
-        return default_graph(progress=progress)
-
-    return national
-
-
 @cli.command("perturb")
 @click.argument("input_path", metavar="INPUT")
 @click.option(
@@ -141,30 +78,14 @@ def graph_loader(graph_path: str | None, progress: bool):
 @release_key_option
 @click_options
 @graph_option
-@click.option("--force", is_flag=True, help="Replace an existing output, manifest and audit file.")
-@click.option(
-    "--chunk-size",
-    type=WholeNumbers(min=1),
-    default=100_000,
-    show_default=True,
-    metavar="N",
-    help="Records read, checked and written at a time (does not change the output).",
-)
-@click.option(
-    "-q", "--quiet", is_flag=True, help="No progress bar and no summary; warnings still print."
-)
-@click.option(
-    "--ledger",
-    "ledger_location",
-    metavar="PATH_OR_URL",
-    help="Record the release in this privacy ledger (docs/ledger.md).",
-)
+@force_option("Replace an existing output, manifest and audit file.")
+@chunk_size_option("Records read, checked and written at a time (does not change the output).")
+@quiet_option("No progress bar and no summary; warnings still print.")
+@ledger_option(required=False, help="Record the release in this privacy ledger (docs/ledger.md).")
 @ledger_secret_option()
-@click.option(
-    "--budget",
-    metavar="E",
-    help="With --ledger: a record whose subject's cumulative spend would exceed E stops the "
-    "release (nothing is written), whatever --on-error says.",
+@budget_option(
+    "With --ledger: a record whose subject's cumulative spend would exceed E stops the "
+    "release (nothing is written), whatever --on-error says."
 )
 @click.option(
     "--dry-run",
@@ -243,7 +164,7 @@ def perturb_command(
 
             ledger = stack.enter_context(Ledger.open(ledger_location, ledger_secret))
             recorder = LedgerRecorder(ledger, limit)
-        with echo_library_warnings(quiet):
+        with echo_warnings(quiet):
             manifest = release_file(
                 input_path,
                 output_path,
@@ -295,8 +216,8 @@ def refuse_writing_over_inputs(
     """None of the three files perturb writes may be a file it reads, under any name, even with
     --force (the input itself is checked by release_file)."""
     from .._file_kinds import refuse_over_inputs
+    from ..graph.artefact import terminated_sidecar
     from ..release.manifest import audit_path_for, manifest_path_for
-    from .build import terminated_sidecar
 
     if Path(output_path).name in ("", ".", ".."):
         return  # not a file name at all: release_file says so
@@ -315,19 +236,6 @@ def refuse_writing_over_inputs(
         "the ledger's secret": ledger_secret,
     }
     refuse_over_inputs(outputs, inputs)
-
-
-def terminated_locations_for(terminated: str, graph_path: str | None):
-    """An artefact built from ONSPD carries its source's terminated postcodes beside it."""
-    if terminated == "nearest" and graph_path is not None:
-        from .build import terminated_sidecar
-
-        sidecar = terminated_sidecar(graph_path)
-        if sidecar.exists():  # checked against the artefact's record once the graph is loaded
-            from ..release.terminated import read_sidecar
-
-            return read_sidecar(sidecar)
-    return None
 
 
 def echo_run_line(audit: dict, counts: dict) -> None:

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import click
 
+from .._limits import REPORT_SAMPLE
 from ..cli import cli, echo_status
-from ..release.options import click_options
+from ..release.options import release_option
+from ._common import echo_warnings, load_graph
 from ._shared_options import (
     force_file_option,
     graph_option,
+    json_output_option,
     output_file_option,
     progress_quiet_option,
     releases_option,
     sample_option,
     seed_option,
 )
-from .evaluate import echo_warnings, load_graph
 
 
 @cli.command("report")
-@click.option(
-    "--epsilon", metavar="E", help="Privacy parameter per hop (not needed with --manifest)."
-)
+@release_option("epsilon", required=False, note="Not needed with --manifest.")
 @click.option(
     "--manifest",
     "manifest_path",
@@ -30,14 +30,14 @@ from .evaluate import echo_warnings, load_graph
     "key fingerprint and rows.",
 )
 @graph_option
-@click_options(only=("radius",))
+@release_option("radius")
 @click.option(
     "--postcode",
     metavar="P",
     help="Also show this postcode: its full row of figures and its own map.",
 )
 @sample_option(
-    default=10,
+    default=REPORT_SAMPLE,
     help="Postcodes drawn in proportion to the graph's prior for the attacker figures and the "
     "sample summary.",
 )
@@ -47,9 +47,7 @@ from .evaluate import echo_warnings, load_graph
     required=True, help="File to write (atomically; an existing file needs --force)."
 )
 @force_file_option
-@click.option(
-    "--json", "as_json", is_flag=True, help="Write the report's data as JSON instead of HTML."
-)
+@json_output_option("Write the report's data as JSON instead of HTML.")
 @progress_quiet_option
 def report_command(
     epsilon,

@@ -32,6 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._limits import DEFAULT_HOPS
 from ..errors import PostcodePrivacyError
 from .exact import ExactMechanism
 
@@ -78,7 +79,7 @@ def candidate_nodes(exact: ExactMechanism, truth: int, outputs: list[int], hops:
 
 
 def posterior_outcome(
-    exact: ExactMechanism, truth: int, outputs: list[int], hops: int = 6
+    exact: ExactMechanism, truth: int, outputs: list[int], hops: int = DEFAULT_HOPS
 ) -> AdversaryOutcome:
     """The adversary's view of ``truth`` after independent draws ``outputs`` (see module doc)."""
     if hops < 1:
@@ -160,7 +161,7 @@ class ExpectedIdentification:
 
 
 def expected_identification(
-    exact: ExactMechanism, truth: int, hops: int = 6, limit: int = 64
+    exact: ExactMechanism, truth: int, hops: int = DEFAULT_HOPS, limit: int = 64
 ) -> ExpectedIdentification:
     """E_y[identified(x, y)] over every output y of K(x), exactly (see the module doc for
     ``identified``).

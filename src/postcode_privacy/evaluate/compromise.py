@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._limits import DEFAULT_HOPS
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.subject import canonical_subject_id
@@ -62,7 +63,7 @@ def nearby_nodes(exact: ExactMechanism, output: int, hops: int) -> np.ndarray:
 
 
 def key_compromise(
-    exact: ExactMechanism, key: Key, subjects, truths, outputs, hops: int = 6
+    exact: ExactMechanism, key: Key, subjects, truths, outputs, hops: int = DEFAULT_HOPS
 ) -> CompromiseSummary:
     """Collision counts for every (subject, truth, output) triple; ``outputs`` must be the keyed
     releases of ``truths`` under ``key``.  For each, the postcodes other than the truth within

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._limits import MAX_HOPS, MAX_RELEASES
+from .._limits import DEFAULT_HOPS, EVALUATE_SAMPLE, MAX_HOPS, MAX_RELEASES, MAX_SEED
 from ..errors import InvalidParameterError, PostcodePrivacyError, option_name
 from ..graph.graph import Graph
 from ..mechanism.keys import Key
@@ -46,21 +46,26 @@ FORMAT = "postcode-privacy-evaluation"
 FORMAT_VERSION = 1
 
 
-def check_count(name: str, value, maximum: int) -> int:
-    """``value`` as an int if it is a whole number from 1 to ``maximum``; else
+def check_count(name: str, value, maximum: int, minimum: int = 1) -> int:
+    """``value`` as an int if it is a whole number from ``minimum`` to ``maximum``; else
     InvalidParameterError naming the option as the user wrote it (``--releases``)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidParameterError(f"{option_name(name)} must be a whole number")
-    if not 1 <= value <= maximum:
-        raise InvalidParameterError(f"{option_name(name)} must be from 1 to {maximum:,}")
+    if not minimum <= value <= maximum:
+        raise InvalidParameterError(f"{option_name(name)} must be from {minimum} to {maximum:,}")
     return int(value)
+
+
+def check_seed(seed) -> int:
+    """The seed of a study, from 0 to ``MAX_SEED`` as on the command line."""
+    return check_count("seed", seed, MAX_SEED, minimum=0)
 
 
 def select_sample(graph: Graph, size: int, seed: int) -> np.ndarray:
     """``size`` distinct nodes drawn by prior (a person at random), sorted; seeded."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise InvalidParameterError("the sample size must be a whole number of at least 1")
-    rng = np.random.default_rng([int(seed), 0])
+    rng = np.random.default_rng([check_seed(seed), 0])
     n = len(graph)
     size = min(int(size), n)
     p = graph.prior.astype(np.float64) / float(graph.total_prior)
@@ -69,7 +74,7 @@ def select_sample(graph: Graph, size: int, seed: int) -> np.ndarray:
 
 def evaluation_keys(seed: int, count: int) -> list[Key]:
     """``count`` keys derived from the seed (reproducible; NOT secret, never for releases)."""
-    rng = np.random.default_rng([int(seed), 1])
+    rng = np.random.default_rng([check_seed(seed), 1])
     return [Key.from_bytes(rng.bytes(32)) for _ in range(count)]
 
 
@@ -119,11 +124,11 @@ def evaluate_release(
     epsilon,
     *,
     radius: int | None = None,
-    sample: int = 100,
+    sample: int = EVALUATE_SAMPLE,
     releases: int = 20,
     seed: int = 0,
-    adversary_hops: int = 6,
-    compromise_hops: int = 6,
+    adversary_hops: int = DEFAULT_HOPS,
+    compromise_hops: int = DEFAULT_HOPS,
     compromise_sample: int | None = None,
     laua=None,
     match_truncation: bool = True,

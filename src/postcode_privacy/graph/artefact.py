@@ -32,6 +32,7 @@ import math
 import os
 import stat
 import struct
+from pathlib import Path
 from typing import BinaryIO, TypedDict
 
 import numpy as np
@@ -44,6 +45,15 @@ from .graph import Graph
 __all__ = ["save_graph", "write_graph", "load_graph", "MAGIC", "FORMAT_VERSION"]
 
 MAGIC = b"POSTCODE-PRIVACY-GRAPH\x00"
+# ``build`` keeps an ONSPD source's terminated postcodes beside the artefact, in this file.
+TERMINATED_SUFFIX = ".terminated.parquet"
+
+
+def terminated_sidecar(artefact: str | os.PathLike) -> Path:
+    """Where ``build`` keeps the source's terminated postcodes beside an artefact."""
+    return Path(os.fspath(artefact) + TERMINATED_SUFFIX)
+
+
 FORMAT_VERSION = 1
 _ALIGN = 64
 _MAX_HEADER = 1 << 26  # 64 MiB: far beyond any real header, small enough to refuse junk early

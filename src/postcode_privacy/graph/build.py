@@ -36,6 +36,7 @@ from importlib import metadata
 
 import numpy as np
 
+from .._limits import DEFAULT_MAX_EDGE_KM
 from ..errors import GraphError, InvalidParameterError, option_name
 from .graph import Graph, _label
 
@@ -52,7 +53,7 @@ def build_graph(
     easting: Sequence[float] | np.ndarray,
     northing: Sequence[float] | np.ndarray,
     prior: Sequence[int] | np.ndarray | None = None,
-    max_edge_km: float = 50.0,
+    max_edge_km: float = DEFAULT_MAX_EDGE_KM,
     params_extra: dict | None = None,
     provenance: dict | None = None,
     progress: bool = False,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .._digest import sha256_of_file
 from .._input_files import visible_text
+from .._limits import DEFAULT_MAX_EDGE_KM
 from ..errors import (
     ArtefactError,
     GraphError,
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 CACHE_ENV = "POSTCODE_PRIVACY_CACHE"
-DEFAULT_MAX_EDGE_KM = 50.0
 
 _lock = threading.Lock()
 _default: Graph | None = None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from ..release.options import DEFAULT_CHUNK_SIZE, ReleaseOptions
 from .ledger import Ledger
 from .recording import LedgerRecorder
 
@@ -15,33 +17,27 @@ def check_release(
     input_path: str | os.PathLike,
     *,
     key,
-    epsilon,
-    id_column: str,
-    postcode_column: str,
     graph=None,
-    radius: int | None = None,
-    terminated: str = "error",
+    options: ReleaseOptions | None = None,
     terminated_locations=None,
     budget: object = None,
-    chunk_size: int = 100_000,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    **option_kwargs: Any,
 ) -> dict:
     """Classify every releasable record of ``input_path`` against ``ledger`` (nothing is
     perturbed and nothing is written); return :meth:`LedgerRecorder.report` plus the count of
-    records that cannot be released at all (``unreleasable``)."""
+    records that cannot be released at all (``unreleasable``).
+
+    The release previewed is described as :func:`~postcode_privacy.release.release_file`'s:
+    ``options``, or its fields as keyword arguments.  Its ``on_error`` does not matter here: a
+    record that cannot be released is counted, not an error."""
     from ..release.plan import ReleasePlan
     from ..release.reader import TableReader
 
+    options = ReleaseOptions.build(options, **option_kwargs).replace(on_error="null")
     reader = TableReader(input_path, chunk_size)
     plan = ReleasePlan(
-        key=key,
-        epsilon=epsilon,
-        id_column=id_column,
-        postcode_column=postcode_column,
-        graph=graph,
-        radius=radius,
-        on_error="null",
-        terminated=terminated,
-        terminated_locations=terminated_locations,
+        key=key, options=options, graph=graph, terminated_locations=terminated_locations
     )
     reader.check_columns(plan.options)
     recorder = LedgerRecorder(ledger, budget).attach(plan)

@@ -65,7 +65,7 @@ from .manifest import (
     encode,
     manifest_path_for,
 )
-from .options import ReleaseOptions
+from .options import DEFAULT_CHUNK_SIZE, ReleaseOptions
 from .plan import PendingChunk, ReleasePlan
 from .reader import (
     TableReader,
@@ -93,8 +93,6 @@ __all__ = [
     "MANIFEST_VERSION",
     "DEFAULT_CHUNK_SIZE",
 ]
-
-DEFAULT_CHUNK_SIZE = 100_000
 
 
 def _lines_of(path: Path, check: ChunkCheck, checked_sha256: str) -> dict[int, int] | None:

@@ -27,11 +27,15 @@ __all__ = [
     "ON_ERROR_POLICIES",
     "TERMINATED_POLICIES",
     "ReleaseOptions",
+    "DEFAULT_CHUNK_SIZE",
     "click_options",
     "pop_release_options",
+    "release_option",
 ]
 
 DEFAULT_OUT_COLUMN = "postcode_dp"
+# Records read, checked and written at a time by a file release (memory, not the output).
+DEFAULT_CHUNK_SIZE = 100_000
 ON_ERROR_POLICIES = ("error", "null", "drop")
 TERMINATED_POLICIES = ("error", "nearest")
 
@@ -267,12 +271,6 @@ class ReleaseOptions:
         """A copy with some options changed, validated again."""
         return dataclasses.replace(self, **changes)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain values (epsilon as its canonical text), e.g. for a manifest."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        values["epsilon"] = self.epsilon.text
-        return values
-
 
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
 
@@ -385,35 +383,45 @@ def click_options(
     takes some of the options.  The command receives the values as keyword arguments named like
     the fields; :func:`pop_release_options` turns them into a :class:`ReleaseOptions`.
     """
-    import click
-
     names = tuple(_FIELDS) if only is None else only
     unknown = sorted(set(names) - set(_FIELDS))
     if unknown:
         raise TypeError("unknown release option(s): " + ", ".join(unknown))
 
     def decorate(command: Callable) -> Callable:
-        for f in reversed([_FIELDS[name] for name in _FIELDS if name in names]):
-            meta = f.metadata
-            kwargs = dict(meta["click"])
-            choices = kwargs.pop("choices", None)
-            if choices is not None:
-                kwargs["type"] = click.Choice(list(choices))
-                kwargs["show_default"] = True
-            if not kwargs.get("required") and not kwargs.get("is_flag") and f.default is not None:
-                kwargs.setdefault("show_default", True)
-            if not kwargs.get("required"):
-                kwargs["default"] = f.default
-            if kwargs.get("type") is int:
-                from .._click_types import WholeNumbers
-
-                kwargs["type"] = WholeNumbers()
-            if meta["names_data"]:
-                kwargs["callback"] = _argument_text
-            command = click.option(meta["flag"], f.name, help=meta["help"], **kwargs)(command)
+        for name in reversed([name for name in _FIELDS if name in names]):
+            command = release_option(name)(command)
         return command
 
     return decorate if command is None else decorate(command)
+
+
+def release_option(name: str, *, note: str | None = None, **changes: Any) -> Callable:
+    """The click option of the release option ``name``, as declared above, with ``changes`` to
+    its click settings for a command that uses it otherwise (``report`` can take epsilon from
+    a manifest: ``required=False``); ``note`` is added to its help."""
+    import click
+
+    f = _FIELDS[name]
+    meta = f.metadata
+    kwargs = dict(meta["click"])
+    choices = kwargs.pop("choices", None)
+    if choices is not None:
+        kwargs["type"] = click.Choice(list(choices))
+        kwargs["show_default"] = True
+    if not kwargs.get("required") and not kwargs.get("is_flag") and f.default is not None:
+        kwargs.setdefault("show_default", True)
+    if not kwargs.get("required"):
+        kwargs["default"] = f.default
+    if kwargs.get("type") is int:
+        from .._click_types import WholeNumbers
+
+        kwargs["type"] = WholeNumbers()
+    if meta["names_data"]:
+        kwargs["callback"] = _argument_text
+    kwargs.update(changes)
+    help = meta["help"] if note is None else f"{meta['help']}  {note}"
+    return click.option(meta["flag"], f.name, help=help, **kwargs)
 
 
 def pop_release_options(kwargs: dict[str, Any]) -> ReleaseOptions:

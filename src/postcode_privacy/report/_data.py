@@ -23,7 +23,7 @@ import numpy as np
 
 from .._environment import source_date_epoch
 from .._input_files import visible_text
-from .._limits import MAX_HOPS, MAX_RELEASES
+from .._limits import DEFAULT_HOPS, MAX_HOPS, MAX_RELEASES, REPORT_SAMPLE
 from ..errors import InvalidParameterError
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
@@ -219,10 +219,10 @@ def build_report(
     epsilon=None,
     radius: int | None = None,
     postcode: str | None = None,
-    sample: int | None = 10,
+    sample: int | None = REPORT_SAMPLE,
     seed: int = 0,
     releases: int = 20,
-    adversary_hops: int = 6,
+    adversary_hops: int = DEFAULT_HOPS,
     release: ReleaseFacts | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> Report:
