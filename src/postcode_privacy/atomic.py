@@ -32,7 +32,6 @@ import importlib.util
 import os
 import secrets
 import stat
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -44,7 +43,13 @@ from ._file_kinds import (
 from ._file_names import OUTPUT_NAME_NOT_UTF8, name_text, readable_name
 from ._interrupts import note_files_in_place, stop_if_told
 from ._signal_holds import signals_deferred, signals_held
-from .errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError, option
+from .errors import (
+    InvalidParameterError,
+    OutputExistsError,
+    PostcodePrivacyError,
+    option,
+    warn_at_caller,
+)
 
 # POSIX advisory locks (fcntl.flock) are released by the kernel when a process dies, even by
 # SIGKILL.  Windows has no fcntl module and falls back to an exclusive lock file.
@@ -484,11 +489,10 @@ class OutputClaim:
             if self.final:
                 note_files_in_place()
         if arrived:
-            warnings.warn(
+            warn_at_caller(
                 "a stop signal arrived while the finished files were being moved into place; "
                 "they are all in place and complete",
                 LateSignalWarning,
-                stacklevel=2,
             )
 
     @staticmethod

@@ -135,3 +135,21 @@ def option_name(name: str) -> str:
     """An option's name as the user wrote it: ``--epsilon`` on the command line, ``epsilon``
     in Python."""
     return "--" + name.replace("_", "-") if SURFACE.get() == "cli" else name
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first caller outside this package: the user's line
+    that asked for the work, however deep in the package the warning arose (a hand-counted
+    ``stacklevel`` pointed into the package whenever the call path changed)."""
+    import sys
+    import types
+    import warnings
+
+    def ours(name: str) -> bool:
+        return name == __package__ or name.startswith(f"{__package__}.")
+
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 2  # (stacklevel 2: the function calling this one)
+    while frame is not None and ours(frame.f_globals.get("__name__", "")):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)

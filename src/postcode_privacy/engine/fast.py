@@ -35,6 +35,9 @@ run of such groups (``sample_each``) takes step 2b in one compiled call for them
 same integers (engine/alone.py), and step 3 in another (``ShellSearch.draw_each``).
 
 Nothing is kept between groups except the fixed-size buffers of the search and the brackets.
+
+Why every output equals the core's: docs/performance.md, "Why the outputs are identical" and
+"Deciding the shell, stage by stage".
 """
 
 from __future__ import annotations

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import json
 import threading
-import warnings
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, warn_at_caller
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
 from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
@@ -271,10 +270,9 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
         try:
             table = _load(graph, depth)
         except (OSError, ValueError, KeyError) as exc:
-            warnings.warn(
+            warn_at_caller(
                 f"the cached ball-mass profiles were refused ({exc}); they will be rebuilt",
                 RuntimeWarning,
-                stacklevel=2,
             )
             return None
         table.far = cached_cluster_balls(graph)
@@ -306,11 +304,10 @@ def profiles_for(
             try:
                 table = _build_and_cache(graph, loc_mass, depth, workers, progress)
             except OSError as exc:
-                warnings.warn(
+                warn_at_caller(
                     f"could not cache the ball-mass profiles ({exc.strerror or exc}); "
                     "building them in memory",
                     RuntimeWarning,
-                    stacklevel=2,
                 )
         if table is None:  # a small graph, or the cache could not be written
             array = build_profiles(graph, loc_mass, depth)
@@ -340,27 +337,24 @@ def _add_far_rows(
             look=not table.far_looked_up,
         )
     except OSError as exc:
-        warnings.warn(
+        warn_at_caller(
             f"could not cache the far-mass rows ({exc.strerror or exc}); building them in "
             "memory, in one process (about two minutes on the national graph)",
             RuntimeWarning,
-            stacklevel=3,
         )
         try:
             table.far = cluster_balls_for(graph, loc_mass, cache=False, progress=progress)
         except ValueError as pinned:
             table.far_refused = True
-            warnings.warn(
+            warn_at_caller(
                 f"the far-mass rows were not used ({pinned}); releases are slower, not different",
                 RuntimeWarning,
-                stacklevel=3,
             )
     except ValueError as exc:  # a build that is not the pinned one: not used
         table.far_refused = True
-        warnings.warn(
+        warn_at_caller(
             f"the far-mass rows were not used ({exc}); releases are slower, not different",
             RuntimeWarning,
-            stacklevel=3,
         )
 
 
@@ -399,9 +393,8 @@ def profiles_to_use(
     try:
         return profiles_for(graph, loc_mass, workers=workers, progress=progress)
     except ValueError as exc:  # a build that is not the pinned table: not used
-        warnings.warn(
+        warn_at_caller(
             f"the ball-mass profiles were not used ({exc}); releases are slower, not different",
             RuntimeWarning,
-            stacklevel=2,
         )
         return None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import warnings
 from pathlib import Path
 
 from .._digest import sha256_of_file
@@ -37,6 +36,7 @@ from ..errors import (
     PostcodePrivacyError,
     SourceDataError,
     option_name,
+    warn_at_caller,
 )
 from ..version import OUTPUT_STABILITY_VERSION, __version__
 from .artefact import FORMAT_VERSION, load_graph, save_graph
@@ -257,18 +257,16 @@ def _load_or_build(progress: bool) -> Graph:
         try:
             graph = load_graph(path)
         except ArtefactError:
-            warnings.warn(
+            warn_at_caller(
                 "the cached national graph failed its integrity check; rebuilding it",
                 RuntimeWarning,
-                stacklevel=3,
             )
         else:
             if graph.params == _expected_params():
                 return check_pinned(graph, f"cached in {path}")
-            warnings.warn(
+            warn_at_caller(
                 "the cached national graph was built with other parameters; rebuilding it",
                 RuntimeWarning,
-                stacklevel=3,
             )
     graph = check_pinned(build_from_sources(progress=progress), "just built")
     try:
@@ -278,12 +276,11 @@ def _load_or_build(progress: bool) -> Graph:
         # (save_graph writes as a release's files are written, and words a failure in a
         # release's terms: "cannot write in the output directory", the output being the
         # cache file here.  The run goes on with the graph it built.)
-        warnings.warn(
+        warn_at_caller(
             f"could not cache the national graph in {visible_text(str(path.parent))} "
             f"({_os_reason(exc)}); it will be rebuilt next time (set {CACHE_ENV} to a "
             "directory this user can write)",
             RuntimeWarning,
-            stacklevel=3,
         )
     return graph
 

@@ -2,7 +2,9 @@
 
 The value the mechanism guarantees is the shortest decimal the user's input denotes: the float
 ``0.1`` means exactly 1/10 (its shortest round-trip repr), not the binary fraction nearest to it.
-That exact value drives the powers, is bound into every keyed draw, and is what reports print.
+That exact value drives the powers, is bound into every keyed draw, and is what reports print
+(the rule: docs/spec.md, "Inputs"; the obligation it discharges: docs/methods.md, "Where each
+obligation is discharged").
 """
 
 from __future__ import annotations
@@ -83,17 +85,15 @@ def parse_epsilon(value: object) -> Epsilon:
     if isinstance(value, str):
         dec = exact_decimal(value, name, "0.5", MIN_EPSILON, MAX_EPSILON)
         return Epsilon(dec.normalize(EXACT))  # exact: at most 30 digits in a 100-digit context
+    if not isinstance(value, (float, numbers.Integral, Decimal)):  # (a Fraction, a complex)
+        raise InvalidParameterError(f"{name} must be an int, a float, a Decimal or decimal text")
     try:
         if isinstance(value, float):
             # float.__repr__, not repr(): numpy.float64 is a float whose repr is
             # "np.float64(0.1)"; the shortest round-trip text is the same for both.
             dec = Decimal(float.__repr__(value))
-        elif isinstance(value, (numbers.Integral, Decimal)):
-            dec = Decimal(value if isinstance(value, Decimal) else int(value))
         else:
-            raise InvalidParameterError(
-                f"{name} must be a number (an int, a float, a Decimal or decimal text)"
-            )
+            dec = Decimal(value if isinstance(value, Decimal) else int(value))
     except (InvalidOperation, ValueError, OverflowError):
         raise InvalidParameterError(f"{name} must be a number") from None
     dec = exact_decimal(dec, name, "0.5", MIN_EPSILON, MAX_EPSILON)

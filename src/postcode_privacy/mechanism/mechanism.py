@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 import numpy as np
 
-from ..errors import InvalidParameterError, TeleportWarning, option_name
+from ..errors import (
+    InvalidParameterError,
+    TeleportWarning,
+    UnknownPostcodeError,
+    option_name,
+    warn_at_caller,
+)
 from ..graph.graph import Graph
 from ..graph.shells import hop_distances, iter_node_shells
 from ..version import OUTPUT_STABILITY_VERSION, __version__
@@ -20,7 +25,7 @@ from .probabilities import Probabilities
 from .radius import TELEPORT_TARGET, bound_text, default_radius, teleport_bound
 from .sampler import sample
 from .stream import StreamContext
-from .subject import canonical_subject_id
+from .subject import SubjectIdError, canonical_subject_id
 
 
 class Mechanism:
@@ -56,11 +61,10 @@ class Mechanism:
                 hint = "no radius within the supported range meets it at this epsilon"
             else:
                 hint = f"the default radius at this epsilon is {default}"
-            warnings.warn(
+            warn_at_caller(
                 f"radius {self.radius} gives a teleport probability bound of "
                 f"{bound_text(self.teleport_bound)}, above the 1e-06 target; {hint}",
                 TeleportWarning,
-                stacklevel=2,
             )
 
     @functools.cached_property
@@ -147,7 +151,11 @@ class Mechanism:
     def _draw(
         self, context: StreamContext, subject_id: object, node: int, *, lazy: bool = True
     ) -> int:
-        sid = canonical_subject_id(subject_id)
+        return self._draw_canonical(context, canonical_subject_id(subject_id), node, lazy=lazy)
+
+    def _draw_canonical(
+        self, context: StreamContext, sid: str, node: int, *, lazy: bool = True
+    ) -> int:
         stream = context.for_subject(sid, self.graph.label(node))
         g = self.graph
         return sample(
@@ -176,18 +184,36 @@ class Mechanism:
         much faster (docs/performance.md).
         """
         context = self.stream_context(key)
+        sids, nodes = self._records(subject_ids, postcodes)
+        return [self.graph.label(self._draw_canonical(context, s, x)) for s, x in zip(sids, nodes)]
+
+    def _records(
+        self, subject_ids: Iterable[object], postcodes: Iterable[str]
+    ) -> tuple[list[str], list[int]]:
+        """Canonical identifiers and nodes; an error names the position (from 0) of the first
+        record refused, never its value."""
         ids, codes = list(subject_ids), list(postcodes)
         if len(ids) != len(codes):
             raise InvalidParameterError("subject_ids and postcodes differ in length")
-        nodes = [self.graph.index_of(p) for p in codes]
-        return [self.graph.label(self._draw(context, s, x)) for s, x in zip(ids, nodes)]
+        sids, nodes = [], []
+        for position, (subject_id, postcode) in enumerate(zip(ids, codes)):
+            try:
+                nodes.append(self.graph.index_of(postcode))
+            except UnknownPostcodeError as exc:
+                raise UnknownPostcodeError(f"postcodes[{position}]: {exc}") from None
+            try:
+                sids.append(canonical_subject_id(subject_id))
+            except SubjectIdError as exc:
+                raise SubjectIdError(f"subject_ids[{position}]: {exc}") from None
+        return sids, nodes
 
     def perturb_reference(
         self, key: Key, subject_ids: Sequence[object], postcodes: Sequence[str]
     ) -> list[str]:
         """The straightforward full-ball sampler, kept as the reference for faster paths."""
         context = self.stream_context(key)
+        sids, nodes = self._records(subject_ids, postcodes)
         return [
-            self.graph.label(self._draw(context, s, self.graph.index_of(p), lazy=False))
-            for s, p in zip(subject_ids, postcodes)
+            self.graph.label(self._draw_canonical(context, s, x, lazy=False))
+            for s, x in zip(sids, nodes)
         ]

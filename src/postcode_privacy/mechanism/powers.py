@@ -116,4 +116,5 @@ def powers(epsilon: Decimal, radius: int) -> tuple[int, ...]:
 
 
 def q_hat(epsilon: Decimal) -> Fraction:
+    """q_hat as an exact fraction (``q_hat_numerator`` / 2**256), for checks and tests."""
     return Fraction(q_hat_numerator(Decimal(epsilon)), 2**Q_HAT_BITS)

@@ -23,28 +23,35 @@ import numbers
 import unicodedata
 from decimal import Decimal
 
+from ..errors import InvalidParameterError
+
 
 def canonical_subject_id(value: object) -> str:
-    """Canonical identifier text; raises ``ValueError`` (without echoing the value)."""
+    """Canonical identifier text; raises :class:`SubjectIdError` (an
+    ``InvalidParameterError``, without echoing the value)."""
+    if type(value).__name__ in ("NAType", "NaTType"):
+        # pandas' missing-value scalars (pd.NA, pd.NaT), known by name: the core imports no
+        # pandas, and their own comparisons raise.
+        raise SubjectIdError("missing identifier")
     try:
         return _canonical(value)
-    except _Refused:
+    except SubjectIdError:
         raise
     except Exception:
         # Whatever an odd type's own methods raise (its words may quote the value).
-        raise _Refused("identifier has an unsupported type") from None
+        raise SubjectIdError("identifier has an unsupported type") from None
 
 
-class _Refused(ValueError):
-    """A refusal in this module's own words, which quote nothing of the value."""
+class SubjectIdError(InvalidParameterError):
+    """An identifier refused, in this module's own words, which quote nothing of the value."""
 
 
 def _canonical(value: object) -> str:
     if isinstance(value, bool) or value is None:
-        raise _Refused("missing or boolean identifier")
+        raise SubjectIdError("missing or boolean identifier")
     if getattr(getattr(value, "dtype", None), "kind", None) in ("m", "M"):
         # numpy files a timedelta64 under its integers; it is a duration, not an integer.
-        raise _Refused("identifier is a date, time or duration")
+        raise SubjectIdError("identifier is a date, time or duration")
     # A subclass of int or str is read as the plain value it holds: its own methods (an
     # overridden strip, __int__ or __str__) neither decide the canonical form nor raise here.
     if isinstance(value, int):
@@ -55,46 +62,48 @@ def _canonical(value: object) -> str:
         try:
             return str(int(value))
         except ValueError:  # past Python's limit on digits (sys.set_int_max_str_digits)
-            raise _Refused("identifier is an integer of too many digits to write") from None
+            raise SubjectIdError("identifier is an integer of too many digits to write") from None
     if isinstance(value, Decimal):
         return _decimal_text(value)
     if isinstance(value, numbers.Real):
         try:
             as_float = float(value)
         except OverflowError:  # (a Fraction): past any float, so never exact as one
-            raise _Refused("identifier is a floating-point number too large to be exact") from None
+            raise SubjectIdError(
+                "identifier is a floating-point number too large to be exact"
+            ) from None
         if math.isnan(as_float):
-            raise _Refused("missing identifier")
+            raise SubjectIdError("missing identifier")
         if not math.isfinite(as_float):
-            raise _Refused("identifier is a non-integral number")
+            raise SubjectIdError("identifier is a non-integral number")
         if abs(as_float) >= _every_integer_below(value):
             # Above 2^53 a float no longer holds every integer (2^24 for a 32-bit float, 2^11
             # for a 16-bit one): two people could merge.
-            raise _Refused("identifier is a floating-point number too large to be exact")
+            raise SubjectIdError("identifier is a floating-point number too large to be exact")
         # Exact comparisons: float() rounds a Fraction or a long double (1 + 2^-60 became 1),
         # and two people must not merge by rounding.
         if value != as_float or as_float != math.floor(as_float):
-            raise _Refused("identifier is a non-integral number")
+            raise SubjectIdError("identifier is a non-integral number")
         return str(int(as_float))
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             # The codec's own message quotes the offending character: never pass it on.
-            raise _Refused(
+            raise SubjectIdError(
                 "identifier is not valid Unicode text (it holds a lone surrogate)"
             ) from None
         if not value.isascii() and holds_unassigned(value):
-            raise _Refused(
+            raise SubjectIdError(
                 "identifier holds a code point this Python's Unicode version "
                 f"({unicodedata.unidata_version}) leaves unassigned, whose canonical form a "
                 "later version could change"
             )
         text = unicodedata.normalize("NFC", value).strip()
         if not text:
-            raise _Refused("blank identifier")
+            raise SubjectIdError("blank identifier")
         return text
-    raise _Refused("identifier has an unsupported type")
+    raise SubjectIdError("identifier has an unsupported type")
 
 
 def _every_integer_below(value: object) -> int:
@@ -130,16 +139,16 @@ def _decimal_text(value: Decimal) -> str:
     formats a release is written in and read back from."""
     value = Decimal(value)  # a subclass's exact value, without its own methods
     if value.is_nan():
-        raise _Refused("missing identifier")
+        raise SubjectIdError("missing identifier")
     if value.is_infinite():
-        raise _Refused("identifier is a non-integral number")
+        raise SubjectIdError("identifier is a non-integral number")
     exponent = value.as_tuple().exponent
     if exponent != 0:
-        raise _Refused(
+        raise SubjectIdError(
             "identifier is a decimal whose scale is not 0 (it has digits after its point, or "
             "an exponent): store whole-number identifiers as integers or decimal(p, 0)"
         )
     try:
         return str(int(value))
     except ValueError:  # past Python's limit on digits, as for an integer
-        raise _Refused("identifier is an integer of too many digits to write") from None
+        raise SubjectIdError("identifier is an integer of too many digits to write") from None

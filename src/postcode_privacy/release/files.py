@@ -448,7 +448,7 @@ def _release(
                 "the input file changed while it was being released; nothing was written"
             )
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
-        plan.warn_subjects(stacklevel=3)
+        plan.warn_subjects()
 
         manifest = build_manifest(
             plan.describe(),

@@ -136,7 +136,7 @@ def perturb_frame(
         # as "str"), so a release compares equal to the same file read back.
         result[plan.out_column] = result[plan.out_column].astype(source_kind)
     counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
-    plan.warn_subjects(stacklevel=2)
+    plan.warn_subjects()
     if type(result) is not pd.DataFrame:
         # A subclass's ``_metadata`` attributes, like ``attrs``, ride along with every slice
         # and may describe the true records: the release is a plain DataFrame.

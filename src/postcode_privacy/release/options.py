@@ -131,7 +131,14 @@ class ReleaseOptions:
         object.__setattr__(self, "epsilon", parse_epsilon(self.epsilon))
         for name in ("id_column", "postcode_column", "out_column"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value:
+            if not isinstance(value, str):
+                raise InvalidParameterError(
+                    f"{self.flag(name)} must be a column name as text, not "
+                    f"{_kind_of_label(value)} (a frame whose columns are labelled otherwise, "
+                    "as pandas.read_csv(header=None) makes them, needs text labels first: "
+                    "df.columns = df.columns.map(str))"
+                )
+            if not value:
                 raise InvalidParameterError(f"{self.flag(name)} must be a non-empty column name")
             try:
                 value.encode("utf-8")
@@ -195,6 +202,13 @@ class ReleaseOptions:
         if missing:
             # The header's own cells are not echoed: without a header line they are a record.
             near = _near_misses(names, missing)
+            other = next((p for p, n in enumerate(names, start=1) if not isinstance(n, str)), None)
+            if not near and other is not None:  # (a pandas frame's labels: never a cell)
+                near = (
+                    f"column {other} is labelled by {_kind_of_label(names[other - 1])}, not "
+                    "text: the options name columns by text, so give the frame text labels "
+                    "first (df.columns = df.columns.map(str))"
+                )
             raise InputDataError(
                 "the input has no column "
                 + " or ".join(repr(c) for c in missing)
@@ -394,6 +408,12 @@ def click_options(
         return command
 
     return decorate if command is None else decorate(command)
+
+
+def _kind_of_label(value: object) -> str:
+    """``an int``, ``a tuple``: what a column label that is not text is, without its value."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
 def release_option(name: str, *, note: str | None = None, **changes: Any) -> Callable:

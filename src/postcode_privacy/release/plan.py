@@ -228,7 +228,7 @@ class ReleasePlan:
         )
         if warn and new:
             self._warned += len(new)
-            warn_duplicate_subjects(len(new), new, stacklevel=3)
+            warn_duplicate_subjects(len(new), new)
         elif new:
             self._pending_rows = sorted(self._pending_rows + new)[:WARN_ROWS]
 
@@ -275,11 +275,11 @@ class ReleasePlan:
         """Distinct identifiers seen with more than one postcode by this plan so far."""
         return self._subjects.conflicts
 
-    def warn_subjects(self, *, stacklevel: int = 1) -> None:
+    def warn_subjects(self) -> None:
         """Emit one :class:`DuplicateSubjectWarning` for conflicts not yet reported."""
         pending = self._subjects.conflicts - self._warned
         if pending > 0:
-            warn_duplicate_subjects(pending, self._pending_rows, stacklevel=stacklevel + 1)
+            warn_duplicate_subjects(pending, self._pending_rows)
         self._warned = self._subjects.conflicts
         self._pending_rows = []
 

@@ -9,12 +9,11 @@ only.  :class:`_SubjectTracker` finds such subjects across chunks in bounded mem
 from __future__ import annotations
 
 import hashlib
-import warnings
 
 import numpy as np
 import pandas as pd
 
-from ..errors import DuplicateSubjectWarning
+from ..errors import DuplicateSubjectWarning, warn_at_caller
 
 __all__ = ["DuplicateSubjectWarning", "WARN_ROWS", "subject_hash", "warn_duplicate_subjects"]
 
@@ -92,12 +91,11 @@ class _SubjectTracker:
         return sorted(new_rows)
 
 
-def warn_duplicate_subjects(count: int, rows: list[int], *, stacklevel: int) -> None:
+def warn_duplicate_subjects(count: int, rows: list[int]) -> None:
     where = ", ".join(str(r) for r in rows[:WARN_ROWS])
-    warnings.warn(
+    warn_at_caller(
         f"{count} subject identifier(s) appear with more than one postcode (again at record(s) "
         f"{where}{', ...' if count > len(rows[:WARN_ROWS]) else ''}); each (identifier, "
         "postcode) pair is a separate draw, so such a subject is released more than once",
         DuplicateSubjectWarning,
-        stacklevel=stacklevel + 1,
     )

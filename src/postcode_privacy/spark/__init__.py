@@ -160,5 +160,5 @@ def perturb(
         raise error
     conflicts = checked.counts["identifiers_with_several_postcodes"]
     if conflicts:
-        warn_duplicate_subjects(conflicts, checked.conflict_rows, stacklevel=2)
+        warn_duplicate_subjects(conflicts, checked.conflict_rows)
     return _release_frame(df, spec, _SealedKey(key), checked.offsets)

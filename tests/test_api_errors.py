@@ -1,0 +1,90 @@
+"""The Python API's refusals, as a notebook meets them: every one a ``PostcodePrivacyError``
+naming the position or column, never a value, and a warning pointing at the caller's line."""
+
+from __future__ import annotations
+
+import warnings
+from decimal import Decimal
+from fractions import Fraction
+
+import pandas as pd
+import pytest
+from graphs import leeds_grid
+
+from postcode_privacy import Key, Mechanism, perturb_frame
+from postcode_privacy.errors import (
+    InvalidParameterError,
+    PostcodePrivacyError,
+    TeleportWarning,
+    UnknownPostcodeError,
+)
+
+GRAPH, CODES = leeds_grid()
+KEY = Key.from_bytes(bytes(range(32)))
+
+
+@pytest.mark.parametrize("bad", [None, True, b"x", pd.NA, pd.NaT, "  ", 1.5, float("nan")])
+def test_a_refused_identifier_is_the_librarys_error_at_its_position(bad):
+    mechanism = Mechanism(GRAPH, 1)
+    ids = ["a", "b", bad, "d"]
+    with pytest.raises(InvalidParameterError, match=r"^subject_ids\[2\]: ") as caught:
+        mechanism.perturb_many(KEY, ids, CODES[:4])
+    assert isinstance(caught.value, PostcodePrivacyError)
+    with pytest.raises(InvalidParameterError, match=r"^subject_ids\[2\]: "):
+        mechanism.perturb_reference(KEY, ids, CODES[:4])
+    with pytest.raises(PostcodePrivacyError):
+        mechanism.perturb(KEY, bad, CODES[0])
+
+
+@pytest.mark.parametrize("bad", [pd.NA, pd.NaT])
+def test_pandas_missing_values_are_missing_identifiers_as_in_a_frame(bad):
+    with pytest.raises(InvalidParameterError, match="missing identifier"):
+        Mechanism(GRAPH, 1).perturb(KEY, bad, CODES[0])
+
+
+def test_an_unknown_postcode_is_named_by_its_position_not_its_text():
+    codes = [*CODES[:3], "ZZ9 9ZZ"]
+    with pytest.raises(UnknownPostcodeError) as caught:
+        Mechanism(GRAPH, 1).perturb_many(KEY, ["a", "b", "c", "d"], codes)
+    assert str(caught.value).startswith("postcodes[3]: ")
+    assert "ZZ9" not in str(caught.value)
+
+
+def test_the_core_draws_are_unchanged_by_checking_positions():
+    mechanism = Mechanism(GRAPH, 1)
+    ids = [f"person-{i}" for i in range(len(CODES))]
+    many = mechanism.perturb_many(KEY, ids, CODES)
+    assert many == [mechanism.perturb(KEY, s, p) for s, p in zip(ids, CODES)]
+    assert many == mechanism.perturb_reference(KEY, ids, CODES)
+
+
+@pytest.mark.parametrize("epsilon", [Fraction(1, 2), 1 + 0j])
+def test_an_epsilon_of_another_type_says_which_types_are_taken(epsilon):
+    with pytest.raises(InvalidParameterError, match="an int, a float, a Decimal or decimal text"):
+        Mechanism(GRAPH, epsilon)
+    assert Mechanism(GRAPH, Decimal("0.5")).epsilon.text == "0.5"
+
+
+def test_integer_column_labels_are_named_as_such():
+    frame = pd.DataFrame({0: ["a", "b"], 1: CODES[:2]})
+    with pytest.raises(InvalidParameterError, match="as text, not an int"):
+        perturb_frame(frame, key=KEY, epsilon=1, id_column=0, postcode_column=1, graph=GRAPH)
+    with pytest.raises(PostcodePrivacyError, match="column 1 is labelled by an int"):
+        perturb_frame(frame, key=KEY, epsilon=1, id_column="0", postcode_column="1", graph=GRAPH)
+    text = frame.set_axis(frame.columns.map(str), axis=1)
+    released = perturb_frame(
+        text, key=KEY, epsilon=1, id_column="0", postcode_column="1", graph=GRAPH
+    )
+    assert list(released.columns) == ["0", "postcode_dp"]
+
+
+def test_a_library_warning_points_at_the_callers_line():
+    frame = pd.DataFrame({"person": ["a", "b"], "pc": CODES[:2]})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        perturb_frame(
+            frame, key=KEY, epsilon=1, id_column="person", postcode_column="pc", graph=GRAPH,
+            radius=1,
+        )  # fmt: skip
+    teleport = [w for w in caught if issubclass(w.category, TeleportWarning)]
+    assert teleport and all(w.filename == __file__ for w in teleport)
