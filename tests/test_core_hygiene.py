@@ -82,3 +82,52 @@ def test_output_defining_arithmetic_has_no_floats(name):
     }
     assert "float" not in calls or name == "subject.py", name  # subject.py only inspects inputs
     assert "math" not in _imports(tree) or name == "subject.py", name
+
+
+# The package's layers, lowest first (CONTRIBUTING.md, "Layout"): a module may import from its
+# own layer and the ones before it, never from a later one, so that a record can be followed
+# from input file to output file without going back up.  Top-level modules (errors, _limits,
+# atomic ...) are shared by every layer.
+LAYERS = [
+    "sources",
+    "graph",
+    "mechanism",
+    "engine",
+    "evaluate",
+    "release",
+    "ledger",
+    "report",
+    "spark",
+    "commands",
+]
+PACKAGE = CORE.parent
+
+
+def _layer_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module path inside the package) of every relative import in ``path``."""
+    here = list(path.relative_to(PACKAGE).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            base = here[: len(here) - (node.level - 1)]
+            found.append((node.lineno, ".".join(base + ([node.module] if node.module else []))))
+    return found
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_no_layer_imports_from_a_later_one(layer):
+    later = LAYERS[LAYERS.index(layer) + 1 :]
+    wrong = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        for line, module in _layer_imports(path)
+        if module.split(".")[0] in later
+    ]
+    assert not wrong, wrong
+
+
+def test_the_shared_bounds_agree_with_the_core():
+    from postcode_privacy import _limits
+    from postcode_privacy.mechanism.powers import MAX_RADIUS
+
+    assert _limits.MAX_HOPS == MAX_RADIUS

@@ -15,8 +15,8 @@ import pytest
 from test_evaluate_graphs import postcode_graph
 
 from postcode_privacy import Mechanism
+from postcode_privacy.engine.sweep import LocationSearch
 from postcode_privacy.errors import GraphError
-from postcode_privacy.evaluate._search import LocationSearch
 from postcode_privacy.evaluate.exact import ExactMechanism
 from postcode_privacy.graph.shells import location_shells
 

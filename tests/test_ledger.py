@@ -23,7 +23,6 @@ from postcode_privacy.cli import main
 from postcode_privacy.errors import InputDataError, KeyFileError
 from postcode_privacy.ledger import Ledger, LedgerError, LedgerRecorder, check_release, spend_text
 from postcode_privacy.ledger.digests import Digester, DrawParameters, _Hmac
-from postcode_privacy.ledger.recording import TEST_PAUSE_ENV
 from postcode_privacy.release import release_file
 from postcode_privacy.release.manifest import read_audit
 
@@ -711,16 +710,26 @@ def test_every_column_is_documented_and_digests_are_all_the_draws_hold(tmp_path)
 # -- concurrency and crashes (separate processes) ---------------------------------------------
 
 
-def _cli_process(args, env_extra=None):
+# The command line, stopped (with a marker file made, then sleeping) when the release
+# reaches STAGE, if a stage is given: the ledger's ``_reached`` points, replaced here.
+_CLI = """
+import pathlib, sys, time
+from postcode_privacy.cli import main
+from postcode_privacy.ledger import recording
+stage, marker = sys.argv[1:3]
+def reached(at):
+    if at == stage:
+        pathlib.Path(marker).touch()
+        time.sleep(3600)
+recording._reached = reached
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _cli_process(args, pause_at=("", "")):
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.update(env_extra or {})
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from postcode_privacy.cli import main; sys.exit(main(sys.argv[1:]))",
-            *args,
-        ],
+        [sys.executable, "-c", _CLI, *map(str, pause_at), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -784,9 +793,7 @@ def test_a_crash_between_release_and_commit_is_resolved(ledger, location, tmp_pa
     src = write_input(tmp_path / "in.csv", ["1", "2"], CODES[:2])
     out = tmp_path / "out.csv"
     marker = tmp_path / "paused"
-    proc = _cli_process(
-        _perturb_args(tmp_path, location, src, out), {TEST_PAUSE_ENV: f"{stage}:{marker}"}
-    )
+    proc = _cli_process(_perturb_args(tmp_path, location, src, out), pause_at=(stage, marker))
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read().decode()

@@ -125,7 +125,7 @@ def _after_the_renames(monkeypatch, connections, statement: str) -> None:
                 with contextlib.suppress(sqlite3.ProgrammingError):  # closed
                     conn.execute(statement)
 
-    monkeypatch.setattr(recording, "_pause_for_tests", pause)
+    monkeypatch.setattr(recording, "_reached", pause)
 
 
 def test_a_failure_to_mark_a_written_release_committed_says_the_files_are_in_place(

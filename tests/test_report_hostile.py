@@ -342,13 +342,13 @@ def test_calibrate_never_writes_over_its_graph_even_with_force(graph_file, tmp_p
     ],
 )
 def test_a_percentage_is_never_an_untrue_0_or_100(value, text):
-    from postcode_privacy.report._numbers import percent
+    from postcode_privacy._exact_numbers import percent
 
     assert percent(value) == text
 
 
 def test_a_percentage_is_rounded_from_the_exact_value_not_a_float():
-    from postcode_privacy.report._numbers import percent
+    from postcode_privacy._exact_numbers import percent
 
     just_above = Fraction(265, 10000) + Fraction(1, 10**20)  # a float rounds it to 0.0265
     assert percent(just_above) == "2.7%" and percent(Fraction(265, 10000)) == "2.6%"
@@ -368,13 +368,13 @@ def test_a_percentage_is_rounded_from_the_exact_value_not_a_float():
     ],
 )
 def test_a_stated_range_is_rounded_outward_so_it_holds_the_exact_one(low, high, text):
-    from postcode_privacy.report._numbers import percent_range
+    from postcode_privacy._exact_numbers import percent_range
 
     assert percent_range(low, high) == text
 
 
 def test_float_bounds_of_a_range_hold_the_exact_value():
-    from postcode_privacy.evaluate.utility import float_above, float_below
+    from postcode_privacy._exact_numbers import float_above, float_below
 
     for x in (Fraction(1, 3), Fraction(2, 3), Fraction(26, 1000), Fraction(1, 10**20)):
         low, high = float_below(x), float_above(x)
@@ -436,7 +436,7 @@ def test_a_page_at_a_large_epsilon_says_more_than_99_9_percent_not_100():
 
 
 def test_floats_of_probabilities_are_0_or_1_only_when_exactly_so():
-    from postcode_privacy.evaluate.utility import honest_float
+    from postcode_privacy._exact_numbers import honest_float
 
     assert honest_float(1 - Fraction(1, 10**20)) < 1 and honest_float(Fraction(1, 10**400)) > 0
     assert honest_float(Fraction(1)) == 1.0 and honest_float(Fraction(0)) == 0.0

@@ -37,6 +37,7 @@ __all__ = [
     "quiet_about_dropped_stops",
 ]
 
+EXIT_INTERRUPTED = 130  # the exit status of a command a stop signal ended (128 + SIGINT)
 STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _stopped_at: list[float] = []  # when this run was last told to stop (monotonic clock)

@@ -9,8 +9,6 @@ command line.
 
 from __future__ import annotations
 
-from .mechanism.powers import MAX_RADIUS
-
 __all__ = [
     "DEFAULT_HOPS",
     "DEFAULT_MAX_EDGE_KM",
@@ -18,6 +16,7 @@ __all__ = [
     "MAX_HOPS",
     "MAX_RELEASES",
     "MAX_SEED",
+    "MAX_TOTAL_PRIOR",
     "REPORT_SAMPLE",
 ]
 
@@ -26,7 +25,13 @@ __all__ = [
 MAX_RELEASES = 1_000
 
 # Hop counts of the adversary and key-compromise searches: no more than a radius may be.
-MAX_HOPS = MAX_RADIUS
+# (The largest radius, mechanism.powers.MAX_RADIUS: a test compares.  This module imports
+# nothing, so that any layer may read it.)
+MAX_HOPS = 10_000
+
+# A graph's prior weights sum to at most this, so that every exact sum of them stays below the
+# 64-bit integers compiled code adds them in (graph/graph.py; a population file: sources/).
+MAX_TOTAL_PRIOR = 2**62
 
 # Seeds are recorded in JSON reports: beyond a signed 64-bit integer many readers lose digits.
 MAX_SEED = 2**63 - 1

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import sys
 
-from ._interrupts import handle_stops, ignore_stops, quiet_about_dropped_stops, stop_message
-
-_EXIT_INTERRUPTED = 130  # as ``cli.EXIT_INTERRUPTED``, which is not loaded yet
+from ._interrupts import (
+    EXIT_INTERRUPTED,
+    handle_stops,
+    ignore_stops,
+    quiet_about_dropped_stops,
+    stop_message,
+)
 
 
 def entry_point() -> None:
@@ -33,4 +37,4 @@ def entry_point() -> None:
         # (after the command's own handling, e.g. while its closing lines are flushed: its
         # files may be complete, and then it says so)
         sys.stderr.write(stop_message() + "\n")
-        raise SystemExit(_EXIT_INTERRUPTED) from None
+        raise SystemExit(EXIT_INTERRUPTED) from None

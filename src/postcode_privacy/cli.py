@@ -14,7 +14,13 @@ import threading
 import click
 
 from . import errors
-from ._interrupts import first_stop_signal_only, ignore_stops, stop_message, stop_was_dropped
+from ._interrupts import (
+    EXIT_INTERRUPTED,
+    first_stop_signal_only,
+    ignore_stops,
+    stop_message,
+    stop_was_dropped,
+)
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
 # Documented in docs/cli.md.  Order matters: the first matching class wins.
@@ -29,7 +35,6 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (errors.UnknownPostcodeError, 3),
     (errors.PostcodePrivacyError, 1),
 ]
-EXIT_INTERRUPTED = 130
 
 
 class _Stopped(BaseException):

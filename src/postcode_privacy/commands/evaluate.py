@@ -22,7 +22,7 @@ from ._shared_options import (
 
 
 def _pct(x) -> str:
-    from ..report._numbers import percent  # never an untrue 0.0% or 100.0%
+    from .._exact_numbers import percent  # never an untrue 0.0% or 100.0%
 
     return percent(x)
 

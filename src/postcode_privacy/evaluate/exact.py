@@ -27,10 +27,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..engine.sweep import LocationSearch
 from ..errors import GraphError
 from ..graph.compiled import location_masses
 from ..mechanism.mechanism import Mechanism
-from ._search import LocationSearch
 
 _INT64_MAX = 2**63 - 1
 _CACHE_LIMIT = 200_000  # cached normaliser terms per ExactMechanism (a few hundred bytes each)

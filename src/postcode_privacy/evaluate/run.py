@@ -22,6 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._exact_numbers import float_above, float_below, honest_float, percent_range
 from .._limits import DEFAULT_HOPS, EVALUATE_SAMPLE, MAX_HOPS, MAX_RELEASES, MAX_SEED
 from ..errors import InvalidParameterError, PostcodePrivacyError, option_name
 from ..graph.graph import Graph
@@ -40,7 +41,7 @@ from .calibrate import calibrate
 from .compromise import key_compromise, perturb_nodes
 from .exact import ExactMechanism
 from .truncation import group_codes, truncation_baseline
-from .utility import float_above, float_below, honest_float, measure_utility
+from .utility import measure_utility
 
 FORMAT = "postcode-privacy-evaluation"
 FORMAT_VERSION = 1
@@ -271,7 +272,6 @@ class AdversaryScenarios:
         low = sum((e.low for e in self.one_expected), Fraction(0)) / n
         high = sum((e.high for e in self.one_expected), Fraction(0)) / n
         unchanged = sum((e.self_probability for e in self.one_expected), Fraction(0)) / n
-        from ..report._numbers import percent_range
 
         return {  # floats (the fractions' digits grow with the sample: too many to write
             # out); the range's rounded outward, to the nearest floats holding the exact one

@@ -20,46 +20,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._exact_numbers import honest_float
 from .exact import ExactMechanism
-
-
-def honest_float(x: Fraction) -> float:
-    """``float(x)``, except that it is 0.0 or 1.0 only when ``x`` is exactly 0 or 1: a
-    probability nearer to either than a float can tell apart moves one float step inside, so
-    that no reader (nor a formatter) takes 1 - 10^-20 for "always" or 10^-400 for "never"."""
-    import math
-
-    f = float(x)
-    if f == 0.0 and x != 0:
-        return math.nextafter(0.0, 1.0 if x > 0 else -1.0)
-    if f == 1.0 and x != 1:
-        return math.nextafter(1.0, 0.0 if x < 1 else 2.0)
-    return f
-
-
-def float_below(x: Fraction) -> float:
-    """The largest float at most ``x``: a range's lower bound, so that the stated range holds
-    the exact value (docs/choosing-epsilon.md).  Unlike :func:`honest_float` it may be 0.0 for
-    a positive ``x`` (below the smallest float, 5e-324): a bound must hold before it reads well,
-    and the range's text says "less than 0.1%" where it matters."""
-    import math
-
-    f = float(x)  # correctly rounded: within half a step of x
-    if Fraction(f) > x:
-        f = math.nextafter(f, -math.inf)
-    return f
-
-
-def float_above(x: Fraction) -> float:
-    """The smallest float at least ``x``: a range's upper bound (:func:`float_below`).  It may
-    be 1.0 for an ``x`` just below 1 (1 - 10^-20): a float below 1 would cut the exact value
-    out of the range; the text says "more than 99.9%"."""
-    import math
-
-    f = float(x)
-    if Fraction(f) < x:
-        f = math.nextafter(f, math.inf)
-    return f
 
 
 @dataclass

@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from .._limits import MAX_TOTAL_PRIOR
 from ..errors import GraphError, InvalidParameterError, UnknownPostcodeError
 from ..postcodes import try_normalise
 from ._labels import ByteLabels, ListLabels, NodeLabels
 from .pinned import DEFAULT_GRAPH_SHA256
 
 GRAPH_HASH_DOMAIN = b"postcode-privacy/graph/v1"
-MAX_TOTAL_PRIOR = 2**62
 
 
 def _label(text: object) -> str:
@@ -432,9 +432,6 @@ class Graph:
         """(easting, northing) of a postcode's centroid, OSGB36 metres."""
         e, n = self.require_coordinates()[self.node_location[self.index_of(postcode)]]
         return float(e), float(n)
-
-    def prior_of(self, postcode: str) -> int:
-        return int(self.prior[self.index_of(postcode)])
 
     # -- persistence (implemented in graph/artefact.py) -----------------------------------------
 

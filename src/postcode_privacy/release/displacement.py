@@ -32,11 +32,6 @@ class Displacement:
         self._bins = np.zeros(MAX_METRES // BIN_METRES + 1, dtype=np.int64)
         self.count = 0
 
-    @property
-    def available(self) -> bool:
-        """False for a graph without coordinates (nothing is measured)."""
-        return self._coords is not None
-
     def add(self, true_nodes: np.ndarray, released_nodes: np.ndarray) -> None:
         if self._coords is None or len(true_nodes) == 0:
             return

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._exact_numbers import float_above
 from .._file_names import readable_name
 
 if TYPE_CHECKING:
@@ -205,13 +205,6 @@ def read_audit(output_path: str | os.PathLike) -> dict:
     return json.loads(audit_path_for(output_path).read_text(encoding="utf-8"))
 
 
-def float_at_least(x: Fraction) -> float:
-    """The least float at or above ``x``: the float form of an upper bound, for readers of a
-    JSON file (``float(x)`` rounds to nearest, and so can state a bound below the bound)."""
-    approx = float(x)
-    return approx if Fraction(approx) >= x else math.nextafter(approx, math.inf)
-
-
 def describe(plan: ReleasePlan) -> dict:
     """The release's parameters, as the publishable manifest records them: nothing here is
     computed from the records (never the key itself, never a count)."""
@@ -231,7 +224,7 @@ def describe(plan: ReleasePlan) -> dict:
         "radius": identity["radius"],
         "teleport_bound": {
             "exact": f"{bound.numerator}/{bound.denominator}",
-            "approx": float_at_least(bound),  # a bound: its float is never below it
+            "approx": float_above(bound),  # a bound: its float is never below it
         },
         "prior": prior_kind(plan.graph),
         "key_fingerprint": plan.key.fingerprint,

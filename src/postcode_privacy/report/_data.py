@@ -22,6 +22,7 @@ from typing import cast
 import numpy as np
 
 from .._environment import source_date_epoch
+from .._exact_numbers import float_above
 from .._input_files import visible_text
 from .._limits import DEFAULT_HOPS, MAX_HOPS, MAX_RELEASES, REPORT_SAMPLE
 from ..errors import InvalidParameterError
@@ -38,7 +39,7 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import EXACT, parse_epsilon
 from ..mechanism.mechanism import Mechanism
-from ..release.manifest import float_at_least, prior_kind
+from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
 from ._manifest import ReleaseFacts
@@ -84,11 +85,11 @@ class Report:
 
 def fraction_json(value: Fraction, *, upper_bound: bool = False) -> dict:
     """An exact value with its float for readers; the float of an ``upper_bound`` is the
-    least float at or above it, never one below (``float_at_least``)."""
+    least float at or above it, never one below (``float_above``)."""
     return {
         "numerator": str(value.numerator),
         "denominator": str(value.denominator),
-        "approx": float_at_least(value) if upper_bound else float(value),
+        "approx": float_above(value) if upper_bound else float(value),
     }
 
 
@@ -366,4 +367,4 @@ def _float_up(upper: dict | None) -> float | None:
     JSON: ``math.exp`` rounds to nearest, and so could print a largest ratio below e^(εh)."""
     if upper is None:
         return None
-    return float_at_least(Fraction(int(upper["numerator"]), int(upper["denominator"])))
+    return float_above(Fraction(int(upper["numerator"]), int(upper["denominator"])))

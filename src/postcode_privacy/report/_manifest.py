@@ -29,10 +29,12 @@ from ..mechanism.powers import (
     MAX_RADIUS,
     epsilon_times_radius_too_large,
 )
+from ..release.manifest import MANIFEST_FORMAT as FORMAT
+from ..release.manifest import MANIFEST_VERSION
 from ..version import OUTPUT_STABILITY_VERSION
 
-FORMAT = "postcode-privacy-manifest"
-KNOWN_VERSIONS = (1, 2, 3)
+# Every manifest version written so far is read (what each may hold: the docstring above).
+KNOWN_VERSIONS = tuple(range(1, MANIFEST_VERSION + 1))
 # A manifest is a few kilobytes; anything past this is not one (and is not read further).
 MAX_MANIFEST_BYTES = 4 * MIB
 

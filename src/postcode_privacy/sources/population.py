@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from .._input_files import read_small_file
+from .._limits import MAX_TOTAL_PRIOR
 from ..errors import SourceDataError, option_name
-from ..graph.graph import MAX_TOTAL_PRIOR
 from ._reading import RecordFault, check_row_shapes, file_label, line_of_record, unreadable
 from .table import normalise_postcodes
 
