@@ -69,8 +69,8 @@ def test_a_file_drawn_ahead_is_the_chunk_by_chunk_release(
     else:
         df.to_parquet(src, index=False)
     draws = count_calls(draw_ahead.DrawAhead, "draw")
-    forks = count_calls(engine_batch._Draws, "_start_workers")
-    batches = count_calls(engine_batch._Draws, "result")
+    forks = count_calls(engine_batch.Draws, "_start_workers")
+    batches = count_calls(engine_batch.Draws, "result")
     outputs = {}
     for workers, chunk in [("2", 1500), ("1", 2500), ("2", 10_000)]:
         monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", workers)
@@ -174,7 +174,7 @@ def test_an_interruption_while_the_file_is_drawn_leaves_nothing(
     monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
     src = tmp_path / "in.csv"
     records(codes, 6000).to_csv(src, index=False)
-    original = engine_batch._Draws._take
+    original = engine_batch.Draws._take
     taken = []
 
     def interrupt_after_a_task(self, start, result):
@@ -183,13 +183,13 @@ def test_an_interruption_while_the_file_is_drawn_leaves_nothing(
         if len(taken) == 2:  # the first worker task is back: the workers are drawing
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(engine_batch._Draws, "_take", interrupt_after_a_task)
+    monkeypatch.setattr(engine_batch.Draws, "_take", interrupt_after_a_task)
     with pytest.raises(KeyboardInterrupt):
         release(src, tmp_path / "out.csv", graph, chunk_size=2000)
     assert taken == [False, True]  # the first task runs in this process, the next in a worker
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
     no_children_left()
-    monkeypatch.setattr(engine_batch._Draws, "_take", original)
+    monkeypatch.setattr(engine_batch.Draws, "_take", original)
     release(src, tmp_path / "out.csv", graph, chunk_size=2000)
     assert (tmp_path / "out.csv").exists()
 

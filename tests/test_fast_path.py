@@ -581,7 +581,7 @@ def test_a_batch_draws_from_its_narrow_order_and_sorted_nodes(monkeypatch):
 
     monkeypatch.setattr(engine_batch, "_run_task", spy)
     canonical = [canonical_subject_id(i) for i in ids]
-    draws = engine_batch._start_canonical(mechanism, key, canonical, nodes, workers=1)
+    draws = engine_batch.start_draws(mechanism, key, canonical, nodes, workers=1)
     out = draws.result()
     assert widths == {(np.dtype(np.int32), np.dtype(np.int32))}
     assert draws._order.dtype == np.int32

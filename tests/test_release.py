@@ -433,13 +433,13 @@ def test_perturb_many_is_called_once_per_chunk(small, key, monkeypatch):
         key=key, epsilon=1, id_column="id", postcode_column="postcode", graph=graph, on_error="null"
     )
     calls = []
-    original = plan_module._start_canonical
+    original = plan_module.start_draws
 
     def counting(mechanism, k, ids, nodes, **options):  # options: the plan's kept brackets
         calls.append((list(ids), list(nodes)))
         return original(mechanism, k, ids, nodes, **options)
 
-    monkeypatch.setattr(plan_module, "_start_canonical", counting)
+    monkeypatch.setattr(plan_module, "start_draws", counting)
     plan.process_chunk(frame(["1", "", "3", "4"], codes[:4]), 0)
     assert [ids for ids, _ in calls] == [["1", "3", "4"]]
     assert calls[0][1] == [graph.index_of(codes[i]) for i in (0, 2, 3)]

@@ -399,8 +399,8 @@ def test_chunks_overlapped_with_worker_draws_give_the_chunk_by_chunk_release(
     src = write_csv(df, tmp_path / "in.csv")
     events: list[str] = []
     _spy(monkeypatch, ReleasePlan, "prepare_chunk", events, "check")
-    _spy(monkeypatch, engine_batch._Draws, "result", events, "wait")
-    _spy(monkeypatch, engine_batch._Draws, "_start_workers", events, "fork")
+    _spy(monkeypatch, engine_batch.Draws, "result", events, "wait")
+    _spy(monkeypatch, engine_batch.Draws, "_start_workers", events, "fork")
     run(src, tmp_path / "chunks.csv", graph, key, chunk_size=2500)
     # chunk 1 as the check pass left it; chunk 2 checked while chunk 1 is drawn, and so on
     assert events == ["fork", "check", "wait", "fork", "check", "wait", "fork", "wait"]
@@ -450,7 +450,7 @@ def test_an_interruption_just_after_workers_start_stops_them(
     graph, codes = grid
     monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
     src = write_csv(records(codes, n=6000), tmp_path / "in.csv")
-    original = engine_batch._Draws.start
+    original = engine_batch.Draws.start
     started = []
 
     def start_then_interrupt(self):
@@ -461,7 +461,7 @@ def test_an_interruption_just_after_workers_start_stops_them(
             if len(started) == 2:
                 raise KeyboardInterrupt
 
-    monkeypatch.setattr(engine_batch._Draws, "start", start_then_interrupt)
+    monkeypatch.setattr(engine_batch.Draws, "start", start_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         run(src, tmp_path / "out.csv", graph, key, chunk_size=3000)
     assert started == [True, True]  # the second chunk's workers were running when it struck

@@ -1,4 +1,4 @@
-"""The overlapped release (release/files.py ``_released_chunks``, engine ``_Draws``), and the
+"""The overlapped release (release/files.py ``_released_chunks``, engine ``Draws``), and the
 profile table's map order and stale-table clean-up (engine/profiles.py), tested as a hostile
 user would: outputs under every policy, format, chunking and worker count; failures and
 signals at every step; odd coordinates; the memory the overlap holds.

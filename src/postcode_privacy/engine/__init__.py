@@ -8,7 +8,9 @@ output here is identical to ``Mechanism.perturb_reference`` for the same inputs
 (docs/performance.md, "Why the outputs are identical").
 """
 
-from .batch import perturb_many, perturb_nodes
+from .batch import Draws, perturb_many, perturb_nodes, start_draws
 from .fast import FastSampler
 
-__all__ = ["FastSampler", "perturb_many", "perturb_nodes"]
+# ``start_draws``/``Draws`` are the release layer's way in: draws started in the background
+# while it reads on (release/plan.py, release/draw_ahead.py).
+__all__ = ["Draws", "FastSampler", "perturb_many", "perturb_nodes", "start_draws"]

@@ -17,7 +17,7 @@ copy-on-write, so nothing large is pickled; each task returns only its output no
 Every output is a function of its own record alone (key, subject, postcode, graph, epsilon,
 radius), so results do not depend on the number of workers, the task size or the order in which
 tasks finish.  Where ``fork`` is unavailable or unsafe (Windows, macOS), everything runs in the
-calling process.  ``_start_canonical`` returns the draws under way, so that the release layer
+calling process.  ``start_draws`` returns the draws under way, so that the release layer
 can check its next chunk while the workers draw this one (release/files.py).
 """
 
@@ -315,13 +315,13 @@ def perturb_nodes(
 def _perturb_canonical(
     mechanism: Mechanism, key: Key, subject_ids: Sequence[str], nodes, **options: Any
 ) -> np.ndarray:
-    """Output node for each record: ``_start_canonical`` (the same arguments), waiting for the
+    """Output node for each record: ``start_draws`` (the same arguments), waiting for the
     draws to finish."""
-    return _start_canonical(mechanism, key, subject_ids, nodes, **options).result()
+    return start_draws(mechanism, key, subject_ids, nodes, **options).result()
 
 
-class _Draws:
-    """The draws of one batch (``_start_canonical``): the calling process has run what it runs
+class Draws:
+    """The draws of one batch (``start_draws``): the calling process has run what it runs
     itself; the rest, if any, is drawn by worker processes from :meth:`start` (which
     :meth:`result` calls if the caller has not) until :meth:`result`.
 
@@ -407,7 +407,7 @@ def _release_workers_lock() -> None:
     _PARALLEL_LOCK.release()
 
 
-def _start_canonical(
+def start_draws(
     mechanism: Mechanism,
     key: Key,
     subject_ids: Sequence[str],
@@ -419,10 +419,10 @@ def _start_canonical(
     profiles: bool | str | None = None,
     brackets: Brackets | None = None,
     quiet: bool = False,
-) -> _Draws:
+) -> Draws:
     """Prepare the draws of every record (true node ``nodes[i]``, canonical ``subject_ids[i]``)
-    and return them: :meth:`_Draws.start` starts the worker processes, :meth:`_Draws.result`
-    gives the outputs once drawn, and :meth:`_Draws.cancel` stops the workers.
+    and return them: :meth:`Draws.start` starts the worker processes, :meth:`Draws.result`
+    gives the outputs once drawn, and :meth:`Draws.cancel` stops the workers.
 
     For callers inside the package that have already canonicalised every identifier (the
     release layer does, once, while checking records).  Preconditions: identifiers are
@@ -456,7 +456,7 @@ def _start_canonical(
         raise InvalidParameterError("workers must be a positive whole number")
     out = np.empty(n, dtype=np.int64)
     if n == 0:
-        return _Draws(out, np.empty(0, dtype=np.int64), brackets, progress)
+        return Draws(out, np.empty(0, dtype=np.int64), brackets, progress)
     graph = mechanism.graph
     distinct = _distinct(nodes, len(graph))
     tables = graph_tables(graph)
@@ -502,7 +502,7 @@ def _start_canonical(
     if workers > 1 and not fork:
         workers = 1
     sampler = _sampler(job)
-    draws = _Draws(out, order, brackets, progress)
+    draws = Draws(out, order, brackets, progress)
     # The first task runs here, before any fork, so compiled kernels are loaded once and shared.
     first, rest = tasks[0], tasks[1:]
     draws._take(first[0], _run_task(sampler, job, *first))
@@ -520,7 +520,7 @@ def prepare_in_background(mechanism: Mechanism, postcodes_at_most: int | None) -
     """Start making, in a thread, what a coming batch of at most ``postcodes_at_most``
     distinct postcodes (None: no bound known) would otherwise make first, in this process,
     before any draw: the search's layout along the map, which such a batch sorts its records
-    by (``_start_canonical``).  The release layer calls this while it checks the records.
+    by (``start_draws``).  The release layer calls this while it checks the records.
     Nothing is started for a batch that cannot use it: a radius below ``ALONG_MAP_RADIUS``,
     or fewer than ``ALONG_MAP_SOURCES`` postcodes at most."""
     many = postcodes_at_most is None or postcodes_at_most >= ALONG_MAP_SOURCES

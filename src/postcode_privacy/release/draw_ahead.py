@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..engine.batch import _start_canonical
+from ..engine import start_draws
 from ..errors import InputDataError
 from .plan import PendingChunk, ReleasePlan
 
@@ -165,7 +165,7 @@ class DrawAhead:
         plan = self.plan
         nodes = np.concatenate(self._nodes) if self._nodes else np.empty(0, dtype=np.int64)
         self._nodes = []
-        draws = _start_canonical(
+        draws = start_draws(
             plan.mechanism,
             plan.key,
             self.ids,

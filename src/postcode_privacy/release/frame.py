@@ -220,13 +220,13 @@ def _refuse_index_columns(df: pd.DataFrame, options: ReleaseOptions) -> None:
                 f"the frame has no column {name!r}: {name!r} is its index; pass "
                 "df.reset_index() to release it as a column"
             )
-    from .options import _looks_like
+    from .column_labels import looks_like
 
-    released = _looks_like(str(options.out_column))
+    released = looks_like(str(options.out_column))
     for position, level_name in enumerate(df.index.names, start=1):
         # As text, as a Parquet file names its columns (an index level named 0 becomes "0"),
         # and as it looks, as input columns are compared with it (``check_columns``).
-        if level_name is not None and _looks_like(str(level_name)) == released:
+        if level_name is not None and looks_like(str(level_name)) == released:
             raise InputDataError(
                 f"index level {position} has the name given as out_column "
                 f"{options.out_column!r}: a Parquet file, or reset_index(), would then hold two "
@@ -241,11 +241,11 @@ def _refuse_postcode_index(index: pd.Index, options: ReleaseOptions) -> None:
     spaces or Unicode form (``df.set_index("postcode", drop=False)``): it may hold the true
     postcodes, and the index is released as it is, as ``check_columns`` refuses such a
     column (docs/release.md)."""
-    from .options import _loosely
+    from .column_labels import loosely
 
-    wanted = _loosely(options.postcode_column)
+    wanted = loosely(options.postcode_column)
     for position, name in enumerate(index.names, start=1):
-        if name is not None and _loosely(name) == wanted:
+        if name is not None and loosely(name) == wanted:
             raise InputDataError(
                 f"index level {position} is named like postcode_column "
                 f"{options.postcode_column!r}: it may hold true postcodes, and the index is "

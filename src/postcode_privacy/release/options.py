@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._file_names import argument_text
-from .._wording import counted
-from ..errors import SURFACE, InputDataError, InvalidParameterError
+from ..errors import SURFACE, InvalidParameterError
 from ..mechanism.epsilon import Epsilon, parse_epsilon
+from .column_labels import kind_of_label, loosely
 
 __all__ = [
     "DEFAULT_OUT_COLUMN",
@@ -134,7 +133,7 @@ class ReleaseOptions:
             if not isinstance(value, str):
                 raise InvalidParameterError(
                     f"{self.flag(name)} must be a column name as text, not "
-                    f"{_kind_of_label(value)} (a frame whose columns are labelled otherwise, "
+                    f"{kind_of_label(value)} (a frame whose columns are labelled otherwise, "
                     "as pandas.read_csv(header=None) makes them, needs text labels first: "
                     "df.columns = df.columns.map(str))"
                 )
@@ -154,7 +153,7 @@ class ReleaseOptions:
         # Also a name that differs only in case, spaces, invisible characters or Unicode form
         # ("Postcode" for "postcode"): the input's twins of the postcode column are refused
         # for the same reason (check_columns).
-        if _loosely(self.out_column) in (_loosely(self.id_column), _loosely(self.postcode_column)):
+        if loosely(self.out_column) in (loosely(self.id_column), loosely(self.postcode_column)):
             raise InvalidParameterError(
                 f"{self.flag('out_column')} must be the output column's own name, different from "
                 "the identifier and true postcode columns (not only in case, spaces, invisible "
@@ -183,70 +182,11 @@ class ReleaseOptions:
         return _FIELDS[name].metadata["flag"] if SURFACE.get() == "cli" else name
 
     def check_columns(self, columns: Iterable, *, header_line: bool = False) -> None:
-        """Refuse an input whose columns cannot be released: duplicate names (also two names
-        that differ only in invisible characters or Unicode form, which look the same), no
-        identifier or postcode column, another column named like the postcode column but for
-        case, surrounding spaces, invisible characters or Unicode form (it may hold true
-        postcodes, and would be released as it is), or a column named like the output
-        (docs/release.md, "Limits and unusual files").  Messages name columns by their position
-        only: a CSV file without a header line has its first record taken for the header,
-        so a header name may be a cell value.  Only a CSV file's (``header_line``) asks
-        whether it has a header line."""
-        names = list(columns)
-        seen = set(names)
-        if len(seen) != len(names):
-            from .column_labels import duplicate_columns_message
+        """Refuse an input whose columns cannot be released under these options
+        (``column_labels.check_columns``: docs/release.md, "Limits and unusual files")."""
+        from .column_labels import check_columns
 
-            raise InputDataError(duplicate_columns_message(names, header_line=header_line))
-        missing = [c for c in (self.id_column, self.postcode_column) if c not in seen]
-        if missing:
-            # The header's own cells are not echoed: without a header line they are a record.
-            near = _near_misses(names, missing)
-            other = next((p for p, n in enumerate(names, start=1) if not isinstance(n, str)), None)
-            if not near and other is not None:  # (a pandas frame's labels: never a cell)
-                near = (
-                    f"column {other} is labelled by {_kind_of_label(names[other - 1])}, not "
-                    "text: the options name columns by text, so give the frame text labels "
-                    "first (df.columns = df.columns.map(str))"
-                )
-            raise InputDataError(
-                "the input has no column "
-                + " or ".join(repr(c) for c in missing)
-                + (
-                    f"; {near}"
-                    if near
-                    else f" (it has {counted(len(names), 'column')}"
-                    + (_header_hint(names) if header_line else ")")
-                )
-            )
-        if not self.keep_source_postcode:
-            self._refuse_postcode_twins(names)
-        _refuse_names_alike(
-            names,
-            _looks_like,
-            "have names that differ only in invisible characters or Unicode form",
-        )
-        output_like = _looks_like(self.out_column)
-        for position, name in enumerate(names, start=1):
-            if _looks_like(name) == output_like:
-                # Even a look-alike: the output would hold two columns a reader cannot tell apart.
-                raise InputDataError(
-                    f"the input already has a column named like {self.flag('out_column')} "
-                    f"{self.out_column!r} (column {position}); choose another "
-                    f"{self.flag('out_column')}"
-                )
-
-    def _refuse_postcode_twins(self, names: list) -> None:
-        wanted = _loosely(self.postcode_column)
-        for position, name in enumerate(names, start=1):
-            if name != self.postcode_column and _loosely(name) == wanted:
-                # Its name is not echoed: in a CSV file without a header line it is a cell.
-                raise InputDataError(
-                    f"column {position} is named like {self.flag('postcode_column')} "
-                    f"{self.postcode_column!r} but for case, surrounding spaces, invisible "
-                    "characters or Unicode form: it may hold true postcodes too, and every "
-                    "column but the true postcode is released as it is; rename or remove it"
-                )
+        check_columns(self, columns, header_line=header_line)
 
     def ledger_refusal(self) -> str | None:
         """Why a release with these options cannot be recorded in a ledger, or None if it can.
@@ -289,101 +229,6 @@ class ReleaseOptions:
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}
 
 
-def _looks_like(name: Any) -> Any:
-    """``name`` as it looks on screen: without invisible characters (:func:`_visible`) and in
-    Unicode's compatibility composed form (NFKC: "é" whether one character or "e" and an
-    accent, "Ｐ" as "P", a no-break space as a space).  A name that is not text is itself."""
-    if not isinstance(name, str):
-        return name
-    # Invisible characters go first (one between a letter and its accent keeps them apart),
-    # and again after NFKC, which may map a character to one.
-    return _visible(unicodedata.normalize("NFKC", _visible(name)))
-
-
-# Unicode's default-ignorable code points (DerivedCoreProperties.txt) that are not in category
-# Cf or Cc: fillers and variation selectors, which show nothing either.
-_IGNORABLE = (
-    (0x034F, 0x034F),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFFA0, 0xFFA0),
-    (0xFFF0, 0xFFF8),
-    (0xE0000, 0xE0FFF),
-)
-
-
-def _visible(text: str) -> str:
-    """``text`` without the characters that show nothing: format (Cf: a zero-width space,
-    joiner or byte-order mark, a direction mark) and control (Cc) characters, and the other
-    default-ignorable code points."""
-    return "".join(c for c in text if not _invisible(c))
-
-
-def _invisible(char: str) -> bool:
-    if unicodedata.category(char) in ("Cf", "Cc"):
-        return True
-    code = ord(char)
-    return any(low <= code <= high for low, high in _IGNORABLE)
-
-
-def _loosely(name: Any) -> Any:
-    """``name`` as a person would read it: as it looks (:func:`_looks_like`), in any case,
-    without surrounding spaces."""
-    if not isinstance(name, str):
-        return name
-    # Case folding may undo NFKC (and NFKC may bring back a format character), so both again.
-    folded = unicodedata.normalize("NFKC", _looks_like(name).casefold())
-    return _visible(folded).strip()
-
-
-def _refuse_names_alike(names: list, form: Callable[[Any], Any], what: str) -> None:
-    first: dict = {}
-    for position, name in enumerate(names, start=1):
-        other = first.setdefault(form(name), position)
-        if other != position:
-            raise InputDataError(f"columns {other} and {position} {what}; rename one")
-
-
-def _header_hint(names: list) -> str:
-    """The end of a CSV file's missing-column message: a one-column header holding another
-    separator (a file saved with semicolons, as Excel does in many locales, or tabs) says so,
-    naming the separator, never the header's text; otherwise it asks whether there is a
-    header line at all."""
-    if len(names) == 1 and isinstance(names[0], str):
-        for mark, called in ((";", "semicolons"), ("\t", "tabs"), ("|", "vertical bars")):
-            if mark in names[0]:
-                return (
-                    f"; its header holds {called}: the input must be comma-separated, so "
-                    "save it as CSV with commas)"
-                )
-    return "; does the file start with a header line?)"
-
-
-def _near_misses(names: list, missing: list) -> str:
-    """For a column not found: the columns whose names match it but for case, surrounding
-    spaces, invisible characters or Unicode form, by position only (the header is not
-    echoed)."""
-    if any("\x00" in str(name) for name in names):
-        # Read as UTF-8, UTF-16 without a byte order mark puts a NUL beside every ASCII letter.
-        return (
-            "the header's names hold NUL characters, as text saved as UTF-16 without a byte "
-            "order mark does; save the file as UTF-8"
-        )
-    wanted = {_loosely(c) for c in missing}
-    close = [str(i) for i, name in enumerate(names, start=1) if _loosely(name) in wanted]
-    if not close:
-        return ""
-    which = f"columns {' and '.join(close)} have" if len(close) > 1 else f"column {close[0]} has"
-    return (
-        f"{which} that name but for case, surrounding spaces, "
-        "invisible characters or Unicode form; give the name exactly as the header has it"
-    )
-
-
 def _argument_text(context: Any, parameter: Any, value: str | None) -> str | None:
     return None if value is None else argument_text(value)
 
@@ -408,12 +253,6 @@ def click_options(
         return command
 
     return decorate if command is None else decorate(command)
-
-
-def _kind_of_label(value: object) -> str:
-    """``an int``, ``a tuple``: what a column label that is not text is, without its value."""
-    name = type(value).__name__
-    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
 
 
 def release_option(name: str, *, note: str | None = None, **changes: Any) -> Callable:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .._interrupts import stop_if_told
-from ..engine.batch import _Draws, _start_canonical
+from ..engine import Draws, start_draws
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism import Key, Mechanism
@@ -308,7 +308,7 @@ class PendingChunk:
         ok_ids = ids if self.ok.size == len(ids) else [ids[i] for i in self.ok.tolist()]
         # Accepted records always have a canonical identifier (RecordRules.check_records).
         self.accepted: list[str] = [i for i in ok_ids if i is not None]
-        self._draws: _Draws | None = None
+        self._draws: Draws | None = None
         self._drawn: np.ndarray | None = None
 
     def start(self, progress: Callable[[int], None] | None = None) -> None:
@@ -317,7 +317,7 @@ class PendingChunk:
         if self._draws is not None or self._drawn is not None:
             raise RuntimeError("this chunk's draws have already been started")
         plan = self.plan
-        self._draws = draws = _start_canonical(
+        self._draws = draws = start_draws(
             plan.mechanism,
             plan.key,
             self.accepted,
