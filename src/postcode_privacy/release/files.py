@@ -35,6 +35,7 @@ import os
 import time
 from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +322,115 @@ def _released_chunks(
                 pending.cancel()
 
 
+@dataclass
+class _CheckPass:
+    """What the check pass leaves the writing pass: the first chunk as checked (not read
+    again when it is the only one), the whole file's draws when it was kept (``DrawAhead``),
+    the chunks read and the records to write."""
+
+    total: int | None
+    first: PendingChunk | None = None
+    ahead: DrawAhead | None = None
+    chunks: int = 0
+
+
+def _check_pass(
+    plan: ReleasePlan, reader: TableReader, input_path: Path, input_sha256: str, progress: bool
+) -> _CheckPass:
+    """Check every record before anything is drawn or written: one failing record (under
+    ``on_error="error"``) or one a budget refuses stops the release, naming the records."""
+    check = ChunkCheck()
+    first = None
+    chunks = 0
+    # The check pass reads every record anyway: it keeps what the engine needs, so that the
+    # whole file is drawn in one batch (release/draw_ahead.py), unless a ledger screens the
+    # release (the screen must see the release pass chunk by chunk).  A file of one chunk is
+    # one batch already: it is kept only from a second chunk on.
+    ahead = DrawAhead(plan) if plan.screen is None else None
+    with _bar(progress, reader.num_rows, "checking") as bar:
+        offset = 0
+        for chunk in reader.chunks():
+            checked = plan.checked_chunk(chunk, offset)
+            check.merge(checked.checked.check)
+            chunks += 1
+            if ahead is not None and chunks > 1 and not check.failed:
+                if chunks == 2:  # (a failure anywhere: no release at all)
+                    assert first is not None  # kept below when no ledger screens
+                    ahead.add(first)
+                ahead.add(checked)
+            # The release pass starts from the first chunk as checked here, unless a ledger
+            # screens it: the screen must see the release pass from its start.
+            if offset == 0 and plan.screen is None:
+                first = checked
+            offset += len(chunk)
+            bar.update(len(chunk))
+    if check.counts["records"] == 0:
+        raise _no_records(reader)
+    refused = plan.on_error == "error" and check.failed
+    if refused or check.counts["over_budget"]:
+        lines = None
+        if reader.format == "csv":
+            lines = _lines_of(input_path, check, input_sha256)
+        if refused:
+            raise failure_error(check.row_errors, check.counts, lines, terminated=plan.terminated)
+        raise over_budget_error(check, lines)
+    if ahead is not None and (ahead.abandoned or chunks < 2):
+        ahead = None  # over the limits, or one chunk: drawn chunk by chunk
+    if ahead is not None:
+        first = None  # the writing pass reads every chunk again
+        with _bar(progress, ahead.records, "drawing") as bar:
+            ahead.draw(bar.update)
+    return _CheckPass(check.counts["records"], first, ahead, chunks)
+
+
+def _write_descriptions(
+    claim: OutputClaim,
+    plan: ReleasePlan,
+    reader: TableReader,
+    output_path: Path,
+    manifest_path: Path,
+    written: Path,
+    *,
+    input_path: Path,
+    input_sha256: str,
+    counts: dict,
+    started: float,
+) -> dict:
+    """Write the publishable manifest and the private audit file of the output ``written``
+    (as temporary files of ``claim``); return the manifest.  ``started``: the release's start
+    on ``time.perf_counter``, for the audit file's run time."""
+    assert plan.displacement is not None  # (set by _release, for this audit file)
+    manifest = build_manifest(
+        plan.describe(),
+        output_path=output_path,
+        output_format=table_format(output_path),
+        output_sha256=sha256_of_file(written),
+        rows=counts["rows_out"],
+        written_with=written_with(output_path.name, reader.arrow_schema),
+        uncompressed_sha256=uncompressed_sha256(written, output_path.name),
+    )
+    audit = build_audit(
+        manifest,
+        input_path=input_path,
+        input_format=reader.format,
+        input_sha256=input_sha256,
+        counts=counts,
+        run={
+            "seconds": round(time.perf_counter() - started, 3),
+            "displacement_m": plan.displacement.summary(),
+        },
+    )
+    # Beside a file that keeps the true postcodes, the manifest's sha256 of that file is a
+    # digest of them: no longer publishable, so as private as the file.
+    man_tmp = claim.temp(manifest_path, private=plan.keep_source_postcode)
+    man_tmp.handle.write(encode(manifest))
+    man_tmp.finish()
+    audit_tmp = claim.temp(audit_path_for(output_path), private=True)  # owner-only from birth
+    audit_tmp.handle.write(encode(audit))
+    audit_tmp.finish()
+    return manifest
+
+
 def _release(
     claim: OutputClaim,
     input_path: Path,
@@ -358,57 +468,14 @@ def _release(
         # epsilon sorts its records by it (about half a second no draw would overlap).
         prepare_in_background(plan.mechanism, _postcodes_at_most(reader))
         input_sha256 = _input_sha256(input_path)
-        total = reader.num_rows
 
-        first = None
-        ahead = None
-        chunks = 0  # chunks the check pass read
         # A budget's refusals stop the release whatever on_error says (over_budget_error): a
         # check pass finds them all before anything is written.
         budgeted = ledger is not None and ledger.budget is not None
+        checked = _CheckPass(total=reader.num_rows)
         if plan.on_error == "error" or budgeted:
-            check = ChunkCheck()
-            # The check pass reads every record anyway: it keeps what the engine needs, so
-            # that the whole file is drawn in one batch (release/draw_ahead.py), unless a
-            # ledger screens the release (the screen must see the release pass chunk by chunk).
-            # A file of one chunk is one batch already: it is kept only from a second chunk on.
-            ahead = DrawAhead(plan) if plan.screen is None else None
-            with _bar(progress, total, "checking") as bar:
-                offset = 0
-                for chunk in reader.chunks():
-                    checked = plan.checked_chunk(chunk, offset)
-                    check.merge(checked.checked.check)
-                    chunks += 1
-                    if ahead is not None and chunks > 1 and not check.failed:
-                        if chunks == 2:  # (a failure anywhere: no release at all)
-                            assert first is not None  # kept below when no ledger screens
-                            ahead.add(first)
-                        ahead.add(checked)
-                    # The release pass starts from the first chunk as checked here, unless a
-                    # ledger screens it: the screen must see the release pass from its start.
-                    if offset == 0 and plan.screen is None:
-                        first = checked
-                    offset += len(chunk)
-                    bar.update(len(chunk))
-            if check.counts["records"] == 0:
-                raise _no_records(reader)
-            refused = plan.on_error == "error" and check.failed
-            if refused or check.counts["over_budget"]:
-                lines = None
-                if reader.format == "csv":
-                    lines = _lines_of(input_path, check, input_sha256)
-                if refused:
-                    raise failure_error(
-                        check.row_errors, check.counts, lines, terminated=plan.terminated
-                    )
-                raise over_budget_error(check, lines)
-            total = check.counts["records"]
-            if ahead is not None and (ahead.abandoned or chunks < 2):
-                ahead = None  # over the limits, or one chunk: drawn chunk by chunk
-            if ahead is not None:
-                first = None  # the writing pass reads every chunk again
-                with _bar(progress, ahead.records, "drawing") as bar:
-                    ahead.draw(bar.update)
+            checked = _check_pass(plan, reader, input_path, input_sha256, progress)
+        first, ahead, chunks, total = checked.first, checked.ahead, checked.chunks, checked.total
 
         columns = plan.output_columns(reader.columns)
         schema = (
@@ -450,34 +517,18 @@ def _release(
         counts["identifiers_with_several_postcodes"] = plan.subjects_with_several_postcodes
         plan.warn_subjects()
 
-        manifest = build_manifest(
-            plan.describe(),
-            output_path=output_path,
-            output_format=table_format(output_path),
-            output_sha256=sha256_of_file(out_tmp.path),
-            rows=counts["rows_out"],
-            written_with=written_with(output_path.name, reader.arrow_schema),
-            uncompressed_sha256=uncompressed_sha256(out_tmp.path, output_path.name),
-        )
-        audit = build_audit(
-            manifest,
+        manifest = _write_descriptions(
+            claim,
+            plan,
+            reader,
+            output_path,
+            manifest_path,
+            out_tmp.path,
             input_path=input_path,
-            input_format=reader.format,
             input_sha256=input_sha256,
             counts=counts,
-            run={
-                "seconds": round(time.perf_counter() - started, 3),
-                "displacement_m": plan.displacement.summary(),
-            },
+            started=started,
         )
-        # Beside a file that keeps the true postcodes, the manifest's sha256 of that file is a
-        # digest of them: no longer publishable, so as private as the file.
-        man_tmp = claim.temp(manifest_path, private=options.keep_source_postcode)
-        man_tmp.handle.write(encode(manifest))
-        man_tmp.finish()
-        audit_tmp = claim.temp(audit_path_for(output_path), private=True)  # owner-only from birth
-        audit_tmp.handle.write(encode(audit))
-        audit_tmp.finish()
         if ledger is not None:  # pending ledger entry, durable before anything is renamed
             ledger.prepare(output_path, manifest["output"]["sha256"])
         # All three move into place together, the output last (OutputClaim.commit).
