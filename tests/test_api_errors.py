@@ -88,3 +88,23 @@ def test_a_library_warning_points_at_the_callers_line():
         )  # fmt: skip
     teleport = [w for w in caught if issubclass(w.category, TeleportWarning)]
     assert teleport and all(w.filename == __file__ for w in teleport)
+
+
+def test_a_missing_column_is_not_blamed_on_labels_that_are_not_text():
+    frame = pd.DataFrame({"person": ["a", "b"], 5: CODES[:2]})
+    with pytest.raises(PostcodePrivacyError) as caught:
+        perturb_frame(
+            frame, key=KEY, epsilon=1, id_column="person", postcode_column="pc", graph=GRAPH
+        )
+    assert "labelled by" not in str(caught.value)
+    with pytest.raises(InvalidParameterError, match="must be a non-empty column name"):
+        perturb_frame(frame, key=KEY, epsilon=1, id_column=None, postcode_column=5, graph=GRAPH)
+
+
+def test_the_small_public_helpers_answer_as_documented():
+    from postcode_privacy import ReleaseOptions, SubjectIdError
+
+    assert GRAPH.prior_of(CODES[0]) == 1
+    options = ReleaseOptions(epsilon="0.50", id_column="person", postcode_column="pc")
+    assert options.as_dict()["epsilon"] == "0.5"
+    assert issubclass(SubjectIdError, InvalidParameterError)

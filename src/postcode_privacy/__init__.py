@@ -22,6 +22,7 @@ from .errors import (
     OutputExistsError,
     PostcodePrivacyError,
     SourceDataError,
+    SubjectIdError,
     TeleportWarning,
     UnknownPostcodeError,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "OutputExistsError",
     "PostcodePrivacyError",
     "SourceDataError",
+    "SubjectIdError",
     "UnknownPostcodeError",
     "DuplicateSubjectWarning",
     "TeleportWarning",

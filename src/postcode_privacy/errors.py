@@ -18,6 +18,11 @@ class InvalidParameterError(PostcodePrivacyError, ValueError):
     """A parameter (epsilon, radius, prior, option) is outside what the mechanism supports."""
 
 
+class SubjectIdError(InvalidParameterError):
+    """A subject identifier refused (docs/spec.md, "Subject identifiers"); the message says
+    why, and never quotes the value."""
+
+
 class GraphError(PostcodePrivacyError):
     """A graph is malformed, inconsistent, or unsupported."""
 

@@ -433,6 +433,10 @@ class Graph:
         e, n = self.require_coordinates()[self.node_location[self.index_of(postcode)]]
         return float(e), float(n)
 
+    def prior_of(self, postcode: str) -> int:
+        """The prior weight of a postcode (its population count, or 1 for a uniform prior)."""
+        return int(self.prior[self.index_of(postcode)])
+
     # -- persistence (implemented in graph/artefact.py) -----------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import (
     InvalidParameterError,
+    SubjectIdError,
     TeleportWarning,
     UnknownPostcodeError,
     option_name,
@@ -25,7 +26,7 @@ from .probabilities import Probabilities
 from .radius import TELEPORT_TARGET, bound_text, default_radius, teleport_bound
 from .sampler import sample
 from .stream import StreamContext
-from .subject import SubjectIdError, canonical_subject_id
+from .subject import canonical_subject_id
 
 
 class Mechanism:

@@ -23,7 +23,7 @@ import numbers
 import unicodedata
 from decimal import Decimal
 
-from ..errors import InvalidParameterError
+from ..errors import SubjectIdError
 
 
 def canonical_subject_id(value: object) -> str:
@@ -40,10 +40,6 @@ def canonical_subject_id(value: object) -> str:
     except Exception:
         # Whatever an odd type's own methods raise (its words may quote the value).
         raise SubjectIdError("identifier has an unsupported type") from None
-
-
-class SubjectIdError(InvalidParameterError):
-    """An identifier refused, in this module's own words, which quote nothing of the value."""
 
 
 def _canonical(value: object) -> str:

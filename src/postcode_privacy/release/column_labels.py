@@ -74,7 +74,15 @@ def check_columns(options: ReleaseOptions, columns: Iterable, *, header_line: bo
     if missing:
         # The header's own cells are not echoed: without a header line they are a record.
         near = _near_misses(names, missing)
-        other = next((p for p, n in enumerate(names, start=1) if not isinstance(n, str)), None)
+        # A label that is not text but reads as a missing name (the integer 0 for "0").
+        other = next(
+            (
+                p
+                for p, n in enumerate(names, start=1)
+                if not isinstance(n, str) and str(n) in missing
+            ),
+            None,
+        )
         if not near and other is not None:  # (a pandas frame's labels: never a cell)
             near = (
                 f"column {other} is labelled by {kind_of_label(names[other - 1])}, not "

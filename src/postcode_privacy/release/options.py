@@ -130,14 +130,14 @@ class ReleaseOptions:
         object.__setattr__(self, "epsilon", parse_epsilon(self.epsilon))
         for name in ("id_column", "postcode_column", "out_column"):
             value = getattr(self, name)
-            if not isinstance(value, str):
+            if not isinstance(value, str) and value is not None:
                 raise InvalidParameterError(
                     f"{self.flag(name)} must be a column name as text, not "
                     f"{kind_of_label(value)} (a frame whose columns are labelled otherwise, "
                     "as pandas.read_csv(header=None) makes them, needs text labels first: "
                     "df.columns = df.columns.map(str))"
                 )
-            if not value:
+            if not value:  # (None, or "")
                 raise InvalidParameterError(f"{self.flag(name)} must be a non-empty column name")
             try:
                 value.encode("utf-8")
@@ -224,6 +224,13 @@ class ReleaseOptions:
     def replace(self, **changes: Any) -> ReleaseOptions:
         """A copy with some options changed, validated again."""
         return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, epsilon as its canonical text (the manifest describes a release from
+        its plan instead: ``manifest.describe``)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["epsilon"] = self.epsilon.text
+        return values
 
 
 _FIELDS: Mapping[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReleaseOptions)}

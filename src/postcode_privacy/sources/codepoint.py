@@ -308,7 +308,7 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
             progress,
             len(files.data),
             "reading Code-Point Open",
-            prefix="build",
+            prefix="Building postcode graph",
             unit="file",
         )
         frames = [_read_file(files, name, district) for name in names]

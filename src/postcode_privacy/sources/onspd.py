@@ -250,7 +250,14 @@ def _read_open_onspd(
             chunksize=_CHUNK_ROWS,
             encoding="utf-8-sig",
         )
-        reader = counting(reader, progress, None, f"reading {label}", prefix="build", unit="chunk")
+        reader = counting(
+            reader,
+            progress,
+            None,
+            f"reading {label}",
+            prefix="Building postcode graph",
+            unit="chunk",
+        )
         fault = None
         try:
             for chunk in reader:
