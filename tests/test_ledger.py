@@ -1482,3 +1482,76 @@ def test_ledger_check_counts_one_in_the_singular(capsys):
     for name, report in (("one", one), ("other", other)):
         echo_check(report, as_json=False)
         assert capsys.readouterr().out.splitlines()[:4] == expected[name]
+
+
+def _damaged_sqlite_ledger(tmp_path, edit: str, params=()) -> str:
+    """A SQLite ledger holding one release of subject 1 under a budget, then ``edit``."""
+    import sqlite3
+
+    where = str(tmp_path / "ledger.db")
+    Ledger.init(where).close()
+    with Ledger.open(where) as ledger:
+        src = write_input(tmp_path / "first.csv", ["1"], [CODES[0]])
+        release(ledger, src, tmp_path / "first-out.csv", budget="1")
+    connection = sqlite3.connect(where)
+    connection.execute(edit, params)
+    connection.commit()
+    connection.close()
+    return where
+
+
+@pytest.mark.parametrize(
+    "budget", ["1" + "0" * 5000, "1e999999999", "1/3", " 4 ", "1_0", "+4", "2/4", "0", "-1/2"]
+)
+def test_a_budget_not_as_written_is_damage_and_never_hangs(tmp_path, capsys, budget):
+    """A budget is written as a Fraction's text of a decimal ("3/10"): ten thousand digits
+    hung ``ledger show`` (a billion-digit integer) or printed a traceback, and "1/3" or " 4 "
+    were shown as budgets."""
+    where = _damaged_sqlite_ledger(tmp_path, "UPDATE releases SET budget = ?", (budget,))
+    started = time.monotonic()
+    assert main(["ledger", "show", where]) == 1
+    assert main(["ledger", "show", where, "--json"]) == 1
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert "the ledger is damaged" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("budget", ["3/10", "1000000000000000000000000000001/2", "7"])
+def test_budgets_as_written_are_read_exactly(tmp_path, capsys, budget):
+    where = _damaged_sqlite_ledger(tmp_path, "UPDATE releases SET budget = ?", (budget,))
+    assert main(["ledger", "show", where, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["releases"]
+    assert Fraction(entry["budget"]) == Fraction(budget)
+
+
+@pytest.mark.parametrize(
+    ("edit", "params"),
+    [
+        ("UPDATE draws SET subject = hex(subject)", ()),
+        ("UPDATE draws SET release = 'first'", ()),
+        ("UPDATE releases SET epsilon = ?", (" 0.1 ",)),
+        ("UPDATE releases SET budget = ?", ("-1",)),
+        ("UPDATE releases SET radius = ?", (-3,)),
+        ("UPDATE releases SET records = ?", ("many",)),
+        ("UPDATE releases SET new_draws = ?", (-1,)),
+        ("DROP TABLE settlements", ()),
+    ],
+)
+def test_a_release_refuses_the_damage_ledger_show_refuses(tmp_path, capsys, edit, params):
+    """A release reads only its own subjects' draws: with a subject's digest edited into text
+    its earlier spend went unseen and ``--budget`` was overspent; other damage that ``ledger
+    show`` refuses was recorded into.  Now the release, its dry run and ``ledger check``
+    refuse the same ledger, writing nothing."""
+    where = _damaged_sqlite_ledger(tmp_path, edit, params)
+    assert main(["ledger", "show", where]) == 1
+    src = write_input(tmp_path / "second.csv", ["1"], [CODES[5]])
+    out = tmp_path / "second-out.csv"
+    args = _perturb_args(tmp_path, (where, None), src, out, epsilon="1")
+    assert main([*args, "--budget", "1.5"]) == 1
+    assert main([*args, "--budget", "1.5", "--dry-run"]) == 1
+    assert not out.exists() and not Path(f"{out}.manifest.json").exists()
+    check = ["ledger", "check", str(src), "--ledger", where, "--key", str(tmp_path / "release.key")]
+    check += ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
+    assert main([*check, "--graph", str(tmp_path / "g.ppgraph")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("the ledger is damaged") >= 4 and "Traceback" not in err

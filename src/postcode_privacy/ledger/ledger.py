@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
@@ -70,6 +71,7 @@ class Ledger:
     def __init__(self, store: Store, digester: Digester):
         self.store = store
         self.digester = digester
+        self._integrity_checked = False  # (check_integrity: once per opening)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -332,8 +334,32 @@ class Ledger:
             for rid, state, text in self.store.query("SELECT id, state, epsilon FROM releases"):
                 if type(rid) is not int or state not in _STATES:
                     raise ValueError("a release's id or state")
-                out[rid] = parse_epsilon(text).fraction
+                epsilon = parse_epsilon(text)
+                if epsilon.text != text:  # (" 0.1 ", a number stored as a float)
+                    raise ValueError("a release's epsilon is not as written")
+                out[rid] = epsilon.fraction
             return out
+
+    def check_integrity(self) -> None:
+        """Refuse (:class:`LedgerDamagedError`) a ledger holding a value of a kind this package
+        never writes, before a release or a preview counts on it.  ``summary`` (``ledger
+        show``) reads every value and refuses the same damage; a release reads only its own
+        subjects' draws, so a draw edited into another type (or a release's budget, radius
+        or counts) went unseen, and a budget was overspent past it.  Checked once per opening."""
+        if self._integrity_checked:
+            return
+        store = self.store
+        with store.read(), _damage_is_a_ledger_error(store):
+            self.epsilons()
+            with _damage_is_a_ledger_error(store, "releases"):
+                for row in store.query(f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases"):
+                    _check_release_row(dict(zip(_RELEASE_FIELDS, row)))
+            if store.schema_version() != "1":  # version 1 has no settlements table
+                store.query("SELECT release, outcome, settled, settled_by, basis FROM settlements")
+            with _damage_is_a_ledger_error(store, "draws"):
+                if store.holds_mistyped_draws():
+                    raise ValueError("a draw of a type never written")
+        self._integrity_checked = True
 
     def lookup(
         self, draws: Iterable[bytes], subjects: Iterable[bytes]
@@ -377,36 +403,14 @@ class Ledger:
         with store.read(), _damage_is_a_ledger_error(store):
             epsilon_of = self.epsilons()
             releases = [
-                dict(
-                    zip(
-                        (
-                            "id",
-                            "state",
-                            "created",
-                            "output",
-                            "output_sha256",
-                            "epsilon",
-                            "radius",
-                            "graph_sha256",
-                            "key_fingerprint",
-                            "output_stability_version",
-                            "records",
-                            "new_draws",
-                            "budget",
-                        ),
-                        row,
-                    )
-                )
+                dict(zip(_RELEASE_FIELDS, row))
                 for row in store.query(
-                    "SELECT id, state, created, output_path, output_sha256, epsilon, "
-                    "radius, graph_sha256, key_fingerprint, output_stability_version, "
-                    "records, new_draws, budget FROM releases ORDER BY id"
+                    f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases ORDER BY id"
                 )
             ]
             with _damage_is_a_ledger_error(store, "releases"):
                 for r in releases:
-                    _check_release_row(r)
-                    r["budget"] = None if r["budget"] is None else Fraction(r["budget"])
+                    r["budget"] = _check_release_row(r)
             settled = {}
             if store.schema_version() != "1":  # version 1 has no settlements table
                 for rid, *rest in store.query(
@@ -435,17 +439,52 @@ class Ledger:
 _STATES = frozenset({"pending", "committed", "abandoned"})
 
 
-def _check_release_row(release: dict) -> None:
-    """Raise ValueError for a ``releases`` row postcode-privacy would not have written."""
+# A release's row as ``summary`` reads it: the names it gives the columns, and the columns.
+_RELEASE_FIELDS = (
+    "id",
+    "state",
+    "created",
+    "output",
+    "output_sha256",
+    "epsilon",
+    "radius",
+    "graph_sha256",
+    "key_fingerprint",
+    "output_stability_version",
+    "records",
+    "new_draws",
+    "budget",
+)
+_RELEASE_COLUMNS = tuple("output_path" if f == "output" else f for f in _RELEASE_FIELDS)
+# A budget is written as the text of a Fraction (``str``: "3/10", "4"); its digits are bounded
+# before any number is made of them (a hand edit of ten thousand digits hung ``ledger show``).
+_BUDGET_TEXT = re.compile(r"[1-9][0-9]{0,99}(/[1-9][0-9]{0,99})?")
+
+
+def _check_release_row(release: dict) -> Fraction | None:
+    """Raise ValueError for a ``releases`` row postcode-privacy would not have written;
+    return its budget, exactly (None: none)."""
     for name in ("radius", "records", "new_draws"):
         if type(release[name]) is not int or release[name] < 0:
             raise ValueError(name)
+    if release["radius"] < 1:
+        raise ValueError("radius")
     for name in ("created", "output", "output_sha256", "graph_sha256", "key_fingerprint"):
         if not isinstance(release[name], str):
             raise ValueError(name)
-    budget = release["budget"]
-    if budget is not None and (not isinstance(budget, str) or Fraction(budget) <= 0):
+    text = release["budget"]
+    if text is None:
+        return None
+    if not isinstance(text, str) or not _BUDGET_TEXT.fullmatch(text):
         raise ValueError("budget")
+    budget = Fraction(text)
+    denominator = budget.denominator
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    if str(budget) != text or denominator != 1:  # (not in lowest terms, or not a decimal)
+        raise ValueError("budget")
+    return budget
 
 
 @contextlib.contextmanager

@@ -159,7 +159,9 @@ class LedgerRecorder:
         return self
 
     def start(self) -> None:
-        """Begin a pass over the input (forgetting any earlier pass)."""
+        """Begin a pass over the input (forgetting any earlier pass), on a ledger whose values
+        are all of the kinds this package writes (``Ledger.check_integrity``)."""
+        self.ledger.check_integrity()
         self._account = ReleaseAccount(self._bound().epsilon, self.budget)
         self.records = 0
 

@@ -203,6 +203,11 @@ class Store:
     def has_schema(self) -> bool:
         raise NotImplementedError
 
+    def holds_mistyped_draws(self) -> bool:
+        """Whether a draw table holds a value of a type this package never writes there.  A
+        backend whose columns are typed (PostgreSQL's BYTEA and INTEGER) cannot hold one."""
+        return False
+
     # -- temporary key sets ---------------------------------------------------------------------
 
     def load_keys(self, name: str, keys: Iterable[bytes]) -> None:
