@@ -337,7 +337,9 @@ def test_ragged_rows(setup, tmp_path, capsys):
         setup, tmp_path, capsys, src, 3, "record 2 (starting on line 3 of the file) has 3 fields"
     )
     src.write_text("subject,postcode\n1,BD1 1AA,extra\n2,BD1 1AB\n")
-    check_failure(setup, tmp_path, capsys, src, 3, "first record has more fields")
+    check_failure(
+        setup, tmp_path, capsys, src, 3, "record 1 (starting on line 2 of the file) has 3 fields"
+    )
 
 
 def test_blank_and_whitespace_only_identifiers(setup, tmp_path, capsys):

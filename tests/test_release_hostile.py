@@ -1195,6 +1195,59 @@ def test_an_unclosed_quote_names_the_line_its_record_starts_on(setup, tmp_path, 
     assert names(tmp_path) == ["in.csv"]
 
 
+@pytest.mark.parametrize(
+    ("row", "line"),
+    [
+        ('"{id}"1,{pc},v', 3),  # pandas read the identifier as the two pieces joined
+        ('1,"{pc_head}"{pc_tail},v', 3),  # and a postcode never written as one
+        ('1,{pc},"note"a"b"', 3),
+        ('1,{pc},"note" ', 3),  # (a space after the closing quote is text too)
+        ('1,{pc},"a\nb"c', 3),  # a quoted line break: the record's first line is named
+    ],
+)
+def test_text_after_a_closing_quote_is_refused_naming_its_line(setup, tmp_path, capsys, row, line):
+    """``"SID0000"1`` was read by pandas as ``SID00001`` and released: another identifier,
+    perhaps someone else's, or a postcode the file never held.  Python's CSV reader refuses
+    it in strict mode; so does the release, naming the line, never the cell."""
+    codes = setup["codes"]
+    pc = codes[3]
+    cells = row.format(id="SID0000", pc=pc, pc_head=pc[:-2], pc_tail=pc[-2:])
+    text = f"subject,postcode,visit\n2,{codes[1]},ok\n{cells}\n3,{codes[2]},c\n"
+    (tmp_path / "in.csv").write_text(text)
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert f"the record starting on line {line} of the file has text after the closing quote" in err
+    assert pc not in err and "SID" not in err and "note" not in err
+    assert names(tmp_path) == ["in.csv"]
+
+
+def test_a_quoted_header_name_with_text_after_it_is_refused(setup, tmp_path, capsys):
+    codes = setup["codes"]
+    (tmp_path / "in.csv").write_text(f'subject,"post"code,visit\n1,{codes[0]},v\n')
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert "line 1 of the file has text after the closing quote" in capsys.readouterr().err
+    assert names(tmp_path) == ["in.csv"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "read"),
+    [('"a ""b"" c"', 'a "b" c'), ('ab"c', 'ab"c'), ('"x,y"', "x,y"), ('""', "")],
+)
+def test_quotes_written_as_csv_writes_them_still_round_trip(setup, tmp_path, cells, read):
+    codes = setup["codes"]
+    (tmp_path / "in.csv").write_text(f"subject,postcode,visit\n1,{codes[0]},{cells}\n")
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 0
+    released = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert released["visit"].tolist() == [read]
+
+
+def test_a_first_record_longer_than_the_header_is_named_by_its_line(setup, tmp_path, capsys):
+    codes = setup["codes"]
+    (tmp_path / "in.csv").write_text(f"\n\nsubject,postcode,visit\n1,{codes[0]},v,extra\n")
+    assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
+    assert "record 1 (starting on line 4 of the file) has 4 fields" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_a_header_name_past_the_csv_modules_default_limit_is_read(setup, tmp_path):
     """Python's CSV reader stops at 131,072 characters a field by default; the header may hold

@@ -28,6 +28,7 @@ __all__ = [
     "record_lines",
     "blank_and_empty_lines",
     "unclosed_quote_line",
+    "text_after_quote_line",
     "first_long_record",
     "PANDAS_BUFFER",
 ]
@@ -88,6 +89,7 @@ class _Survey(NamedTuple):
     lone_cr: bool  # some carriage return is not followed by a line feed
     size: int  # bytes (after decompression)
     unended: bool  # the last line has no line end (and the file is not empty)
+    quoted: bool  # some byte is a double quote
 
 
 # The end of pandas' C reader's read buffer (its default chunk): where a line's leading blanks
@@ -98,7 +100,7 @@ PANDAS_BUFFER = 262_144
 def survey_lines(path: str) -> _Survey:
     """What the raw bytes say the lines could hold, by byte searches (fast); lines inside
     quoted cells count too, so a True here is only a "could"."""
-    start_blank = empty = lone_cr = False
+    start_blank = empty = lone_cr = quoted = False
     size = 0
     with open_decompressed(path) as raw:
         tail = b"\n"  # as if a line break came before the file: its first line starts here
@@ -108,6 +110,7 @@ def survey_lines(path: str) -> _Survey:
                 block = block.removeprefix(b"\xef\xbb\xbf")
                 first = False
             size += len(block)
+            quoted = quoted or b'"' in block
             for data in (tail + block[:1], block):  # the pair across the blocks' edge, then all
                 start_blank = start_blank or any(mark in data for mark in _LINE_STARTS_BLANK)
                 empty = empty or any(mark in data for mark in _EMPTY_LINE)
@@ -118,7 +121,7 @@ def survey_lines(path: str) -> _Survey:
             tail = block[-1:]
         lone_cr = lone_cr or tail == b"\r"
     unended = size > 0 and tail not in (b"\n", b"\r")
-    return _Survey(start_blank, empty, lone_cr, size, unended)
+    return _Survey(start_blank, empty, lone_cr, size, unended, quoted)
 
 
 class LastLineEnded(io.RawIOBase):
@@ -153,11 +156,22 @@ class LastLineEnded(io.RawIOBase):
         super().close()
 
 
-def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]:
+class _TextAfterQuote(Exception):
+    """A quoted cell with text after its closing quote, in the record starting on ``line``."""
+
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+def _records_with_lines(
+    path: str, *, strict: bool = False
+) -> Iterator[tuple[int, list[str], str, bool]]:
     """(line of the file the record starts on, its fields, the raw text of that line, whether
     the record is that one line) for every record by Python's CSV reader, which splits lines
     and quotes as pandas does (a quote inside an unquoted field is text; LF, CR and CRLF all
-    end a line)."""
+    end a line).  ``strict``: a quoted cell with text after its closing quote raises
+    :class:`_TextAfterQuote`."""
     with open_decompressed(path) as raw, csv_field_limit(sys.maxsize // 2):
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         last: list[str] = []
@@ -167,7 +181,7 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]
                 last.append(line)
                 yield line
 
-        reader = csv.reader(lines())
+        reader = csv.reader(lines(), strict=strict)
         while True:
             start = reader.line_num + 1
             last.clear()
@@ -175,6 +189,10 @@ def _records_with_lines(path: str) -> Iterator[tuple[int, list[str], str, bool]]
                 row = next(reader)
             except StopIteration:
                 return
+            except csv.Error as exc:
+                if strict and "expected after" in str(exc):  # ("',' expected after '\"'")
+                    raise _TextAfterQuote(start) from None
+                raise
             yield start, row, last[0] if last else "", len(last) == 1
 
 
@@ -228,6 +246,21 @@ def blank_and_empty_lines(path: str) -> _Lines:
         cr_before_record = cr_before_record or pending_cr
         starts_blank = starts_blank or raw[:1] in (" ", "\t")
     return _Lines(None, empty, starts_blank, cr_before_record)
+
+
+def text_after_quote_line(path: str) -> int | None:
+    """The line on which the first record holding a quoted cell with text after its closing
+    quote (``"SID0000"1``, ``"a"b"``) starts, or None.  pandas' reader joins such a cell's
+    pieces into one text (``SID00001``), which is not the cell as written: two identifiers could
+    become one, a postcode be read that was never written (docs/release.md)."""
+    try:
+        for _ in _records_with_lines(path, strict=True):
+            pass
+    except _TextAfterQuote as found:
+        return found.line
+    except (csv.Error, UnicodeDecodeError, *READ_ERRORS):
+        return None  # the reading pass says what else is wrong with the file
+    return None
 
 
 def unclosed_quote_line(path: str) -> int | None:

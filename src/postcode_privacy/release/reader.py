@@ -45,6 +45,7 @@ from .csv_lines import (
     first_bad_utf8_line,
     first_long_record,
     survey_lines,
+    text_after_quote_line,
     unclosed_quote_line,
 )
 from .csv_text import first_unshowable, has_text
@@ -245,6 +246,8 @@ class TableReader:
         try:
             survey = survey_lines(self.path)
             self._unended = survey.unended
+            if survey.quoted:
+                self._refuse_text_after_quotes()
             if not (survey.could_start_blank or survey.could_be_empty):
                 return False
             lines = blank_and_empty_lines(self.path)
@@ -265,10 +268,30 @@ class TableReader:
             f"lines safely in this file ({why}): remove the empty lines"
         )
 
+    def _long_record_error(self, record: int, line: int, fields: int) -> InputDataError:
+        return InputDataError(
+            f"record {record} (starting on line {line} of the file) has {fields} fields; the "
+            f"header has {len(self.columns)}"
+        )
+
+    def _refuse_text_after_quotes(self) -> None:
+        """A quoted cell with text after its closing quote is refused, naming its line: pandas
+        would read it as another text than the one written (``text_after_quote_line``)."""
+        line = text_after_quote_line(self.path)
+        if line is not None:
+            raise InputDataError(
+                f"the input is not well-formed CSV: the record starting on line {line} of the "
+                "file has text after the closing quote of a quoted cell (a quote inside a cell "
+                'is written twice, with the whole cell quoted: "a ""b"" c")'
+            )
+
     def _csv_error(self, exc: BaseException) -> InputDataError:
         if isinstance(exc, UnicodeDecodeError):
             return InputDataError(self._encoding_message())
-        if isinstance(exc, pd.errors.ParserWarning):
+        if isinstance(exc, pd.errors.ParserWarning):  # (the first record: pandas says no more)
+            found = first_long_record(self.path, len(self.columns))
+            if found is not None:
+                return self._long_record_error(*found)
             return InputDataError("the first record has more fields than the header")
         if isinstance(exc, pd.errors.EmptyDataError):
             return InputDataError("the input file is empty")
@@ -281,11 +304,7 @@ class TableReader:
             # quoted cell may hold line breaks.
             found = first_long_record(self.path, len(self.columns))
             if found is not None:
-                record, line, fields = found
-                return InputDataError(
-                    f"record {record} (starting on line {line} of the file) has {fields} "
-                    f"fields; the header has {len(self.columns)}"
-                )
+                return self._long_record_error(*found)
             return InputDataError(
                 f"record {int(more.group(2)) - 1} has {more.group(3)} fields; "
                 f"the header has {more.group(1)}"
