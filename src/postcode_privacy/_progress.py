@@ -127,8 +127,8 @@ class CountLines:
             and self.done < self.total
         ):
             timing = timing_text(elapsed, self.done, self.total, self._since)
-            units = self._counted(self.total, self._unit).split(" ", 1)[1]
-            self._say(f"{self.desc} {self.done:,}/{self.total:,} {units} ({timing})")
+            of_total = self._counted(self.total, self._unit, grouped=True)
+            self._say(f"{self.desc} {self.done:,}/{of_total} ({timing})")
             self._next = self.done + max(1, -(-self.total // 4))
 
     def close(self) -> None:
