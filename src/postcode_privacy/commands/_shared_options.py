@@ -63,14 +63,7 @@ def chunk_size_option(help: str):
     """``--chunk-size N``: records held at once; never changes an output."""
     from ..release.options import DEFAULT_CHUNK_SIZE
 
-    return click.option(
-        "--chunk-size",
-        type=WholeNumbers(min=1),
-        default=DEFAULT_CHUNK_SIZE,
-        show_default=True,
-        metavar="N",
-        help=help,
-    )
+    return whole_number_option("--chunk-size", "N", DEFAULT_CHUNK_SIZE, 1, None, help)
 
 
 def ledger_option(*, required: bool, help: str):
@@ -100,49 +93,36 @@ max_edge_km_option = click.option(
 )
 
 
-def sample_option(*, default: int, help: str):
+def whole_number_option(
+    flag: str, metavar: str, default: int, low: int, high: int | None, help: str
+):
+    """A whole-number option from ``low`` to ``high`` (None: no upper bound), plain ASCII
+    digits (``_click_types.WholeNumbers``), its default shown in the help."""
     return click.option(
-        "--sample",
-        type=WholeNumbers(min=1),
+        flag,
+        type=WholeNumbers(min=low, max=high),
         default=default,
         show_default=True,
-        metavar="N",
+        metavar=metavar,
         help=help,
     )
+
+
+def sample_option(*, default: int, help: str):
+    return whole_number_option("--sample", "N", default, 1, None, help)
 
 
 def seed_option(help: str):
-    return click.option(
-        "--seed",
-        type=WholeNumbers(min=0, max=MAX_SEED),
-        default=0,
-        show_default=True,
-        metavar="S",
-        help=help,
-    )
+    return whole_number_option("--seed", "S", 0, 0, MAX_SEED, help)
 
 
 def releases_option(help: str):
-    return click.option(
-        "--releases",
-        type=WholeNumbers(min=1, max=MAX_RELEASES),
-        default=20,
-        show_default=True,
-        metavar="K",
-        help=help,
-    )
+    return whole_number_option("--releases", "K", 20, 1, MAX_RELEASES, help)
 
 
 def hops_option(name: str, help: str):
     """A hop count of a search (``--adversary-hops``): from 1 to the largest radius."""
-    return click.option(
-        name,
-        type=WholeNumbers(min=1, max=MAX_HOPS),
-        default=DEFAULT_HOPS,
-        show_default=True,
-        metavar="H",
-        help=help,
-    )
+    return whole_number_option(name, "H", DEFAULT_HOPS, 1, MAX_HOPS, help)
 
 
 def ledger_secret_option(dest: str = "ledger_secret"):
