@@ -74,7 +74,7 @@ def test_keygen_never_writes_over_a_file_and_says_what_is_there(tmp_path, capsys
     data.write_bytes(b"id,postcode\n")
     assert main(["keygen", "-o", str(data)]) == 4
     err = capsys.readouterr().err
-    assert "a file already exists at the key file's path" in err
+    assert f"refusing to overwrite {data}: a file already exists there" in err
     assert "choose a new name" in err
     assert data.read_bytes() == b"id,postcode\n"
 

@@ -37,7 +37,7 @@ def test_keygen_never_overwrites(tmp_path, capsys):
     before = path.read_bytes()
     capsys.readouterr()
     assert main(["keygen", "-o", str(path)]) == 4
-    assert "refusing to overwrite" in capsys.readouterr().err
+    assert f"refusing to overwrite {path}: a file already exists" in capsys.readouterr().err
     assert path.read_bytes() == before
     other = tmp_path / "other.txt"
     other.write_text("not a key")

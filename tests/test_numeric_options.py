@@ -141,12 +141,12 @@ def test_whole_numbers_are_plain_ascii_digits_as_epsilon_is(
         args += ["-o", str(tmp_path / "r.html")]
     code = main(args)
     err = capsys.readouterr().err
-    assert code == 2 and "is not a whole number in the digits 0 to 9" in err, err
+    assert code == 2 and "is not a whole number (digits 0 to 9 only)" in err, err
 
 
 def test_ledger_settle_and_perturb_take_plain_digits_only(capsys):
     assert main(["ledger", "settle", "l.db", "1_0", "--abandoned", "--yes"]) == 2
-    assert "is not a whole number in the digits 0 to 9" in capsys.readouterr().err
+    assert "is not a whole number (digits 0 to 9 only)" in capsys.readouterr().err
     args = ["perturb", "in.csv", "-o", "o.csv", "--epsilon", "1", "--chunk-size", "\uff13"]
     assert main(args + ["--id-column", "i", "--postcode-column", "p"]) == 2
-    assert "is not a whole number in the digits 0 to 9" in capsys.readouterr().err
+    assert "is not a whole number (digits 0 to 9 only)" in capsys.readouterr().err

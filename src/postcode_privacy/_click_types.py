@@ -17,17 +17,32 @@ _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*\Z", re.ASCII)
 
 
 class WholeNumbers(click.IntRange):
-    """click's IntRange (no bounds unless given), taking only ASCII digits, once signed."""
+    """click's IntRange (no bounds unless given), taking only ASCII digits, once signed, and
+    saying its range in words ("at least 1") where click says ``x>=1``."""
 
     name = "integer"
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not _WHOLE_NUMBER.match(value):
-            self.fail(f"{value!r} is not a whole number in the digits 0 to 9.", param, ctx)
-        return super().convert(value, param, ctx)
+            self.fail(f"{value!r} is not a whole number (digits 0 to 9 only).", param, ctx)
+        number = click.INT.convert(value, param, ctx)
+        if (self.min is not None and number < self.min) or (
+            self.max is not None and number > self.max
+        ):
+            self.fail(f"{number} is out of range: it must be {self._describe_range()}.", param, ctx)
+        return number
 
     def _describe_range(self) -> str:
         # (unbounded, it says nothing in --help; click's own would print "x<=None")
         if self.min is None and self.max is None:
             return ""
-        return super()._describe_range()
+        if self.max is None:
+            return f"at least {_number_text(self.min)}"
+        if self.min is None:
+            return f"at most {_number_text(self.max)}"
+        return f"from {_number_text(self.min)} to {_number_text(self.max)}"
+
+
+def _number_text(n: float | None) -> str:
+    whole = int(n or 0)
+    return "2^63 - 1" if whole == 2**63 - 1 else f"{whole:,}"

@@ -18,7 +18,7 @@ import stat
 import time
 from pathlib import Path
 
-from ._input_files import missing_file_message
+from ._input_files import missing_file_message, visible_text
 from ._signal_holds import signals_deferred
 from .atomic import refuse_directory_path
 from .errors import KeyFileError
@@ -49,8 +49,9 @@ def write_key_file(key: Key, path: str | os.PathLike) -> None:
                 # Whatever is there (an older key, a file of data), replacing it could lose
                 # a key.
                 raise KeyFileError(
-                    "refusing to overwrite: a file already exists at the key file's path (a "
-                    "key file is never written over another file); choose a new name"
+                    f"refusing to overwrite {visible_text(os.fsdecode(path))}: a file already "
+                    "exists there (a key file is never written over another file); choose a "
+                    "new name"
                 ) from None
             except FileNotFoundError:
                 raise KeyFileError(

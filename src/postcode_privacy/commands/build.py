@@ -7,7 +7,7 @@ import os
 import click
 
 from ..cli import cli
-from ._shared_options import force_option, max_edge_km_option, quiet_option
+from ._shared_options import force_option, max_edge_km_option, progress_quiet_option
 
 
 def _refuse_output_inside(output: str, codepoint: str | None) -> None:
@@ -64,8 +64,8 @@ def _refuse_output_inside(output: str, codepoint: str | None) -> None:
     metavar="FILE",
     help="Artefact to write.",
 )
-@force_option("Replace an existing artefact.")
-@quiet_option("No progress on stderr (bars on a terminal, stage lines otherwise).")
+@force_option("Replace an existing artefact (never a key file).")
+@progress_quiet_option
 def build_command(
     onspd, codepoint, population, nspl, gb_only, max_edge_km, output, force, quiet
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..cli import cli
-from ._shared_options import force_option, quiet_option
+from ._shared_options import force_option, progress_quiet_option
 
 EXAMPLE = "examples/records.csv"
 DEMO_EPSILON = "1"
@@ -98,8 +98,8 @@ def _copy_example(target: Path) -> None:
         "audit file (created if needed)."
     ),
 )
-@force_option("Replace the release of an earlier demo run.")
-@quiet_option("No progress on stderr (bars on a terminal, stage lines otherwise).")
+@force_option("Replace the release of an earlier demo run (never a key file).")
+@progress_quiet_option
 def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     """Release the shipped example records against the national graph at epsilon 1.
 

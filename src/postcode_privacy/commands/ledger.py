@@ -183,7 +183,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
 @click_options(only=("epsilon", "id_column", "postcode_column", "radius", "terminated"))
 @graph_option
 @budget_option("Also count records this budget would refuse.")
-@chunk_size_option("Records held in memory at once.")
+@chunk_size_option("Records read and checked at a time (does not change the result).")
 @json_option
 def check_command(
     input_path: str,

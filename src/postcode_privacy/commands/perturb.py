@@ -78,9 +78,12 @@ def failed_records_text(counts: dict) -> str:
 @release_key_option
 @click_options
 @graph_option
-@force_option("Replace an existing output, manifest and audit file.")
+@force_option("Replace an existing output, manifest and audit file (never a key file).")
 @chunk_size_option("Records read, checked and written at a time (does not change the output).")
-@quiet_option("No progress bar and no summary; warnings still print.")
+@quiet_option(
+    "No progress on stderr (a bar on a terminal, stage lines otherwise) and no summary; "
+    "warnings still print."
+)
 @ledger_option(required=False, help="Record the release in this privacy ledger (docs/ledger.md).")
 @ledger_secret_option()
 @budget_option(

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._file_names import argument_text
 from ..errors import SURFACE, InvalidParameterError
-from ..mechanism.epsilon import Epsilon, parse_epsilon
+from ..mechanism.epsilon import MAX_EPSILON, MIN_EPSILON, Epsilon, parse_epsilon
 from .column_labels import kind_of_label, loosely
 
 __all__ = [
@@ -59,7 +59,8 @@ class ReleaseOptions:
     epsilon: Epsilon = field(
         metadata=_cli(
             "--epsilon",
-            "Privacy parameter per hop, an exact decimal greater than 0 (e.g. 1 or 0.5).",
+            f"Privacy parameter per hop: a plain decimal from {MIN_EPSILON} to {MAX_EPSILON} "
+            "(e.g. 1 or 0.5), used exactly as written.",
             required=True,
             metavar="E",
         )

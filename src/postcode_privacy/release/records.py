@@ -123,9 +123,17 @@ def failure_error(
         if counts.get("unknown_postcode") and terminated == "error"
         else ""
     )
+    # The way on: the other policies, whose empty cells or missing rows then show which
+    # records failed (docs/release.md), a choice the user makes knowingly.
+    others = (
+        f"; {option('on_error', 'null')} (an empty cell) or {option('on_error', 'drop')} (no "
+        "row) releases the other records"
+        if failed > counts.get("over_budget", 0)
+        else ""
+    )
     return InputDataError(
         f"{failed} of {counts.get('records', 0)} records cannot be released ({reasons}); "
-        f"with {option('on_error', 'error')} nothing is released{budget}{nearest}",
+        f"with {option('on_error', 'error')} nothing is released{budget}{others}{nearest}",
         row_errors=list(row_errors[:MAX_LISTED_ERRORS]),
         total_errors=failed,
         row_lines=row_lines,
