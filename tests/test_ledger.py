@@ -1528,6 +1528,13 @@ def test_budgets_as_written_are_read_exactly(tmp_path, capsys, budget):
     ("edit", "params"),
     [
         ("UPDATE draws SET subject = hex(subject)", ()),
+        ("UPDATE draws SET draw = hex(draw)", ()),
+        ("UPDATE draws SET pair = 7", ()),
+        ("UPDATE draws SET subject = x'0102030405'", ()),
+        ("UPDATE draws SET subject = x''", ()),
+        ("INSERT INTO shared_draws SELECT 999, draw, subject, pair FROM draws", ()),
+        ("INSERT INTO settlements VALUES (1, 'weird', 'now', 'me', 'a reason')", ()),
+        ("INSERT INTO settlements VALUES (999, 'committed', 'now', 'me', 'a reason')", ()),
         ("UPDATE draws SET release = 'first'", ()),
         ("UPDATE releases SET epsilon = ?", (" 0.1 ",)),
         ("UPDATE releases SET budget = ?", ("-1",)),

@@ -1221,11 +1221,18 @@ def test_text_after_a_closing_quote_is_refused_naming_its_line(setup, tmp_path, 
     assert names(tmp_path) == ["in.csv"]
 
 
-def test_a_quoted_header_name_with_text_after_it_is_refused(setup, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("header", "line"),
+    [('subject,"post"code,visit', 1), ('"subj"x,postcode,visit', 1), ('\n\n"s"x,p,v', 3)],
+)
+def test_a_quoted_header_name_with_text_after_it_is_refused(setup, tmp_path, capsys, header, line):
+    """Whether or not the pieces joined would match the option ("post" "code"), the header is
+    named, never a column said missing."""
     codes = setup["codes"]
-    (tmp_path / "in.csv").write_text(f'subject,"post"code,visit\n1,{codes[0]},v\n')
+    (tmp_path / "in.csv").write_text(f"{header}\n1,{codes[0]},v\n")
     assert perturb(setup, tmp_path / "in.csv", tmp_path / "out.csv") == 3
-    assert "line 1 of the file has text after the closing quote" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the header line starting on line {line} of the file has text after the closing" in err
     assert names(tmp_path) == ["in.csv"]
 
 

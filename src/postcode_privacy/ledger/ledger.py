@@ -352,13 +352,11 @@ class Ledger:
         with store.read(), _damage_is_a_ledger_error(store):
             self.epsilons()
             with _damage_is_a_ledger_error(store, "releases"):
-                for row in store.query(f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases"):
+                rows = store.query(f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases")
+                for row in rows:
                     _check_release_row(dict(zip(_RELEASE_FIELDS, row)))
-            if store.schema_version() != "1":  # version 1 has no settlements table
-                store.query("SELECT release, outcome, settled, settled_by, basis FROM settlements")
-            with _damage_is_a_ledger_error(store, "draws"):
-                if store.holds_mistyped_draws():
-                    raise ValueError("a draw of a type never written")
+            _settlements(store, {row[0] for row in rows})
+            _refuse_malformed_draws(store)
         self._integrity_checked = True
 
     def lookup(
@@ -411,14 +409,10 @@ class Ledger:
             with _damage_is_a_ledger_error(store, "releases"):
                 for r in releases:
                     r["budget"] = _check_release_row(r)
-            settled = {}
-            if store.schema_version() != "1":  # version 1 has no settlements table
-                for rid, *rest in store.query(
-                    "SELECT release, outcome, settled, settled_by, basis FROM settlements"
-                ):
-                    settled[rid] = dict(zip(("outcome", "settled", "settled_by", "basis"), rest))
+            settled = _settlements(store, {r["id"] for r in releases})
             for r in releases:
                 r["settled_by_hand"] = settled.get(r["id"])
+            _refuse_malformed_draws(store)  # (as a release does: check_integrity)
             per = {}
             with _damage_is_a_ledger_error(store, "draws"):
                 for group in ("subject", "pair"):
@@ -437,6 +431,30 @@ class Ledger:
 
 
 _STATES = frozenset({"pending", "committed", "abandoned"})
+
+
+def _settlements(store: Store, release_ids: set) -> dict[int, dict]:
+    """The settlements by hand, by release, each of a release in the ledger, as ``settle``
+    writes them (version 1 of the schema has none)."""
+    settled: dict[int, dict] = {}
+    if store.schema_version() == "1":
+        return settled
+    with _damage_is_a_ledger_error(store, "settlements"):
+        for rid, *rest in store.query(
+            "SELECT release, outcome, settled, settled_by, basis FROM settlements"
+        ):
+            if rid not in release_ids or rest[0] not in ("committed", "abandoned"):
+                raise ValueError("a settlement of no release, or of no outcome")
+            if not all(isinstance(text, str) for text in rest):
+                raise ValueError("a settlement's text")
+            settled[rid] = dict(zip(("outcome", "settled", "settled_by", "basis"), rest))
+    return settled
+
+
+def _refuse_malformed_draws(store: Store) -> None:
+    with _damage_is_a_ledger_error(store, "draws"):
+        if store.holds_malformed_draws():
+            raise ValueError("a draw not as written")
 
 
 # A release's row as ``summary`` reads it: the names it gives the columns, and the columns.

@@ -140,8 +140,20 @@ class TableReader:
             with open_decompressed(self.path) as raw, csv_field_limit(MAX_HEADER_CHARS):
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
                 lines = _HeaderLines(text)
-                reader = csv.reader(lines)
-                for row in reader:
+                # strict: a name with text after its closing quote ("pco"de) is refused here,
+                # before the names are matched (_refuse_text_after_quotes: the records)
+                reader = csv.reader(lines, strict=True)
+                while True:
+                    first_line = reader.line_num + 1  # (the line the next record starts on)
+                    try:
+                        row = next(reader)
+                    except StopIteration:
+                        break
+                    except csv.Error as exc:
+                        if "expected after" not in str(exc):
+                            raise
+                        message = _text_after_quote_message(first_line, "header line")
+                        raise InputDataError(message) from None
                     if blanks_only(row):
                         raise InputDataError(blank_line_message(reader.line_num))
                     if row:
@@ -279,11 +291,7 @@ class TableReader:
         would read it as another text than the one written (``text_after_quote_line``)."""
         line = text_after_quote_line(self.path)
         if line is not None:
-            raise InputDataError(
-                f"the input is not well-formed CSV: the record starting on line {line} of the "
-                "file has text after the closing quote of a quoted cell (a quote inside a cell "
-                'is written twice, with the whole cell quoted: "a ""b"" c")'
-            )
+            raise InputDataError(_text_after_quote_message(line, "record"))
 
     def _csv_error(self, exc: BaseException) -> InputDataError:
         if isinstance(exc, UnicodeDecodeError):
@@ -642,4 +650,12 @@ def _is_text(kind) -> bool:
 
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)) or (
         getattr(pa.types, "is_string_view", lambda _: False)(kind)
+    )
+
+
+def _text_after_quote_message(line: int, what: str) -> str:
+    return (
+        f"the input is not well-formed CSV: the {what} starting on line {line} of the file has "
+        "text after the closing quote of a quoted cell (a quote inside a cell is written "
+        'twice, with the whole cell quoted: "a ""b"" c")'
     )
