@@ -213,7 +213,7 @@ class Store:
         """Whether a draw table holds a row this package never writes: a digest that is not
         ``DIGEST_BYTES`` bytes (or, in SQLite, not bytes at all), or a release that is not an
         integer or not in the ledger.  A subject's digest edited into anything else matches no
-        lookup, so its earlier spend would go unseen.  A full scan of both draw tables: 0.42 s
+        lookup, so its earlier spend would go unseen.  A full scan of both draw tables: 0.5 s
         for two million draws in SQLite, the file in the page cache."""
         from .digests import DIGEST_BYTES
 
