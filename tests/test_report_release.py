@@ -171,6 +171,7 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
     }
 
 
+@pytest.mark.slow  # over 2 s (CONTRIBUTING.md, "Running the tests")
 def test_a_manifests_radius_is_called_default_exactly_when_it_is(geo, tmp_path):
     """``radius_is_default`` compares the manifest's radius with the default for its epsilon;
     it was ``False`` for every manifest (a hostile review)."""

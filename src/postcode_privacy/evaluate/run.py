@@ -150,6 +150,7 @@ def evaluate_release(
     releases = check_count("releases", releases, MAX_RELEASES)
     adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
     compromise_hops = check_count("compromise_hops", compromise_hops, MAX_HOPS)
+    seed = check_seed(seed)  # (before any work, as the command line refuses it)
     mechanism = Mechanism(graph, epsilon, radius)
     exact = ExactMechanism(mechanism)
     nodes = select_sample(graph, sample, seed)

@@ -31,6 +31,7 @@ from ..evaluate.exact import ExactMechanism, OutputDistribution
 from ..evaluate.run import (
     adversary_scenarios,
     check_count,
+    check_seed,
     identify_mechanism,
     select_sample,
 )
@@ -255,6 +256,7 @@ def build_report(
         raise InvalidParameterError("give --epsilon, or --manifest of a release")
     releases = check_count("releases", releases, MAX_RELEASES)
     adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
+    seed = check_seed(seed)  # (before any work, as the command line refuses it)
     mechanism = Mechanism(graph, epsilon, radius)
     exact = ExactMechanism(mechanism)
     places = [dict(e) for e in example_postcodes(graph)]
