@@ -78,6 +78,7 @@ def grid_graph(side: int = 50):
 
 def prefill(ledger, prior_draws: int, n: int, pool: int) -> None:
     from postcode_privacy.ledger.digests import DrawParameters
+    from postcode_privacy.mechanism.epsilon import parse_epsilon
 
     releases = max(1, prior_draws // n)
     params = DrawParameters("0" * 16, "0" * 64, "1", 1, "1")
@@ -96,7 +97,8 @@ def prefill(ledger, prior_draws: int, n: int, pool: int) -> None:
                 "output_stability_version, records, new_draws) VALUES "
                 "(?, ?, 'committed', '2026-01-01T00:00:00+00:00', 'bench:0', '/nonexistent', "
                 "'', ?, 10, '', '', '1', ?, ?)",
-                (rid, f"bench{rid}", f"0.{r + 1:02d}", n, n),
+                # epsilon as a release writes it: canonical text ("0.1", never "0.10")
+                (rid, f"bench{rid}", parse_epsilon(f"0.{r + 1:02d}").text, n, n),
             )
             members = rng.sample(range(pool), n)
             store.bulk_insert(
