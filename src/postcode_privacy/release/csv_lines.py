@@ -29,6 +29,7 @@ __all__ = [
     "blank_and_empty_lines",
     "unclosed_quote_line",
     "text_after_quote_line",
+    "is_text_after_quote",
     "first_long_record",
     "PANDAS_BUFFER",
 ]
@@ -156,6 +157,12 @@ class LastLineEnded(io.RawIOBase):
         super().close()
 
 
+def is_text_after_quote(error: csv.Error) -> bool:
+    """Whether Python's CSV reader, in strict mode, refused a quoted cell with text after its
+    closing quote (its words: "',' expected after '\"'")."""
+    return "expected after" in str(error)
+
+
 class _TextAfterQuote(Exception):
     """A quoted cell with text after its closing quote, in the record starting on ``line``."""
 
@@ -190,7 +197,7 @@ def _records_with_lines(
             except StopIteration:
                 return
             except csv.Error as exc:
-                if strict and "expected after" in str(exc):  # ("',' expected after '\"'")
+                if strict and is_text_after_quote(exc):
                     raise _TextAfterQuote(start) from None
                 raise
             yield start, row, last[0] if last else "", len(last) == 1

@@ -44,6 +44,7 @@ from .csv_lines import (
     csv_field_limit,
     first_bad_utf8_line,
     first_long_record,
+    is_text_after_quote,
     survey_lines,
     text_after_quote_line,
     unclosed_quote_line,
@@ -150,7 +151,7 @@ class TableReader:
                     except StopIteration:
                         break
                     except csv.Error as exc:
-                        if "expected after" not in str(exc):
+                        if not is_text_after_quote(exc):
                             raise
                         message = _text_after_quote_message(first_line, "header line")
                         raise InputDataError(message) from None
