@@ -174,10 +174,27 @@ def stop_pool(pool: Pool) -> None:
     if stopper.is_alive() and not any(process.exitcode is not None for process in first):
         stopper.join(STOP_PATIENCE - _FIRST_PATIENCE)
     if stopper.is_alive():
-        # (with the pool's own replacements for dead workers, forked meanwhile)
+        _stop_replacing_workers(pool)
         workers = list({*first, *workers, *pool._pool})  # type: ignore[attr-defined]
         for process in workers:
             if process.exitcode is None:
                 process.kill()
         for process in workers:
             process.join()
+
+
+def _stop_replacing_workers(pool: Pool) -> None:
+    """End the pool's worker handler, the thread that forks a replacement for each worker that
+    dies, and wait for it, as ``Pool.terminate`` does before it kills the workers.
+
+    Here ``Pool.terminate`` is stuck, maybe before it told the handler (waiting for a lock a
+    killed worker held), and a replacement being forked joins the pool's list only once forked:
+    without this, such a worker was missed by the kills below and outlived the stop (a CI run
+    met it), and each worker killed would have been replaced again.
+    """
+    handler = getattr(pool, "_worker_handler", None)
+    if handler is None:  # (not CPython's pool as known: the list is all there is)
+        return
+    handler._state = multiprocessing.pool.TERMINATE  # what its loop checks on each pass
+    pool._change_notifier.put(None)  # type: ignore[attr-defined]  # wakes it from its wait
+    handler.join(STOP_PATIENCE)
