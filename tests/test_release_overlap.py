@@ -645,10 +645,11 @@ def test_a_replacement_the_pool_forks_while_it_is_stopped_does_not_outlive_the_s
 
     monkeypatch.setattr(forking, "STOP_PATIENCE", 30.0)
     held = lose_a_pool_lock_at_terminate(monkeypatch)
-    real_repopulate = Pool._repopulate_pool_static
+    real_repopulate, replacing = Pool._repopulate_pool_static, threading.Event()
 
     def repopulate_late(*args):
         if threading.current_thread() is not threading.main_thread():  # the pool's handler
+            replacing.set()
             time.sleep(1.5)  # (after the stop's half second for a pool with a dead worker)
         real_repopulate(*args)
 
@@ -659,6 +660,7 @@ def test_a_replacement_the_pool_forks_while_it_is_stopped_does_not_outlive_the_s
         dead = pool._pool[0]
         dead.kill()
         dead.join()
+        assert replacing.wait(60)  # (the handler has seen the death: a loaded machine is slow)
         forking.stop_pool(pool)
         assert len(pool._pool) == 2 and dead not in pool._pool  # the replacement was forked
         assert all(process.exitcode is not None for process in pool._pool)
