@@ -52,7 +52,19 @@ class PostgresServer:
                 "--no-sync",
             ]
         )
-        self.proc = subprocess.Popen(
+        # (a port free when chosen may be taken before the server binds it: then another)
+        for attempt in range(3):
+            self.proc = self._start(bindir)
+            if self._ready():
+                break
+            if attempt == 2 or self.proc.poll() is None:
+                self.stop()
+                raise RuntimeError("the PostgreSQL test server did not start")
+            self.port = _free_port()
+        self._databases = 0
+
+    def _start(self, bindir: str) -> subprocess.Popen:
+        return subprocess.Popen(
             self._as_user(
                 [
                     os.path.join(bindir, "postgres"),
@@ -71,16 +83,21 @@ class PostgresServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def _ready(self) -> bool:
+        """Whether the server accepts a session within a minute (False once it has exited).
+        An open port is not enough: for some milliseconds after it listens, the server refuses
+        sessions while it starts up ("the database system is starting up")."""
+        import psycopg
+
         deadline = time.monotonic() + 60
-        while True:
+        while self.proc.poll() is None and time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the PostgreSQL test server did not start") from None
+                psycopg.connect(self.url("postgres"), connect_timeout=2).close()
+                return True
+            except psycopg.OperationalError:
                 time.sleep(0.2)
-        self._databases = 0
+        return False
 
     def _as_user(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", self.user, "--", *argv] if self.user else argv
