@@ -121,3 +121,19 @@ def worker_report(spark, partitions: int, sha256: str) -> pd.DataFrame:
         .mapInPandas(report, "pid long, ancestors string, loads long, tasks long")
         .toPandas()
     )
+
+
+def event_log_text(directory: Path, *expected: str, patience: float = 60.0) -> str:
+    """Everything Spark's event log under ``directory`` holds, once it holds each of
+    ``expected`` (or ``patience`` seconds have passed): Spark writes the log from a listener
+    queue of its own, so an event may still be on its way when the query has returned."""
+    import time
+
+    deadline = time.monotonic() + patience
+    while True:
+        text = "".join(
+            path.read_text(errors="replace") for path in directory.rglob("*") if path.is_file()
+        )
+        if all(part in text for part in expected) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)

@@ -30,6 +30,7 @@ from spark_helpers import (  # noqa: E402
     PANDAS3_COPY,
     PANDAS3_NOTICE,
     assert_same_release,
+    event_log_text,
     records,
     small_records,
 )
@@ -493,9 +494,7 @@ def test_key_never_appears_in_plans_event_log_or_configuration(
     for secret in secrets_:
         assert secret not in shown
     # The event log (what the Spark UI and history server show) has the plans of both passes.
-    logged = "".join(
-        path.read_text(errors="replace") for path in event_log.rglob("*") if path.is_file()
-    )
+    logged = event_log_text(event_log, "postcode_privacy_release", "postcode_privacy_check")
     assert "postcode_privacy_release" in logged and "postcode_privacy_check" in logged
     for secret in secrets_:
         assert secret not in logged

@@ -20,6 +20,7 @@ from spark_helpers import (
     PANDAS3_NOTICE,
     assert_same_release,
     csv_input,
+    event_log_text,
     source_path,
     worker_report,
 )
@@ -126,7 +127,7 @@ def test_release_on_spark_connect_equals_perturb_frame(spark, server, tmp_path):
     )
     shown += str(spark.conf.getAll) + repr(released) + str(released.schema)
     assert "postcode_privacy_release" in shown
-    logged = "".join(p.read_text(errors="replace") for p in server[1].rglob("*") if p.is_file())
+    logged = event_log_text(server[1], "postcode_privacy_release")
     assert "postcode_privacy_release" in logged
     for secret in secrets_:
         assert secret not in shown and secret not in logged
