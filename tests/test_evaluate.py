@@ -225,7 +225,7 @@ def test_evaluate_release_is_reproducible_and_keyed_equals_one(geo):
     kwargs = dict(sample=10, releases=4, seed=7, laua=laua, match_truncation=False)
     first = evaluate_release(graph, "1", **kwargs)
     assert first == evaluate_release(graph, "1", **kwargs)
-    assert first["format"] == "postcode-privacy-evaluation" and first["format_version"] == 1
+    assert first["format"] == "postcode-privacy-evaluation" and first["format_version"] == 2
     assert first["graph_sha256"] == graph.sha256
     adv = first["adversary"]
     assert adv["keyed_releases"] == adv["one_release"]

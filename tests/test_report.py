@@ -162,7 +162,7 @@ def test_a_several_releases_figure_below_the_one_release_one_is_flagged(report):
 def test_report_numbers_are_the_exact_ones(geo, report):
     data = report.data
     mechanism = Mechanism(geo, "0.9")
-    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 6
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 7
     assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
     tb = data["teleport_bound"]
     assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound
@@ -488,3 +488,23 @@ def test_the_ratio_bounds_hold_whatever_decimal_context_the_caller_set(geo):
         if epsilon == "1.23456":
             assert first["hops"] == 1 and str(number_up(first["max_ratio_upper"])) == "3.44"
             assert "3.44" in page
+
+
+def test_a_risk_is_rounded_up_and_a_range_outward():
+    """A risk given as one figure is rounded up (never states less risk than there is); only an
+    exact 0 or 1 prints as 0.0% or 100.0%."""
+    from postcode_privacy._exact_numbers import percent_range, risk_percent
+
+    assert risk_percent(Fraction(93103, 10**6)) == "9.4%"  # the nearer 9.3% understates it
+    assert risk_percent(Fraction(93, 1000)) == "9.3%"  # exactly a step: unchanged
+    assert risk_percent(Fraction(1, 10**6)) == "less than 0.1%"
+    assert risk_percent(Fraction(9999, 10**4)) == "more than 99.9%"
+    assert (risk_percent(Fraction(0)), risk_percent(Fraction(1))) == ("0.0%", "100.0%")
+    same = Fraction(93103, 10**6)
+    assert percent_range(same, same) == "9.4%"
+    assert percent_range(Fraction(251, 10**4), Fraction(262, 10**4)) == "2.5% to 2.7%"
+    for k in range(1, 2000):
+        x = Fraction(k, 1999)
+        text = risk_percent(x)
+        if not text.startswith(("less", "more")):
+            assert Fraction(text[:-1]) / 100 >= x

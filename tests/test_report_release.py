@@ -168,6 +168,8 @@ def test_manifest_describes_that_release_and_nothing_private(geo, tmp_path, monk
         "library_version",
         "output_stability_version",
         "format_version",
+        "on_error",
+        "terminated",
     }
 
 
@@ -375,3 +377,70 @@ def test_the_largest_epsilon_times_radius_is_written_without_a_traceback(geo, tm
         argv[argv.index(str(tmp_path / out))] = str(tmp_path / f"refused-{out}")
         assert main(argv) == 8
         assert "epsilon times radius above 19000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ({"on_error": "drop"}, "left out of this release"),
+        ({"on_error": "null"}, "empty cell"),
+        ({"terminated": "nearest", "on_error": "error"}, "Terminated postcodes"),
+    ],
+)
+def test_a_release_that_leaves_records_out_or_empty_says_so(geo, tmp_path, policy, says):
+    """A release made with ``--on-error drop`` or ``null`` shows, by a missing row or an empty
+    cell, a fact about the record the guarantee does not cover (docs/threat-model.md); its page
+    read like a clean release's (a hostile review).  The policy is in the publishable manifest."""
+    page = render_html(
+        build_report(geo, release=read_manifest(_manifest(geo, tmp_path, **policy)), sample=None)
+    )
+    assert says in page
+    clean = render_html(
+        build_report(
+            geo,
+            release=read_manifest(_manifest(geo, tmp_path, on_error="error", terminated="error")),
+            sample=None,
+        )
+    )
+    for words in ("left out of this release", "empty cell", "Terminated postcodes"):
+        assert words not in clean
+
+
+def test_a_policy_the_manifest_cannot_hold_is_refused_without_echo(geo, tmp_path):
+    for bad in ("drop all; trust me", ["drop"], 3):
+        path = _manifest(geo, tmp_path, on_error=bad)
+        with pytest.raises(InvalidParameterError) as raised:
+            read_manifest(path)
+        assert "on_error" in str(raised.value) and "trust" not in str(raised.value)
+
+
+def test_one_row_is_one_row(geo, tmp_path):
+    path = _manifest(geo, tmp_path, output={"path": "r.csv", "sha256": "ab" * 32, "rows": 1})
+    page = render_html(build_report(geo, release=read_manifest(path), sample=None))
+    assert "1 rows" not in page and "1 row," in page
+
+
+def test_a_chosen_postcode_is_said_to_be_shown_as_given(geo, report):
+    """The page said nothing on it came from a release's records, whatever ``--postcode`` was
+    (a subject's own, say): it now says the chosen one is shown as given."""
+    assert "shown as it was given" in render_html(report)
+    plain = build_report(geo, "0.9", sample=None)
+    assert "shown as it was given" not in render_html(plain)
+
+
+def test_risks_on_the_page_are_rounded_up_from_the_exact_fractions(geo, report):
+    """Risk figures are rounded up, never to the nearer lower figure (a review found 9.3% printed
+    for an exact 9.3103%)."""
+    from postcode_privacy._exact_numbers import risk_percent
+
+    page = render_html(report)
+    for place in report.data["examples"]:
+        for field in ("self_probability", "probability_within_1km"):
+            exact = Fraction(int(place[field]["numerator"]), int(place[field]["denominator"]))
+            text = risk_percent(place[field])
+            if text.endswith("%") and not text.startswith(("less", "more")):
+                assert Fraction(text[:-1]) / 100 >= exact
+            assert text in page
+    sample = report.data["sample"]
+    assert sample["median_self_probability_text"] in page
+    assert sample["max_self_probability_text"] in page

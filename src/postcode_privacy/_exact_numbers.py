@@ -5,8 +5,10 @@ exactly 1 (or 0) must not print as one, whatever the rounding.  Every value may 
 exactly (a Fraction, or ``fraction_json``'s dict) or as a float; a float is taken as the exact
 value it holds.  Near an extreme the text says on which side the figure lies ("more than
 99.9%", "less than 0.1%"), which stays true.  A range is rounded outward (its lower bound
-down, its upper bound up), so that the stated range holds the exact one; and the float a JSON
-file gives for a bound is never on the wrong side of it.  Shared by the release's manifest,
+down, its upper bound up), so that the stated range holds the exact one; a risk given as one
+figure (the chance of naming a postcode, or of its coming back unchanged) is rounded up, so
+that the page never states less risk than there is; and the float a JSON file gives for a
+bound is never on the wrong side of it.  Shared by the release's manifest,
 ``evaluate`` and the report (docs/choosing-epsilon.md).
 """
 
@@ -22,6 +24,7 @@ __all__ = [
     "honest_float",
     "percent",
     "percent_range",
+    "risk_percent",
 ]
 
 
@@ -51,19 +54,34 @@ def percent(value: float | Fraction | dict | None, decimals: int = 1) -> str:
     return _steps_text(round(x / step), decimals)  # exact, half to even
 
 
+def risk_percent(value: float | Fraction | dict | None, decimals: int = 1) -> str:
+    """A risk (a probability that tells an attacker something) as a percentage rounded *up*
+    to ``decimals`` decimals: "9.4%" for 0.093103, never the nearer "9.3%", which would state
+    less risk than there is.  As :func:`percent`, only an exact 0 or 1 prints as "0.0%" or
+    "100.0%"; a risk below the smallest step prints as "less than 0.1%", one that would round
+    up to 100% as "more than 99.9%".  Give it the exact value: a float's own rounding error
+    can carry it one step up (0.1 is a little more than 1/10)."""
+    if value is None:
+        return "n/a"
+    x = exact_value(value)
+    if 0 < x < Fraction(1, 100 * 10**decimals):
+        return percent(x, decimals)  # "less than 0.1%": true, where "0.1%" would overstate
+    return _bound(x, decimals, math.ceil)
+
+
 def percent_range(
     low: float | Fraction | dict | None, high: float | Fraction | dict | None, decimals: int = 1
 ) -> str:
-    """A range of probabilities as percentages, rounded outward: "2.5% to 2.7%" for
-    [0.0251, 0.0262], so that the stated range holds every value of the exact one, whatever
-    the rounding.  Equal bounds are one value (:func:`percent`).  A bound that would round
+    """A range of risks as percentages, rounded outward: "2.5% to 2.7%" for [0.0251, 0.0262],
+    so that the stated range holds every value of the exact one, whatever the rounding.
+    Equal bounds are one risk, rounded up (:func:`risk_percent`).  A bound that would round
     to 0% or 100% without being exactly so prints as :func:`percent` prints it ("less than
     0.1%", "more than 99.9%"), which stays true."""
     if low is None or high is None:
         return "n/a"
     lo, hi = exact_value(low), exact_value(high)
     if lo == hi:
-        return percent(lo, decimals)
+        return risk_percent(lo, decimals)
     return f"{_bound(lo, decimals, math.floor)} to {_bound(hi, decimals, math.ceil)}"
 
 

@@ -41,8 +41,8 @@ def _text(r: dict) -> str:
         f"  displacement: median {u['median_displacement_km']:.3f} km, "
         f"95th percentile {u['p95_displacement_km']:.3f} km",
         f"  same local authority: {_pct(u['same_local_authority_share'])}",
-        f"  comes back unchanged: median {u['median_self_probability']:.3g}, "
-        f"largest {u['max_self_probability']:.3g}",
+        f"  comes back unchanged: median {u['median_self_probability_text']}, "
+        f"largest {u['max_self_probability_text']} (rounded up)",
         "",
         f"Bayesian adversary with the prior (candidates: within {a['hops']} hops of the outputs)",
         f"  {'releases seen':<30} {'identified':>12} {'median rank':>12} {'median P(truth)':>16}",
@@ -79,7 +79,7 @@ def _text(r: dict) -> str:
             f"  displacement to centroid: median {t['median_displacement_km']:.3f} km, "
             f"95th percentile {t['p95_displacement_km']:.3f} km; same local authority "
             f"{_pct(t['same_local_authority_share'])}",
-            f"  adversary: identified {_pct(t['identification_rate'])}, median rank "
+            f"  adversary: identified {t['identification_rate_text']}, median rank "
             f"{t['median_rank']:g}, median P(truth) {t['median_posterior']:.3g}",
         ]
         if "matching_epsilon" in t:

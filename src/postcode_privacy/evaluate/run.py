@@ -22,7 +22,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._exact_numbers import float_above, float_below, honest_float, percent_range
+from .._exact_numbers import (
+    float_above,
+    float_below,
+    honest_float,
+    percent_range,
+    risk_percent,
+)
 from .._limits import DEFAULT_HOPS, EVALUATE_SAMPLE, MAX_HOPS, MAX_RELEASES, MAX_SEED
 from ..errors import InvalidParameterError, PostcodePrivacyError, option_name
 from ..graph.graph import Graph
@@ -44,7 +50,10 @@ from .truncation import group_codes, truncation_baseline
 from .utility import measure_utility
 
 FORMAT = "postcode-privacy-evaluation"
-FORMAT_VERSION = 1
+# 2: risks also as text rounded up from their exact fractions: unchanged_rate_text (one release,
+#    expected over the draw), median_/max_self_probability_text, truncation's
+#    identification_rate_text
+FORMAT_VERSION = 2
 
 
 def check_count(name: str, value, maximum: int, minimum: int = 1) -> int:
@@ -281,6 +290,7 @@ class AdversaryScenarios:
             "identification_rate_high": float_above(high),
             "identification_rate_text": percent_range(low, high),
             "unchanged_rate": honest_float(unchanged),
+            "unchanged_rate_text": risk_percent(unchanged),  # rounded up, from the exact
         }
 
 

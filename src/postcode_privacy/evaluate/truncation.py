@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._exact_numbers import risk_percent
 from ..graph.graph import Graph
 from ..postcodes import district, sector
 from .utility import sample_quantile
@@ -43,6 +44,7 @@ class TruncationSummary:
     median_rank: float
     median_posterior: float
     median_group_size: float
+    identification_rate_text: str  # from the exact fraction, rounded up (``risk_percent``)
 
     def to_json(self) -> dict:
         out = dict(self.__dict__)
@@ -112,6 +114,7 @@ def truncation_baseline(
         if area is not None and area[x] >= 0:
             in_area = member_prior[area[members] == area[x]]
             same.append(Fraction(int(in_area.sum()), int(mass[g])))
+    identified = sum(ident, Fraction(0)) / len(nodes)
     return TruncationSummary(
         level=level,
         sample_size=len(nodes),
@@ -120,8 +123,9 @@ def truncation_baseline(
         median_self_probability=float(np.median([float(s) for s in selfs])),
         max_self_probability=float(max(selfs)),
         same_area_share=float(sum(same) / len(same)) if same else None,
-        identification_rate=float(sum(ident, Fraction(0)) / len(nodes)),
+        identification_rate=float(identified),
         median_rank=float(np.median(ranks)),
         median_posterior=float(np.median([float(s) for s in selfs])),
         median_group_size=float(np.median(sizes)),
+        identification_rate_text=risk_percent(identified),
     )

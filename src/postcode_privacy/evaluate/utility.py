@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._exact_numbers import honest_float
+from .._exact_numbers import honest_float, risk_percent
 from .exact import ExactMechanism
 
 
@@ -51,7 +51,16 @@ class UtilitySummary:
     histogram_m: np.ndarray = field(repr=False)
     per_postcode: list[PostcodeUtility] = field(repr=False)
 
+    def self_probability_texts(self) -> tuple[str, str]:
+        """The median and the largest chance of coming back unchanged over the sample, as
+        risks: from the exact fractions, rounded up (``risk_percent``)."""
+        selfs = sorted(r.self_probability for r in self.per_postcode)
+        middle = len(selfs) // 2
+        median = selfs[middle] if len(selfs) % 2 else (selfs[middle - 1] + selfs[middle]) / 2
+        return risk_percent(median), risk_percent(selfs[-1])
+
     def to_json(self) -> dict:
+        median_text, max_text = self.self_probability_texts()
         return {
             "sample_size": self.sample_size,
             "median_displacement_km": self.median_displacement_km,
@@ -59,6 +68,8 @@ class UtilitySummary:
             "mean_expected_displacement_km": self.mean_expected_displacement_km,
             "median_self_probability": self.median_self_probability,
             "max_self_probability": self.max_self_probability,
+            "median_self_probability_text": median_text,
+            "max_self_probability_text": max_text,
             "max_teleport_probability": self.max_teleport_probability,
             "same_local_authority_share": self.same_area_share,
         }

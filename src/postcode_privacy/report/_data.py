@@ -51,7 +51,10 @@ FORMAT = "postcode-privacy-report"
 # 4: probability_within_1km counts postcodes exactly 1,000 m away (it was under 1,000 m)
 # 5: likelihood_ratio_bounds give two_candidates_upper; figures_drawn_with
 # 6: the independent-releases attacker row gives below_one_release
-FORMAT_VERSION = 6
+# 7: risks as text rounded up from their exact fractions (unchanged_rate_text,
+#    median_/max_self_probability_text, the truncation rows' identification_rate_text); with
+#    --manifest, the release's on_error and terminated policies; chosen_postcode_given
+FORMAT_VERSION = 7
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
@@ -206,6 +209,7 @@ def attacker_figures(
                     "scenario": level,
                     "label": f"publish only the postcode {level}",
                     "identification_rate": t.identification_rate,
+                    "identification_rate_text": t.identification_rate_text,
                     "identification": "exact for each sampled postcode",
                     "median_rank": t.median_rank,
                     "median_posterior": t.median_posterior,
@@ -317,6 +321,8 @@ def build_report(
         "likelihood_ratio_bounds": ratios,
         "conditions": [{"unchanged": a, "why": b} for a, b in CONDITIONS],
         "examples": rows,
+        # (a postcode the user chose is shown as given: the page says so)
+        "chosen_postcode_given": postcode is not None,
         "focus": rows[-1]["postcode"] if postcode is not None else rows[0]["postcode"],
         "sample": None,
         "attacker": None,

@@ -31,6 +31,7 @@ from ..mechanism.powers import (
 )
 from ..release.manifest import MANIFEST_FORMAT as FORMAT
 from ..release.manifest import MANIFEST_VERSION
+from ..release.options import ON_ERROR_POLICIES, TERMINATED_POLICIES
 from ..version import OUTPUT_STABILITY_VERSION
 
 # Every manifest version written so far is read (what each may hold: the docstring above).
@@ -56,6 +57,10 @@ class ReleaseFacts:
     library_version: str
     output_stability_version: str
     format_version: int
+    # what became of records that could not be released, and of terminated postcodes (None:
+    # a manifest that does not say)
+    on_error: str | None = None
+    terminated: str | None = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -158,6 +163,7 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         raise InvalidParameterError(
             "the manifest field key_fingerprint is not a key fingerprint (16 hex digits)"
         )
+    policies = {name: _policy(data, name, choices) for name, choices in _POLICIES.items()}
     return ReleaseFacts(
         epsilon=epsilon,
         radius=radius,
@@ -170,4 +176,19 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         library_version=_field(data, "library_version", kind=str),
         output_stability_version=OUTPUT_STABILITY_VERSION,
         format_version=int(version),
+        **policies,
     )
+
+
+_POLICIES = {"on_error": ON_ERROR_POLICIES, "terminated": TERMINATED_POLICIES}
+
+
+def _policy(data: dict, name: str, choices: tuple[str, ...]) -> str | None:
+    """The release's ``name`` policy, or None where the manifest has no such field; one of
+    ``choices`` or refused (a hand edit could put any sentence there)."""
+    if name not in data:
+        return None
+    value = data[name]
+    if value not in choices:
+        raise InvalidParameterError(f"the manifest field {name} is not one of {', '.join(choices)}")
+    return value

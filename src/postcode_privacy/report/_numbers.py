@@ -8,9 +8,9 @@ from fractions import Fraction
 
 from markupsafe import Markup, escape
 
-from .._exact_numbers import exact_value, percent, percent_range
+from .._exact_numbers import exact_value, percent, percent_range, risk_percent
 
-__all__ = ["exact_value", "percent", "percent_range", "number"]
+__all__ = ["exact_value", "percent", "percent_range", "risk_percent", "number"]
 
 
 def number(value: float | Fraction | dict | None, digits: int = 3) -> Markup:

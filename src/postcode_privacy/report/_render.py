@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from ..mechanism.radius import round_up
 from ._data import Report
-from ._numbers import exact_value, number, percent
+from ._numbers import exact_value, number, percent, risk_percent
 
 
 def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
@@ -75,6 +75,7 @@ def _environment():
         number_up=number_up,
         percent=percent,
         percent_up=percent_up,
+        risk_percent=risk_percent,
         data_uri=data_uri,
     )
     return env
