@@ -32,7 +32,7 @@ from postcode_privacy.engine import ball_sweeps
 from postcode_privacy.engine import batch as engine_batch
 from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
-from postcode_privacy.errors import PostcodePrivacyError
+from postcode_privacy.errors import PostcodePrivacyError, WorkerLostError
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.keyfile import ENV_VAR, write_key_file
 from postcode_privacy.release import reader as release_reader
@@ -668,3 +668,37 @@ def test_a_replacement_the_pool_forks_while_it_is_stopped_does_not_outlive_the_s
     workers, _ = stop_after_a_worker_dies(monkeypatch, replacing)
     assert len(workers) == 2  # the replacement was forked, and listed
     assert all(process.exitcode is not None for process in workers)
+
+
+_DIE_BY: list[int] = []  # the signal with which ``_task_then_die`` kills its worker
+_REAL_TASK = engine_batch._worker_task
+
+
+def _task_then_die(task):
+    """A worker's task that kills its worker first, but for the first task (so that the other
+    worker goes on drawing meanwhile); module-level, as the pool pickles it by name."""
+    if task[0] > 0:
+        os.kill(os.getpid(), _DIE_BY[0])
+    return _REAL_TASK(task)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_worker_killed_mid_task_stops_the_release_with_an_error(
+    grid, tmp_path, monkeypatch, signum
+):
+    """A worker killed while it draws (the out-of-memory killer sends SIGKILL) never returns
+    its task, and CPython's pool waits for it for ever: the release slept with no word (a
+    hostile soak).  It now stops with an error naming the signal, writes nothing and leaves
+    no worker."""
+    graph, codes = grid
+    monkeypatch.setenv("POSTCODE_PRIVACY_WORKERS", "2")
+    monkeypatch.setattr(engine_batch, "_worker_task", _task_then_die)
+    monkeypatch.setattr(sys.modules[__name__], "_DIE_BY", [int(signum)])
+    src = tmp_path / "in.csv"
+    records(codes, 6000).to_csv(src, index=False)
+    began = time.monotonic()
+    with pytest.raises(WorkerLostError, match=f"killed by signal {int(signum)}"):
+        release(src, tmp_path / "out.csv", graph, chunk_size=6000)
+    assert time.monotonic() - began < 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    no_children_left()

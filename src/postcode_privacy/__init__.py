@@ -25,6 +25,7 @@ from .errors import (
     SubjectIdError,
     TeleportWarning,
     UnknownPostcodeError,
+    WorkerLostError,
 )
 from .version import OUTPUT_STABILITY_VERSION, __version__
 
@@ -64,6 +65,7 @@ __all__ = [
     "SourceDataError",
     "SubjectIdError",
     "UnknownPostcodeError",
+    "WorkerLostError",
     "DuplicateSubjectWarning",
     "TeleportWarning",
 ]

@@ -90,6 +90,11 @@ class OutputExistsError(PostcodePrivacyError):
     """Refusing to overwrite an existing file (or the input itself)."""
 
 
+class WorkerLostError(PostcodePrivacyError):
+    """A worker process drawing outputs ended before its work was done (killed, as the
+    out-of-memory killer does): its records would never be drawn, so the release stops."""
+
+
 class UnknownPostcodeError(PostcodePrivacyError, KeyError):
     """A well-formed postcode that is not a node of the graph."""
 

@@ -34,7 +34,7 @@ from multiprocessing.pool import Pool
 
 from .._signal_holds import signals_deferred
 
-__all__ = ["fork_pool", "start_in_background", "stop_pool"]
+__all__ = ["fork_pool", "lost_worker", "start_in_background", "stop_pool"]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _FORK_WITH_THREADS = (
@@ -148,6 +148,18 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
         raise
     setattr(pool, _FIRST_WORKERS, list(pool._pool))  # type: ignore[attr-defined]
     return pool
+
+
+def lost_worker(pool: Pool) -> int | None:
+    """The exit code of one of the workers ``fork_pool`` forked that has ended, or None while
+    all live.  A worker of this pool ends only when the pool is stopped: one that ended before
+    is lost (killed: the exit code is minus the signal's number), and so is the task it held,
+    whose result never comes (CPython's pool forks a replacement and waits for ever)."""
+    first = getattr(pool, _FIRST_WORKERS, None) or list(pool._pool)  # type: ignore[attr-defined]
+    for process in first:
+        if process.exitcode is not None:
+            return process.exitcode
+    return None
 
 
 def stop_pool(pool: Pool) -> None:
