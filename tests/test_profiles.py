@@ -9,8 +9,10 @@ cached table must be refused unless it is byte for byte the one built for its gr
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
+import signal
 import warnings
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from postcode_privacy.engine import landmarks as engine_landmarks
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine.layout import graph_layout, map_layout
 from postcode_privacy.engine.search import ShellSearch, ball_disagreement
-from postcode_privacy.errors import InvalidParameterError
+from postcode_privacy.errors import InvalidParameterError, WorkerLostError
 from postcode_privacy.graph.shells import node_shells
 from postcode_privacy.mechanism.subject import canonical_subject_id
 
@@ -784,3 +786,26 @@ def test_national_profiles_and_draws_equal_the_reference(national_graph, monkeyp
         got = [graph.label(out[0]) for out in sampler.sample_each(context, groups)]
         assert got == expected, eps
     assert hits > 60 and len(compiled) > 80
+
+
+_REAL_BUILD_TASK = ball_sweeps._build_task
+
+
+def _build_task_then_die(sweeps):
+    """A build worker's task that kills its worker, but for the first task; module-level, as the
+    pool pickles it by name."""
+    if sweeps[0] > 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _REAL_BUILD_TASK(sweeps)
+
+
+def test_a_build_worker_killed_mid_task_stops_the_build_with_an_error(cache, monkeypatch):
+    """A build worker killed while it sweeps (the out-of-memory killer's SIGKILL) took its task
+    with it, and the build waited for ever; it now stops with ``WorkerLostError``, and no
+    table is left in the cache."""
+    graph = planar_graph(random.Random(8), 150, 170, 0.9, 30)
+    monkeypatch.setattr(ball_sweeps, "_build_task", _build_task_then_die)
+    with pytest.raises(WorkerLostError, match="killed by signal 9"):
+        engine_profiles.profiles_for(graph, loc_mass(graph), workers=2)
+    assert not list(cache.iterdir())
+    assert multiprocessing.active_children() == []

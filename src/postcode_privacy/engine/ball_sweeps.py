@@ -25,7 +25,7 @@ import numpy as np
 
 from .._numba import njit
 from ..graph.graph import Graph
-from .forking import fork_pool, stop_pool
+from .forking import fork_pool, stop_pool, watched
 
 __all__ = ["Sweeps", "mass_dtype", "sweep_table", "table_sha256"]
 
@@ -388,7 +388,7 @@ def sweep_table(
             # and print a traceback as the pool is shut down).
             pool = fork_pool(workers)
             try:
-                count(pool.imap_unordered(_build_task, tasks))
+                count(watched(pool, pool.imap_unordered(_build_task, tasks)))
                 pool.close()  # all done: the workers exit on their own, without a signal
                 pool.join()
             finally:

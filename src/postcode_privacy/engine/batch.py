@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -37,18 +35,13 @@ from typing import Any
 import numpy as np
 
 from .._wording import counted, verb
-from ..errors import (
-    InputDataError,
-    InvalidParameterError,
-    UnknownPostcodeError,
-    WorkerLostError,
-)
+from ..errors import InputDataError, InvalidParameterError, UnknownPostcodeError
 from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
 from .fast import Bracket, Brackets, FastSampler, wants_bracket
-from .forking import fork_pool, lost_worker, stop_pool
+from .forking import fork_pool, stop_pool, watched
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles, profiles_to_use
 
@@ -385,7 +378,8 @@ class Draws:
         brackets = self._brackets
         try:
             self.start()
-            for start, result, kept in self._results_while_workers_live():
+            results = self._results if self._pool is None else watched(self._pool, self._results)
+            for start, result, kept in results:
                 self._take(start, result)
                 if brackets is not None:  # workers keep brackets only when given some
                     for node, entry in kept:  # the deepest bracket of each source
@@ -394,25 +388,6 @@ class Draws:
         finally:
             self.cancel()
         return self._out
-
-    def _results_while_workers_live(self) -> Iterator[tuple[int, np.ndarray, list]]:
-        """The workers' results as they come, checking every ``_WATCH_SECONDS`` of waiting
-        that none of them has died: the task a dead worker held never returns, and the
-        release waited for it for ever (a hostile soak: a worker killed, as the out-of-memory
-        killer kills, left the release asleep with no word)."""
-        pool, results = self._pool, self._results
-        if pool is None:
-            yield from results
-            return
-        while True:
-            try:
-                yield results.next(_WATCH_SECONDS)  # type: ignore[attr-defined]
-            except StopIteration:
-                return
-            except multiprocessing.TimeoutError:
-                code = lost_worker(pool)
-                if code is not None:
-                    raise _worker_lost(code) from None
 
     def cancel(self) -> None:
         """Stop the workers, if any are left, or keep them from starting (idempotent)."""
@@ -424,23 +399,6 @@ class Draws:
             stop_pool(pool)  # kills and joins the workers
         finally:
             _release_workers_lock()
-
-
-_WATCH_SECONDS = 1.0  # how long a wait for the workers' results goes before it checks on them
-
-
-def _worker_lost(code: int) -> WorkerLostError:
-    """The error for a worker that ended with exit code ``code``.  A worker killed by SIGTERM
-    may be part of a stop sent to the whole process group (``timeout``, systemd), which this
-    process also received: a moment's wait lets that stop arrive here first, as a stop."""
-    if code == -signal.SIGTERM:
-        time.sleep(0.5)  # (the stop's KeyboardInterrupt is raised here, if one is on its way)
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    hint = " (SIGKILL: often the system running out of memory)" if code == -signal.SIGKILL else ""
-    return WorkerLostError(
-        f"a worker process drawing the outputs {how}{hint}; its records were not drawn, so "
-        "the release stopped"
-    )
 
 
 def _release_workers_lock() -> None:

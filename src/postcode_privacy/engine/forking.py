@@ -28,13 +28,18 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.pool import Pool
+from typing import TypeVar
 
 from .._signal_holds import signals_deferred
+from ..errors import WorkerLostError
 
-__all__ = ["fork_pool", "lost_worker", "start_in_background", "stop_pool"]
+T = TypeVar("T")
+
+__all__ = ["fork_pool", "start_in_background", "stop_pool", "watched"]
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _FORK_WITH_THREADS = (
@@ -150,16 +155,49 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
     return pool
 
 
-def lost_worker(pool: Pool) -> int | None:
+_WATCH_SECONDS = 1.0  # how long ``watched`` waits for a result before it checks the workers
+
+
+def watched(pool: Pool, results: Iterator[T]) -> Iterator[T]:
+    """The results of ``pool.imap_unordered`` (or ``imap``) as they come, checking every
+    ``_WATCH_SECONDS`` of waiting that no worker has died.  A worker of this pool ends only
+    when the pool is stopped; one killed before (SIGKILL, as the out-of-memory killer sends)
+    took its task with it, whose result never comes, and CPython's pool forks a replacement
+    and waits for ever: a release slept with no word (a hostile soak).  Raises
+    :class:`WorkerLostError` instead."""
+    while True:
+        try:
+            yield results.next(_WATCH_SECONDS)  # type: ignore[attr-defined]
+        except StopIteration:
+            return
+        except multiprocessing.TimeoutError:
+            code = _lost_worker(pool)
+            if code is not None:
+                raise _worker_lost(code) from None
+
+
+def _lost_worker(pool: Pool) -> int | None:
     """The exit code of one of the workers ``fork_pool`` forked that has ended, or None while
-    all live.  A worker of this pool ends only when the pool is stopped: one that ended before
-    is lost (killed: the exit code is minus the signal's number), and so is the task it held,
-    whose result never comes (CPython's pool forks a replacement and waits for ever)."""
+    all live (a replacement is forked only for one that has ended, so these are enough)."""
     first = getattr(pool, _FIRST_WORKERS, None) or list(pool._pool)  # type: ignore[attr-defined]
     for process in first:
         if process.exitcode is not None:
             return process.exitcode
     return None
+
+
+def _worker_lost(code: int) -> WorkerLostError:
+    """The error for a worker that ended with exit code ``code`` (minus the signal's number
+    for a signal).  A worker killed by SIGTERM may be part of a stop sent to the whole process
+    group (``timeout``, systemd), which this process also received: a moment's wait lets that
+    stop arrive here first, to end the run as a stop."""
+    if code == -signal.SIGTERM:
+        time.sleep(0.5)  # (the stop's KeyboardInterrupt is raised here, if one is on its way)
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    hint = " (SIGKILL: often the system running out of memory)" if code == -signal.SIGKILL else ""
+    return WorkerLostError(
+        f"a worker process {how}{hint}; the work it held was lost, so the run stopped"
+    )
 
 
 def stop_pool(pool: Pool) -> None:
