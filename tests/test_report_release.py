@@ -422,10 +422,10 @@ def test_one_row_is_one_row(geo, tmp_path):
 
 def test_a_chosen_postcode_is_said_to_be_shown_as_given(geo, report):
     """The page said nothing on it came from a release's records, whatever ``--postcode`` was
-    (a subject's own, say): it now says the chosen one is shown as given."""
-    assert "shown as it was given" in render_html(report)
+    (a subject's own, say): it now says the chosen one is shown."""
+    assert "is shown, as the graph names it" in render_html(report)
     plain = build_report(geo, "0.9", sample=None)
-    assert "shown as it was given" not in render_html(plain)
+    assert "as the graph names it" not in render_html(plain)
 
 
 def test_risks_on_the_page_are_rounded_up_from_the_exact_fractions(geo, report):

@@ -3,9 +3,9 @@
 The manifest beside a release (``OUTPUT.manifest.json``, format ``postcode-privacy-manifest``)
 may, in format version 1, also carry facts about the true input (input hash, record counts).
 The report reads only the fields that format version 2 keeps publishable (epsilon, radius,
-graph, key fingerprint, output file and rows, versions, created time), so nothing about the
-true input can reach a report, whichever version it is given.  An unknown format or version is
-refused rather than guessed at.
+graph, key fingerprint, output file and rows, versions, created time, and the on_error and
+terminated policies), so nothing about the true input can reach a report, whichever version
+it is given.  An unknown format or version is refused rather than guessed at.
 
 The file is read as strict JSON, at most ``MAX_MANIFEST_BYTES`` of it, and only if it is a
 regular file (``_input_files``); every text field is shown with its control and direction
@@ -190,5 +190,7 @@ def _policy(data: dict, name: str, choices: tuple[str, ...]) -> str | None:
         return None
     value = data[name]
     if value not in choices:
-        raise InvalidParameterError(f"the manifest field {name} is not one of {', '.join(choices)}")
+        raise InvalidParameterError(
+            f"the manifest field {name} is not one of {', '.join(map(repr, choices))}"
+        )
     return value
