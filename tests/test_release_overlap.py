@@ -682,6 +682,7 @@ def _task_then_die(task):
     return _REAL_TASK(task)
 
 
+@pytest.mark.slow  # a release on two workers, one killed (about 2 s)
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_a_worker_killed_mid_task_stops_the_release_with_an_error(
     grid, tmp_path, monkeypatch, signum

@@ -379,6 +379,7 @@ def test_the_largest_epsilon_times_radius_is_written_without_a_traceback(geo, tm
         assert "epsilon times radius above 19000" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a report's maps for each policy: over 2 s each
 @pytest.mark.parametrize(
     ("policy", "says"),
     [
