@@ -8,8 +8,8 @@ value it holds.  Near an extreme the text says on which side the figure lies ("m
 down, its upper bound up), so that the stated range holds the exact one; a risk given as one
 figure (the chance of naming a postcode, or of its coming back unchanged) is rounded up, so
 that the page never states less risk than there is; and the float a JSON file gives for a
-bound is never on the wrong side of it.  Shared by the release's manifest,
-``evaluate`` and the report (docs/choosing-epsilon.md).
+bound is never on the wrong side of it.  Shared by the release's manifest, ``evaluate`` and
+the report (docs/choosing-epsilon.md).
 """
 
 from __future__ import annotations

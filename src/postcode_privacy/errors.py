@@ -91,8 +91,9 @@ class OutputExistsError(PostcodePrivacyError):
 
 
 class WorkerLostError(PostcodePrivacyError):
-    """A worker process drawing outputs ended before its work was done (killed, as the
-    out-of-memory killer does): its records would never be drawn, so the release stops."""
+    """A worker process ended before its work was done (killed, as the out-of-memory killer
+    kills): the part of the work it held would never come back (records never drawn, a table
+    never built), so the run stops."""
 
 
 class UnknownPostcodeError(PostcodePrivacyError, KeyError):

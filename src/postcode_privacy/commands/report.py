@@ -34,8 +34,8 @@ from ._shared_options import (
 @click.option(
     "--postcode",
     metavar="P",
-    help="Also show this postcode: its full row of figures and its own map.  The page shows "
-    "it as given: for a page to publish, choose a public place, never a subject's own postcode.",
+    help="Also show this postcode: its full row of figures and its own map.  The page names "
+    "it: for a page to publish, choose a public place, never a subject's own postcode.",
 )
 @sample_option(
     default=REPORT_SAMPLE,

@@ -321,7 +321,7 @@ def build_report(
         "likelihood_ratio_bounds": ratios,
         "conditions": [{"unchanged": a, "why": b} for a, b in CONDITIONS],
         "examples": rows,
-        # (a postcode the user chose is shown as given: the page says so)
+        # (a postcode the user chose is shown on the page, which says so)
         "chosen_postcode_given": postcode is not None,
         "focus": rows[-1]["postcode"] if postcode is not None else rows[0]["postcode"],
         "sample": None,
