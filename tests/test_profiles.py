@@ -799,6 +799,7 @@ def _build_task_then_die(sweeps):
     return _REAL_BUILD_TASK(sweeps)
 
 
+@pytest.mark.slow  # a build on two workers, one killed (about 1.5 s)
 def test_a_build_worker_killed_mid_task_stops_the_build_with_an_error(cache, monkeypatch):
     """A build worker killed while it sweeps (the out-of-memory killer's SIGKILL) took its task
     with it, and the build waited for ever; it now stops with ``WorkerLostError``, and no
