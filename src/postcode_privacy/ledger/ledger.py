@@ -350,14 +350,29 @@ class Ledger:
             return
         store = self.store
         with store.read(), _damage_is_a_ledger_error(store):
-            self.epsilons()
-            with _damage_is_a_ledger_error(store, "releases"):
-                rows = store.query(f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases")
-                for row in rows:
-                    _check_release_row(dict(zip(_RELEASE_FIELDS, row)))
-            _settlements(store, {row[0] for row in rows})
-            _refuse_malformed_draws(store)
+            self._checked_releases()
+
+    def _checked_releases(self) -> tuple[dict[int, Fraction], list[dict]]:
+        """Every release's epsilon, and its row (budget exact, ``settled_by_hand``) in order,
+        once every value of the ledger is found of a kind this package writes (the scan of
+        ``check_integrity``, which ``summary`` reads through).  Inside an open read."""
+        store = self.store
+        epsilon_of = self.epsilons()
+        with _damage_is_a_ledger_error(store, "releases"):
+            releases = [
+                dict(zip(_RELEASE_FIELDS, row))
+                for row in store.query(
+                    f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases ORDER BY id"
+                )
+            ]
+            for r in releases:
+                r["budget"] = _check_release_row(r)
+        settled = _settlements(store, {r["id"] for r in releases})
+        for r in releases:
+            r["settled_by_hand"] = settled.get(r["id"])
+        _refuse_malformed_draws(store)
         self._integrity_checked = True
+        return epsilon_of, releases
 
     def lookup(
         self, draws: Iterable[bytes], subjects: Iterable[bytes]
@@ -399,20 +414,7 @@ class Ledger:
         true postcode) pairs; pending releases count (conservatively) and are flagged."""
         store = self.store
         with store.read(), _damage_is_a_ledger_error(store):
-            epsilon_of = self.epsilons()
-            releases = [
-                dict(zip(_RELEASE_FIELDS, row))
-                for row in store.query(
-                    f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM releases ORDER BY id"
-                )
-            ]
-            with _damage_is_a_ledger_error(store, "releases"):
-                for r in releases:
-                    r["budget"] = _check_release_row(r)
-            settled = _settlements(store, {r["id"] for r in releases})
-            for r in releases:
-                r["settled_by_hand"] = settled.get(r["id"])
-            _refuse_malformed_draws(store)  # (as a release does: check_integrity)
+            epsilon_of, releases = self._checked_releases()  # (as a release does)
             per = {}
             with _damage_is_a_ledger_error(store, "draws"):
                 for group in ("subject", "pair"):
@@ -457,7 +459,8 @@ def _refuse_malformed_draws(store: Store) -> None:
             raise ValueError("a draw not as written")
 
 
-# A release's row as ``summary`` reads it: the names it gives the columns, and the columns.
+# A release's row as ``_checked_releases`` reads it: the names it gives the columns, and the
+# columns.
 _RELEASE_FIELDS = (
     "id",
     "state",
