@@ -38,6 +38,7 @@ import numpy as np
 
 from .._limits import DEFAULT_MAX_EDGE_KM
 from ..errors import GraphError, InvalidParameterError, option_name
+from ..sources._reading import BUILDING
 from .graph import Graph, _label
 
 __all__ = ["build_graph", "BUILDER", "BUILD_FORMAT"]
@@ -423,7 +424,7 @@ def _progress_bar(progress: bool):
         return _NoBar()
     from .._progress import step_bar  # plain lines when stderr is not a terminal
 
-    return step_bar("Building postcode graph", 6)
+    return step_bar(BUILDING, 6)
 
 
 def _done(bar, what: str) -> None:

@@ -34,6 +34,7 @@ from .._input_files import open_regular_file, visible_text
 from ..errors import SourceDataError
 
 __all__ = [
+    "BUILDING",
     "MAX_MEMBER_BYTES",
     "MAX_ZIP_MEMBERS",
     "RecordFault",
@@ -50,6 +51,9 @@ __all__ = [
     "opened_state",
     "unreadable",
 ]
+
+# The stage a graph build shows while it reads its sources and while it builds (graph/build.py).
+BUILDING = "Building postcode graph"
 
 # pandas names a malformed row by "line N" (from 1) or "starting at row N" (from 0), counting
 # rows, so a line break inside a quoted field is not counted (line_as_an_editor_counts).

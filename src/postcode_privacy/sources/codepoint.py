@@ -28,6 +28,7 @@ from .._input_files import visible_text
 from .._progress import counting
 from ..errors import SourceDataError
 from ._reading import (
+    BUILDING,
     check_members,
     check_row_shapes,
     digest_of_what_was_read,
@@ -308,7 +309,7 @@ def read_codepoint(path: str | os.PathLike | None = None, progress: bool = False
             progress,
             len(files.data),
             "reading Code-Point Open",
-            prefix="Building postcode graph",
+            prefix=BUILDING,
             unit="file",
         )
         frames = [_read_file(files, name, district) for name in names]

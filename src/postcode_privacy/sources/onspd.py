@@ -25,6 +25,7 @@ from .._input_files import visible_text
 from .._progress import counting
 from ..errors import SourceDataError, option_name
 from ._reading import (
+    BUILDING,
     RecordFault,
     check_members,
     check_row_shapes,
@@ -255,7 +256,7 @@ def _read_open_onspd(
             progress,
             None,
             f"reading {label}",
-            prefix="Building postcode graph",
+            prefix=BUILDING,
             unit="chunk",
         )
         fault = None
