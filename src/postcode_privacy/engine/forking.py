@@ -179,11 +179,16 @@ def watched(pool: Pool, results: Iterator[T]) -> Iterator[T]:
 def _lost_worker(pool: Pool) -> int | None:
     """The exit code of one of the workers ``fork_pool`` forked that has ended, or None while
     all live (a replacement is forked only for one that has ended, so these are enough)."""
-    first = getattr(pool, _FIRST_WORKERS, None) or list(pool._pool)  # type: ignore[attr-defined]
-    for process in first:
+    for process in _first_workers(pool):
         if process.exitcode is not None:
             return process.exitcode
     return None
+
+
+def _first_workers(pool: Pool) -> list:
+    """The workers ``fork_pool`` forked (the pool replaces a dead one, which then leaves its
+    list), or the pool's list for a pool it did not fork."""
+    return getattr(pool, _FIRST_WORKERS, None) or list(pool._pool)  # type: ignore[attr-defined]
 
 
 def _worker_lost(code: int) -> WorkerLostError:
@@ -216,12 +221,11 @@ def stop_pool(pool: Pool) -> None:
     first workers has died is not waited for any longer.
     """
     workers = list(pool._pool)  # type: ignore[attr-defined]  # no public list of them
-    # (the workers first forked: the pool replaces a dead one, which then leaves its list)
-    first = getattr(pool, _FIRST_WORKERS, workers)
+    first = _first_workers(pool)
     stopper = threading.Thread(target=pool.terminate, name="stop-pool", daemon=True)
     stopper.start()
     stopper.join(min(STOP_PATIENCE, _FIRST_PATIENCE))  # (a signal's workers die meanwhile)
-    if stopper.is_alive() and not any(process.exitcode is not None for process in first):
+    if stopper.is_alive() and _lost_worker(pool) is None:
         stopper.join(STOP_PATIENCE - _FIRST_PATIENCE)
     if stopper.is_alive():
         _stop_replacing_workers(pool)
