@@ -14,6 +14,7 @@ from fractions import Fraction
 
 from markupsafe import Markup, escape
 
+from .._wording import counted
 from ..mechanism.radius import round_up
 from ._data import Report
 from ._numbers import exact_value, number, percent, risk_percent
@@ -76,6 +77,7 @@ def _environment():
         percent=percent,
         percent_up=percent_up,
         risk_percent=risk_percent,
+        counted=lambda n, noun: counted(n, noun, grouped=True),
         data_uri=data_uri,
     )
     return env
