@@ -5,7 +5,7 @@ disagree: within [C_h / z_high, C_h / z_low) for some known C_h, or at or past C
 when only shells 0 .. D are known (docs/performance.md, "Deciding the shell, stage by stage").
 For random postcodes this script explores each whole ball once (the exact Z), then, at each
 depth asked for, takes the engine's own bounds there (the core's, the far-mass row's and the
-floor's, as ``FastSampler._bounds`` and ``_rows_z_high`` give them; with ``--landmarks`` the
+floor's, as ``BoundSources.z_bounds`` and ``rows_z_high`` give them; with ``--landmarks`` the
 landmark rows', as a release below ε 0.35 has them) and measures the share of
 U that they leave undecided, four ways:
 
@@ -63,12 +63,12 @@ def shares_at(
         acc += powers[h] * masses[h]
         cumulative.append(acc)
     explored = sum(masses[: depth + 1])
-    sampler._forget_group_rows()
+    sampler.sources.forget_group_rows()
     search = sampler.search
     search.start(node)
-    floor = sampler._ball_floor()
-    z_low, z_high = sampler._bounds(cumulative, explored, None, floor)
-    from_rows = sampler._rows_z_high(node, cumulative, explored)
+    floor = sampler.sources.ball_floor()
+    z_low, z_high = sampler.sources.z_bounds(cumulative, explored, None, floor)
+    from_rows = sampler.sources.rows_z_high(node, cumulative, explored)
     if from_rows is not None:
         z_high = min(z_high, from_rows)
     if not z_low <= z <= z_high:

@@ -154,7 +154,7 @@ PROFILE_PARTS = [  # (label, predicate on (file, function)), first match wins
     ),
     (
         "ball-mass profile table (rows read, C built)",
-        lambda f, n: f.endswith("profiles.py") or n in ("_profile_shells", "_brackets_for"),
+        lambda f, n: f.endswith("profiles.py") or n in ("profile_shells", "brackets_for"),
     ),
     (
         "landmark tables, built once per process",
@@ -174,7 +174,7 @@ PROFILE_PARTS = [  # (label, predicate on (file, function)), first match wins
     ),
     (
         "exact decision (integers)",
-        lambda f, n: f.endswith("sampler.py") or n in ("_decide", "_z_high", "sync", "_bounds"),
+        lambda f, n: f.endswith("sampler.py") or n in ("decide", "_z_high", "sync", "z_bounds"),
     ),
     (
         "other engine work (rows, picks, grouping)",

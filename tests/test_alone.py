@@ -179,13 +179,13 @@ def test_the_compiled_row_tail_is_row_tails():
 def _python_decision(sampler: FastSampler, node: int, block: int):
     """What ``_sample_one`` decides for a record at ``node`` whose first "shell" block is
     ``block``, before drawing: (shell, stat), or None where it hands the record on."""
-    sampler._forget_group_rows()
-    for stat, bracket in sampler._brackets_for(node, with_floor=False):
+    sampler.sources.forget_group_rows()
+    for stat, bracket in sampler.sources.brackets_for(node, with_floor=False):
         (shell,), undecided = bounds_module.decide_all(
             bracket.cumulative, [block], bracket.z_low, bracket.z_high, sampler.radius
         )
         if not undecided:
-            masses = sampler._table_masses
+            masses = sampler.sources.table_masses
             if masses is None or shell >= len(masses):
                 return None
             return shell, stat
@@ -197,8 +197,8 @@ def _boundary_blocks(sampler: FastSampler, node: int) -> list[int]:
     ``_sample_one`` tries at ``node``: where a bound one unit off would answer otherwise."""
     top = 1 << 256
     blocks = []
-    sampler._forget_group_rows()
-    for _, bracket in sampler._brackets_for(node, with_floor=False):
+    sampler.sources.forget_group_rows()
+    for _, bracket in sampler.sources.brackets_for(node, with_floor=False):
         for c in bracket.cumulative:
             for z in (bracket.z_low, bracket.z_high):
                 edge = c * top // z

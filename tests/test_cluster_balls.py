@@ -148,7 +148,7 @@ def test_the_rows_bound_kept_by_cluster_is_the_bound_from_the_whole_row(monkeypa
                 sampler.search.explore_to(depth)
                 walk = fast._CompiledWalk(sampler.search, powers)
                 for explored in (walk.explored_mass, walk.explored_mass + 10**6):
-                    got = sampler._rows_z_high(node, walk.cumulative, explored)
+                    got = sampler.sources.rows_z_high(node, walk.cumulative, explored)
                     row = table.far.upper_row(int(graph.node_location[node]), radius)
                     want = bounds.z_high_by_row(
                         walk.cumulative, explored, row, powers, radius, total

@@ -427,7 +427,7 @@ def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
     monkeypatch.setattr(cluster_balls, "DEPTH", 30)
     rng = random.Random(43)
     calls: list[tuple[bool, int]] = []  # (far-mass row given, what it found) of each call
-    real_draw_one, real_decide = ShellSearch.draw_one, FastSampler._decide
+    real_draw_one, real_decide = ShellSearch.draw_one, FastSampler.decide
 
     def counted(self, source, shell, draw, table_row, floor, far_row):
         found = real_draw_one(self, source, shell, draw, table_row, floor, far_row)
@@ -439,7 +439,7 @@ def test_records_alone_are_drawn_in_one_call_and_refused_alike(monkeypatch):
         return real_decide(self, *args, **kwargs)
 
     monkeypatch.setattr(ShellSearch, "draw_one", counted)
-    monkeypatch.setattr(FastSampler, "_decide", general)
+    monkeypatch.setattr(FastSampler, "decide", general)
     refused = {1: 0, 2: 0}
     records = 0
     for case in range(80):
@@ -614,13 +614,13 @@ def test_a_floor_above_the_balls_explored_is_refused():
     for table, refused in ((right, False), (wrong, True)):
         sampler = FastSampler(mechanism, profiles=engine_profiles.BallProfiles(table, graph))
         sampler.search.start(node)
-        assert sampler._ball_floor() is not None
+        assert sampler.sources.ball_floor() is not None
         sampler.search.explore_to(mechanism.radius)
         if refused:
             with pytest.raises(RuntimeError, match="disagree"):
-                sampler._check_explored()
+                sampler.sources.check_explored()
         else:
-            sampler._check_explored()
+            sampler.sources.check_explored()
 
 
 def test_the_guard_names_the_table_before_the_rows():

@@ -18,9 +18,14 @@ from graphs import colocated
 from test_fast_path import planar_graph
 
 from postcode_privacy import Key, Mechanism
-from postcode_privacy.engine import FastSampler, cluster_balls, perturb_nodes
+from postcode_privacy.engine import (
+    FastSampler,
+    bound_sources,
+    cluster_balls,
+    perturb_nodes,
+    shared_draws,
+)
 from postcode_privacy.engine import batch as engine_batch
-from postcode_privacy.engine import fast as fast_module
 from postcode_privacy.engine import profiles as engine_profiles
 from postcode_privacy.engine.landmarks import graph_tables
 from postcode_privacy.engine.layout import graph_layout, map_layout
@@ -134,8 +139,8 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(
     """With a shallow table the bounds leave many records undecided, so both shared sweeps
     (deciding and drawing) do real work on these small graphs; with ``along_map`` the
     sampler's search and sweeps read the graph renumbered along the map."""
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
-    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(bound_sources, "FLOOR_HOPS", 2)
     # (other seeds with coordinates: a graph built with them draws other groups)
     rng = random.Random((200 if along_map else 100) + seed)
     graph = planar_graph(
@@ -157,13 +162,13 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(
         sampler = FastSampler(mechanism, profiles=table, along_map=along_map)
         assert sampler.sample_groups(context, groups, decide_together=together) == expected
         assert sampler.stats["shared_groups"] > 0
-        if together and sampler._deciding_depth() is not None:
+        if together and sampler.shared.deciding_depth() is not None:
             assert sampler.stats["decided_by_sweep"] > 0
         # the sweeps read the graph numbered as the search reads it (the speed is the point),
         # and along the map that numbering is not the graph's own
         if along_map:
             assert sampler.search.layout.original.tolist() != list(range(graph.n_locations))
-        arrays = sampler._sweeps()._graph_arrays
+        arrays = sampler.shared.sweeps()._graph_arrays
         assert arrays[0] is sampler.search._arrays.indptr
         assert arrays[5] is sampler.search._arrays.node_location
     picked = rng.sample(range(len(groups)), 12)
@@ -178,8 +183,8 @@ def test_sample_groups_equal_one_search_per_postcode_and_the_reference(
 def test_a_wrong_table_is_caught_on_the_shared_path(together, monkeypatch):
     """Near masses one unit too heavy: each shared sweep's guard refuses them, as the
     one-search path does, before any output is returned."""
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
-    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(bound_sources, "FLOOR_HOPS", 2)
     rng = random.Random(8)
     graph = planar_graph(rng, 120, 150, 1.0, 4)
     mechanism = Mechanism(graph, "0.5", radius=12)
@@ -206,8 +211,8 @@ def test_dense_batches_share_sweeps_with_any_workers(monkeypatch):
     monkeypatch.setattr(engine_batch, "TASK_RECORDS", 200)
     monkeypatch.setattr(engine_batch, "PARALLEL_MIN", 10)
     monkeypatch.setattr(engine_batch, "SHARED_MIN_GROUPS", 16)
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
-    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 2)
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 2)
+    monkeypatch.setattr(bound_sources, "FLOOR_HOPS", 2)
     rng = random.Random(44)
     graph = planar_graph(rng, 200, 240, 1.0, 6)
     mechanism = Mechanism(graph, "0.5", radius=14)
@@ -284,8 +289,8 @@ def test_far_mass_rows_too_light_are_caught_on_the_shared_path(monkeypatch):
     use a z_high below Z: the shared path refuses them, as one search per postcode does (the
     deciding sweep's guard checks every ball it explored; the drawing's guard and the
     exploring of groups still undecided see them too)."""
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 3)
-    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 3)
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 3)
+    monkeypatch.setattr(bound_sources, "FLOOR_HOPS", 3)
     rng = random.Random(12)
     graph = planar_graph(rng, 150, 180, 1.0, 4)
     mechanism = Mechanism(graph, "0.5", radius=16)
@@ -314,13 +319,13 @@ def test_the_deciding_sweep_reaches_at_least_the_floors_hops_past_the_table(monk
         engine_profiles.build_profiles(graph, _loc_mass(graph), 3), graph
     )
     sampler = FastSampler(mechanism, profiles=table)
-    monkeypatch.setattr(fast_module, "FLOOR_HOPS", 6)
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 2)
-    assert sampler._deciding_depth() == 3 + 6
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 8)
-    assert sampler._deciding_depth() == 3 + 8
-    monkeypatch.setattr(fast_module, "DECIDING_HOPS", 40)  # past R - 1: explore alone
-    assert sampler._deciding_depth() is None
+    monkeypatch.setattr(bound_sources, "FLOOR_HOPS", 6)
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 2)
+    assert sampler.shared.deciding_depth() == 3 + 6
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 8)
+    assert sampler.shared.deciding_depth() == 3 + 8
+    monkeypatch.setattr(shared_draws, "DECIDING_HOPS", 40)  # past R - 1: explore alone
+    assert sampler.shared.deciding_depth() is None
 
 
 def test_a_task_straddling_two_dense_stretches_shares_sweeps_in_each(monkeypatch):

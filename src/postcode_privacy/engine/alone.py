@@ -12,7 +12,7 @@ limbs, so no float is involved anywhere; the draws then follow in one more compi
 Why the output is the same as ``_sample_one``'s (docs/performance.md, "Records alone"):
 
 * C_h = sum_{g <= h} P_g * pi(S_g) with the shell masses read from the table row exactly as
-  ``BallProfiles.shell_masses`` reads them; z_low and z_high are ``FastSampler._bounds``'
+  ``BallProfiles.shell_masses`` reads them; z_low and z_high are ``BoundSources.z_bounds``'
   (the core's), then, if those do not settle, z_high is the far-mass row's
   (``bounds.z_high_by_tail`` with ``bounds.row_tail``) where it is smaller, with the same checks
   that make a row unusable;
@@ -21,7 +21,7 @@ Why the output is the same as ``_sample_one``'s (docs/performance.md, "Records a
   C_{i-1} <= floor(u z_low / 2**256); otherwise the record is undecided here;
 * any valid bounds that settle a record give the one shell the core defines, so a record
   settled here has the shell ``_sample_one`` gives it, and the member draw's first attempt is
-  ``fast._member_value``'s (the top bit_length(n - 1) bits of the "member" block).
+  ``group.member_value``'s (the top bit_length(n - 1) bits of the "member" block).
 
 Limb arithmetic: a number is a uint64 array whose entries are 32-bit digits, least significant
 first, so a digit product plus two digits never exceeds 2**64 - 1.  The widths are fixed per
@@ -266,7 +266,7 @@ def _decide_each(
         ok = _set_sum(cumulative, 0, bounds, _NOUGHT, powers, 0, masses[0])
         for k in range(1, depth + 1):
             ok = ok and _set_sum(cumulative, k, cumulative, k - 1, powers, k, masses[k])
-        # FastSampler._bounds: the core's z_low, and its z_high (z_low once Z is exact)
+        # BoundSources.z_bounds: the core's z_low, and its z_high (z_low once Z is exact)
         ok = ok and _set_sum(bounds, _LOW, cumulative, depth, powers, radius, rest)
         if depth == radius - 1:
             bounds[_HIGH, :] = bounds[_LOW]
@@ -284,7 +284,7 @@ def _decide_each(
         shell = _decide(cumulative, depth, bounds, u, product, radius)
         stage = 1
         if shell == UNSETTLED and depth < radius - 1 and have_rows:
-            # fast._far_z_high: C_D + P_{D+1} (Q[D+1] - E) + the row's tail, if smaller
+            # BoundSources.far_z_high: C_D + P_{D+1} (Q[D+1] - E) + the row's tail, if smaller
             cluster = cluster_of[location]
             if tail_state[cluster] == 0:
                 usable = _row_tail(

@@ -40,7 +40,8 @@ from ..mechanism.keys import Key
 from ..mechanism.mechanism import Mechanism
 from ..mechanism.stream import StreamContext
 from ..mechanism.subject import canonical_subject_id
-from .fast import Bracket, Brackets, FastSampler, wants_bracket
+from .bound_sources import Bracket, Brackets, wants_bracket
+from .fast import FastSampler
 from .forking import fork_pool, stop_pool, watched
 from .landmarks import GraphTables, graph_tables
 from .profiles import BallProfiles, profiles_to_use
@@ -438,7 +439,7 @@ def start_draws(
     there on first use for a batch of many distinct postcodes).
     ``brackets``: a dict the caller keeps across calls with the same mechanism (the release
     layer keeps one per release), in which bounds on Z are kept by source so that a postcode
-    seen again in a later batch needs no deep exploration (``FastSampler._brackets_for``).
+    seen again in a later batch needs no deep exploration (``BoundSources.brackets_for``).
     ``quiet``: no progress lines if the profile table is built on first use.  None of these
     options changes any output.
 

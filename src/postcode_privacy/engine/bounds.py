@@ -11,7 +11,7 @@ bisection each.  Both answer only where every Z between the bounds gives the sam
 loose bound costs exploring, never a different output (docs/performance.md, "Deciding the
 shell, stage by stage").
 
-Nothing here reads the graph or a stream: engine/fast.py passes the integers in.
+Nothing here reads the graph or a stream: engine/bound_sources.py and engine/fast.py pass the integers in.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def row_tail(
     """The part of ``z_high_by_row``'s bound that depends on the row alone, for h = start - 2:
     sum_{j=start}^{R-1} P_j (Q[j] - Q[j-1]) + P_R (Pi - Q[R-1]); None if some Q[j] < Q[j-1]
     (j >= start) or Q[R-1] > Pi, which make the row unusable.  The same for every source
-    sharing the row, so the sampler keeps it by cluster (``FastSampler._far_z_high``)."""
+    sharing the row, so the sampler keeps it by cluster (``BoundSources.far_z_high``)."""
     rows = bound[start - 1 : radius].tolist()  # Q[start-1] .. Q[R-1] as Python integers
     previous, last = rows[0], rows[-1]
     if last > total_prior:

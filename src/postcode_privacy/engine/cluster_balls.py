@@ -26,7 +26,7 @@ graph the hash is pinned here (``PINNED_SHA256``); a stale, corrupt or edited fi
 and rebuilt, and a build that differs is not used. A wrong row would make an upper bound too
 small, so a load of rows without a pin (a custom graph's) also checks that they are consistent
 with the graph's clusters (``_check_consistent``), and the engine checks the balls it explores
-against the row before drawing (``FastSampler._check_explored``; a partial guard: it sees only
+against the row before drawing (``BoundSources.check_explored``; a partial guard: it sees only
 the shells it explores).
 """
 

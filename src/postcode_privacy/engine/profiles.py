@@ -5,7 +5,7 @@ for k = 0 .. ``depth``.  For a true node x at that location the node ball B_k(x)
 "Sampling": shell 0 is x alone, shell 1 adds its co-located postcodes) has mass
 pi(x) for k = 0 and ``cumulative[loc, k]`` for k >= 1, so the first ``depth`` + 1 shell masses
 of every source, and hence C_0 .. C_depth, are known without exploring
-(``FastSampler._profile_shells`` in engine/fast.py).  Beyond ``depth`` the engine bounds Z
+(``BoundSources.profile_shells`` in engine/bound_sources.py).  Beyond ``depth`` the engine bounds Z
 with the core's bound or, tighter, with the far-mass rows of engine/cluster_balls.py, which
 are built and cached beside the table (``BallProfiles.far``); the profile only lets the exact
 decision start deep instead of at shell 0.
