@@ -161,14 +161,17 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and first.poll() is None:
             if any(p.name.endswith(".tmp") for p in out_dir.iterdir()):
-                break  # the first run is at work
+                # The first run is at work: paused at once while the second runs, so it is
+                # surely still at work then (a fast first run had finished during the
+                # second's start-up, which is refused too, but as an existing output: not
+                # what this test is about).
+                first.send_signal(signal.SIGSTOP)
+                break
             time.sleep(0.02)
-        assert first.poll() is None, "the first run ended before the second could start"
-        # Paused while the second runs, so the first is surely still at work then (a fast
-        # first run had finished during the second's start-up, which is refused too, but as
-        # an existing output: not what this test is about).
-        first.send_signal(signal.SIGSTOP)
         try:
+            # Paused with its claim held: alive, its output not yet in place.
+            assert first.poll() is None, "the first run ended before the second could start"
+            assert not out.exists(), "the first run finished before it was paused"
             second = spawn(
                 setup, tmp_path / "in.csv", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
