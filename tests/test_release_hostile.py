@@ -319,6 +319,65 @@ def test_invalid_utf8_in_parquet_is_a_clean_error_naming_the_record(
     assert names(tmp_path) == ["in.parquet"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        (pa.binary(), "binary values"),
+        (pa.large_binary(), "binary values"),
+        (pa.int64(), "whole numbers"),
+        (pa.list_(pa.string()), "lists"),
+        (pa.dictionary(pa.int32(), pa.binary()), "dictionary-encoded binary values"),
+    ],
+    ids=["binary", "large-binary", "integers", "lists", "dictionary-of-binary"],
+)
+def test_a_parquet_postcode_column_that_is_not_text_is_refused_naming_its_type(
+    setup, tmp_path, capsys, kind, words
+):
+    """Postcodes stored as bytes (as some Hive, Impala and Spark settings write text) were each
+    refused as "not a UK postcode in form", every record of the file (a hostile review)."""
+    codes = setup["codes"][:3]
+    if pa.types.is_integer(kind):
+        column = pa.array([1, 2, 3], kind)
+    elif pa.types.is_list(kind):
+        column = pa.array([[c] for c in codes], kind)
+    elif pa.types.is_dictionary(kind):
+        column = pa.array([c.encode() for c in codes], pa.binary()).dictionary_encode()
+    else:
+        column = pa.array([c.encode() for c in codes], kind)
+    table = pa.table({"subject": ["1", "2", "3"], "postcode": column})
+    pq.write_table(table, tmp_path / "in.parquet")
+    for on_error in ("error", "drop"):
+        out = tmp_path / "out.parquet"
+        assert perturb(setup, tmp_path / "in.parquet", out, "--on-error", on_error) == 3
+        err = capsys.readouterr().err
+        assert f"the postcode column (--postcode-column) holds {words}, not text" in err
+        assert codes[0] not in err and "Traceback" not in err
+    assert names(tmp_path) == ["in.parquet"]
+
+
+@pytest.mark.parametrize("encoding", ["large-string", "dictionary", "nulls"])
+def test_a_parquet_postcode_column_of_text_or_nulls_is_read_record_by_record(
+    setup, tmp_path, capsys, encoding
+):
+    """Text in another of Arrow's encodings is read as postcodes; a column of nulls is missing
+    postcodes, record by record, as in a CSV file (not a column of the wrong type)."""
+    codes = setup["codes"][:3]
+    column = {
+        "large-string": pa.array(codes, pa.large_string()),
+        "dictionary": pa.array(codes).dictionary_encode(),
+        "nulls": pa.nulls(3),
+    }[encoding]
+    table = pa.table({"subject": ["1", "2", "3"], "postcode": column})
+    pq.write_table(table, tmp_path / "in.parquet")
+    code = perturb(setup, tmp_path / "in.parquet", tmp_path / "out.parquet")
+    err = capsys.readouterr().err
+    assert "not text" not in err
+    if encoding == "nulls":
+        assert code == 3 and "row 1: missing or blank postcode" in err
+    else:
+        assert code == 0
+
+
 # -- item 8: wide headers ------------------------------------------------------------------------
 
 
@@ -440,6 +499,25 @@ def test_what_follows_a_compressed_stream_is_another_whole_stream_or_refused(
         assert released["subject"].tolist() == df["subject"].astype(str).tolist()
         return
     assert code == 3 and "the compressed input is damaged or ends early" in err, err
+    assert names(tmp_path) == [src.name]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+@pytest.mark.parametrize("holds", ["plain text", "another compression"])
+def test_a_file_named_compressed_that_is_not_says_so(setup, tmp_path, capsys, suffix, holds):
+    """A plain CSV (or another format's data) named ``.csv.gz`` was called "damaged or ends
+    early" (a hostile review); the message now says the name promises what the file is not."""
+    text = frame(setup["codes"], 5).to_csv(index=False).encode()
+    other = {".gz": ".bz2", ".bz2": ".xz", ".xz": ".gz"}[suffix]
+    data = text if holds == "plain text" else COMPRESSORS[other](text)
+    src = tmp_path / f"in.csv{suffix}"
+    src.write_bytes(data)
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    words = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}[suffix]
+    assert (
+        f"the input's name ends {suffix} but the file does not start as {words} data does"
+        in capsys.readouterr().err
+    )
     assert names(tmp_path) == [src.name]
 
 
@@ -1181,6 +1259,30 @@ def test_no_lines_are_listed_from_a_file_changed_since_its_check(setup, tmp_path
         assert perturb(setup, src, tmp_path / "out.csv") == 3
     err = capsys.readouterr().err
     assert "  row 2: missing or blank postcode\n" in err and "(line" not in err
+
+
+@pytest.mark.parametrize(
+    ("last", "name"),
+    [('"abc', "in.csv"), ('"', "in.csv"), ('"abc', "in.csv.gz"), ('"a""b', "in.csv")],
+    ids=["cell", "lone-quote", "gzip", "doubled-quote"],
+)
+def test_an_unclosed_quote_at_the_end_of_the_file_names_its_line(
+    setup, tmp_path, capsys, last, name
+):
+    """With no line break after it, the never-closed cell ends the file: Python's lenient
+    reader closes it silently, so the cell read holds no quote, and the line was not named
+    (a hostile review)."""
+    import gzip
+
+    codes = setup["codes"]
+    text = f"subject,postcode,visit\n1,{codes[0]},a\n2,{codes[1]},{last}".encode()
+    (tmp_path / name).write_bytes(gzip.compress(text, mtime=0) if name.endswith(".gz") else text)
+    assert perturb(setup, tmp_path / name, tmp_path / "out.csv") == 3
+    assert (
+        "record starting on line 3 of the file has a quoted cell that is never closed"
+        in capsys.readouterr().err
+    )
+    assert names(tmp_path) == [name]
 
 
 @pytest.mark.parametrize("second", ["a", '12" ruler'], ids=["plain", "after-a-literal-quote"])

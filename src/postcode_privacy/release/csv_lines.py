@@ -273,16 +273,34 @@ def text_after_quote_line(path: str) -> int | None:
 def unclosed_quote_line(path: str) -> int | None:
     """The line on which the record holding a never-closed quoted cell starts, or None: Python's
     CSV reader, like pandas, runs such a cell to the end of the file, so it is the last record,
-    and it holds a quote."""
+    and it holds a quote, or the file ends inside the quote (``"abc`` with no line break after
+    it, where the cell read holds neither)."""
     last = None
     try:
         for line, row, _, _ in _records_with_lines(path):
             last = (line, row)
     except (csv.Error, UnicodeDecodeError, *READ_ERRORS):
         return None
-    if last is None or not any('"' in cell or "\n" in cell or "\r" in cell for cell in last[1]):
+    if last is None:
         return None
-    return last[0]
+    if any('"' in cell or "\n" in cell or "\r" in cell for cell in last[1]):
+        return last[0]
+    return last[0] if _ends_inside_quote(path) else None
+
+
+def _ends_inside_quote(path: str) -> bool:
+    """Whether the file ends inside a quoted cell: Python's CSV reader in strict mode says
+    "unexpected end of data" there, where the lenient one closes the cell silently."""
+    try:
+        for _ in _records_with_lines(path, strict=True):
+            pass
+    except _TextAfterQuote:
+        return False  # (another fault, found first: the reader says that one)
+    except csv.Error as exc:
+        return "unexpected end of data" in str(exc)
+    except (UnicodeDecodeError, *READ_ERRORS):
+        return False
+    return False
 
 
 def first_long_record(path: str, width: int) -> tuple[int, int, int] | None:

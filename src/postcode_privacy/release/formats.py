@@ -68,6 +68,25 @@ def open_decompressed(path: str, name: str | None = None) -> gzip.GzipFile | io.
 
 _BLOCK = 1 << 16
 _XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream
+# How a file of each compressed format starts (an xz file may instead hold a legacy .lzma
+# stream, whose first byte, its properties, is 0x5d for every file xz and Python write).
+_STARTS = {"gz": (b"\x1f\x8b",), "bz2": (b"BZh",), "xz": (_XZ_MAGIC, b"\x5d")}
+
+
+def compression_named_but_absent(path: str) -> str | None:
+    """The compression the name of ``path`` promises ("gz", "bz2" or "xz") if the file has
+    bytes that do not start as that format does (a plain CSV named ``.csv.gz``, say), else
+    None: a read that failed then says what is wrong, not "damaged"."""
+    suffix = path.lower().rsplit(".", 1)[-1]
+    starts = _STARTS.get(suffix)
+    if starts is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            first = handle.read(len(_XZ_MAGIC))
+    except OSError:
+        return None
+    return suffix if first and not first.startswith(starts) else None
 
 
 class _WholeStreams(io.RawIOBase):

@@ -50,7 +50,14 @@ from .csv_lines import (
     unclosed_quote_line,
 )
 from .csv_text import first_unshowable, has_text
-from .formats import READ_ERRORS, is_compressed, open_decompressed, os_reason, table_format
+from .formats import (
+    READ_ERRORS,
+    compression_named_but_absent,
+    is_compressed,
+    open_decompressed,
+    os_reason,
+    table_format,
+)
 from .type_words import type_words
 
 __all__ = [
@@ -437,6 +444,8 @@ class TableReader:
                     "index=True)) and release that file"
                 )
         options.check_columns(self.columns, header_line=self.format == "csv")
+        if self.arrow_schema is not None:
+            _refuse_postcodes_not_text(self.arrow_schema.field(options.postcode_column).type)
 
     def refuse_values_csv_cannot_show(self, columns: list) -> None:
         """For a CSV output: refuse, chunk by chunk as they are read (in the check pass, before
@@ -464,6 +473,34 @@ class TableReader:
             else:
                 fields.append(pa.field(name, pa.string()))
         return pa.schema(fields)
+
+
+def _refuse_postcodes_not_text(kind) -> None:
+    """Refuse a Parquet postcode column that does not hold text (or only nulls).  Stored as
+    binary values (as Impala, older Hive and Spark without ``binaryAsString`` write text),
+    numbers or lists, every record was refused as "not a UK postcode in form", which sent the
+    user looking for bad postcodes that are not there (a hostile review)."""
+    if not _holds_text(kind):
+        what = type_words(kind)
+        hint = " (text written as binary values: cast the column to string)" * (
+            what == "binary values"
+        )
+        raise InputDataError(
+            f"the postcode column (--postcode-column) holds {what}, not text: store the "
+            f"postcodes as a string column{hint}"
+        )
+
+
+def _holds_text(kind) -> bool:
+    """Whether a column of Arrow type ``kind`` holds text cells, or nothing but nulls."""
+    import pyarrow as pa
+
+    types = pa.types
+    if types.is_dictionary(kind) or getattr(types, "is_run_end_encoded", bool)(kind):
+        return _holds_text(kind.value_type)
+    if isinstance(kind, pa.BaseExtensionType):
+        return _holds_text(kind.storage_type)
+    return type_words(kind) in ("text", "nulls")
 
 
 def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
@@ -545,9 +582,19 @@ def _bounded_columns(columns: list) -> list:
     return columns
 
 
+_FORMAT_NAMES = {"gz": "gzip", "bz2": "bzip2", "xz": "xz"}
+
+
 def read_failure(path: str, exc: BaseException) -> str:
     """The message for an input that could not be read, in the CLI's terms."""
     if is_compressed(path) and not isinstance(exc, FileNotFoundError | PermissionError):
+        named = compression_named_but_absent(path)
+        if named is not None:
+            return (
+                f"the input's name ends .{named} but the file does not start as "
+                f"{_FORMAT_NAMES[named]} data does: name it for what it holds (.csv for plain "
+                "text)"
+            )
         return "the compressed input is damaged or ends early (truncated?)"
     if isinstance(exc, FileNotFoundError):  # worded as release_file's own check words it
         return missing_input_message(path)
