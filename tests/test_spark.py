@@ -836,6 +836,33 @@ def test_a_column_arrow_cannot_carry_is_refused_before_any_job(spark, small_grap
     spark.sparkContext.setJobGroup("after", "")
 
 
+def test_a_postcode_column_that_is_not_text_is_refused_before_any_job(spark, small_graph):
+    """Postcodes stored as bytes (Spark without ``binaryAsString``), numbers or lists had every
+    record refused as not a postcode; they are refused on the driver naming the column's type,
+    as a Parquet file's are (a hostile review)."""
+    from pyspark.sql import functions as F
+
+    _, path = small_graph
+    base = spark.createDataFrame(small_records(10, seed=43)).select("sid", "pc")
+    tracker = spark.sparkContext.statusTracker()
+    group = f"postcode-types-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "postcode column types")
+    common = dict(key=Key.generate(), epsilon=EPSILON, id_column="sid", postcode_column="pc")
+    for column, words in (
+        (F.col("pc").cast("binary"), "binary values"),
+        (F.length("pc"), "whole numbers"),
+        (F.array("pc"), "lists"),
+    ):
+        wrong = base.withColumn("pc", column)
+        expected = f"^the postcode column \\(postcode_column\\) holds {words}, not text"
+        with pytest.raises(InputDataError, match=expected):
+            pps.perturb(wrong, graph=path, **common)
+        with pytest.raises(InputDataError, match=expected):
+            pps.check(wrong, id_column="sid", postcode_column="pc", graph=path)
+    assert tracker.getJobIdsForGroup(group) == []
+    spark.sparkContext.setJobGroup("after", "")
+
+
 def test_a_narrow_float_identifier_is_refused_by_record_like_perturb_frame(spark, small_graph):
     """Spark's FloatType arrives as 32-bit floats, which hold every integer only below 2^24:
     ids 16777216 and 16777217 both read as 16777216 and were released as one person (a hostile

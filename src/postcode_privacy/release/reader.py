@@ -32,7 +32,7 @@ import pandas as pd
 
 from .._file_names import name_text
 from ..atomic import refuse_directory_path
-from ..errors import InputDataError, InvalidParameterError
+from ..errors import InputDataError, InvalidParameterError, option_name
 from .arrow_types import nested_dictionary, refuse_dictionaries_in_extensions, without_views
 from .column_labels import duplicate_columns_message
 from .csv_lines import (
@@ -65,6 +65,7 @@ __all__ = [
     "read_failure",
     "first_invalid_record",
     "refuse_columns_csv_cannot_hold",
+    "refuse_postcodes_not_text",
     "MAX_COLUMNS",
     "MAX_HEADER_CHARS",
 ]
@@ -445,7 +446,7 @@ class TableReader:
                 )
         options.check_columns(self.columns, header_line=self.format == "csv")
         if self.arrow_schema is not None:
-            _refuse_postcodes_not_text(self.arrow_schema.field(options.postcode_column).type)
+            refuse_postcodes_not_text(self.arrow_schema.field(options.postcode_column).type)
 
     def refuse_values_csv_cannot_show(self, columns: list) -> None:
         """For a CSV output: refuse, chunk by chunk as they are read (in the check pass, before
@@ -475,8 +476,9 @@ class TableReader:
         return pa.schema(fields)
 
 
-def _refuse_postcodes_not_text(kind) -> None:
-    """Refuse a Parquet postcode column that does not hold text (or only nulls).  Stored as
+def refuse_postcodes_not_text(kind) -> None:
+    """Refuse a postcode column of Arrow type ``kind`` (a Parquet file's, or a Spark
+    DataFrame's as Arrow) that does not hold text (or only nulls).  Stored as
     binary values (as Impala, older Hive and Spark without ``binaryAsString`` write text),
     numbers or lists, every record was refused as "not a UK postcode in form", which sent the
     user looking for bad postcodes that are not there (a hostile review)."""
@@ -486,8 +488,8 @@ def _refuse_postcodes_not_text(kind) -> None:
             what == "binary values"
         )
         raise InputDataError(
-            f"the postcode column (--postcode-column) holds {what}, not text: store the "
-            f"postcodes as a string column{hint}"
+            f"the postcode column ({option_name('postcode_column')}) holds {what}, not text: "
+            f"store the postcodes as a string column{hint}"
         )
 
 

@@ -58,7 +58,7 @@ from ..release.options import ReleaseOptions
 from ..release.plan import ReleasePlan
 from ..release.subjects import warn_duplicate_subjects
 from .check_pass import SparkCheck, _run_check
-from .columns import _check_arrow_types, _check_columns_ignoring_case
+from .columns import _check_arrow_types, _check_columns_ignoring_case, _check_postcode_type
 from .executors import ExecutorEnvironmentError, _probe_executors
 from .release_pass import _release_frame
 from .shipping import ARTEFACT_PREFIX, _resolve_graph, _SealedKey, _ship_graph
@@ -101,6 +101,7 @@ def _prepare(
     options = ReleaseOptions.build(options, **option_kwargs)
     options.check_columns(df.columns)
     _check_arrow_types(df.schema)
+    _check_postcode_type(df.schema, options)
     session = df.sparkSession
     if str(session.conf.get("spark.sql.caseSensitive", "false")).lower() != "true":
         _check_columns_ignoring_case(df.columns, options)

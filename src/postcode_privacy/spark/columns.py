@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import InputDataError
 from ..release.options import ReleaseOptions
+from ..release.reader import refuse_postcodes_not_text
 
 
 def _check_arrow_types(schema: StructType) -> None:
@@ -40,6 +41,16 @@ def _check_arrow_types(schema: StructType) -> None:
                 "Spark cannot pass to Python as Arrow for the release; rename a field, or "
                 "leave the column out first"
             )
+
+
+def _check_postcode_type(schema: StructType, options: ReleaseOptions) -> None:
+    """Refuse a postcode column that does not hold text (binary values, numbers, lists) before
+    any Spark job, naming its type, as a Parquet file's is refused (``refuse_postcodes_not_text``):
+    every record would otherwise fail as not a postcode.  After ``_check_arrow_types``."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    kind = schema[options.postcode_column].dataType
+    refuse_postcodes_not_text(to_arrow_type(kind, timezone="UTC"))
 
 
 def _repeats_a_field_name(kind) -> bool:
