@@ -56,6 +56,22 @@ def check_args(tmp_path, ledger):
     return args + ["--epsilon", "1", "--id-column", "person", "--postcode-column", "pc"]
 
 
+@pytest.mark.parametrize("command", ["ledger check", "perturb --dry-run"])
+def test_a_warning_is_a_warning_line_in_every_command(files, capsys, command):
+    """``ledger check`` (and ``perturb --dry-run --ledger``, which runs it) let the library's
+    teleport warning reach Python's own display: the install path, the class name and a source
+    line (a hostile review).  Every command now prints it as the others do."""
+    ledger = files / "L.db"
+    if command == "ledger check":
+        args = check_args(files, ledger)
+    else:
+        args = perturb_args(files, ledger, "dry.csv") + ["--dry-run"]
+    assert main(args + ["--radius", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: radius 1 gives a teleport probability bound" in err, err
+    assert "TeleportWarning" not in err and ".py:" not in err, err
+
+
 def releases_in(ledger, *, on_read_only_media: bool = False) -> list[tuple]:
     where = Path(ledger).absolute().as_uri() + "?immutable=1" if on_read_only_media else ledger
     with contextlib.closing(sqlite3.connect(where, uri=on_read_only_media)) as conn:

@@ -45,8 +45,15 @@ class _Stopped(BaseException):
 
 class _Commands(click.Group):
     def invoke(self, ctx: click.Context):
+        # Every command prints the library's warnings as "warning: ..." lines: one that
+        # reached Python's own display showed the install path, the class name and a source
+        # line (``ledger check`` did, a hostile review found).  A command may show them
+        # earlier itself (``perturb``, after its summary).
+        from .commands._common import echo_warnings
+
         try:
-            return super().invoke(ctx)
+            with echo_warnings():
+                return super().invoke(ctx)
         except KeyboardInterrupt as stop:
             raise _Stopped() from stop
 
