@@ -8,10 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -70,6 +73,49 @@ def test_a_warning_is_a_warning_line_in_every_command(files, capsys, command):
     err = capsys.readouterr().err
     assert "warning: radius 1 gives a teleport probability bound" in err, err
     assert "TeleportWarning" not in err and ".py:" not in err, err
+
+
+@pytest.mark.slow  # a CLI process, held for seconds
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_waiting_for_the_ledgers_lock_says_so_and_stops_when_told(files, stop):
+    """SQLite waited for another process's write lock inside its own busy handler, where no
+    Python signal handler runs: Ctrl-C and SIGTERM waited up to ten minutes for the lock,
+    with no word (a hostile review).  The wait now says so once, and a stop ends it."""
+    ledger = files / "L.db"
+    holder = sqlite3.connect(ledger, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "postcode_privacy", "ledger", "show", str(ledger)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            said = b""
+            deadline = time.monotonic() + 30
+            while b"waiting for the ledger" not in said:  # (once it has waited 2 s)
+                assert time.monotonic() < deadline, said
+                if select.select([run.stderr], [], [], 0.5)[0]:
+                    line = run.stderr.readline()
+                    assert line, (said, run.wait(60))
+                    said += line
+            started = time.monotonic()
+            run.send_signal(stop)
+            assert run.wait(30) == 130
+            assert time.monotonic() - started < 5  # the lock is still held
+            said += run.stderr.read()
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+            run.stdout.close()
+            run.stderr.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert said.decode().endswith("interrupted\n"), said
+    assert "Traceback" not in said.decode()
+    assert releases_in(ledger) == [(1, "committed")]
 
 
 def releases_in(ledger, *, on_read_only_media: bool = False) -> list[tuple]:

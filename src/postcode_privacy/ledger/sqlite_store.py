@@ -28,6 +28,11 @@ from .stores import LEDGER_FORMAT, Store
 __all__ = ["SqliteStore", "refuse_unusable_new_path", "sqlite_is_writable"]
 
 _BUSY_TIMEOUT_S = 600
+# While waiting for the write lock, SQLite sleeps in C for at most this long at a time, then
+# Python checks for a stop signal (``_begin_immediate``): a wait inside SQLite's own busy
+# handler runs no Python signal handler, so Ctrl-C and SIGTERM waited for the lock.
+_LOCK_SLICE_MS = 200
+_LOCK_NOTICE_S = 2.0  # a CLI run says it is waiting once it has waited this long
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -54,6 +59,20 @@ _SQLITE_SURROUNDINGS = {
     sqlite3.SQLITE_PROTOCOL: "its file locks failed (is it on a network file system?)",
     sqlite3.SQLITE_AUTH: "access to it was denied",
 }
+
+
+def _say_waiting() -> None:
+    """On the command line: one line on stderr for a run waiting for the ledger's write lock
+    (from Python, nothing: the caller's program decides what its users see)."""
+    from ..errors import SURFACE
+
+    if SURFACE.get() == "cli":
+        import click
+
+        click.echo(
+            "waiting for the ledger: another run is writing to it (Ctrl-C stops this run)",
+            err=True,
+        )
 
 
 def _sqlite_code_name(exc: BaseException) -> str:
@@ -662,7 +681,7 @@ class SqliteStore(Store):
         try:
             # BEGIN inside the ``try``: a Ctrl-C the moment it returns must roll back too, or
             # the next write (settling this release on the way out) meets an open transaction
-            self.conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate()
             yield
         except BaseException:
             # SQLite may have rolled back already (a full disk does): the original error
@@ -672,6 +691,30 @@ class SqliteStore(Store):
                     self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
+
+    def _begin_immediate(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to ``_BUSY_TIMEOUT_S`` for another process's write
+        lock in slices of ``_LOCK_SLICE_MS``, so that a stop signal ends the wait within a
+        fraction of a second (a hostile review: Ctrl-C waited for the lock, silently).  A
+        run of the CLI says on stderr that it is waiting, once."""
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        notice_at: float | None = time.monotonic() + _LOCK_NOTICE_S
+        self.conn.execute(f"PRAGMA busy_timeout = {_LOCK_SLICE_MS}")
+        try:
+            while True:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+                    now = time.monotonic()
+                    if not busy or now >= deadline:
+                        raise
+                    if notice_at is not None and now >= notice_at:
+                        notice_at = None
+                        _say_waiting()
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_S * 1000}")
 
     @contextlib.contextmanager
     def _read(self):
