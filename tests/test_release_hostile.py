@@ -196,6 +196,50 @@ def test_two_concurrent_runs_to_one_output_the_second_is_refused(setup, tmp_path
     assert "out.csv already exists; --force replaces it" in err3.decode()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+@pytest.mark.parametrize("under_nohup", [False, True], ids=["hangup", "under-nohup"])
+def test_a_hangup_stops_a_release_as_ctrl_c_does(setup, tmp_path, under_nohup):
+    """SIGHUP (a closed terminal, a dropped ssh session) ended a run at once, leaving its
+    partial temporary files and its lock file (a hostile review).  It now stops the run as
+    Ctrl-C and SIGTERM do: exit 130, nothing left.  Under ``nohup`` it is ignored, as asked."""
+    frame(setup["codes"], 30_000).to_csv(tmp_path / "in.csv", index=False)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+
+    def ignore_hangups() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    run = spawn(
+        setup,
+        tmp_path / "in.csv",
+        out_dir / "out.csv",
+        "--chunk-size",
+        "300",
+        stderr=subprocess.PIPE,
+        preexec_fn=ignore_hangups if under_nohup else None,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while run.poll() is None and not any(p.name.endswith(".tmp") for p in out_dir.iterdir()):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        run.send_signal(signal.SIGHUP)
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    if under_nohup:
+        assert run.returncode == 0, err.decode()
+        assert names(out_dir) == ["out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
+        assert_bundle(out_dir / "out.csv")
+    else:
+        assert run.returncode == 130, err.decode()
+        assert err.decode().endswith("interrupted\n") and "Traceback" not in err.decode()
+        assert names(out_dir) == []
+
+
 def test_a_held_lock_refuses_even_with_force(setup, tmp_path):
     fcntl = pytest.importorskip("fcntl")
     src = tmp_path / "in.csv"

@@ -10,7 +10,10 @@ stops the main thread again: Python drops a KeyboardInterrupt raised while a fin
 (``__del__``) runs, and a stop lost so must not leave a run that no signal can stop.
 
 SIGTERM is handled like Ctrl-C, so a ``kill`` cleans up as Ctrl-C does (docs/release.md,
-"Nothing is lost").
+"Nothing is lost"), and so is SIGHUP, which a closed terminal or a dropped ssh session sends:
+without it a run ended at once, leaving its partial temporary files (a hostile review).  A
+run started under ``nohup`` ignores SIGHUP and keeps doing so (only Python's own handlers are
+replaced).  ``STOP_SIGNALS`` lists them for every module that handles, holds or blocks them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Iterator
 
 __all__ = [
     "STOP_GRACE",
+    "STOP_SIGNALS",
     "first_stop_signal_only",
     "note_files_in_place",
     "note_stop",
@@ -39,7 +43,10 @@ __all__ = [
 
 EXIT_INTERRUPTED = 130  # the exit status of a command a stop signal ended (128 + SIGINT)
 STOP_GRACE = 5.0  # seconds after a stop during which further stop signals are ignored
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP where the platform has it (not on Windows).
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 _stopped_at: list[float] = []  # when this run was last told to stop (monotonic clock)
 _in_place: list[bool] = []  # this run's output files are all written and in place
 _raised: list[bool] = []  # stop_once raised KeyboardInterrupt in this run
@@ -111,26 +118,27 @@ def quiet_about_dropped_stops(previous_hook):
 
 
 def handle_stops() -> dict:
-    """Handle SIGINT and SIGTERM with :func:`stop_once` where Python's own handler is in place
-    (a program embedding the command keeps its own); return the handlers found."""
-    pythons_own = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    previous = {stop: signal.getsignal(stop) for stop in _STOP_SIGNALS}
-    for stop in _STOP_SIGNALS:
-        if previous[stop] is pythons_own[stop]:
+    """Handle the stop signals with :func:`stop_once` where Python's own handler is in place
+    (a program embedding the command keeps its own, and ``nohup`` its ignored SIGHUP); return
+    the handlers found."""
+    previous = {stop: signal.getsignal(stop) for stop in STOP_SIGNALS}
+    for stop in STOP_SIGNALS:
+        pythons_own = signal.default_int_handler if stop == signal.SIGINT else signal.SIG_DFL
+        if previous[stop] is pythons_own:
             signal.signal(stop, stop_once)
     return previous
 
 
 def ignore_stops() -> None:
-    """Ignore SIGINT and SIGTERM from now on: the process is ending, and a second Ctrl-C must
+    """Ignore the stop signals from now on: the process is ending, and a second Ctrl-C must
     not cut its exit short."""
-    for stop in _STOP_SIGNALS:
+    for stop in STOP_SIGNALS:
         signal.signal(stop, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
 def first_stop_signal_only(*, restore: bool) -> Iterator[None]:
-    """Handle SIGINT and SIGTERM with :func:`stop_once` while the block runs.
+    """Handle the stop signals with :func:`stop_once` while the block runs.
 
     A handler is replaced only where it is Python's own (a program embedding the command keeps
     its own).  Afterwards the handlers are put back, unless the block was stopped and

@@ -1,11 +1,11 @@
-"""numba's ``njit``, with Ctrl-C and SIGTERM held while numba compiles.
+"""numba's ``njit``, with the stop signals (Ctrl-C, SIGTERM, SIGHUP) held while numba compiles.
 
 numba compiles a kernel on its first call (or loads it from its cache) under its global
 compiler lock, and LLVM calls back into Python while it generates code.  A stop signal handled
 inside one of those callbacks raises KeyboardInterrupt where ctypes can only print "Exception
 ignored on calling ctypes callback" and drop it: the run went on as if never stopped, or
-failed later with numba's own "no compiled object yet".  So, in the main thread, SIGINT and
-SIGTERM are held from the moment the lock is asked for until it is given back, and the first
+failed later with numba's own "no compiled object yet".  So, in the main thread, the stop
+signals are held from the moment the lock is asked for until it is given back, and the first
 that arrived is then delivered (``_signal_holds.signals_deferred``): the stop lands a moment later,
 in Python code, as any other stop does (docs/release.md, "Nothing is lost").  Every compiled
 module imports ``njit`` from here, so the guard is in place before the first compilation.

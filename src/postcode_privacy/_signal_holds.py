@@ -1,4 +1,4 @@
-"""Holding SIGINT and SIGTERM back for a few steps that must not be cut apart.
+"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back for a few steps that must not be cut apart.
 
 Python runs signal handlers between bytecodes of the main thread, so replacing the handlers by
 ones that only take note is enough to make a block uninterruptible:
@@ -17,13 +17,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
-from ._interrupts import note_stop
+from ._interrupts import STOP_SIGNALS, note_stop
 
 __all__ = ["signals_deferred", "signals_held"]
 
 
 class _Hold:
-    """SIGINT and SIGTERM replaced by a handler that calls ``on_arrival(signum)`` while the
+    """The stop signals replaced by a handler that calls ``on_arrival(signum)`` while the
     hold lasts.  Once :meth:`release` has begun, that handler passes a signal on to the one it
     replaced: a stop landing part-way through putting the handlers back (SIGINT's back,
     SIGTERM's not yet) would otherwise leave a handler that swallows every later SIGTERM."""
@@ -45,7 +45,7 @@ class _Hold:
             signal.raise_signal(signum)
 
     def take(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             self.previous[signum] = signal.signal(signum, self.handle)
 
     def release(self) -> None:
@@ -56,7 +56,7 @@ class _Hold:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[list[int]]:
-    """Hold SIGINT and SIGTERM until the block ends; yields the list of signals that arrived.
+    """Hold the stop signals until the block ends; yields the list of signals that arrived.
 
     Python runs signal handlers between bytecodes of the main thread, so replacing the handlers
     by ones that only take note is enough: nothing can interrupt the block part-way.
@@ -80,7 +80,7 @@ def signals_held() -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that arrived to
+    """Hold the stop signals until the block ends, then deliver the first that arrived to
     the handler that was in place: for a few renames that must happen together (a cache's
     files), in a run that is not over when they are done, so the stop still stops it."""
     arrived: list[int] = []

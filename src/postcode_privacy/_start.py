@@ -1,4 +1,4 @@
-"""The command line's first step: load it under a guard against Ctrl-C and SIGTERM.
+"""The command line's first step: load it under a guard against Ctrl-C, SIGTERM and SIGHUP.
 
 The commands import numpy, pandas and the graph code, a fifth of a second in which Python's
 own handlers were the ones in place: a Ctrl-C then printed a traceback, and a SIGTERM ended

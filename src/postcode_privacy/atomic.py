@@ -17,7 +17,7 @@ lost"):
 * the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
   place, so two runs writing the same output cannot both go ahead: the second one is refused;
 * the files of one claim (a release, its manifest, its audit file) are committed together, with
-  SIGINT and SIGTERM held back until every rename is done (``_signal_holds``), so a stop signal
+  the stop signals (SIGINT, SIGTERM, SIGHUP) held back until every rename is done (``_signal_holds``), so a stop signal
   can never separate them; without ``force`` a name that appeared meanwhile is not replaced
   (``os.link``).
 """
@@ -452,7 +452,7 @@ class OutputClaim:
         file without its companions, only companions without their main file.
 
         Claimed names without a temporary file are removed (with ``force``, an old manifest or
-        audit file must not stay beside a new release).  SIGINT and SIGTERM are held until the
+        audit file must not stay beside a new release).  The stop signals are held until the
         step is over; if one arrived, a :class:`LateSignalWarning` says the files are complete.
         Precondition: every temporary file has been finished (:meth:`TempFile.finish`).
         """

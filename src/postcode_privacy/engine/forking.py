@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.pool import Pool
 from typing import TypeVar
 
+from .._interrupts import STOP_SIGNALS
 from .._signal_holds import signals_deferred
 from ..errors import WorkerLostError
 
@@ -41,7 +42,6 @@ T = TypeVar("T")
 
 __all__ = ["fork_pool", "start_in_background", "stop_pool", "watched"]
 
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _FORK_WITH_THREADS = (
     r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
 )
@@ -56,9 +56,9 @@ def _start_worker(parent: int, initializer: Callable[[], None] | None) -> None:
     """In each worker: leave interrupts to the parent, die on SIGTERM (the signals forked
     blocked are unblocked only then) and with the thread that forked it, then
     ``initializer``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    for stop in STOP_SIGNALS:  # a terminal's Ctrl-C or hangup reaches the parent too
+        signal.signal(stop, signal.SIG_DFL if stop == signal.SIGTERM else signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _die_with_parent(parent)
     if initializer is not None:
         initializer()
@@ -134,7 +134,7 @@ def fork_pool(workers: int, initializer: Callable[[], None] | None = None) -> Po
     pool = None
     try:
         with signals_deferred():  # a stop is delivered at the end of this block (module doc)
-            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 with warnings.catch_warnings():
                     # Python 3.12 and later warn at every fork of a process with other threads.
