@@ -521,6 +521,36 @@ def test_a_dry_run_refuses_what_the_release_would_refuse_before_its_first_record
 
 
 @pytest.mark.slow  # a PostgreSQL server
+@pytest.mark.slow  # a PostgreSQL server
+def test_a_failed_postgres_connection_says_why_in_words_never_quoting_the_url(
+    postgres, tmp_path, capsys
+):
+    """Every failure to connect said "(OperationalError)", the driver's class name, whatever
+    the cause (a hostile review); the driver's own message is never quoted, since it can
+    quote the URL and its password."""
+    secret = str(tmp_path / "secret.key")
+    base = f"postgresql://postgres:SECRETPW@127.0.0.1:{postgres.port}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]  # (closed again once the probe is)
+    for url, reason in [
+        (f"{base}/no_such_database", "that database does not exist on the server"),
+        (
+            f"postgresql://no_such_role:SECRETPW@127.0.0.1:{postgres.port}/postgres",
+            "the server has no such user (role)",
+        ),
+        (f"postgresql://postgres:SECRETPW@127.0.0.1:{closed}/postgres", "no server answered"),
+        (
+            f"{base}/postgres?no_such_option=SECRETPW",
+            "the URL is not a valid PostgreSQL connection",
+        ),
+    ]:
+        assert main(["ledger", "show", url, "--ledger-secret", secret]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot connect to the PostgreSQL ledger: {reason}"), err
+        assert "SECRETPW" not in err and "Error" not in err, err
+
+
 def test_a_postgres_write_reads_committed_data_whatever_the_databases_default(postgres, tmp_path):
     """Under a database default of repeatable read, a release waiting for the writer's lock
     kept the snapshot its lock statement took, before the other release committed: it took

@@ -146,7 +146,10 @@ class Ledger:
                 # stop between the two would have left this key behind.
                 path.unlink(missing_ok=True)
             if isinstance(exc, store.database_errors):
-                raise LedgerError(f"cannot create the ledger ({type(exc).__name__})") from None
+                # (its surroundings, which say more, are a LedgerError already)
+                raise LedgerError(
+                    "cannot create the ledger: the database refused a step of creating it"
+                ) from None
             raise
         if not isinstance(store, SqliteStore):  # (a published SQLite ledger is closed)
             store.close()
@@ -526,11 +529,11 @@ def _damage_is_a_ledger_error(store: Store, table: str = "") -> Iterator[None]:
         yield
     except (LedgerError, KeyFileError):
         raise
-    except damage as exc:
+    except damage:
         where = f"a value in its {table} table" if table else "a value or table in it"
         raise LedgerDamagedError(
-            f"the ledger is damaged: {where} is not as postcode-privacy writes it "
-            f"({type(exc).__name__}); restore it from a backup"
+            f"the ledger is damaged: {where} is not as postcode-privacy writes it; "
+            "restore it from a backup"
         ) from None
 
 

@@ -38,6 +38,36 @@ _PG_CLASSES = {
 }
 
 
+# What libpq says when a connection fails, in words that never quote the message: libpq's
+# messages can quote the URL, and so a password.  First match wins.
+_CONNECT_FAILURES = [
+    (("database", "does not exist"), "that database does not exist on the server"),
+    (("role", "does not exist"), "the server has no such user (role)"),
+    (("password authentication failed",), "the server refused the password"),
+    (("no password supplied",), "the server asks for a password, and none was given"),
+    (("pg_hba.conf",), "the server does not accept this user or client (its pg_hba.conf)"),
+    (("starting up",), "the server is starting up; try again in a moment"),
+    (("shutting down",), "the server is shutting down"),
+    (("too many",), "the server has too many connections"),
+    (("translate host name",), "the host name in the URL is not known"),
+    (("Connection refused",), "no server answered at that host and port (is it running?)"),
+    (("timeout expired",), "the server did not answer in time"),
+]
+
+
+def _connect_failure(psycopg, exc: BaseException) -> str:
+    """Why a connection failed, in plain words and never quoting the driver's message
+    (``_CONNECT_FAILURES``), where the class name of the error said the same for all of
+    them (a hostile review)."""
+    if isinstance(exc, psycopg.ProgrammingError):
+        return "the URL is not a valid PostgreSQL connection address (an unknown option?)"
+    text = str(exc)
+    for needles, reason in _CONNECT_FAILURES:
+        if all(needle in text for needle in needles):
+            return reason
+    return "the connection failed (check the URL's host, port, database and user)"
+
+
 class PostgresStore(Store):
     kind = "postgresql"
     blob = "BYTEA"
@@ -54,9 +84,8 @@ class PostgresStore(Store):
         try:
             self.conn = psycopg.connect(url, autocommit=True)
         except psycopg.Error as exc:
-            # The driver's message can contain the URL (and so a password): never echo it.
             raise LedgerError(
-                f"cannot connect to the PostgreSQL ledger ({type(exc).__name__})"
+                f"cannot connect to the PostgreSQL ledger: {_connect_failure(psycopg, exc)}"
             ) from None
         self._psycopg = psycopg
         self.database_errors = (psycopg.Error,)
