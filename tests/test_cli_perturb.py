@@ -788,6 +788,21 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     (dangling / "records.csv").symlink_to(tmp_path / "nowhere.csv")
     assert main(["demo", "-o", str(dangling), "-q"]) == 5
     assert (dangling / "records.csv").is_symlink() and not (tmp_path / "nowhere.csv").exists()
+    # What the release's own claim refuses even with --force (a directory, a key file at one
+    # of its names) is refused before the example is copied: a refused run writes nothing.
+    for name, squat, code in [
+        ("records_dp.csv", "directory", 8),
+        ("records_dp.csv.audit.json", "key file", 5),
+    ]:
+        taken = tmp_path / f"taken-{code}"
+        taken.mkdir()
+        if squat == "directory":
+            (taken / name).mkdir()
+        else:
+            write_key_file(Key.generate(), taken / name)
+        assert main(["demo", "-o", str(taken), "-q", "--force"]) == code
+        assert "loading the national graph" not in capsys.readouterr().err
+        assert only(taken, name)
 
 
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------

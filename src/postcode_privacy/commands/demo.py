@@ -29,19 +29,17 @@ def unchanged_count(graph, true_postcodes, released_postcodes) -> int:
 
 
 def _refuse_an_earlier_release(output: Path, *, force: bool) -> None:
-    """Refuse before the graph is loaded, not after, when the release would be refused anyway.
-
-    ``release_file`` makes the same check when it claims the files; this one only saves the
-    newcomer the wait for a graph that would not be used.
-    """
-    from ..errors import OutputExistsError, option
+    """Refuse before the graph is loaded and before the example is copied, not after, what
+    ``release_file``'s claim on the release's files would refuse: an earlier release without
+    ``force``, and even with it a directory, a key file or a ledger at one of their names.
+    A refused ``--force`` run had already copied the example into the directory (a hostile
+    review); now a refused run writes nothing."""
+    from .._file_kinds import WRITES_RELEASE
+    from ..atomic import OutputClaim
     from ..release.manifest import audit_path_for, manifest_path_for
 
-    if force:
-        return
-    for path in (output, manifest_path_for(output), audit_path_for(output)):
-        if os.path.lexists(path):
-            raise OutputExistsError(f"{path} already exists; {option('force')} replaces it")
+    targets = [output, manifest_path_for(output), audit_path_for(output)]
+    OutputClaim(targets, force=force, writes=WRITES_RELEASE).check()
 
 
 def _example_bytes() -> bytes:
