@@ -751,6 +751,30 @@ def test_a_stdout_that_cannot_be_written_is_one_clear_error_not_a_traceback(tmp_
     assert (tmp_path / command[-1]).exists()
 
 
+@pytest.mark.parametrize(
+    "command", [["keygen", "-o", "k.key"], ["ledger", "init", "l.db"], ["example"]]
+)
+def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command):
+    """Python sets ``sys.stdout`` to None for a standard output closed at the start, and click
+    then drops what a command prints without a word: ``ledger show >&-`` exited 0 having
+    shown nothing (a hostile review).  It is now the same error as a full disk's."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        ["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI]
+        + command,
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert "standard output could not be written (standard output is closed)" in err
+    assert "Traceback" not in err
+    if command[0] != "example":
+        assert (tmp_path / command[-1]).exists()  # (written first, as the message says)
+
+
 @pytest.mark.parametrize("argv, expected", [(["--version"], 0), (["perturb", "missing.csv"], 2)])
 def test_the_command_line_ends_as_a_normal_exit_would(tmp_path, argv, expected):
     """``entry_point`` skips the interpreter's teardown (``cli._exit_without_teardown``) but

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import atexit
+import errno
+import io
 import os
 import sys
 import threading
@@ -93,7 +95,35 @@ def _main(argv: list[str] | None, *, restore_signals: bool) -> int:
             errors.SURFACE.reset(token)
 
 
+class _StdoutClosed(OSError):
+    """Raised by a write to a standard output that was closed when the process started."""
+
+
+class _ClosedStdout(io.TextIOBase):
+    """What ``sys.stdout`` is while a command runs with standard output closed (Python sets it
+    to None, and click then drops what the command prints without a word: ``ledger show >&-``
+    exited 0 having shown nothing, a hostile review).  A write fails as one to a full disk
+    does (``_raised_printing``); a status line (``echo_status``) is still let go."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise _StdoutClosed(errno.EBADF, "standard output is closed")
+
+
 def _run(argv: list[str] | None) -> int:
+    closed = sys.stdout is None
+    if closed:
+        sys.stdout = _ClosedStdout()
+    try:
+        return _run_command(argv)
+    finally:
+        if closed:
+            sys.stdout = None
+
+
+def _run_command(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="postcode-privacy", standalone_mode=False)
     except click.exceptions.Abort as exc:
@@ -149,6 +179,8 @@ def _raised_printing(exc: OSError) -> bool:
     """Whether ``exc`` came from ``click.echo`` writing to standard output (a full disk behind
     ``> file``, say), not from the command's work: the innermost frame is click's ``echo``,
     writing to stdout."""
+    if isinstance(exc, _StdoutClosed):
+        return True
     trace = exc.__traceback__
     if trace is None:
         return False
@@ -168,7 +200,7 @@ def echo_status(message: str) -> None:
     The work's outcome is the exit code: a stdout that is closed or whose reader has gone
     (EPIPE) must not turn a complete release into a failure, so such errors are ignored.
     """
-    if sys.stdout is None:  # started with stdout closed
+    if sys.stdout is None or isinstance(sys.stdout, _ClosedStdout):  # started with it closed
         return
     try:
         click.echo(message)
