@@ -148,6 +148,31 @@ def test_an_entry_whose_run_is_alive_here_is_not_settled(location, tmp_path, cap
     assert [r["state"] for r in _states(where, secret)["releases"]] == ["pending"]
 
 
+@pytest.mark.parametrize(
+    ("offset_s", "settles"),
+    [(365 * 86400, True), (30, False), (-30, False), (-120, True)],
+    ids=["a-year-ahead", "half-a-minute-ahead", "half-a-minute-ago", "two-minutes-ago"],
+)
+def test_another_machines_entry_is_running_only_within_a_minute_of_this_clock(
+    tmp_path, capsys, offset_s, settles
+):
+    """A foreign entry recorded "in the future" (the other machine's clock ahead) counted as
+    under a minute old until this clock caught up: a year ahead, its draws counted against
+    every budget for a year, and it could not be settled by hand (a hostile review)."""
+    import datetime as dt
+
+    where, secret, _ = _setup((str(tmp_path / "ledger.db"), None), tmp_path)
+    created = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s)
+    with Ledger.open(where) as ledger, ledger.store.write():
+        ledger.store.execute("UPDATE releases SET created = ?", (created.isoformat(),))
+    capsys.readouterr()
+    assert _settle(where, secret, "--abandoned", "--yes") == (0 if settles else 1)
+    if not settles:
+        assert "within a minute of this clock" in capsys.readouterr().err
+    state = "abandoned" if settles else "pending"
+    assert [r["state"] for r in _states(where, secret)["releases"]] == [state]
+
+
 def test_a_read_only_opening_refuses_to_settle(tmp_path):
     where, secret, _ = _setup((str(tmp_path / "ledger.db"), None), tmp_path)
     with Ledger.open(where, secret, read_only=True) as ledger:

@@ -562,12 +562,16 @@ def _renames_began(output_path: str, output_sha256: str) -> bool:
 
 def _maybe_running(owner: Owner, ran_here: bool, created: str) -> bool:
     """Whether the owner's run may still be going: its process is alive, where ``ran_here``
-    (its id means something here); otherwise, while it is under a minute old (it may still be
-    renaming its output, on a machine this process cannot look into)."""
+    (its id means something here); otherwise, while its time of recording is within a minute
+    of this machine's clock (it may still be renaming its output, on a machine this process
+    cannot look into).  Within a minute either side: a time further in the future says only
+    that the other machine's clock is wrong, and counting it as "under a minute old" kept its
+    draws against every budget until this clock caught up, with no way to settle it by hand
+    (a hostile review)."""
     if ran_here:
         return owner.is_alive()
     age = _dt.datetime.now(_dt.UTC) - _dt.datetime.fromisoformat(created)
-    return age.total_seconds() < _FOREIGN_GRACE_S
+    return abs(age.total_seconds()) < _FOREIGN_GRACE_S
 
 
 def _holds_key(path: Path, secret: Key) -> bool:
