@@ -154,7 +154,11 @@ def _exit_code_table() -> list[str]:
     rows = {code: _escape(text) for code, text in _FIXED_EXIT_CODES}
     for code, texts in by_code.items():
         rows[code] = "<br>".join(_escape(t) for t in texts)
-    rows[cli_module.EXIT_INTERRUPTED] = "interrupted (Ctrl-C)"
+    rows[cli_module.EXIT_INTERRUPTED] = "interrupted (Ctrl-C, SIGTERM, SIGHUP)"
+    rows[cli_module.EXIT_READER_GONE] = (
+        "standard output's reader went away (a pipe into `head`): the command stopped "
+        "printing, as one killed by SIGPIPE would; any file it writes was written first"
+    )
     lines = ["| Code | Meaning |", "| --- | --- |"]
     lines += [f"| {code} | {rows[code]} |" for code in sorted(rows)]
     return lines

@@ -775,6 +775,28 @@ def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command
         assert (tmp_path / command[-1]).exists()  # (written first, as the message says)
 
 
+@pytest.mark.parametrize("command", [["example"], ["keygen", "-o", "k.key"]])
+def test_a_reader_that_goes_away_ends_the_command_as_sigpipe_would(tmp_path, command):
+    """With its reader gone (``example | head -1``), click ended a command with exit code 1
+    and no word, or 0, as the timing fell (a hostile review).  It now ends as a writer killed
+    by SIGPIPE does: 141, nothing said; any file it writes was written first."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_CLI, *command],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader goes away before anything is printed
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
+    if command[0] == "keygen":
+        assert (tmp_path / "k.key").exists()
+
+
 @pytest.mark.parametrize("argv, expected", [(["--version"], 0), (["perturb", "missing.csv"], 2)])
 def test_the_command_line_ends_as_a_normal_exit_would(tmp_path, argv, expected):
     """``entry_point`` skips the interpreter's teardown (``cli._exit_without_teardown``) but

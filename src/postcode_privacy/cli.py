@@ -45,6 +45,15 @@ class _Stopped(BaseException):
     after a blank line, also in a log."""
 
 
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+
+
+class _ReaderGone(BaseException):
+    """Standard output's reader went away (EPIPE: a pipe into ``head``) while the command
+    printed.  Not an OSError, so that click does not take it first: click ended such a run
+    with exit code 1 and no word, or 0, whichever the timing gave (a hostile review)."""
+
+
 class _Commands(click.Group):
     def invoke(self, ctx: click.Context):
         # Every command prints the library's warnings as "warning: ..." lines: one that
@@ -58,6 +67,10 @@ class _Commands(click.Group):
                 return super().invoke(ctx)
         except KeyboardInterrupt as stop:
             raise _Stopped() from stop
+        except BrokenPipeError as exc:
+            if _raised_printing(exc):
+                raise _ReaderGone() from exc
+            raise
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -137,6 +150,11 @@ def _run_command(argv: list[str] | None) -> int:
         return _interrupted()
     except (KeyboardInterrupt, _Stopped):
         return _interrupted()
+    except _ReaderGone:
+        # As a writer killed by SIGPIPE ends, without a word: the reader chose to stop
+        # reading.  Any file the command writes was written before it printed.
+        _silence_stdout()
+        return EXIT_READER_GONE
     except click.exceptions.ClickException as exc:
         exc.show()
         return exc.exit_code
