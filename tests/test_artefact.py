@@ -297,8 +297,10 @@ def test_foreign_files_are_refused(tmp_path, content):
         load_graph(bad)
 
 
-def test_missing_file_is_refused(tmp_path):
-    with pytest.raises(ArtefactError, match="cannot read"):
+def test_missing_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(
+        ArtefactError, match=f"^the graph artefact does not exist: {tmp_path}/nope$"
+    ):
         load_graph(tmp_path / "nope")
 
 

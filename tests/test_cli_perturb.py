@@ -475,6 +475,12 @@ def test_a_missing_input_is_named_with_where_it_was_looked_for(
         f"the manifest does not exist: out.csv.manifest.json (looked for in {tmp_path})"
         in capsys.readouterr().err
     )
+    # And the --graph artefact, which said only "No such file or directory" (a hostile review).
+    assert main(["evaluate", "--graph", "g.ppgraph", "--epsilon", "1", "-q"]) == 6
+    assert (
+        f"the graph artefact does not exist: g.ppgraph (looked for in {tmp_path})"
+        in capsys.readouterr().err
+    )
 
 
 def test_output_directory_that_cannot_be_written(setup, tmp_path, capsys):

@@ -44,7 +44,8 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     A displacement target sets the smallest admissible epsilon, a self-probability target the
     largest; the answer is the smallest epsilon meeting every target (the largest if only
     self-probability targets are given).  When no epsilon in range meets them it prints why
-    and exits with status 1 (after the JSON, with --json).
+    and exits with status 1 (after the JSON, with --json; -o FILE is still written, with
+    "met": false).
     """
     from .._progress import stage_progress
     from ..errors import PostcodePrivacyError

@@ -37,7 +37,7 @@ from typing import BinaryIO, TypedDict
 
 import numpy as np
 
-from .._input_files import parse_json
+from .._input_files import missing_file_message, parse_json
 from ..atomic import atomic_output
 from ..errors import ArtefactError, GraphError
 from .graph import Graph
@@ -190,6 +190,10 @@ def load_graph(path: str | os.PathLike) -> Graph:
             if size == 0:
                 raise ArtefactError("graph artefact is empty")
             buf = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        # named, as a missing input or key file is: "No such file or directory" alone left
+        # the user to guess which file (a hostile review)
+        raise ArtefactError(missing_file_message("the graph artefact", path)) from None
     except OSError as exc:
         raise ArtefactError(f"cannot read graph artefact: {exc.strerror or exc}") from exc
 
