@@ -13,11 +13,11 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from processes import reaped, wait_until
 
 from postcode_privacy.cli import main
 from postcode_privacy.graph.build import build_graph
@@ -651,20 +651,12 @@ def test_sigterm_leaves_no_partial_output(setup, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not paused.exists():
-            assert proc.poll() is None, proc.communicate()[1].decode()
-            assert time.monotonic() < deadline, "the run never wrote its first chunk"
-            time.sleep(0.05)
+    with reaped(proc):
+        wait_until(paused.exists, proc, "its first chunk was written")
         temps = [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
         assert len(temps) == 1 and temps[0].stat().st_size > 0  # part of the output written
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err.decode()
     assert list(out_dir.iterdir()) == []
 

@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from processes import reaped, wait_until
 
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
 from postcode_privacy.cli import main
@@ -219,17 +220,14 @@ def test_a_hangup_stops_a_release_as_ctrl_c_does(setup, tmp_path, under_nohup):
         stderr=subprocess.PIPE,
         preexec_fn=ignore_hangups if under_nohup else None,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while run.poll() is None and not any(p.name.endswith(".tmp") for p in out_dir.iterdir()):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+
+    def at_work() -> bool:
+        return any(p.name.endswith(".tmp") for p in out_dir.iterdir())
+
+    with reaped(run):
+        wait_until(at_work, run, "its first temporary file")
         run.send_signal(signal.SIGHUP)
         _, err = run.communicate(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
     if under_nohup:
         assert run.returncode == 0, err.decode()
         assert names(out_dir) == ["out.csv", "out.csv.audit.json", "out.csv.manifest.json"]
