@@ -461,6 +461,31 @@ def test_a_hold_handler_left_in_place_passes_later_signals_on(hold):
         signal.signal(signal.SIGTERM, before)
 
 
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGHUP"), reason="no SIGHUP here")
+@pytest.mark.parametrize("hold", ["signals_deferred", "signals_held"])
+@pytest.mark.parametrize("owner", ["ignored (nohup)", "the program's own handler"])
+def test_a_hold_leaves_a_hangup_that_is_not_a_stop_alone(hold, owner):
+    """SIGHUP became a stop signal this round, and the hold around a release's final renames
+    took it whatever its handler: under ``nohup`` a hangup there printed "a stop signal
+    arrived", and a program embedding the library (reloading its settings on SIGHUP) never saw
+    it (a review).  A hold now takes SIGHUP only where it is a stop, and no ignored signal."""
+    import signal
+
+    from postcode_privacy import _signal_holds
+
+    seen: list[int] = []
+    handler = signal.SIG_IGN if owner.startswith("ignored") else (lambda s, f: seen.append(s))
+    before = signal.signal(signal.SIGHUP, handler)
+    try:
+        with getattr(_signal_holds, hold)() as arrived:
+            assert signal.getsignal(signal.SIGHUP) is handler
+            signal.raise_signal(signal.SIGHUP)
+        assert not arrived  # (signals_deferred yields None: nothing to deliver either)
+        assert seen == ([] if handler is signal.SIG_IGN else [signal.SIGHUP])
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 NUMBA_CACHE_UNWRITABLE = r"""
 import errno, sys
 sys.path.insert(0, sys.argv[1])

@@ -1,4 +1,5 @@
-"""Every command stops on its first Ctrl-C or SIGTERM, and is not cut short by the next ones.
+"""Every command stops on its first stop signal (Ctrl-C, SIGTERM, SIGHUP), and is not cut
+short by the next ones.
 
 Ctrl-C in a terminal sends SIGINT to the whole process group, and an impatient user sends
 several.  Each becomes a KeyboardInterrupt wherever the main thread then is: a second one

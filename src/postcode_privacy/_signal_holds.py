@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
-from ._interrupts import STOP_SIGNALS, note_stop
+from ._interrupts import STOP_SIGNALS, note_stop, stop_once
 
 __all__ = ["signals_deferred", "signals_held"]
 
@@ -46,12 +46,26 @@ class _Hold:
 
     def take(self) -> None:
         for signum in STOP_SIGNALS:
-            self.previous[signum] = signal.signal(signum, self.handle)
+            if _held(signum, signal.getsignal(signum)):
+                self.previous[signum] = signal.signal(signum, self.handle)
 
     def release(self) -> None:
         self.released = True
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
+
+
+def _held(signum: int, handler) -> bool:
+    """Whether a hold takes ``signum`` from ``handler``: never an ignored signal (``nohup``'s
+    SIGHUP: holding it turned a hangup the user had asked to ignore into a stop, a review
+    found), and SIGHUP only where it is a stop (Python's default, or the command line's
+    ``stop_once``): a program embedding the library may use it for something else (reloading
+    its settings), and its handler must still see it."""
+    if handler == signal.SIG_IGN:
+        return False
+    if signum in (signal.SIGINT, signal.SIGTERM):
+        return True
+    return handler == signal.SIG_DFL or handler is stop_once
 
 
 @contextlib.contextmanager

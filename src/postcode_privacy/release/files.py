@@ -10,7 +10,7 @@ Guarantees (docs/release.md, "Nothing is lost"):
   from writing the same output at the same time;
 * they are written to temporary files in the output's own directory and moved into place
   together only when everything has succeeded, audit file and manifest before the output, with
-  SIGINT and SIGTERM held back during the renames, so an output never exists without the files
+  the stop signals (SIGINT, SIGTERM, SIGHUP) held back during the renames, so an output never exists without the files
   that describe it; on any error or interruption the temporary files are removed, so a failed
   run leaves nothing behind and never a partial output;
 * the output may not be the input (same path or same file);
