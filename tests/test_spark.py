@@ -432,6 +432,28 @@ def test_streaming_frames_are_refused_on_the_driver_before_any_job(spark, small_
     spark.sparkContext.setJobGroup("after", "")
 
 
+def test_records_are_numbered_as_the_release_reads_them_after_a_round_robin_repartition(
+    spark, small_graph
+):
+    """A round-robin ``repartition(n)`` first sorts the rows by a hash of the columns read; the
+    check pass read only the identifier and postcode, so its record numbers (in the error, in
+    ``check``) named other rows than the release's (a review).  Both passes now read every
+    column: the failing records are named where the release puts their rows."""
+    _, path = small_graph
+    pdf = small_records(200, seed=51)
+    sdf = spark.createDataFrame(pdf).repartition(17)
+    options = dict(id_column="sid", postcode_column="pc", graph=path)
+    key = Key.generate()
+    checked = pps.check(sdf, **options)
+    released = pps.perturb(sdf, key=key, epsilon=EPSILON, on_error="null", **options).toPandas()
+    failed_rows = [i + 1 for i, code in enumerate(released["postcode_dp"]) if pd.isna(code)]
+    assert len(failed_rows) == 4  # (small_records: three bad postcodes and a blank identifier)
+    assert [r for r, _ in checked.row_errors] == failed_rows
+    with pytest.raises(InputDataError) as refused:
+        pps.perturb(sdf, key=key, epsilon=EPSILON, **options)
+    assert [r for r, _ in refused.value.row_errors] == failed_rows
+
+
 def test_duplicate_subjects_warn_like_perturb_frame(spark, small_graph):
     graph, path = small_graph
     pdf = small_records(300, seed=8)
@@ -706,6 +728,35 @@ else:
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 """
+
+
+def test_a_probe_job_that_spark_itself_fails_names_spark_s_cause_not_python(monkeypatch):
+    """Any failure of the one-row probe job was blamed on the executors' Python, with advice to
+    reinstall, and Spark's own cause (a file ``sc.addFile`` named that was deleted, say) was
+    thrown away (a review).  Spark's cause is now quoted, without that advice; a failure of the
+    Python worker still gets it (the test below)."""
+    from postcode_privacy.spark import executors
+
+    jvm = (
+        "An error occurred while calling o69.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 failed\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x.scala:1)\n"
+        "Caused by: java.io.FileNotFoundException: File file:/tmp/lookup.txt does not exist\n"
+        "\tat org.apache.spark.util.Utils$.fetchFile(Utils.scala:1)\n"
+    )
+
+    class Session:
+        def range(self, *args):
+            raise RuntimeError(jvm)
+
+    with pytest.raises(pps.ExecutorEnvironmentError) as failure:
+        executors._probe_executors(Session())
+    message = str(failure.value)
+    assert "(java.io.FileNotFoundException: File file:/tmp/lookup.txt does not exist)" in message
+    assert "not the executors' Python" in message and "PYSPARK_PYTHON" not in message
+    python = jvm + "org.apache.spark.api.python.PythonException: Traceback (most recent call last):"
+    assert executors._python_failed(RuntimeError(python))
+    assert not executors._python_failed(RuntimeError(jvm))
 
 
 @pytest.mark.parametrize("hidden", ["postcode_privacy", "pyarrow"])

@@ -21,7 +21,7 @@ from ..errors import InputDataError
 from ..mechanism.keys import Key
 from ..release.records import MAX_LISTED_ERRORS, ChunkCheck, failure_error
 from ..release.subjects import subject_hash
-from .columns import _quoted
+from .columns import _positional, _positional_input
 from .executors import _library_error
 from .tasks import _partition_id, _records_frame, _TaskSpec, _worker_plan
 
@@ -138,6 +138,15 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         ),
     )
 
+    # Every column, as the release pass reads them (``_positional_input``): only the two are
+    # judged, but reading the same columns makes Spark number the records alike.
+    columns = list(df.columns)
+    aliases = _positional("c", len(columns))
+    read = [
+        aliases[columns.index(options.id_column)],
+        aliases[columns.index(options.postcode_column)],
+    ]
+
     def postcode_privacy_check(batches):
         # Arrow in and out (``mapInArrow``), the records read as the release pass reads them
         # (``_records_frame``), so that both passes judge every record alike.
@@ -146,19 +155,14 @@ def _run_check(df: DataFrame, spec: _TaskSpec) -> SparkCheck:
         def frames():
             seen = 0
             for batch in batches:
-                table = pa.Table.from_batches([batch])
+                table = pa.Table.from_batches([batch]).select(read).rename_columns(names)
                 yield _records_frame(table, names, renamed.options, seen)
                 seen += table.num_rows
 
         for found in _check_partition(renamed, frames()):
             yield pa.RecordBatch.from_pandas(found, schema=_CHECK_ARROW, preserve_index=False)
 
-    # Plain aliases: Spark parses the names of a ``mapInArrow`` input, so a name holding a dot
-    # or a backtick would fail there even though the select quoted it.
-    pre = df.select(
-        _quoted(options.id_column).alias(_CHECK_ID),
-        _quoted(options.postcode_column).alias(_CHECK_POSTCODE),
-    ).mapInArrow(postcode_privacy_check, _CHECK_SCHEMA)
+    pre = _positional_input(df).mapInArrow(postcode_privacy_check, _CHECK_SCHEMA)
     # One shuffle, by identifier hash.  Each identifier's (partition, record, postcode) triples
     # sort into record order; the conflict shows at the first record whose postcode differs from
     # the first one's, as in perturb_frame.  The partition summaries all fall in the null group.

@@ -49,6 +49,24 @@ def _probe_function(expected: str):
 _RAISED = re.compile(r"^\s*([\w.]*(?:Error|Exception): .+)$", re.MULTILINE)
 
 
+# A JVM cause line: ": org.apache.spark.SparkException: ..." or "Caused by: java.io....: ...".
+_JVM_CAUSE = re.compile(r"^(?::|Caused by:)\s*([\w.$]*(?:Error|Exception): .+)$", re.MULTILINE)
+
+
+def _python_failed(exc: Exception) -> bool:
+    """Whether a failed job's error comes from a Python worker (its traceback is quoted), not
+    from Spark itself (a file it could not fetch, no resources, a bad setting)."""
+    text = str(exc)
+    return "PythonException" in text or "Traceback (most recent call last)" in text
+
+
+def _spark_failure(exc: Exception) -> str:
+    """The deepest cause Spark gives for a job that failed on its own side (the last "Caused
+    by" line), else ``_worker_failure``'s line."""
+    causes = _JVM_CAUSE.findall(str(exc))
+    return causes[-1].strip()[:300] if causes else _worker_failure(exc)
+
+
 def _worker_failure(exc: Exception) -> str:
     """The line of a failed probe job that says why: the last exception its Python worker
     raised (such as "ModuleNotFoundError: No module named 'pyarrow'", where Spark runs even a
@@ -78,8 +96,15 @@ def _probe_executors(session) -> None:
     )
     try:
         found = session.range(0, 1, 1, 1).select(probe().alias("v")).collect()[0]["v"]
-    except Exception as exc:  # the Python worker itself could not start
-        raise ExecutorEnvironmentError(
+    except Exception as exc:
+        if not _python_failed(exc):
+            # Spark's own failure, not the executors' Python: its cause, without the advice
+            # to reinstall (a review found a user's missing sc.addFile blamed on Python).
+            raise ExecutorEnvironmentError(
+                f"Spark could not run a one-row job on the executors ({_spark_failure(exc)}); "
+                "the cause is on Spark's side, not the executors' Python: see the driver's log"
+            ) from exc
+        raise ExecutorEnvironmentError(  # the Python worker itself could not start
             f"the executors could not run a Python task ({_worker_failure(exc)}); {advice}"
         ) from None
     if found:

@@ -17,7 +17,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from ..errors import InputDataError
 from ..release.options import ReleaseOptions
-from .columns import _quoted
+from .columns import _positional, _positional_input
 from .shipping import _SealedKey
 from .tasks import (
     _engine_workers,
@@ -98,10 +98,6 @@ def _release_partition(
         yield from pa.Table.from_arrays(columns, names=out_names).to_batches()
 
 
-def _positional(prefix: str, count: int) -> list[str]:
-    return [f"{prefix}{i}" for i in range(count)]
-
-
 def _output_fields(df: DataFrame, options: ReleaseOptions) -> list[StructField]:
     fields = [
         f
@@ -138,9 +134,7 @@ def _release_frame(
     names and get their own back on both sides (issue 14, item 4)."""
     names = list(df.columns)
     fields = _output_fields(df, spec.options)
-    positional = df.select(
-        *[_quoted(name).alias(alias) for name, alias in zip(names, _positional("c", len(names)))]
-    )
+    positional = _positional_input(df)
     schema = StructType(
         [
             StructField(alias, f.dataType, f.nullable)
