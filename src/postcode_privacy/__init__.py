@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ._environment import before_importing_scipy
 from .errors import (
     ArtefactError,
+    CacheWarning,
     DuplicateSubjectWarning,
     GraphError,
     InputDataError,
@@ -66,6 +67,7 @@ __all__ = [
     "SubjectIdError",
     "UnknownPostcodeError",
     "WorkerLostError",
+    "CacheWarning",
     "DuplicateSubjectWarning",
     "TeleportWarning",
 ]

@@ -107,6 +107,11 @@ class TeleportWarning(UserWarning):
     """An explicit radius leaves the teleport probability bound above its 1e-6 target."""
 
 
+class CacheWarning(RuntimeWarning):
+    """A cached graph or engine table could not be used or written: the run goes on without it
+    (slower, or building it again), never with different outputs."""
+
+
 class DuplicateSubjectWarning(UserWarning):
     """One subject identifier appears with two or more different postcodes in a release."""
 

@@ -98,10 +98,16 @@ def echo_warnings(quiet: bool = False):
     summary, whose last line says so; under ``quiet`` there is no summary, so a line after the
     warnings says it instead."""
     from ..atomic import LateSignalWarning
-    from ..errors import TeleportWarning
+    from ..errors import CacheWarning, TeleportWarning
     from ..release import DuplicateSubjectWarning
 
-    ours = (TeleportWarning, DuplicateSubjectWarning, LateSignalWarning, RecordsNotice)
+    ours = (
+        TeleportWarning,
+        DuplicateSubjectWarning,
+        LateSignalWarning,
+        RecordsNotice,
+        CacheWarning,
+    )
     with warnings.catch_warnings(record=True) as caught:
         for category in ours:
             warnings.simplefilter("always", category)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import warn_at_caller
+from ..errors import CacheWarning, warn_at_caller
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
 from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
@@ -209,7 +209,7 @@ def cached_cluster_balls(graph: Graph) -> ClusterBalls | None:
         warn_at_caller(
             f"the cached far-mass rows were refused ({exc}); they are not used, and the next "
             "release allowed to build them rebuilds them",
-            RuntimeWarning,
+            CacheWarning,
         )
         return None
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidParameterError, warn_at_caller
+from ..errors import CacheWarning, InvalidParameterError, warn_at_caller
 from ..graph.graph import Graph
 from ..graph.pinned import DEFAULT_GRAPH_SHA256
 from .ball_sweeps import Sweeps, mass_dtype, sweep_table, table_sha256
@@ -271,8 +271,10 @@ def cached_profiles(graph: Graph, depth: int | None = None) -> BallProfiles | No
             table = _load(graph, depth)
         except (OSError, ValueError, KeyError) as exc:
             warn_at_caller(
-                f"the cached ball-mass profiles were refused ({exc}); they will be rebuilt",
-                RuntimeWarning,
+                f"the cached ball-mass profiles were refused ({exc}); the next release "
+                "large enough to build them rebuilds them (until then releases are slower, "
+                "not different)",
+                CacheWarning,
             )
             return None
         table.far = cached_cluster_balls(graph)
@@ -307,7 +309,7 @@ def profiles_for(
                 warn_at_caller(
                     f"could not cache the ball-mass profiles ({exc.strerror or exc}); "
                     "building them in memory",
-                    RuntimeWarning,
+                    CacheWarning,
                 )
         if table is None:  # a small graph, or the cache could not be written
             array = build_profiles(graph, loc_mass, depth)
@@ -340,7 +342,7 @@ def _add_far_rows(
         warn_at_caller(
             f"could not cache the far-mass rows ({exc.strerror or exc}); building them in "
             "memory, in one process (about two minutes on the national graph)",
-            RuntimeWarning,
+            CacheWarning,
         )
         try:
             table.far = cluster_balls_for(graph, loc_mass, cache=False, progress=progress)
@@ -348,13 +350,13 @@ def _add_far_rows(
             table.far_refused = True
             warn_at_caller(
                 f"the far-mass rows were not used ({pinned}); releases are slower, not different",
-                RuntimeWarning,
+                CacheWarning,
             )
     except ValueError as exc:  # a build that is not the pinned one: not used
         table.far_refused = True
         warn_at_caller(
             f"the far-mass rows were not used ({exc}); releases are slower, not different",
-            RuntimeWarning,
+            CacheWarning,
         )
 
 
@@ -395,6 +397,6 @@ def profiles_to_use(
     except ValueError as exc:  # a build that is not the pinned table: not used
         warn_at_caller(
             f"the ball-mass profiles were not used ({exc}); releases are slower, not different",
-            RuntimeWarning,
+            CacheWarning,
         )
         return None

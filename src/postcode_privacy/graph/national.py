@@ -31,6 +31,7 @@ from .._input_files import visible_text
 from .._limits import DEFAULT_MAX_EDGE_KM
 from ..errors import (
     ArtefactError,
+    CacheWarning,
     GraphError,
     InvalidParameterError,
     PostcodePrivacyError,
@@ -259,14 +260,14 @@ def _load_or_build(progress: bool) -> Graph:
         except ArtefactError:
             warn_at_caller(
                 "the cached national graph failed its integrity check; rebuilding it",
-                RuntimeWarning,
+                CacheWarning,
             )
         else:
             if graph.params == _expected_params():
                 return check_pinned(graph, f"cached in {path}")
             warn_at_caller(
                 "the cached national graph was built with other parameters; rebuilding it",
-                RuntimeWarning,
+                CacheWarning,
             )
     graph = check_pinned(build_from_sources(progress=progress), "just built")
     try:
@@ -280,7 +281,7 @@ def _load_or_build(progress: bool) -> Graph:
             f"could not cache the national graph in {visible_text(str(path.parent))} "
             f"({_os_reason(exc)}); it will be rebuilt next time (set {CACHE_ENV} to a "
             "directory this user can write)",
-            RuntimeWarning,
+            CacheWarning,
         )
     return graph
 
