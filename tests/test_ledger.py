@@ -544,6 +544,10 @@ def test_a_failed_postgres_connection_says_why_in_words_never_quoting_the_url(
             f"{base}/postgres?no_such_option=SECRETPW",
             "the URL is not a valid PostgreSQL connection",
         ),
+        (
+            "postgresql://u:SECRETPW@no-such-host.invalid/db",
+            "the host name in the URL is not known",
+        ),
     ]:
         assert main(["ledger", "show", url, "--ledger-secret", secret]) == 1
         err = capsys.readouterr().err

@@ -75,8 +75,32 @@ def test_a_warning_is_a_warning_line_in_every_command(files, capsys, command):
     assert "TeleportWarning" not in err and ".py:" not in err, err
 
 
+def test_a_cache_warning_is_a_warning_line_too(files, capsys, monkeypatch):
+    """The notices about caches that could not be used (a damaged table of the engine's, a
+    graph cache that could not be written) were RuntimeWarnings, which the command line left to
+    Python's own display, pointed at click's source line (a review).  They are now the
+    package's ``CacheWarning``, printed as every warning of the package is."""
+    import postcode_privacy.keyfile as keyfile
+    from postcode_privacy import CacheWarning
+    from postcode_privacy.errors import warn_at_caller
+
+    real = keyfile.read_key_file
+
+    def read_and_warn(*args, **kwargs):
+        warn_at_caller("the cached ball-mass profiles were refused (a test)", CacheWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(keyfile, "read_key_file", read_and_warn)
+    assert main(check_args(files, files / "L.db")) == 0
+    err = capsys.readouterr().err
+    assert "warning: the cached ball-mass profiles were refused (a test)\n" in err, err
+    assert "CacheWarning" not in err and ".py:" not in err
+
+
 @pytest.mark.slow  # a CLI process, held for seconds
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_a_run_waiting_for_the_ledgers_lock_says_so_and_stops_when_told(files, stop):
     """SQLite waited for another process's write lock inside its own busy handler, where no
     Python signal handler runs: Ctrl-C and SIGTERM waited up to ten minutes for the lock,

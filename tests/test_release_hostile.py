@@ -563,6 +563,19 @@ def test_a_file_named_compressed_that_is_not_says_so(setup, tmp_path, capsys, su
     assert names(tmp_path) == [src.name]
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_a_compressed_file_cut_inside_its_first_bytes_is_damaged_not_misnamed(
+    setup, tmp_path, capsys, suffix
+):
+    """One byte of a real compressed file starts as that format does: it is cut short, not
+    named for another format (a review)."""
+    text = frame(setup["codes"], 5).to_csv(index=False).encode()
+    src = tmp_path / f"in.csv{suffix}"
+    src.write_bytes(COMPRESSORS[suffix](text)[:1])
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    assert "the compressed input is damaged or ends early" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "layout", ["padding-of-3", "padding-at-end-of-1", "lzma-then-lzma", "xz-then-lzma"]
 )
@@ -773,7 +786,28 @@ def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command
         assert (tmp_path / command[-1]).exists()  # (written first, as the message says)
 
 
-@pytest.mark.parametrize("command", [["example"], ["keygen", "-o", "k.key"]])
+def test_the_lines_about_files_written_are_let_go_with_stdout_closed(tmp_path):
+    """``build`` (and ``demo``) printed what they had written with click, so a closed standard
+    output failed a complete build, where ``perturb`` and ``report`` let such lines go (a
+    review).  Every command that reports the files it wrote now lets those lines go."""
+    onspd = Path(__file__).parent / "fixtures" / "sources" / "ONSPD_FEB_2024_UK.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = ["build", "--onspd", str(onspd), "--gb-only", "-o", "g.ppgraph", "-q"]
+    proc = subprocess.run(
+        ["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI]
+        + command,
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (tmp_path / "g.ppgraph").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [["example"], ["keygen", "-o", "k.key"], ["--help"], ["--version"], ["demo", "-h"]]
+)
 def test_a_reader_that_goes_away_ends_the_command_as_sigpipe_would(tmp_path, command):
     """With its reader gone (``example | head -1``), click ended a command with exit code 1
     and no word, or 0, as the timing fell (a hostile review).  It now ends as a writer killed

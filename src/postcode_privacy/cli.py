@@ -55,6 +55,16 @@ class _ReaderGone(BaseException):
 
 
 class _Commands(click.Group):
+    def make_context(self, *args, **kwargs) -> click.Context:
+        # The group's own --help and --version print while its arguments are parsed, before
+        # ``invoke``: a reader gone then is the same as during a command.
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError as exc:
+            if _raised_printing(exc):
+                raise _ReaderGone() from exc
+            raise
+
     def invoke(self, ctx: click.Context):
         # Every command prints the library's warnings as "warning: ..." lines: one that
         # reached Python's own display showed the install path, the class name and a source

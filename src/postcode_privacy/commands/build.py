@@ -6,7 +6,7 @@ import os
 
 import click
 
-from ..cli import cli
+from ..cli import cli, echo_status
 from ._shared_options import force_option, max_edge_km_option, progress_quiet_option
 
 
@@ -131,19 +131,19 @@ def build_command(
             f"{len(graph):,} postcodes; the other {len(graph) - counted:,} have the floor of 1",
             err=True,
         )
-    click.echo(f"wrote {output}")
-    click.echo(f"  graph_sha256 {graph.sha256}")
-    click.echo(
+    echo_status(f"wrote {output}")
+    echo_status(f"  graph_sha256 {graph.sha256}")
+    echo_status(
         f"  {len(graph):,} postcodes at {graph.n_locations:,} locations, "
         f"{graph.n_location_edges:,} location edges"
     )
     if build:
-        click.echo(
+        echo_status(
             f"  edges cut {build.get('cut_edges', 0):,}, restored {build.get('restored_edges', 0):,}"
         )
     for reason, count in sorted(table.dropped.items()):
-        click.echo(f"  dropped ({reason}): {count:,}")
+        echo_status(f"  dropped ({reason}): {count:,}")
     if len(table.terminated):
-        click.echo(
+        echo_status(
             f"  terminated postcodes with coordinates kept in {sidecar.name}: {len(table.terminated):,}"
         )

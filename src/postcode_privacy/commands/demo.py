@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import cli
+from ..cli import cli, echo_status
 from ._shared_options import force_option, progress_quiet_option
 
 EXAMPLE = "examples/records.csv"
@@ -158,22 +158,22 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
 
     audit = read_audit(output)
     counts, displacement = audit["counts"], audit["run"]["displacement_m"]
-    click.echo(f"released {counts['released']} invented example records (real postcodes)")
-    click.echo(
+    echo_status(f"released {counts['released']} invented example records (real postcodes)")
+    echo_status(
         f"  input      {click.format_filename(str(source))} (true postcodes, for comparison)"
     )
-    click.echo(f"  output     {click.format_filename(str(output))}")
-    click.echo(f"  manifest   {click.format_filename(str(output))}.manifest.json (publishable)")
-    click.echo(f"  audit      {click.format_filename(str(output))}.audit.json (private)")
-    click.echo(
+    echo_status(f"  output     {click.format_filename(str(output))}")
+    echo_status(f"  manifest   {click.format_filename(str(output))}.manifest.json (publishable)")
+    echo_status(f"  audit      {click.format_filename(str(output))}.audit.json (private)")
+    echo_status(
         f"  epsilon    {manifest['epsilon']} per hop, radius {manifest['radius']} hops, "
         f"teleport bound {bound_text(manifest['teleport_bound']['exact'])}"
     )
-    click.echo(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")
+    echo_status(f"  graph      {len(graph):,} postcodes, sha256 {graph.sha256}")
     median = "not measured" if displacement is None else f"{displacement['median']:,} m"
-    click.echo(
+    echo_status(
         f"  median displacement {median} between true and released postcodes "
         f"(from the audit file); {same} of {counts['released']} released unchanged (input "
         "and output compared)"
     )
-    click.echo("  the key was a throwaway and has been deleted: this release cannot be repeated")
+    echo_status("  the key was a throwaway and has been deleted: this release cannot be repeated")

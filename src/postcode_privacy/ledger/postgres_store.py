@@ -49,7 +49,8 @@ _CONNECT_FAILURES = [
     (("starting up",), "the server is starting up; try again in a moment"),
     (("shutting down",), "the server is shutting down"),
     (("too many",), "the server has too many connections"),
-    (("translate host name",), "the host name in the URL is not known"),
+    (("translate host name",), "the host name in the URL is not known"),  # (libpq's words)
+    (("failed to resolve host",), "the host name in the URL is not known"),  # (psycopg's)
     (("Connection refused",), "no server answered at that host and port (is it running?)"),
     (("timeout expired",), "the server did not answer in time"),
 ]

@@ -86,7 +86,9 @@ def compression_named_but_absent(path: str) -> str | None:
             first = handle.read(len(_XZ_MAGIC))
     except OSError:
         return None
-    return suffix if first and not first.startswith(starts) else None
+    # (a file shorter than the format's first bytes, which start them, is one cut short)
+    named = any(first.startswith(start) or start.startswith(first) for start in starts)
+    return suffix if first and not named else None
 
 
 class _WholeStreams(io.RawIOBase):
