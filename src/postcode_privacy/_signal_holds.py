@@ -1,4 +1,5 @@
-"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back for a few steps that must not be cut apart.
+"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back for a few steps that must not be
+cut apart.
 
 Python runs signal handlers between bytecodes of the main thread, so replacing the handlers by
 ones that only take note is enough to make a block uninterruptible:

@@ -17,9 +17,9 @@ lost"):
 * the claim holds an exclusive lock (``.NAME.lock``) from before the work until the files are in
   place, so two runs writing the same output cannot both go ahead: the second one is refused;
 * the files of one claim (a release, its manifest, its audit file) are committed together, with
-  the stop signals (SIGINT, SIGTERM, SIGHUP) held back until every rename is done (``_signal_holds``), so a stop signal
-  can never separate them; without ``force`` a name that appeared meanwhile is not replaced
-  (``os.link``).
+  the stop signals (SIGINT, SIGTERM, SIGHUP) held back until every rename is done
+  (``_signal_holds``), so a stop signal can never separate them; without ``force`` a name that
+  appeared meanwhile is not replaced (``os.link``).
 """
 
 from __future__ import annotations

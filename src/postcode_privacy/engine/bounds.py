@@ -11,7 +11,8 @@ bisection each.  Both answer only where every Z between the bounds gives the sam
 loose bound costs exploring, never a different output (docs/performance.md, "Deciding the
 shell, stage by stage").
 
-Nothing here reads the graph or a stream: engine/bound_sources.py and engine/fast.py pass the integers in.
+Nothing here reads the graph or a stream: engine/bound_sources.py and engine/fast.py pass the
+integers in.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ _PG_CLASSES = {
 # What libpq says when a connection fails, in words that never quote the message: libpq's
 # messages can quote the URL, and so a password.  First match wins.
 _CONNECT_FAILURES = [
-    (("database", "does not exist"), "that database does not exist on the server"),
-    (("role", "does not exist"), "the server has no such user (role)"),
+    (('FATAL:  database "', "does not exist"), "that database does not exist on the server"),
+    (('FATAL:  role "', "does not exist"), "the server has no such user (role)"),
     (("password authentication failed",), "the server refused the password"),
     (("no password supplied",), "the server asks for a password, and none was given"),
     (("pg_hba.conf",), "the server does not accept this user or client (its pg_hba.conf)"),

@@ -111,8 +111,8 @@ def settle_by_hand(
         if _maybe_running(owner, owner.ran_here(), created):
             raise LedgerError(
                 f"release #{rid} may still be running (its process is alive on this machine, "
-                "or it was recorded within a minute of this clock on a machine this one cannot look "
-                "into); its run settles its own entry"
+                "or it was recorded within a minute of this clock on a machine this one cannot "
+                "look into); its run settles its own entry"
             )
         at_path = any(_holds(path, sha) for path in paths)
         if outcome == "committed":

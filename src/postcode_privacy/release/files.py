@@ -10,9 +10,9 @@ Guarantees (docs/release.md, "Nothing is lost"):
   from writing the same output at the same time;
 * they are written to temporary files in the output's own directory and moved into place
   together only when everything has succeeded, audit file and manifest before the output, with
-  the stop signals (SIGINT, SIGTERM, SIGHUP) held back during the renames, so an output never exists without the files
-  that describe it; on any error or interruption the temporary files are removed, so a failed
-  run leaves nothing behind and never a partial output;
+  the stop signals (SIGINT, SIGTERM, SIGHUP) held back during the renames, so an output
+  never exists without the files that describe it; on any error or interruption the temporary
+  files are removed, so a failed run leaves nothing behind and never a partial output;
 * the output may not be the input (same path or same file);
 * with ``on_error="error"`` every chunk is checked before anything is perturbed, and one failing
   record anywhere means no output at all.
