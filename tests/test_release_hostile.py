@@ -762,6 +762,7 @@ def test_a_stdout_that_cannot_be_written_is_one_clear_error_not_a_traceback(tmp_
     assert (tmp_path / command[-1]).exists()
 
 
+@pytest.mark.slow  # command-line processes
 @pytest.mark.parametrize(
     "command", [["keygen", "-o", "k.key"], ["ledger", "init", "l.db"], ["example"]]
 )
@@ -786,6 +787,7 @@ def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command
         assert (tmp_path / command[-1]).exists()  # (written first, as the message says)
 
 
+@pytest.mark.slow  # command-line processes
 def test_the_lines_about_files_written_are_let_go_with_stdout_closed(tmp_path):
     """``build`` (and ``demo``) printed what they had written with click, so a closed standard
     output failed a complete build, where ``perturb`` and ``report`` let such lines go (a
@@ -805,6 +807,7 @@ def test_the_lines_about_files_written_are_let_go_with_stdout_closed(tmp_path):
     assert (tmp_path / "g.ppgraph").exists()
 
 
+@pytest.mark.slow  # command-line processes
 @pytest.mark.parametrize(
     "command", [["example"], ["keygen", "-o", "k.key"], ["--help"], ["--version"], ["demo", "-h"]]
 )
