@@ -762,6 +762,18 @@ def test_a_stdout_that_cannot_be_written_is_one_clear_error_not_a_traceback(tmp_
     assert (tmp_path / command[-1]).exists()
 
 
+def _with_stdout_closed(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The command line run in ``cwd`` with its standard output closed (``>&-``)."""
+    return subprocess.run(
+        ["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI]
+        + command,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
+
+
 @pytest.mark.slow  # command-line processes
 @pytest.mark.parametrize(
     "command", [["keygen", "-o", "k.key"], ["ledger", "init", "l.db"], ["example"]]
@@ -770,15 +782,7 @@ def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command
     """Python sets ``sys.stdout`` to None for a standard output closed at the start, and click
     then drops what a command prints without a word: ``ledger show >&-`` exited 0 having
     shown nothing (a hostile review).  It is now the same error as a full disk's."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run(
-        ["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI]
-        + command,
-        cwd=tmp_path,
-        env=env,
-        stderr=subprocess.PIPE,
-        timeout=120,
-    )
+    proc = _with_stdout_closed(command, tmp_path)
     err = proc.stderr.decode()
     assert proc.returncode == 1, err
     assert "standard output could not be written (standard output is closed)" in err
@@ -793,16 +797,8 @@ def test_the_lines_about_files_written_are_let_go_with_stdout_closed(tmp_path):
     output failed a complete build, where ``perturb`` and ``report`` let such lines go (a
     review).  Every command that reports the files it wrote now lets those lines go."""
     onspd = Path(__file__).parent / "fixtures" / "sources" / "ONSPD_FEB_2024_UK.csv"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     command = ["build", "--onspd", str(onspd), "--gb-only", "-o", "g.ppgraph", "-q"]
-    proc = subprocess.run(
-        ["/bin/sh", "-c", 'code="$1"; shift; "$0" -c "$code" "$@" >&-', sys.executable, RUN_CLI]
-        + command,
-        cwd=tmp_path,
-        env=env,
-        stderr=subprocess.PIPE,
-        timeout=120,
-    )
+    proc = _with_stdout_closed(command, tmp_path)
     assert proc.returncode == 0, proc.stderr.decode()
     assert (tmp_path / "g.ppgraph").exists()
 
