@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import io
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 import click
 
@@ -54,16 +56,23 @@ class _ReaderGone(BaseException):
     with exit code 1 and no word, or 0, whichever the timing gave (a hostile review)."""
 
 
+@contextlib.contextmanager
+def _reader_gone_is_its_own_end() -> Iterator[None]:
+    """A broken pipe from printing becomes ``_ReaderGone``, which click does not take."""
+    try:
+        yield
+    except BrokenPipeError as exc:
+        if _raised_printing(exc):
+            raise _ReaderGone() from exc
+        raise
+
+
 class _Commands(click.Group):
     def make_context(self, *args, **kwargs) -> click.Context:
         # The group's own --help and --version print while its arguments are parsed, before
         # ``invoke``: a reader gone then is the same as during a command.
-        try:
+        with _reader_gone_is_its_own_end():
             return super().make_context(*args, **kwargs)
-        except BrokenPipeError as exc:
-            if _raised_printing(exc):
-                raise _ReaderGone() from exc
-            raise
 
     def invoke(self, ctx: click.Context):
         # Every command prints the library's warnings as "warning: ..." lines: one that
@@ -73,14 +82,10 @@ class _Commands(click.Group):
         from .commands._common import echo_warnings
 
         try:
-            with echo_warnings():
+            with echo_warnings(), _reader_gone_is_its_own_end():
                 return super().invoke(ctx)
         except KeyboardInterrupt as stop:
             raise _Stopped() from stop
-        except BrokenPipeError as exc:
-            if _raised_printing(exc):
-                raise _ReaderGone() from exc
-            raise
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
