@@ -70,17 +70,21 @@ _BLOCK = 1 << 16
 _XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream
 # How a file of each compressed format starts (an xz file may instead hold a legacy .lzma
 # stream, whose first byte, its properties, is 0x5d for every file xz and Python write).
-_STARTS = {"gz": (b"\x1f\x8b",), "bz2": (b"BZh",), "xz": (_XZ_MAGIC, b"\x5d")}
+_STARTS = {
+    "gz": ("gzip", (b"\x1f\x8b",)),
+    "bz2": ("bzip2", (b"BZh",)),
+    "xz": ("xz", (_XZ_MAGIC, b"\x5d")),
+}
 
 
-def compression_named_but_absent(path: str) -> str | None:
-    """The compression the name of ``path`` promises ("gz", "bz2" or "xz") if the file has
-    bytes that do not start as that format does (a plain CSV named ``.csv.gz``, say), else
-    None: a read that failed then says what is wrong, not "damaged"."""
+def compression_named_but_absent(path: str) -> tuple[str, str] | None:
+    """(the name's suffix, its format's name) if ``path`` is named for a compression ("gz",
+    "bz2" or "xz") but has bytes that do not start as that format does (a plain CSV named
+    ``.csv.gz``, say), else None: a read that failed then says what is wrong, not "damaged"."""
     suffix = path.lower().rsplit(".", 1)[-1]
-    starts = _STARTS.get(suffix)
-    if starts is None:
+    if suffix not in _STARTS:
         return None
+    name, starts = _STARTS[suffix]
     try:
         with open(path, "rb") as handle:
             first = handle.read(len(_XZ_MAGIC))
@@ -88,7 +92,7 @@ def compression_named_but_absent(path: str) -> str | None:
         return None
     # (a file shorter than the format's first bytes, which start them, is one cut short)
     named = any(first.startswith(start) or start.startswith(first) for start in starts)
-    return suffix if first and not named else None
+    return (suffix, name) if first and not named else None
 
 
 class _WholeStreams(io.RawIOBase):

@@ -584,18 +584,15 @@ def _bounded_columns(columns: list) -> list:
     return columns
 
 
-_FORMAT_NAMES = {"gz": "gzip", "bz2": "bzip2", "xz": "xz"}
-
-
 def read_failure(path: str, exc: BaseException) -> str:
     """The message for an input that could not be read, in the CLI's terms."""
     if is_compressed(path) and not isinstance(exc, FileNotFoundError | PermissionError):
         named = compression_named_but_absent(path)
         if named is not None:
+            suffix, format_name = named
             return (
-                f"the input's name ends .{named} but the file does not start as "
-                f"{_FORMAT_NAMES[named]} data does: name it for what it holds (.csv for plain "
-                "text)"
+                f"the input's name ends .{suffix} but the file does not start as "
+                f"{format_name} data does: name it for what it holds (.csv for plain text)"
             )
         return "the compressed input is damaged or ends early (truncated?)"
     if isinstance(exc, FileNotFoundError):  # worded as release_file's own check words it
