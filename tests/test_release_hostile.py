@@ -393,6 +393,8 @@ def test_a_parquet_postcode_column_that_is_not_text_is_refused_naming_its_type(
         assert perturb(setup, tmp_path / "in.parquet", out, "--on-error", on_error) == 3
         err = capsys.readouterr().err
         assert f"the postcode column (--postcode-column) holds {words}, not text" in err
+        # Bytes of text, however encoded, get the hint (dictionary<binary> lacked it: round 35).
+        assert ("cast the column to string" in err) == ("binary" in words), err
         assert codes[0] not in err and "Traceback" not in err
     assert names(tmp_path) == ["in.parquet"]
 
@@ -572,6 +574,29 @@ def test_a_compressed_file_cut_inside_its_first_bytes_is_damaged_not_misnamed(
     text = frame(setup["codes"], 5).to_csv(index=False).encode()
     src = tmp_path / f"in.csv{suffix}"
     src.write_bytes(COMPRESSORS[suffix](text)[:1])
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    assert "the compressed input is damaged or ends early" in capsys.readouterr().err
+
+
+def test_plain_text_starting_with_a_bracket_named_xz_says_so(setup, tmp_path, capsys):
+    """0x5d ("]") starts every legacy .lzma stream, so a plain CSV whose header began with
+    "]" and was named .xz was called damaged (an open item of round 35).  The header's
+    dictionary size and length are now checked as Python's decoder checks them."""
+    text = frame(setup["codes"], 5).to_csv(index=False).encode()
+    src = tmp_path / "in.csv.xz"
+    src.write_bytes(b"]" + text)
+    assert perturb(setup, src, tmp_path / "out.csv") == 3
+    err = capsys.readouterr().err
+    assert "the input's name ends .xz but the file does not start as xz data does" in err, err
+    assert names(tmp_path) == [src.name]
+
+
+@pytest.mark.parametrize("cut", [1, 4, 5, 12, 13, 20])
+def test_a_legacy_lzma_stream_cut_short_is_damaged_not_misnamed(setup, tmp_path, capsys, cut):
+    """A real legacy .lzma stream cut inside (or just after) its 13-byte header is cut short."""
+    text = frame(setup["codes"], 5).to_csv(index=False).encode()
+    src = tmp_path / "in.csv.xz"
+    src.write_bytes(lzma.compress(text, format=lzma.FORMAT_ALONE)[:cut])
     assert perturb(setup, src, tmp_path / "out.csv") == 3
     assert "the compressed input is damaged or ends early" in capsys.readouterr().err
 

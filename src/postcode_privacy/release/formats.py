@@ -68,12 +68,13 @@ def open_decompressed(path: str, name: str | None = None) -> gzip.GzipFile | io.
 
 _BLOCK = 1 << 16
 _XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream
-# How a file of each compressed format starts (an xz file may instead hold a legacy .lzma
-# stream, whose first byte, its properties, is 0x5d for every file xz and Python write).
+_LZMA_HEADER = 13  # a legacy .lzma stream's header: properties, dictionary size, length
+# How a file of each compressed format starts; an xz file may instead hold a legacy .lzma
+# stream, whose header `_legacy_lzma_start` checks.
 _STARTS = {
     "gz": ("gzip", (b"\x1f\x8b",)),
     "bz2": ("bzip2", (b"BZh",)),
-    "xz": ("xz", (_XZ_MAGIC, b"\x5d")),
+    "xz": ("xz", (_XZ_MAGIC,)),
 }
 
 
@@ -87,12 +88,34 @@ def compression_named_but_absent(path: str) -> tuple[str, str] | None:
     name, starts = _STARTS[suffix]
     try:
         with open(path, "rb") as handle:
-            first = handle.read(len(_XZ_MAGIC))
+            first = handle.read(_LZMA_HEADER)
     except OSError:
         return None
     # (a file shorter than the format's first bytes, which start them, is one cut short)
-    named = any(first.startswith(start) or start.startswith(first) for start in starts)
+    named = any(first[: len(start)] == start[: len(first)] for start in starts)
+    named = named or (suffix == "xz" and _legacy_lzma_start(first))
     return (suffix, name) if first and not named else None
+
+
+def _legacy_lzma_start(first: bytes) -> bool:
+    """Whether ``first`` (up to 13 bytes) could begin a legacy .lzma stream as Python's
+    automatic decoder accepts one (liblzma's strict header check): the properties byte 0x5d
+    that xz and Python always write, a dictionary size of 2^n or 2^n + 2^(n-1) (or all ones),
+    and an unknown length (all ones) or one under 2^38.  Text that merely starts with "]"
+    fails it, so a plain CSV named .xz is called that, not damaged (a hostile review)."""
+    if first[:1] != b"\x5d":
+        return False
+    if len(first) >= 5:
+        size = int.from_bytes(first[1:5], "little")
+        rounded = size - 1
+        for shift in (2, 3, 4, 8, 16):  # liblzma's rounding, which lets 2^n + 2^(n-1) pass
+            rounded |= rounded >> shift
+        if size != 0xFFFFFFFF and rounded + 1 != size:
+            return False
+    if len(first) >= _LZMA_HEADER:
+        length = int.from_bytes(first[5:13], "little")
+        return length == (1 << 64) - 1 or length < (1 << 38)
+    return True
 
 
 class _WholeStreams(io.RawIOBase):

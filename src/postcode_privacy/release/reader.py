@@ -482,10 +482,11 @@ def refuse_postcodes_not_text(kind) -> None:
     binary values (as Impala, older Hive and Spark without ``binaryAsString`` write text),
     numbers or lists, every record was refused as "not a UK postcode in form", which sent the
     user looking for bad postcodes that are not there (a hostile review)."""
-    if not _holds_text(kind):
+    cells = type_words(_cells_type(kind))
+    if cells not in ("text", "nulls"):
         what = type_words(kind)
         hint = " (text written as binary values: cast the column to string)" * (
-            what == "binary values"
+            cells == "binary values"
         )
         raise InputDataError(
             f"the postcode column ({option_name('postcode_column')}) holds {what}, not text: "
@@ -493,16 +494,18 @@ def refuse_postcodes_not_text(kind) -> None:
         )
 
 
-def _holds_text(kind) -> bool:
-    """Whether a column of Arrow type ``kind`` holds text cells, or nothing but nulls."""
+def _cells_type(kind):
+    """The Arrow type of the cells a column of type ``kind`` holds: through dictionary,
+    run-end and extension encodings, so that a dictionary of binary values gets the same
+    "cast to string" hint as plain binary values (an open item of round 35)."""
     import pyarrow as pa
 
     types = pa.types
     if types.is_dictionary(kind) or getattr(types, "is_run_end_encoded", bool)(kind):
-        return _holds_text(kind.value_type)
+        return _cells_type(kind.value_type)
     if isinstance(kind, pa.BaseExtensionType):
-        return _holds_text(kind.storage_type)
-    return type_words(kind) in ("text", "nulls")
+        return _cells_type(kind.storage_type)
+    return kind
 
 
 def refuse_columns_csv_cannot_hold(schema, columns: list) -> None:
