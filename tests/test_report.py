@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from test_evaluate_graphs import postcode_graph
 
-from postcode_privacy import Mechanism
+from postcode_privacy import Mechanism, TeleportWarning
 from postcode_privacy.cli import main
 from postcode_privacy.errors import PostcodePrivacyError
 from postcode_privacy.report import build_report, example_postcodes, render_html, write_report
@@ -162,7 +162,7 @@ def test_a_several_releases_figure_below_the_one_release_one_is_flagged(report):
 def test_report_numbers_are_the_exact_ones(geo, report):
     data = report.data
     mechanism = Mechanism(geo, "0.9")
-    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 7
+    assert data["format"] == "postcode-privacy-report" and data["format_version"] == 8
     assert data["graph_sha256"] == geo.sha256 and data["radius"] == mechanism.radius
     tb = data["teleport_bound"]
     assert Fraction(int(tb["numerator"]), int(tb["denominator"])) == mechanism.teleport_bound
@@ -508,3 +508,25 @@ def test_a_risk_is_rounded_up_and_a_range_outward():
         text = risk_percent(x)
         if not text.startswith(("less", "more")):
             assert Fraction(text[:-1]) / 100 >= x
+
+
+def test_a_teleport_bound_above_the_target_is_on_the_page(geo, report):
+    """A radius below the default left the teleport bound far above the one-in-a-million
+    target, and only the terminal of whoever ran the report was told (a hostile review)."""
+    assert report.data["teleport_above_target"] is False
+    assert 'id="teleport-above-target"' not in render_html(report)
+    with pytest.warns(TeleportWarning):
+        short = build_report(geo, "0.9", radius=2, sample=None)
+    assert short.data["teleport_above_target"] is True
+    page = render_html(short)
+    assert 'id="teleport-above-target"' in page and "above the one-in-a-million target" in page
+
+
+def test_beyond_the_radius_the_page_says_how_far_postcodes_are_weighted(geo, report):
+    """The sentence "every postcode beyond R shares the same small weight" was false with a
+    prior that is not uniform: each one's chance is in proportion to its prior (a review)."""
+    assert report.data["prior"] != "uniform"
+    assert "in proportion to its\nprior" in render_html(report)
+    uniform, _ = postcode_graph(60, seed=4, prior_high=1)
+    page = render_html(build_report(uniform, "0.9", sample=None))
+    assert "so all of them are equally likely" in page and "in proportion to its\nprior" not in page

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from manifests import self_consistent
 from test_evaluate_graphs import postcode_graph
 
 from postcode_privacy import Mechanism
@@ -131,6 +132,7 @@ def _manifest(geo, tmp_path, **changes):
         "counts": {"failed": 4242},
     }
     data.update(changes)
+    data.update({k: v for k, v in self_consistent(geo, data).items() if k not in changes})
     path = tmp_path / "records_dp.csv.manifest.json"
     path.write_text(json.dumps(data))
     return path
@@ -186,12 +188,56 @@ def test_a_manifests_radius_is_called_default_exactly_when_it_is(geo, tmp_path):
         assert data["radius_is_default"] is expected
 
 
+def test_a_manifest_that_contradicts_itself_is_refused(geo, tmp_path):
+    """A hostile review edited a real ε = 1 manifest's epsilon to 0.5, and the page stated the
+    stronger guarantee; the manifest's own teleport bound (and its count of postcodes, and its
+    prior) still described the release.  Each is now compared with what the graph, epsilon
+    and radius give, exactly."""
+    genuine = self_consistent(geo, {"epsilon": "1.2", "radius": 9})
+    for edit in (
+        {"epsilon": "0.6", "teleport_bound": genuine["teleport_bound"]},  # epsilon edited alone
+        {"radius": 12, "teleport_bound": genuine["teleport_bound"]},
+        {"teleport_bound": {"exact": "1/2"}},
+        {"graph": {"sha256": geo.sha256, "nodes": len(geo) + 1}},
+        {"prior": "population" if genuine["prior"] != "population" else "uniform"},
+    ):
+        with pytest.raises(InvalidParameterError, match="the manifest contradicts itself"):
+            build_report(geo, release=read_manifest(_manifest(geo, tmp_path, **edit)), sample=None)
+    # the genuine one is described
+    assert build_report(geo, release=read_manifest(_manifest(geo, tmp_path)), sample=None)
+
+
+def test_manifest_fields_shown_on_the_page_must_have_a_release_s_form(geo, tmp_path):
+    """A hostile review put a sentence in library_version ("…; approved by the ICO"), an empty
+    output name in the page's heading and a time in no zone in "release created"."""
+    output = {"format": "csv", "sha256": "ab" * 32, "rows": 10}
+    for bad, match in (
+        ({"library_version": "0.1.0; reviewed and approved"}, "library_version is not a version"),
+        ({"library_version": "0.1\u202e"}, "library_version is not a version"),
+        ({"output": {**output, "path": ""}}, "output.path does not name a file"),
+        ({"output": {**output, "path": "dir/"}}, "output.path does not name a file"),
+        ({"created": "2026-01-01"}, "created is not a date and time with its offset"),
+        ({"created": "2026-12-08T00:45:43"}, "created is not a date and time with its offset"),
+        ({"teleport_bound": {"exact": "0.5"}}, "teleport_bound.exact is not a fraction"),
+        ({"teleport_bound": None}, "no field teleport_bound.exact"),
+        ({"prior": 3}, "prior is not text"),
+    ):
+        with pytest.raises(InvalidParameterError, match=match):
+            read_manifest(_manifest(geo, tmp_path, **bad))
+    for good in ("0.2.0", "1.0rc1", "0.2.0.dev3+g1a2b3c"):
+        assert read_manifest(_manifest(geo, tmp_path, library_version=good)).library_version == good
+    moment = "2026-12-08T00:45:43-05:00"
+    assert read_manifest(_manifest(geo, tmp_path, created=moment)).created == moment
+
+
 @pytest.mark.slow  # a report for each refusal: two seconds
 def test_manifest_refusals(geo, tmp_path, capsys):
     with pytest.raises(InvalidParameterError, match="another graph"):
         build_report(
             geo,
-            release=read_manifest(_manifest(geo, tmp_path, graph={"sha256": "0" * 64})),
+            release=read_manifest(
+                _manifest(geo, tmp_path, graph={"sha256": "0" * 64, "nodes": len(geo)})
+            ),
             sample=None,
         )
     for bad, match in (
@@ -219,7 +265,7 @@ def test_manifest_refusals(geo, tmp_path, capsys):
     graph_path = tmp_path / "g.ppg"
     geo.save(graph_path)
     out = tmp_path / "r.html"
-    bad = _manifest(geo, tmp_path, graph={"sha256": "f" * 64})
+    bad = _manifest(geo, tmp_path, graph={"sha256": "f" * 64, "nodes": len(geo)})
     assert (
         main(["report", "--manifest", str(bad), "--graph", str(graph_path), "-o", str(out), "-q"])
         == 8

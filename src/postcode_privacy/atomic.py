@@ -75,6 +75,13 @@ __all__ = [
 _TEMP_STEM_BYTES = 160
 
 
+def _cannot_write_in(directory: str | os.PathLike, reason: str) -> InvalidParameterError:
+    """The refusal of an output directory this process cannot write in, naming it (a path the
+    user gave, as ``readable_name`` shows one), as "does not exist" names it."""
+    where = readable_name(os.fspath(directory) or ".")
+    return InvalidParameterError(f"cannot write in the output directory {where}: {reason}")
+
+
 class LateSignalWarning(UserWarning):
     """A stop signal arrived while finished files were being moved into place; they were all
     moved, and the run is complete."""
@@ -128,9 +135,7 @@ class TempFile:
                 self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode
             )
         except OSError as exc:
-            raise InvalidParameterError(
-                f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
-            ) from None
+            raise _cannot_write_in(self.path.parent, exc.strerror or type(exc).__name__) from None
         self.handle = os.fdopen(fd, "wb")
 
     def finish(self) -> None:
@@ -292,7 +297,7 @@ class OutputClaim:
             statvfs = getattr(os, "statvfs", None)  # (not on Windows)
             read_only = statvfs is not None and statvfs(self.directory).f_flag & os.ST_RDONLY
             reason = os.strerror(errno.EROFS if read_only else errno.EACCES)
-            raise InvalidParameterError(f"cannot write in the output directory: {reason}")
+            raise _cannot_write_in(self.directory, reason)
 
     def _lock_squatted(self) -> OutputExistsError:
         return OutputExistsError(
@@ -344,9 +349,7 @@ class OutputClaim:
             except OSError as exc:
                 if _squatted(self.lock_path):
                     raise squatted from None
-                raise InvalidParameterError(
-                    f"cannot write in the output directory: {exc.strerror or type(exc).__name__}"
-                ) from None
+                raise _cannot_write_in(self.directory, exc.strerror or type(exc).__name__) from None
             found = os.fstat(fd)
             if not stat.S_ISREG(found.st_mode):
                 os.close(fd)

@@ -40,6 +40,7 @@ from ..evaluate.utility import measure_utility, mixture_quantile_m
 from ..graph.graph import Graph
 from ..mechanism.epsilon import EXACT, parse_epsilon
 from ..mechanism.mechanism import Mechanism
+from ..mechanism.radius import TELEPORT_TARGET
 from ..release.manifest import prior_kind
 from ._examples import example_postcodes
 from ._figures import histogram_figure
@@ -54,7 +55,8 @@ FORMAT = "postcode-privacy-report"
 # 7: risks as text rounded up from their exact fractions (unchanged_rate_text,
 #    median_/max_self_probability_text, the truncation rows' identification_rate_text); with
 #    --manifest, the release's on_error and terminated policies; chosen_postcode_given
-FORMAT_VERSION = 7
+# 8: teleport_above_target
+FORMAT_VERSION = 8
 
 CONDITIONS = (
     ("the key", "a different key is a fresh, independent draw"),
@@ -262,6 +264,8 @@ def build_report(
     adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
     seed = check_seed(seed)  # (before any work, as the command line refuses it)
     mechanism = Mechanism(graph, epsilon, radius)
+    if release is not None:
+        release.check_against(mechanism.teleport_bound, len(graph), prior_kind(graph))
     exact = ExactMechanism(mechanism)
     places = [dict(e) for e in example_postcodes(graph)]
     if postcode is not None:
@@ -318,6 +322,8 @@ def build_report(
         "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
         "teleport_bound": fraction_json(mechanism.teleport_bound, upper_bound=True),
+        # (the page says so too, not only the warning on the terminal of whoever ran it)
+        "teleport_above_target": mechanism.teleport_bound > TELEPORT_TARGET,
         "likelihood_ratio_bounds": ratios,
         "conditions": [{"unchanged": a, "why": b} for a, b in CONDITIONS],
         "examples": rows,

@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from .._input_files import MIB, parse_json, read_small_file, visible_text
 from ..errors import InvalidParameterError
@@ -61,9 +62,39 @@ class ReleaseFacts:
     # a manifest that does not say)
     on_error: str | None = None
     terminated: str | None = None
+    # What the manifest says that the report can work out for itself from the graph, epsilon
+    # and radius (``check_against``), so never shown: only compared.
+    teleport_bound: str = ""
+    graph_postcodes: int = -1
+    prior: str = ""
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k not in _CHECKED_ONLY}
+
+    def check_against(self, teleport_bound: Fraction, graph_postcodes: int, prior: str) -> None:
+        """Refuse a manifest that disagrees with what its own epsilon and radius give on the
+        graph: a hand edit of its epsilon (say 1 to 0.5) would otherwise put a stronger
+        guarantee on the page than the release has (a hostile review).  The figures are
+        compared exactly: the teleport bound as the fraction a release writes."""
+        own = {
+            "teleport_bound": f"{teleport_bound.numerator}/{teleport_bound.denominator}",
+            "graph.nodes": graph_postcodes,
+            "prior": prior,
+        }
+        said = {
+            "teleport_bound": self.teleport_bound,
+            "graph.nodes": self.graph_postcodes,
+            "prior": self.prior,
+        }
+        for name, value in own.items():
+            if said[name] != value:
+                raise InvalidParameterError(
+                    f"the manifest contradicts itself: its {name} is not what its epsilon "
+                    f"and radius give on this graph (an edited or damaged manifest)"
+                )
+
+
+_CHECKED_ONLY = ("teleport_bound", "graph_postcodes", "prior")
 
 
 def _field(data: dict, *path: str, kind: type):
@@ -94,15 +125,44 @@ def _sha256_field(data: dict, *path: str) -> str:
 
 
 def _moment_field(data: dict, *path: str) -> str:
-    """A time as a release writes it: ISO 8601 (``2026-01-02T03:04:05+00:00``)."""
+    """A time as a release writes it: ISO 8601 with its offset from UTC
+    (``2026-01-02T03:04:05+00:00``); a date alone, or a time in no stated zone, is not one."""
     value = _field(data, *path, kind=str)
     try:
-        _dt.datetime.fromisoformat(value)
+        moment = _dt.datetime.fromisoformat(value)
     except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or not re.search(r"[T ]\d", value):
         raise InvalidParameterError(
-            f"the manifest field {'.'.join(path)} is not a date and time (ISO 8601)"
-        ) from None
+            f"the manifest field {'.'.join(path)} is not a date and time with its offset from "
+            "UTC (ISO 8601)"
+        )
     return value
+
+
+# A version as the library states its own (PEP 440: "0.2.0", "1.0rc1", "0.2.0.dev3+g1a2b"),
+# so that the page's "postcode-privacy …" shows a version, never a sentence an edit put there.
+_VERSION = re.compile(
+    r"[0-9]{1,9}(\.[0-9]{1,9}){0,5}((a|b|rc)[0-9]{1,9})?(\.post[0-9]{1,9})?(\.dev[0-9]{1,9})?"
+    r"(\+[a-z0-9]{1,32}(\.[a-z0-9]{1,32}){0,5})?"
+)
+# A teleport bound as a release writes it: a fraction in lowest terms, "numerator/denominator".
+_FRACTION = re.compile(r"[0-9]+/[1-9][0-9]*")
+
+
+def _version_field(data: dict, *path: str) -> str:
+    value = _field(data, *path, kind=str)
+    if not _VERSION.fullmatch(value):
+        raise InvalidParameterError(f"the manifest field {'.'.join(path)} is not a version number")
+    return value
+
+
+def _output_name(data: dict) -> str:
+    """The released file's name (the last part of output.path), which the page's heading names."""
+    name = os.path.basename(_field(data, "output", "path", kind=str))
+    if not name.strip():
+        raise InvalidParameterError("the manifest field output.path does not name a file")
+    return name
 
 
 def _refuse_kept_source_postcodes(data: dict) -> None:
@@ -169,15 +229,27 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         radius=radius,
         graph_sha256=_sha256_field(data, "graph", "sha256"),
         key_fingerprint=_field(data, "key_fingerprint", kind=str),
-        output_name=os.path.basename(_field(data, "output", "path", kind=str)),
+        output_name=_output_name(data),
         output_rows=_field(data, "output", "rows", kind=int),
         output_sha256=_sha256_field(data, "output", "sha256"),
         created=_moment_field(data, "created"),
-        library_version=_field(data, "library_version", kind=str),
+        library_version=_version_field(data, "library_version"),
         output_stability_version=OUTPUT_STABILITY_VERSION,
         format_version=int(version),
         **policies,
+        teleport_bound=_teleport_bound_field(data),
+        graph_postcodes=_field(data, "graph", "nodes", kind=int),
+        prior=_field(data, "prior", kind=str),
     )
+
+
+def _teleport_bound_field(data: dict) -> str:
+    value = _field(data, "teleport_bound", "exact", kind=str)
+    if not _FRACTION.fullmatch(value):
+        raise InvalidParameterError(
+            "the manifest field teleport_bound.exact is not a fraction (numerator/denominator)"
+        )
+    return value
 
 
 _POLICIES = {"on_error": ON_ERROR_POLICIES, "terminated": TERMINATED_POLICIES}
