@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from graphs import leeds_grid
+from processes import wait_until
 
 from postcode_privacy import Key, write_key_file
 from postcode_privacy.cli import main
@@ -140,6 +141,96 @@ def test_a_run_waiting_for_the_ledgers_lock_says_so_and_stops_when_told(files, s
     assert said.decode().endswith("interrupted\n"), said
     assert "Traceback" not in said.decode()
     assert releases_in(ledger) == [(1, "committed")]
+
+
+# The command line, held (a marker file made, then waiting for a "go" file) once the release's
+# files are renamed into place, before it marks its ledger entry committed.
+_HELD_AFTER_RENAMES = """
+import pathlib, sys, time
+from postcode_privacy.cli import main
+from postcode_privacy.ledger import recording
+marker, go = map(pathlib.Path, sys.argv[1:3])
+def reached(stage):
+    if stage == "renamed":
+        marker.touch()
+        while not go.exists():
+            time.sleep(0.01)
+recording._reached = reached
+sys.exit(main(sys.argv[3:]))
+"""
+
+_PG_LOCK = 0x7070_6C65_6467_6572  # postgres_store._PG_LOCK_ID
+
+
+@pytest.mark.slow  # a CLI process, held for seconds
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_run_stopped_while_its_commit_waits_for_the_lock_does_not_wait_again(
+    files, tmp_path, backend, request
+):
+    """A stop during the commit's wait for the write lock ended that wait, and then settling the
+    entry on the way out waited for the same lock again: ten minutes on SQLite, for ever on
+    PostgreSQL (a hostile review).  The run now stops at once; its entry stays pending, and
+    the next opening of the ledger settles it as committed, the files being in place."""
+    if backend == "sqlite":
+        ledger, secret = str(files / "L.db"), None
+        holder = sqlite3.connect(ledger, isolation_level=None)
+        take_lock = "BEGIN IMMEDIATE"
+    else:
+        import psycopg
+
+        postgres = request.getfixturevalue("postgres")
+        ledger, secret = postgres.new_database(), files / "pg.key"
+        assert main(["ledger", "init", ledger, "--ledger-secret", str(secret)]) == 0
+        holder = psycopg.connect(ledger, autocommit=True)
+        take_lock = f"BEGIN; SELECT pg_advisory_xact_lock({_PG_LOCK})"
+    marker, go = tmp_path / "renamed", tmp_path / "go"
+    args = perturb_args(files, ledger, "out.csv", secret=secret)
+    run = subprocess.Popen(
+        [sys.executable, "-c", _HELD_AFTER_RENAMES, str(marker), str(go), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(marker.exists, run, "the release's renames")
+        holder.execute(take_lock)
+        go.touch()
+        time.sleep(1.0)  # into the commit's wait for the lock
+        assert run.poll() is None
+        started = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        assert run.wait(30) == 130
+        assert time.monotonic() - started < 5  # the lock is still held
+        err = run.stderr.read().decode()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        run.stderr.close()
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "interrupted after the files were written" in err and "Traceback" not in err, err
+    assert (files / "out.csv").exists()
+    shown = subprocess.run(
+        [sys.executable, "-m", "postcode_privacy", "ledger", "show", ledger]
+        + (["--ledger-secret", str(secret)] if secret else []),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0 and "committed" in shown.stdout and "pending" not in shown.stdout
+
+
+def test_the_postgresql_drivers_own_log_never_reaches_the_terminal(capsys):
+    """psycopg logs a rollback it gives up on (a stop landing mid-query) with the server's
+    host, port, user and database; with no logging set up, Python printed it on stderr (a
+    hostile review).  The store gives psycopg's logger a handler that drops it."""
+    import logging
+
+    from postcode_privacy.ledger.postgres_store import _quiet_driver_log
+
+    _quiet_driver_log()
+    logging.getLogger("psycopg").warning("error ignored in rollback (host=h user=u)")
+    assert capsys.readouterr().err == ""
 
 
 def releases_in(ledger, *, on_read_only_media: bool = False) -> list[tuple]:

@@ -20,3 +20,11 @@ class LedgerSurroundingsError(LedgerError):
 class LedgerDamagedError(LedgerError):
     """The ledger's contents are not as postcode-privacy writes them, or its file is corrupt:
     the remedy is a backup, not another path or a retry."""
+
+
+class LedgerBusy(LedgerError):
+    """Another run holds the ledger's write lock, and this write was asked not to wait
+    (``Store.write(wait=False)``: settling a release that was told to stop)."""
+
+    def __init__(self) -> None:
+        super().__init__("another run is writing to the ledger")

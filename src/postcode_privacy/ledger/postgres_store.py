@@ -8,9 +8,10 @@ code, never by message text (docs/ledger.md, "When something goes wrong").
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ..errors import InvalidParameterError, OutputExistsError
-from .errors import LedgerError
+from .errors import LedgerBusy, LedgerError
 from .stores import Store
 
 __all__ = ["PostgresStore"]
@@ -69,6 +70,17 @@ def _connect_failure(psycopg, exc: BaseException) -> str:
     return "the connection failed (check the URL's host, port, database and user)"
 
 
+def _quiet_driver_log() -> None:
+    """Give psycopg's logger a handler that drops its records, so that with no logging set up
+    Python's last-resort handler does not print them: a rollback psycopg gives up on while a
+    stop signal lands ("error ignored in rollback of ... (host=... user=... database=...)")
+    reached stderr, naming the server (a hostile review; docs/ledger.md, "When something goes
+    wrong").  Records still reach any handler a program embedding the library sets up."""
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
 class PostgresStore(Store):
     kind = "postgresql"
     blob = "BYTEA"
@@ -81,6 +93,7 @@ class PostgresStore(Store):
                 "a PostgreSQL ledger needs the psycopg driver: "
                 "pip install 'postcode-privacy[ledger-postgres]'"
             ) from None
+        _quiet_driver_log()
         self.location = url
         try:
             self.conn = psycopg.connect(url, autocommit=True)
@@ -140,14 +153,19 @@ class PostgresStore(Store):
         return count
 
     @contextlib.contextmanager
-    def _write(self):
+    def _write(self, *, wait: bool):
         with self.conn.transaction():
             # Read committed whatever the server's default: each statement after the lock must
             # see what the writer before it committed (the next release number, the spends a
             # budget is checked against).  Under a database's default of repeatable read the
             # snapshot was taken by the lock's own statement, before that writer had finished.
             self._execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+            if wait:
+                self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+            elif not self._execute(
+                "SELECT pg_try_advisory_xact_lock(?)", (_PG_LOCK_ID,)
+            ).fetchone()[0]:
+                raise LedgerBusy()
             yield
 
     @contextlib.contextmanager

@@ -333,16 +333,25 @@ class LedgerRecorder:
                 "budget with it; run `postcode-privacy ledger show` to see the spend"
             )
 
-    def finish(self) -> None:
-        """After success or failure: settle this release's entry if it is still pending."""
+    def finish(self, *, wait: bool = True) -> None:
+        """After success or failure: settle this release's entry if it is still pending.
+
+        ``wait=False`` (a run told to stop) settles it only if no other run holds the write
+        lock: a stop must not wait again for the lock whose wait it just ended (a hostile
+        review: Ctrl-C during the commit's wait then waited up to ten minutes on SQLite, and
+        for ever on PostgreSQL)."""
         entry = self._entry
         if entry is None or self._committed:
             return
         # Only a failed release gets here, and its error is the one to report: an entry that
-        # cannot be settled now (a full disk, a lost server) stays pending, for the next
-        # opening of the ledger to settle (docs/ledger.md, "Atomicity").
+        # cannot be settled now (a full disk, a lost server, a lock held elsewhere) stays
+        # pending, for the next opening of the ledger to settle (docs/ledger.md, "Atomicity").
         store = self.ledger.store
-        with contextlib.suppress(LedgerError), store.write(), _damage_is_a_ledger_error(store):
+        with (
+            contextlib.suppress(LedgerError),
+            store.write(wait=wait),
+            _damage_is_a_ledger_error(store),
+        ):
             state = store.query("SELECT state FROM releases WHERE id = ?", (entry.rid,))
             if not state or state[0][0] != "pending":
                 return

@@ -22,7 +22,7 @@ from pathlib import Path
 from .._signal_holds import signals_deferred
 from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError
-from .errors import LedgerDamagedError, LedgerError
+from .errors import LedgerBusy, LedgerDamagedError, LedgerError
 from .stores import LEDGER_FORMAT, Store
 
 __all__ = ["SqliteStore", "refuse_unusable_new_path", "sqlite_is_writable"]
@@ -673,7 +673,7 @@ class SqliteStore(Store):
         return self.conn.total_changes - before
 
     @contextlib.contextmanager
-    def _write(self):
+    def _write(self, *, wait: bool):
         if self.conn.in_transaction:
             # (only a stop signal landing between BEGIN and the ``try`` below could have left
             # one open; its writes were never committed)
@@ -681,7 +681,7 @@ class SqliteStore(Store):
         try:
             # BEGIN inside the ``try``: a Ctrl-C the moment it returns must roll back too, or
             # the next write (settling this release on the way out) meets an open transaction
-            self._begin_immediate()
+            self._begin_immediate(wait=wait)
             yield
         except BaseException:
             # SQLite may have rolled back already (a full disk does): the original error
@@ -692,12 +692,12 @@ class SqliteStore(Store):
             raise
         self.conn.execute("COMMIT")
 
-    def _begin_immediate(self) -> None:
+    def _begin_immediate(self, *, wait: bool) -> None:
         """``BEGIN IMMEDIATE``, waiting up to ``_BUSY_TIMEOUT_S`` for another process's write
         lock in slices of ``_LOCK_SLICE_MS``, so that a stop signal ends the wait within a
         fraction of a second (a hostile review: Ctrl-C waited for the lock, silently).  A
-        run of the CLI says on stderr that it is waiting, once."""
-        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        run of the CLI says on stderr that it is waiting, once.  Without ``wait``, one try."""
+        deadline = time.monotonic() + (_BUSY_TIMEOUT_S if wait else 0)
         notice_at: float | None = time.monotonic() + _LOCK_NOTICE_S
         self.conn.execute(f"PRAGMA busy_timeout = {_LOCK_SLICE_MS}")
         try:
@@ -708,6 +708,8 @@ class SqliteStore(Store):
                 except sqlite3.OperationalError as exc:
                     busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
                     now = time.monotonic()
+                    if busy and not wait:
+                        raise LedgerBusy() from None
                     if not busy or now >= deadline:
                         raise
                     if notice_at is not None and now >= notice_at:

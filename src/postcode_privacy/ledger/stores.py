@@ -132,14 +132,15 @@ class Store:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[None]:
-        """A serialised read-write transaction, committed on success."""
+    def write(self, *, wait: bool = True) -> Iterator[None]:
+        """A serialised read-write transaction, committed on success.  With ``wait=False``,
+        :class:`LedgerBusy` at once if another run holds the write lock."""
         if self.read_only:
             raise LedgerError(
                 "cannot write to the ledger: it was opened read-only (it is on read-only "
                 "media, or its file or directory is not writable)"
             )
-        with self._as("write to"), self._write():
+        with self._as("write to"), self._write(wait=wait):
             yield
 
     @contextlib.contextmanager
@@ -151,7 +152,7 @@ class Store:
             finally:
                 self.check_unchanged()
 
-    def _write(self) -> contextlib.AbstractContextManager[None]:
+    def _write(self, *, wait: bool) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
 
     def _read(self) -> contextlib.AbstractContextManager[None]:

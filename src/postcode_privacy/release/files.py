@@ -452,6 +452,7 @@ def _release(
     _check_columns(reader, options, output_path)
 
     writer = None
+    stopped = False  # a stop signal ended the run (the ledger is then settled without waiting)
     try:
         # A file that keeps the true postcodes is as private as the input: owner-only from birth.
         out_tmp = claim.temp(output_path, private=options.keep_source_postcode)
@@ -538,8 +539,11 @@ def _release(
         return manifest
     except OSError as exc:
         raise write_failure(exc) from None
+    except KeyboardInterrupt:
+        stopped = True
+        raise
     finally:
         if writer is not None:
             writer.abort()
-        if ledger is not None:
-            ledger.finish()
+        if ledger is not None:  # (a stopped run does not wait for the ledger's lock again)
+            ledger.finish(wait=not stopped)
