@@ -12,7 +12,7 @@ import logging
 
 from ..errors import InvalidParameterError, OutputExistsError
 from .errors import LedgerBusy, LedgerError
-from .stores import Store
+from .stores import WRITE_LOCK_NOTICE_S, WRITE_LOCK_WAIT_S, Store, say_waiting
 
 __all__ = ["PostgresStore"]
 
@@ -28,6 +28,7 @@ _PG_STATES = {
         "settle a release by hand in a ledger made by an earlier version)"
     ),
     "25006": "the PostgreSQL server accepts only read-only transactions (a standby?)",
+    "55P03": "another process kept it locked for too long",  # (the writers' lock: ten minutes)
 }
 _PG_CLASSES = {
     "08": "the connection to the PostgreSQL server failed",
@@ -161,12 +162,31 @@ class PostgresStore(Store):
             # snapshot was taken by the lock's own statement, before that writer had finished.
             self._execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if wait:
-                self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+                self._wait_for_the_lock()
             elif not self._execute(
                 "SELECT pg_try_advisory_xact_lock(?)", (_PG_LOCK_ID,)
             ).fetchone()[0]:
                 raise LedgerBusy()
             yield
+
+    def _wait_for_the_lock(self) -> None:
+        """Take the writers' advisory lock, waiting as SQLite's writers do: up to
+        ``WRITE_LOCK_WAIT_S``, saying so once after ``WRITE_LOCK_NOTICE_S`` on the command line
+        (it waited without limit and without a word: a hostile review).  Each try runs in a
+        savepoint, so that a timed-out one leaves the transaction usable, and ``lock_timeout``
+        is this transaction's only while the lock is awaited."""
+        tries = ((WRITE_LOCK_NOTICE_S, False), (WRITE_LOCK_WAIT_S - WRITE_LOCK_NOTICE_S, True))
+        for seconds, last in tries:
+            try:
+                with self.conn.transaction():
+                    self._execute(f"SET LOCAL lock_timeout = '{int(seconds * 1000)}ms'")
+                    self._execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_ID,))
+                break
+            except self._psycopg.errors.LockNotAvailable:
+                if last:
+                    raise
+                say_waiting()
+        self._execute("SET LOCAL lock_timeout = DEFAULT")
 
     @contextlib.contextmanager
     def _read(self):

@@ -23,16 +23,15 @@ from .._signal_holds import signals_deferred
 from ..atomic import refuse_directory_path
 from ..errors import InvalidParameterError, OutputExistsError, PostcodePrivacyError
 from .errors import LedgerBusy, LedgerDamagedError, LedgerError
-from .stores import LEDGER_FORMAT, Store
+from .stores import LEDGER_FORMAT, WRITE_LOCK_NOTICE_S, WRITE_LOCK_WAIT_S, Store, say_waiting
 
 __all__ = ["SqliteStore", "refuse_unusable_new_path", "sqlite_is_writable"]
 
-_BUSY_TIMEOUT_S = 600
+_BUSY_TIMEOUT_S = WRITE_LOCK_WAIT_S
 # While waiting for the write lock, SQLite sleeps in C for at most this long at a time, then
 # Python checks for a stop signal (``_begin_immediate``): a wait inside SQLite's own busy
 # handler runs no Python signal handler, so Ctrl-C and SIGTERM waited for the lock.
 _LOCK_SLICE_MS = 200
-_LOCK_NOTICE_S = 2.0  # a CLI run says it is waiting once it has waited this long
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -59,20 +58,6 @@ _SQLITE_SURROUNDINGS = {
     sqlite3.SQLITE_PROTOCOL: "its file locks failed (is it on a network file system?)",
     sqlite3.SQLITE_AUTH: "access to it was denied",
 }
-
-
-def _say_waiting() -> None:
-    """On the command line: one line on stderr for a run waiting for the ledger's write lock
-    (from Python, nothing: the caller's program decides what its users see)."""
-    from ..errors import SURFACE
-
-    if SURFACE.get() == "cli":
-        import click
-
-        click.echo(
-            "waiting for the ledger: another run is writing to it (Ctrl-C stops this run)",
-            err=True,
-        )
 
 
 def _sqlite_code_name(exc: BaseException) -> str:
@@ -698,7 +683,7 @@ class SqliteStore(Store):
         fraction of a second (a hostile review: Ctrl-C waited for the lock, silently).  A
         run of the CLI says on stderr that it is waiting, once.  Without ``wait``, one try."""
         deadline = time.monotonic() + (_BUSY_TIMEOUT_S if wait else 0)
-        notice_at: float | None = time.monotonic() + _LOCK_NOTICE_S
+        notice_at: float | None = time.monotonic() + WRITE_LOCK_NOTICE_S
         self.conn.execute(f"PRAGMA busy_timeout = {_LOCK_SLICE_MS}")
         try:
             while True:
@@ -714,7 +699,7 @@ class SqliteStore(Store):
                         raise
                     if notice_at is not None and now >= notice_at:
                         notice_at = None
-                        _say_waiting()
+                        say_waiting()
         finally:
             self.conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_S * 1000}")
 

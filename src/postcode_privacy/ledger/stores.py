@@ -46,6 +46,26 @@ def is_url(location: str) -> bool:
     return location.startswith(("postgresql://", "postgres://"))
 
 
+# A writer waits this long for another run's write lock, and a run of the command line says
+# that it is waiting once it has waited WRITE_LOCK_NOTICE_S (both backends).
+WRITE_LOCK_WAIT_S = 600
+WRITE_LOCK_NOTICE_S = 2.0
+
+
+def say_waiting() -> None:
+    """On the command line: one line on stderr for a run waiting for the ledger's write lock
+    (from Python, nothing: the caller's program decides what its users see)."""
+    from ..errors import SURFACE
+
+    if SURFACE.get() == "cli":
+        import click
+
+        click.echo(
+            "waiting for the ledger: another run is writing to it (Ctrl-C stops this run)",
+            err=True,
+        )
+
+
 class Store:
     """A connection to one ledger database.  ``?`` placeholders in every statement.
 
