@@ -172,6 +172,7 @@ def _locked_ledger(files, backend, request):
     return (holder, ledger), secret
 
 
+@pytest.mark.slow  # waits for the lock for three seconds
 def test_a_postgresql_writer_waits_for_the_lock_ten_minutes_then_says_why(
     files, postgres, monkeypatch, request
 ):

@@ -522,6 +522,7 @@ def test_a_teleport_bound_above_the_target_is_on_the_page(geo, report):
     assert 'id="teleport-above-target"' in page and "above the one-in-a-million target" in page
 
 
+@pytest.mark.slow  # a second report, on another graph
 def test_beyond_the_radius_the_page_says_how_far_postcodes_are_weighted(geo, report):
     """The sentence "every postcode beyond R shares the same small weight" was false with a
     prior that is not uniform: each one's chance is in proportion to its prior (a review)."""
