@@ -108,3 +108,24 @@ def test_the_small_public_helpers_answer_as_documented():
     options = ReleaseOptions(epsilon="0.50", id_column="person", postcode_column="pc")
     assert options.as_dict()["epsilon"] == "0.5"
     assert issubclass(SubjectIdError, InvalidParameterError)
+
+
+def test_a_csv_files_failing_records_are_named_with_their_lines_in_pythons_message(tmp_path):
+    """``release_file`` refuses a file's bad records with an ``InputDataError`` whose message
+    names each record and the line it starts on, as the command line does; a quoted cell
+    holding a line break puts them apart.  Dropping the lines from the message survived every
+    test (a review of round 36)."""
+    from postcode_privacy.errors import InputDataError
+    from postcode_privacy.release import release_file
+
+    src = tmp_path / "in.csv"
+    src.write_text(f'person,pc,note\n1,{CODES[0]},"two\nlines"\n2,QQ-secret-99,x\n3,{CODES[1]},y\n')
+    with pytest.raises(InputDataError) as caught:
+        release_file(
+            src, tmp_path / "out.csv", key=KEY, id_column="person", postcode_column="pc",
+            graph=GRAPH, epsilon="1",
+        )  # fmt: skip
+    message = str(caught.value)
+    assert "record 2 (line 4): " in message, message
+    assert "QQ-secret-99" not in message  # the cell itself is never quoted
+    assert not (tmp_path / "out.csv").exists()

@@ -12,6 +12,7 @@ import sys
 
 import pandas as pd
 import pytest
+from optional import missing_from_this_machine
 
 from postcode_privacy._file_names import name_text, path_of_text, readable_name
 from postcode_privacy.cli import main
@@ -227,7 +228,7 @@ def test_a_latin1_locale_release_is_the_utf8_release(inputs, tmp_path, monkeypat
     """Under Latin-1 the column options were decoded by the locale: ``--out-column tiré_dp``
     released a column named ``tirÃ©_dp`` (another release and manifest, exit 0)."""
     if shutil.which("localedef") is None:
-        pytest.skip("localedef (glibc's locale compiler) is not installed")
+        missing_from_this_machine("localedef (glibc's locale compiler) is not installed")
     locales = tmp_path / "locales"
     locales.mkdir()
     made = subprocess.run(
@@ -235,7 +236,7 @@ def test_a_latin1_locale_release_is_the_utf8_release(inputs, tmp_path, monkeypat
         capture_output=True,
     )
     if not (locales / "en_GB.ISO-8859-1").is_dir():
-        pytest.skip(f"localedef could not compile a Latin-1 locale: {made.stderr!r}")
+        missing_from_this_machine(f"localedef could not compile a Latin-1 locale: {made.stderr!r}")
     latin1 = {
         "LOCPATH": str(locales),
         "LC_ALL": "en_GB.ISO-8859-1",

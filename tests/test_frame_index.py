@@ -13,6 +13,7 @@ import io
 
 import pandas as pd
 import pytest
+from optional import missing_from_this_machine
 
 from postcode_privacy import Graph, Key, perturb_frame
 
@@ -266,7 +267,7 @@ def test_arrow_list_view_columns_are_refused_under_drop(options, large):
 
     pa = pytest.importorskip("pyarrow")
     if not hasattr(pa, "list_view"):
-        pytest.skip("this pyarrow has no list views")
+        missing_from_this_machine("this pyarrow has no list views")
     kind = (pa.large_list_view if large else pa.list_view)(pa.string())
     column = pa.array([["x"], ["SECRET"], ["z"]], kind)
     nested = pa.StructArray.from_arrays([column], ["inner"])
@@ -319,7 +320,7 @@ def test_arrow_extension_columns_stored_as_dictionaries_or_views_are_refused_und
 
     pa = pytest.importorskip("pyarrow")
     if not hasattr(pa, "opaque"):
-        pytest.skip("this pyarrow has no opaque extension type")
+        missing_from_this_machine("this pyarrow has no opaque extension type")
     words = pa.dictionary(pa.int8(), pa.string())
     stored = pa.array(["x", "SECRET", "z"], words)
     opaque = pa.ExtensionArray.from_storage(pa.opaque(words, "t", "v"), stored)

@@ -328,6 +328,25 @@ def test_check_counts_repeats_known_and_new_subjects(ledger, tmp_path):
     assert ledger.summary()["draws"] == 3  # a check records nothing
 
 
+def test_check_spends_epsilon_once_for_each_new_draw_of_a_subject(ledger, tmp_path):
+    """A subject drawn anew at two postcodes in one release spends ε twice; the preview's
+    spend after the release counted each subject's draws, but no test gave a subject more than
+    one (a mutation that spent ε once survived: a review of round 36)."""
+    first = write_input(tmp_path / "q1.csv", ["1", "2"], CODES[:2])
+    release(ledger, first, tmp_path / "o.csv", epsilon="0.5")
+    src = write_input(
+        tmp_path / "q2.csv",
+        ["1", "1", "1", "2", "3", "3"],
+        [CODES[0], CODES[5], CODES[6], CODES[7], CODES[8], CODES[9]],
+    )
+    report = check(ledger, src, epsilon="0.5")
+    assert report["repeats"] == 1 and report["new_draws"] == 5
+    # subject 1: 1/2 before, two new draws -> 3/2; subject 2: one new draw -> 1
+    assert report["spend_after_known"] == [(Fraction(1), 1), (Fraction(3, 2), 1)]
+    # subject 3 is new, with two draws: 1
+    assert report["spend_after_all_drawn"] == [(Fraction(1), 2), (Fraction(3, 2), 1)]
+
+
 @pytest.mark.parametrize("policy", ["error", "drop", "null"])
 def test_a_budget_refusal_stops_the_release_whatever_on_error_says(ledger, tmp_path, policy):
     """Only a new draw can be refused, and a subject draws anew when their postcode changed:

@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import pandas as pd
 import pytest
+from optional import missing_from_this_machine
 from test_ledger import (
     CODES,
     _stopped_release,
@@ -140,7 +141,7 @@ def test_an_entry_whose_run_is_alive_here_is_not_settled(location, tmp_path, cap
     from test_ledger import BOOT, PID_NS, owner_text
 
     if BOOT is None or PID_NS is None:
-        pytest.skip("no boot id or PID namespace here")
+        missing_from_this_machine("no boot id or PID namespace here")
     alive = owner_text(tmp_path, pid=os.getppid())
     where, secret, _ = _setup(location, tmp_path, owner=alive)
     assert _settle(where, secret, "--abandoned", "--yes") == 1

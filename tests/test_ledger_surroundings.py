@@ -21,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from graphs import leeds_grid
+from hostile_files import fifo_nobody_writes
+from optional import missing_from_this_machine
 from processes import wait_until
 
 from postcode_privacy import Key, write_key_file
@@ -411,7 +413,9 @@ def read_only_copy(files):
             ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)], capture_output=True
         )
         if mount.returncode != 0:
-            pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+            missing_from_this_machine(
+                "root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)"
+            )
         mounted = True
     for name in ("L.db", "L.db.key"):
         shutil.copy2(files / name, target / name)
@@ -434,12 +438,14 @@ def mount_tmpfs(target: Path, request, size: str) -> Path:
     cannot mount one)."""
     target.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small file system")
+        missing_from_this_machine("needs root to mount a small file system")
     mount = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)], capture_output=True
     )
     if mount.returncode != 0:
-        pytest.skip("root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)")
+        missing_from_this_machine(
+            "root here cannot mount a tmpfs (a container without CAP_SYS_ADMIN)"
+        )
     request.addfinalizer(lambda: subprocess.run(["umount", str(target)], check=True))
     return target
 
@@ -588,10 +594,10 @@ def test_a_read_only_view_of_a_ledger_written_elsewhere_never_under_counts(files
     view = files / "view"
     view.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("needs root to make a read-only bind mount")
+        missing_from_this_machine("needs root to make a read-only bind mount")
     bind = subprocess.run(["mount", "--bind", str(files), str(view)], capture_output=True)
     if bind.returncode != 0:
-        pytest.skip("root here cannot make a bind mount")
+        missing_from_this_machine("root here cannot make a bind mount")
     request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(view)], check=True))
     subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
     reader = Ledger.open_for_reading(str(view / "L.db"))
@@ -660,7 +666,7 @@ def test_a_ledger_file_bind_mounted_on_its_own_is_refused(files, capsys, request
     """`docker -v /data/L.db:/L.db`: the mounted name has one link, but its -wal would be
     beside the other name only, so releases recorded there would be missed."""
     if os.geteuid() != 0:
-        pytest.skip("needs root to bind-mount a file")
+        missing_from_this_machine("needs root to bind-mount a file")
     (files / "elsewhere").mkdir()
     target = files / "elsewhere" / "L.db"
     target.touch()
@@ -668,7 +674,7 @@ def test_a_ledger_file_bind_mounted_on_its_own_is_refused(files, capsys, request
         ["mount", "--bind", str(files / "L.db"), str(target)], capture_output=True
     )
     if bind.returncode != 0:
-        pytest.skip("root here cannot make a bind mount")
+        missing_from_this_machine("root here cannot make a bind mount")
     request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(target)], check=True))
     shutil.copy2(files / "L.db.key", files / "elsewhere" / "L.db.key")
     capsys.readouterr()
@@ -698,7 +704,7 @@ def test_a_ledger_on_an_overlay_of_two_file_systems_is_read(files, capsys, reque
         ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], capture_output=True
     )
     if overlay.returncode != 0:
-        pytest.skip("root here cannot mount an overlay")
+        missing_from_this_machine("root here cannot mount an overlay")
     request.addfinalizer(lambda: subprocess.run(["umount", "-l", str(merged)], check=True))
     assert os.stat(merged / "L.db").st_dev != os.stat(merged).st_dev
     capsys.readouterr()
@@ -763,7 +769,7 @@ def test_a_path_that_is_not_a_ledger_is_refused_and_left_exactly_as_it_was(files
             conn.execute("INSERT INTO ledger_meta VALUES ('format', 'something else')")
             conn.commit()
     elif kind == "fifo":
-        os.mkfifo(target)
+        fifo_nobody_writes(target)
     else:
         target.mkdir()
     before = _snapshot(where)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from graphs import colocated
+from hostile_files import fifo_nobody_writes
 from test_fast_path import planar_graph, random_batch, random_case
 
 from postcode_privacy import Key, Mechanism
@@ -244,7 +245,7 @@ def test_a_cached_table_is_refused_unless_every_byte_checks_out(cache):
     # saw the load block for ever), and replaced by the rebuilt file.
     for path in (header_path, table_path):
         path.unlink()
-        os.mkfifo(path)
+        fifo_nobody_writes(path)
         refused("not a regular file|cannot read")
         assert path.is_file()
     assert not [p for p in table_path.parent.iterdir() if p.name.startswith(".building-")]

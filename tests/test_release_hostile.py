@@ -29,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hostile_files import fifo_nobody_writes
+from optional import missing_from_this_machine
 from processes import reaped, wait_until
 
 from postcode_privacy import InputDataError, InvalidParameterError, Key, OutputExistsError
@@ -267,7 +269,7 @@ def test_a_lock_name_taken_by_other_than_a_plain_file_is_refused(setup, tmp_path
     elsewhere.mkdir()
     pointed = elsewhere / "pointed-at"
     if squatter == "fifo":
-        os.mkfifo(lock)
+        fifo_nobody_writes(lock)
     elif squatter == "directory":
         lock.mkdir()
     elif squatter == "key file":  # the run would delete it when it ends (a review)
@@ -763,7 +765,7 @@ def test_a_complete_release_exits_0_whatever_stdout_does(setup, tmp_path, stdout
 def _on_a_full_stdout(argv, cwd=None):
     """Exit code and stderr (bytes) of the CLI run with its stdout on a full disk."""
     if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full here")
+        missing_from_this_machine("no /dev/full here")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     with open("/dev/full", "w") as full:
         proc = subprocess.run(
@@ -1011,7 +1013,7 @@ def test_other_commands_refuse_an_existing_file_and_never_replace_a_key(
     assert ledger.read_bytes() == before
     # nor a pipe (nor a device: `-o /dev/null --force` as root replaced the device node)
     pipe = tmp_path / "pipe.json"
-    os.mkfifo(pipe)
+    fifo_nobody_writes(pipe)
     assert main(argv + ["-o", str(pipe), "--force"]) == 5
     assert "is not a regular file (a pipe, a device or a socket); it is never replaced" in (
         capsys.readouterr().err
@@ -1958,7 +1960,7 @@ def test_sigterm_stops_every_command_as_ctrl_c_does(tmp_path, monkeypatch, capsy
     import postcode_privacy.keyfile as keyfile
 
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        pytest.skip("this test process already handles SIGTERM")
+        missing_from_this_machine("this test process already handles SIGTERM")
 
     def terminated(*a, **k):
         signal.raise_signal(signal.SIGTERM)
@@ -1976,7 +1978,7 @@ def test_a_parquet_column_of_an_extension_type_stored_as_a_dictionary_is_refused
     left the run's temporary and lock files behind: it is refused by position before any row
     is read, whatever --on-error says."""
     if not hasattr(pa, "opaque"):
-        pytest.skip("this pyarrow has no opaque extension type")
+        missing_from_this_machine("this pyarrow has no opaque extension type")
     words = pa.dictionary(pa.int8(), pa.string())
     table = pa.Table.from_pandas(frame(setup["codes"], n=3), preserve_index=False)
     stored = pa.array(["x", "SECRET", "z"], words)
