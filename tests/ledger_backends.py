@@ -57,9 +57,10 @@ class PostgresServer:
             self.proc = self._start(bindir)
             if self._ready():
                 break
-            if attempt == 2 or self.proc.poll() is None:
+            if attempt == 2:
                 self.stop()
                 raise RuntimeError("the PostgreSQL test server did not start")
+            self._end_process()  # (one that could not bind the port has exited already)
             self.port = _free_port()
         self._databases = 0
 
@@ -93,8 +94,11 @@ class PostgresServer:
         deadline = time.monotonic() + 60
         while self.proc.poll() is None and time.monotonic() < deadline:
             try:
-                psycopg.connect(self.url("postgres"), connect_timeout=2).close()
-                return True
+                with psycopg.connect(self.url("postgres"), connect_timeout=2) as conn:
+                    # (the port may be another server's, one that took it first: another
+                    # test process's, under pytest -n; then this one fails to bind, and exits)
+                    where = conn.execute("SHOW data_directory").fetchone()[0]
+                return os.path.realpath(where) == os.path.realpath(self.data)
             except psycopg.OperationalError:
                 time.sleep(0.2)
         return False
@@ -120,10 +124,13 @@ class PostgresServer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
+        self._end_process()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _end_process(self) -> None:
         self.proc.terminate()
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
