@@ -1,6 +1,6 @@
-"""Hand-written release manifests for the report's tests: the fields a report checks against the
-graph (teleport bound, postcodes, prior), made to agree with the manifest's own epsilon and
-radius, as a release writes them."""
+"""Hand-written release manifests for the report's tests: the fields a release writes from
+its graph, epsilon and radius (the teleport bound, which a report checks, and the prior), made
+to agree with the manifest's own epsilon and radius."""
 
 from __future__ import annotations
 

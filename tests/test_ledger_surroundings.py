@@ -277,17 +277,26 @@ def test_a_run_stopped_while_its_commit_waits_for_the_lock_does_not_wait_again(
     assert shown.returncode == 0 and "committed" in shown.stdout and "pending" not in shown.stdout
 
 
-def test_the_postgresql_drivers_own_log_never_reaches_the_terminal(capsys):
+def test_the_postgresql_drivers_own_log_never_reaches_the_terminal():
     """psycopg logs a rollback it gives up on (a stop landing mid-query) with the server's
     host, port, user and database; with no logging set up, Python printed it on stderr (a
-    hostile review).  The store gives psycopg's logger a handler that drops it."""
-    import logging
-
-    from postcode_privacy.ledger.postgres_store import _quiet_driver_log
-
-    _quiet_driver_log()
-    logging.getLogger("psycopg").warning("error ignored in rollback (host=h user=u)")
-    assert capsys.readouterr().err == ""
+    hostile review).  The store gives psycopg's logger a handler that drops it.  (In a fresh
+    interpreter: pytest's own logging handler would hide Python's last-resort printing.)"""
+    program = (
+        "import logging, sys\n"
+        "if sys.argv[1] == 'quiet':\n"
+        "    from postcode_privacy.ledger.postgres_store import _quiet_driver_log\n"
+        "    _quiet_driver_log()\n"
+        "logging.getLogger('psycopg').warning('error ignored in rollback (host=h user=u)')\n"
+    )
+    said = {
+        how: subprocess.run(
+            [sys.executable, "-c", program, how], capture_output=True, text=True, timeout=60
+        ).stderr
+        for how in ("as-is", "quiet")
+    }
+    assert "host=h" in said["as-is"]  # (what the test would otherwise not see)
+    assert said["quiet"] == ""
 
 
 def releases_in(ledger, *, on_read_only_media: bool = False) -> list[tuple]:
@@ -380,6 +389,37 @@ def test_a_failure_to_mark_a_written_release_committed_says_the_files_are_in_pla
     # Pending, so it counts against budgets until settled (docs/ledger.md, "Atomicity").
     assert main(["ledger", "show", str(ledger)]) == 0
     assert "#2 pending" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # waits for the lock for three seconds
+def test_a_commit_whose_wait_for_the_lock_ran_out_does_not_wait_again(files, capsys, monkeypatch):
+    """The commit's wait for the write lock ran out; settling the entry on the way out then
+    waited the whole time again, and said so twice (a review of round 36)."""
+    import postcode_privacy.ledger.recording as recording
+    import postcode_privacy.ledger.sqlite_store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "_BUSY_TIMEOUT_S", 3)
+    ledger = files / "L.db"
+    holder = sqlite3.connect(ledger, isolation_level=None)
+
+    def take_the_lock(stage):
+        if stage == "renamed":
+            holder.execute("BEGIN IMMEDIATE")
+
+    monkeypatch.setattr(recording, "_reached", take_the_lock)
+    capsys.readouterr()
+    try:
+        started = time.monotonic()
+        assert main(perturb_args(files, ledger, "out.csv")) == 1
+        waited = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    err = capsys.readouterr().err
+    assert "another process kept it locked for too long" in err, err
+    assert err.count("waiting for the ledger") == 1, err
+    assert waited < 5.5
+    assert releases_in(ledger)[-1] == (2, "pending")  # settled by the next opening
 
 
 def test_a_ledger_damaged_after_a_releases_renames_says_a_backup_lacks_that_release(

@@ -593,12 +593,14 @@ def test_plain_text_starting_with_a_bracket_named_xz_says_so(setup, tmp_path, ca
     assert names(tmp_path) == [src.name]
 
 
+@pytest.mark.parametrize("lc", [3, 0])  # (xz's own properties, and others a writer may use)
 @pytest.mark.parametrize("cut", [1, 4, 5, 12, 13, 20])
-def test_a_legacy_lzma_stream_cut_short_is_damaged_not_misnamed(setup, tmp_path, capsys, cut):
+def test_a_legacy_lzma_stream_cut_short_is_damaged_not_misnamed(setup, tmp_path, capsys, cut, lc):
     """A real legacy .lzma stream cut inside (or just after) its 13-byte header is cut short."""
     text = frame(setup["codes"], 5).to_csv(index=False).encode()
     src = tmp_path / "in.csv.xz"
-    src.write_bytes(lzma.compress(text, format=lzma.FORMAT_ALONE)[:cut])
+    lzma1 = [{"id": lzma.FILTER_LZMA1, "lc": lc}]
+    src.write_bytes(lzma.compress(text, format=lzma.FORMAT_ALONE, filters=lzma1)[:cut])
     assert perturb(setup, src, tmp_path / "out.csv") == 3
     assert "the compressed input is damaged or ends early" in capsys.readouterr().err
 

@@ -112,6 +112,7 @@ class LedgerRecorder:
         self._account: ReleaseAccount | None = None
         self._entry: _PendingEntry | None = None
         self._committed = False
+        self._commit_tried = False  # commit() began: a later finish() follows its failure
 
     @property
     def budget(self) -> Fraction | None:
@@ -279,6 +280,7 @@ class LedgerRecorder:
         if entry is None:
             raise LedgerError("the release was not recorded in the ledger before its renames")
         _reached("renamed")
+        self._commit_tried = True
         store = self.ledger.store
         budget, over_budget, removed = self.budget, False, False
         try:
@@ -339,10 +341,12 @@ class LedgerRecorder:
         ``wait=False`` (a run told to stop) settles it only if no other run holds the write
         lock: a stop must not wait again for the lock whose wait it just ended (a hostile
         review: Ctrl-C during the commit's wait then waited up to ten minutes on SQLite, and
-        for ever on PostgreSQL)."""
+        for ever on PostgreSQL).  Nor does a release whose :meth:`commit` failed (its wait for
+        the lock timed out, say): waiting again would double the wait, to say the same."""
         entry = self._entry
         if entry is None or self._committed:
             return
+        wait = wait and not self._commit_tried
         # Only a failed release gets here, and its error is the one to report: an entry that
         # cannot be settled now (a full disk, a lost server, a lock held elsewhere) stays
         # pending, for the next opening of the ledger to settle (docs/ledger.md, "Atomicity").

@@ -99,11 +99,15 @@ def compression_named_but_absent(path: str) -> tuple[str, str] | None:
 
 def _legacy_lzma_start(first: bytes) -> bool:
     """Whether ``first`` (up to 13 bytes) could begin a legacy .lzma stream as Python's
-    automatic decoder accepts one (liblzma's strict header check): the properties byte 0x5d
-    that xz and Python always write, a dictionary size of 2^n or 2^n + 2^(n-1) (or all ones),
-    and an unknown length (all ones) or one under 2^38.  Text that merely starts with "]"
-    fails it, so a plain CSV named .xz is called that, not damaged (a hostile review)."""
-    if first[:1] != b"\x5d":
+    automatic decoder accepts one (liblzma's strict header check): a properties byte naming
+    lc, lp and pb with lc + lp at most 4 (xz and Python write 0x5d), a dictionary size of 2^n
+    or 2^n + 2^(n-1) (or all ones), and an unknown length (all ones) or one under 2^38.
+    Text that merely starts with "]" fails it, so a plain CSV named .xz is called that, not
+    damaged (a hostile review): no four bytes of text without NUL make such a size."""
+    if not first:
+        return False
+    properties = first[0]
+    if properties >= 9 * 5 * 5 or properties % 9 + properties // 9 % 5 > 4:
         return False
     if len(first) >= 5:
         size = int.from_bytes(first[1:5], "little")

@@ -265,7 +265,7 @@ def build_report(
     seed = check_seed(seed)  # (before any work, as the command line refuses it)
     mechanism = Mechanism(graph, epsilon, radius)
     if release is not None:
-        release.check_against(mechanism.teleport_bound, len(graph), prior_kind(graph))
+        release.check_against(mechanism.teleport_bound)
     exact = ExactMechanism(mechanism)
     places = [dict(e) for e in example_postcodes(graph)]
     if postcode is not None:

@@ -62,39 +62,27 @@ class ReleaseFacts:
     # a manifest that does not say)
     on_error: str | None = None
     terminated: str | None = None
-    # What the manifest says that the report can work out for itself from the graph, epsilon
-    # and radius (``check_against``), so never shown: only compared.
+    # The teleport bound the manifest states, which the report works out for itself from the
+    # graph, epsilon and radius (``check_against``): never shown, only compared.
     teleport_bound: str = ""
-    graph_postcodes: int = -1
-    prior: str = ""
 
     def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in _CHECKED_ONLY}
+        return {k: v for k, v in self.__dict__.items() if k != "teleport_bound"}
 
-    def check_against(self, teleport_bound: Fraction, graph_postcodes: int, prior: str) -> None:
-        """Refuse a manifest that disagrees with what its own epsilon and radius give on the
-        graph: a hand edit of its epsilon (say 1 to 0.5) would otherwise put a stronger
-        guarantee on the page than the release has (a hostile review).  The figures are
-        compared exactly: the teleport bound as the fraction a release writes."""
-        own = {
-            "teleport_bound": f"{teleport_bound.numerator}/{teleport_bound.denominator}",
-            "graph.nodes": graph_postcodes,
-            "prior": prior,
-        }
-        said = {
-            "teleport_bound": self.teleport_bound,
-            "graph.nodes": self.graph_postcodes,
-            "prior": self.prior,
-        }
-        for name, value in own.items():
-            if said[name] != value:
-                raise InvalidParameterError(
-                    f"the manifest contradicts itself: its {name} is not what its epsilon "
-                    f"and radius give on this graph (an edited or damaged manifest)"
-                )
-
-
-_CHECKED_ONLY = ("teleport_bound", "graph_postcodes", "prior")
+    def check_against(self, teleport_bound: Fraction) -> None:
+        """Refuse a manifest whose teleport bound is not the one its own epsilon and radius
+        give on the graph: a hand edit of its epsilon (say 1 to 0.5) would otherwise put a
+        stronger guarantee on the page than the release has (a hostile review).  Compared
+        exactly, as the fraction a release writes; every manifest version states it, and the
+        bound's formula has not changed since the first.  (The graph's node count and prior
+        are not compared: the graph's sha256 fixes both, and the name a constant prior was
+        given has changed, so older genuine manifests would be refused.)"""
+        own = f"{teleport_bound.numerator}/{teleport_bound.denominator}"
+        if self.teleport_bound != own:
+            raise InvalidParameterError(
+                "the manifest contradicts itself: its teleport_bound is not the one its "
+                "epsilon and radius give on this graph (an edited or damaged manifest)"
+            )
 
 
 def _field(data: dict, *path: str, kind: type):
@@ -238,8 +226,6 @@ def read_manifest(path: str | os.PathLike) -> ReleaseFacts:
         format_version=int(version),
         **policies,
         teleport_bound=_teleport_bound_field(data),
-        graph_postcodes=_field(data, "graph", "nodes", kind=int),
-        prior=_field(data, "prior", kind=str),
     )
 
 
