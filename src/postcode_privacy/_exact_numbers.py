@@ -25,6 +25,7 @@ __all__ = [
     "percent",
     "percent_range",
     "risk_percent",
+    "significant_up",
 ]
 
 
@@ -130,3 +131,37 @@ def float_above(x: Fraction) -> float:
     if Fraction(f) < x:
         f = math.nextafter(f, math.inf)
     return f
+
+
+def significant_up(x: Fraction, digits: int = 4) -> str:
+    """``x`` (a probability, 0 ≤ x ≤ 1) rounded up to ``digits`` significant digits, as
+    decimal text ("0.02544" for 0.0254341…), computed from the exact value: a risk shown to a
+    few digits is never below the risk (calibrate printed 0.02543, rounded to nearest, beside
+    a target of 0.025434 it had just said was not met: a hostile review).  A value below 1
+    that would round up to 1 is "more than 0.9999", never "1"."""
+    if x <= 0:
+        return "0"
+    # the exponent e with 10^e <= x < 10^(e + 1), from the integers
+    e = len(str(x.numerator // x.denominator)) - 1
+    if x < 1:
+        e = -1
+        while x < Fraction(1, 10**-e):
+            e -= 1
+    scaled = x * Fraction(10) ** (digits - 1 - e)  # ``digits`` digits before the point
+    mantissa = -(-scaled.numerator // scaled.denominator)  # the ceiling
+    if mantissa == 10**digits:  # (rounding up carried into another digit)
+        mantissa, e = 10 ** (digits - 1), e + 1
+    if x < 1 and e >= 0:
+        return "more than 0." + "9" * digits
+    if e < -4:  # as Python's "g" format writes it: 2.544e-05
+        return f"{_decimal_text(mantissa, digits - 1)}e-{-e:02d}"
+    return _decimal_text(mantissa, digits - 1 - e)
+
+
+def _decimal_text(mantissa: int, shift: int) -> str:
+    """mantissa / 10^shift as plain decimal text, without trailing zeros after the point."""
+    if shift <= 0:
+        return str(mantissa * 10**-shift)
+    digits = str(mantissa).rjust(shift + 1, "0")
+    whole, part = digits[:-shift], digits[-shift:].rstrip("0")
+    return f"{whole}.{part}" if part else whole

@@ -78,7 +78,7 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
     if as_json:
         emit_json(data, None)
     elif result.epsilon is not None:
-        achieved = ", ".join(f"{k} {achieved_text(k, v)}" for k, v in result.achieved.items())
+        achieved = ", ".join(f"{k} {v}" for k, v in result.achieved_text.items())
         click.echo(
             f"epsilon {result.to_json()['epsilon']}  ({achieved}; sample {len(nodes)}, seed {seed})"
         )
@@ -87,12 +87,3 @@ def calibrate_command(targets, graph_path, sample, seed, as_json, output, force,
             "no epsilon in [0.01, 10] meets the targets (see the warnings "
             "above); relax a target or use a larger --sample"
         )
-
-
-def achieved_text(name: str, value: float) -> str:
-    """An achieved figure to four significant digits; a self-probability below 1 never prints
-    as "1" (a reader takes that for "always comes back unchanged")."""
-    text = f"{value:.4g}"
-    if name == "max-self-probability" and 0 < value < 1 and float(text) >= 1:
-        return "more than 0.9999"
-    return text

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
+from .._exact_numbers import float_above, significant_up
 from ..errors import InvalidParameterError
 from ..graph.graph import Graph
 from ..mechanism.epsilon import canonical_text, decimal_from_text
@@ -59,6 +60,8 @@ class CalibrationResult:
     bounds: dict[str, Decimal | None]  # per target: the admissible limit it sets on epsilon
     warnings: list[str] = field(default_factory=list)
     evaluations: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the achieved figures as shown: a self-probability rounded up from its exact value
+    achieved_text: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -66,6 +69,7 @@ class CalibrationResult:
             "met": self.met,
             "targets": {k: float(v) for k, v in self.targets.items()},
             "achieved": self.achieved,
+            "achieved_text": self.achieved_text,
             "bounds": {k: None if v is None else canonical_text(v) for k, v in self.bounds.items()},
             "warnings": list(self.warnings),
             "evaluations": self.evaluations,
@@ -134,18 +138,34 @@ class _Measures:
                     "uneven): calibrate cannot search it; choose epsilon with evaluate instead"
                 ) from None
             summary = measure_utility(ExactMechanism(mechanism), self.nodes)
-            self.cache[epsilon] = {
-                "median-displacement-km": summary.median_displacement_km,
-                "max-self-probability": summary.max_self_probability,
-            }
-            self.exact[epsilon] = {
+            exact = {
                 # the median is a whole number of metres
                 "median-displacement-km": Fraction(
                     mixture_quantile_m(summary.histogram_m, 0.5), 1000
                 ),
                 "max-self-probability": max(r.self_probability for r in summary.per_postcode),
             }
+            self.exact[epsilon] = exact
+            # As floats for JSON, each from the exact value: a risk never below it.
+            self.cache[epsilon] = {
+                "median-displacement-km": float(exact["median-displacement-km"]),
+                "max-self-probability": float_above(exact["max-self-probability"]),
+            }
         return self.cache[epsilon]
+
+    def text(self, epsilon: Decimal, name: str) -> str:
+        """The measure as shown: a self-probability rounded up, a median displacement exactly
+        (a whole number of metres, in kilometres)."""
+        self(epsilon)
+        return measure_text(name, self.exact[epsilon][name])
+
+
+def measure_text(name: str, value: Fraction) -> str:
+    """A calibration measure as text, from its exact value (docs/choosing-epsilon.md)."""
+    if name == "max-self-probability":
+        return significant_up(value)
+    metres = Decimal(value.numerator) * 1000 / value.denominator  # whole metres: exact
+    return format(metres.scaleb(-3).normalize(), "f")
 
 
 def _search(ok, decreasing: bool) -> int | None:
@@ -209,7 +229,7 @@ def calibrate(
             edge = GRID[-1] if decreasing else GRID[0]
             warnings.append(
                 f"{name} <= {float(value):g} cannot be met for epsilon in [0.01, 10]: at epsilon "
-                f"{canonical_text(edge)} it is {measures(edge)[name]:.4g}"
+                f"{canonical_text(edge)} it is {measures.text(edge, name)}"
             )
         elif decreasing and index == 0:
             warnings.append(
@@ -245,6 +265,7 @@ def calibrate(
         met=epsilon is not None,
         targets=exact_targets,
         achieved={k: achieved[k] for k in achieved},
+        achieved_text={k: measures.text(epsilon, k) for k in achieved} if epsilon else {},
         bounds=bounds,
         warnings=warnings,
         evaluations={canonical_text(e): v for e, v in sorted(measures.cache.items())},
