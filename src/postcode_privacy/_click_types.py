@@ -1,19 +1,21 @@
-"""Whole-number options read as plain ASCII digits, as ``--epsilon`` is.
+"""Number options read as plain ASCII digits, as ``--epsilon`` is.
 
-click's integer types call ``int()``, which also takes ``1_0`` (ten) and digits of other
-scripts (``٣``, ``３``): ``--radius ٣`` was radius 3, where ``--epsilon ٣`` is refused, and a
-typo such as ``1_00`` must not silently mean something else.
+click's number types call ``int()`` and ``float()``, which also take ``1_0`` (ten) and digits
+of other scripts (``٣``, ``３``): ``--radius ٣`` was radius 3, where ``--epsilon ٣`` is
+refused, and a typo such as ``1_00`` must not silently mean something else.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import click
 
-__all__ = ["WholeNumbers"]
+__all__ = ["PlainDecimals", "WholeNumbers"]
 
 _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*\Z", re.ASCII)
+_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*\Z", re.ASCII)
 
 
 class WholeNumbers(click.IntRange):
@@ -46,3 +48,16 @@ class WholeNumbers(click.IntRange):
 def _number_text(n: float | None) -> str:
     whole = int(n or 0)
     return "2^63 - 1" if whole == 2**63 - 1 else f"{whole:,}"
+
+
+class PlainDecimals(click.FloatRange):
+    """click's FloatRange, taking only plain ASCII decimal text ("2.5", "1e-3"), and never
+    nan or infinity (nan compares false with every bound; "1e400" was called "inf")."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not (len(value) <= 100 and _DECIMAL.match(value)):
+            self.fail(f"{value!r} is not a plain decimal number (such as 2.5).", param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is too large.", param, ctx)
+        return super().convert(number, param, ctx)

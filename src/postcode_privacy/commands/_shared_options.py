@@ -10,26 +10,14 @@ the library's constants, so the command line and the Python API refuse the same 
 
 from __future__ import annotations
 
-import math
-
 import click
 
-from .._click_types import WholeNumbers
+from .._click_types import PlainDecimals, WholeNumbers
 from .._limits import DEFAULT_HOPS, DEFAULT_MAX_EDGE_KM, MAX_HOPS, MAX_RELEASES, MAX_SEED
 
 # Ten times the length of Great Britain: a longer cut removes nothing more from a UK graph.
 # (build_graph itself takes any positive length: its exactness is tested beyond this.)
 MAX_EDGE_KM = 10_000.0
-
-
-class _FiniteFloatRange(click.FloatRange):
-    """click's FloatRange, which also refuses ``nan`` (it compares false with every bound)."""
-
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if math.isnan(number):
-            self.fail("nan is not a number.", param, ctx)
-        return number
 
 
 graph_option = click.option(
@@ -85,7 +73,7 @@ def output_file_option(*, required: bool, help: str):
 
 max_edge_km_option = click.option(
     "--max-edge-km",
-    type=_FiniteFloatRange(min=0, max=MAX_EDGE_KM, min_open=True),
+    type=PlainDecimals(min=0, max=MAX_EDGE_KM, min_open=True),
     default=DEFAULT_MAX_EDGE_KM,
     show_default=True,
     metavar="KM",
