@@ -804,6 +804,33 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
         assert only(taken, name)
 
 
+@pytest.mark.parametrize("how", ["stopped", "failed"])
+def test_a_demo_that_does_not_finish_leaves_nothing_behind(setup, tmp_path, monkeypatch, how):
+    """A Ctrl-C after the demo had made its directory and copied the example left both (a
+    hostile review).  Now a demo that is stopped or fails before its release is in place
+    removes the copy and the directories it made; a directory that was there stays."""
+    import postcode_privacy.graph.national as national
+    import postcode_privacy.release as release
+    from postcode_privacy.graph.artefact import load_graph
+
+    small = load_graph(setup["graph"])  # (the example's postcodes are not in it: "failed")
+    monkeypatch.setattr(national, "default_graph", lambda progress=True: small)
+    if how == "stopped":
+
+        def stop(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(release, "release_file", stop)
+    out_dir = tmp_path / "new" / "demo"
+    assert main(["demo", "-o", str(out_dir), "-q"]) == (130 if how == "stopped" else 3)
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "mine.txt").write_text("mine")
+    assert main(["demo", "-o", str(kept), "-q"]) == (130 if how == "stopped" else 3)
+    assert only(kept, "mine.txt")
+
+
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -70,6 +71,30 @@ def _check_example_target(target: Path, *, force: bool) -> bool:
     return True
 
 
+def _directories_to_make(out_dir: Path) -> list[Path]:
+    """The directories ``mkdir(parents=True)`` will create for ``out_dir``, deepest first."""
+    missing = []
+    for directory in (out_dir, *out_dir.parents):
+        if os.path.lexists(directory):
+            break
+        missing.append(directory)
+    return missing
+
+
+def _undo(copied_example: Path | None, made: list[Path]) -> None:
+    """After a demo that failed or was stopped before its release was in place: remove the
+    example it copied and the directories it made (if they are empty), so that it leaves
+    nothing behind (a hostile review found the directory and the copy left by a Ctrl-C)."""
+    if copied_example is not None:
+        with contextlib.suppress(OSError):
+            copied_example.unlink()
+    for directory in made:
+        try:
+            directory.rmdir()  # only if empty: a release in place, or anyone's file, stays
+        except OSError:
+            break
+
+
 def _copy_example(target: Path) -> None:
     """Put the shipped example records at ``target``, so the input sits beside its release.
 
@@ -108,6 +133,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     import pandas as pd
 
     from .._environment import source_date_epoch
+    from .._interrupts import files_were_in_place
     from ..errors import InvalidParameterError
     from ..graph.national import default_graph
     from ..keyfile import read_key_file, write_key_file
@@ -120,6 +146,7 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     if not output_dir:  # (Path("") is the current directory: "-o ''" filled it unasked)
         raise InvalidParameterError("the output directory's path is empty; give a directory")
     out_dir = Path(output_dir)
+    made = _directories_to_make(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -127,26 +154,36 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
             f"cannot create the output directory: {exc.strerror or type(exc).__name__}"
         ) from None
     output = out_dir / "records_dp.csv"
-    _refuse_an_earlier_release(output, force=force)
     source = out_dir / "records.csv"
-    copy_example = _check_example_target(source, force=force)
-
+    options = ReleaseOptions(
+        epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
+    )
+    copied = False
+    try:
+        _refuse_an_earlier_release(output, force=force)
+        copy_example = _check_example_target(source, force=force)
+        with echo_warnings():
+            with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
+                key_path = Path(keydir) / "demo.key"
+                write_key_file(Key.generate(), key_path)
+                key = read_key_file(key_path)
+            if not quiet:  # a stage line even when stderr is a log file, not a terminal
+                click.echo(
+                    "loading the national graph (built and cached on first use)...", err=True
+                )
+            graph = default_graph(progress=not quiet)
+            if copy_example:
+                copied = not os.path.lexists(source)  # (one --force replaced is not undone)
+                _copy_example(source)
+            manifest = release_file(
+                source, output, key=key, options=options, graph=graph, force=force,
+                progress=not quiet,
+            )  # fmt: skip
+    except BaseException:
+        if not files_were_in_place():  # (a stop after the release's renames keeps it all)
+            _undo(source if copied else None, made)
+        raise
     with echo_warnings():
-        with tempfile.TemporaryDirectory(prefix="postcode-privacy-demo-") as keydir:
-            key_path = Path(keydir) / "demo.key"
-            write_key_file(Key.generate(), key_path)
-            key = read_key_file(key_path)
-        if not quiet:  # a stage line even when stderr is a log file, not a terminal
-            click.echo("loading the national graph (built and cached on first use)...", err=True)
-        graph = default_graph(progress=not quiet)
-        if copy_example:
-            _copy_example(source)
-        options = ReleaseOptions(
-            epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
-        )
-        manifest = release_file(
-            source, output, key=key, options=options, graph=graph, force=force, progress=not quiet
-        )
         # Read through open files: given a name, pandas expands "~" and fetches URLs.
         with open(source, "rb") as handle:
             truth = pd.read_csv(handle, dtype=str, keep_default_na=False)[options.postcode_column]
