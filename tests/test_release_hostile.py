@@ -781,14 +781,23 @@ def _on_a_full_stdout(argv, cwd=None):
     return proc.returncode, proc.stderr
 
 
-@pytest.mark.parametrize("command", [["keygen", "-o", "k.key"], ["ledger", "init", "l.db"]])
+@pytest.mark.parametrize(
+    "command", [["example"], ["keygen", "-o", "k.key"], ["ledger", "init", "l.db"]]
+)
 def test_a_stdout_that_cannot_be_written_is_one_clear_error_not_a_traceback(tmp_path, command):
-    """With stdout on a full disk the command's files are written and it says so, exit code 1,
-    without a traceback (a hostile review found tracebacks from every command but perturb)."""
+    """With stdout on a full disk a command whose output is what it prints says so, exit code
+    1, without a traceback (a hostile review found tracebacks from every command but
+    perturb).  One that prints only lines about the files it has written (``keygen``,
+    ``ledger init``) lets them go and exits 0, its file written, as ``perturb`` and ``build``
+    do: an exit code 1 sent a script to run it again, which then refused to replace the key
+    (a review of round 36)."""
     code, err = _on_a_full_stdout(command, cwd=tmp_path)
-    assert code == 1
-    assert b"standard output could not be written" in err and b"Traceback" not in err
-    assert (tmp_path / command[-1]).exists()
+    assert b"Traceback" not in err
+    if command[0] == "example":
+        assert code == 1 and b"standard output could not be written" in err
+    else:
+        assert code == 0 and err == b"", err
+        assert (tmp_path / command[-1]).exists()
 
 
 def _with_stdout_closed(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -810,14 +819,17 @@ def _with_stdout_closed(command: list[str], cwd: Path) -> subprocess.CompletedPr
 def test_a_closed_stdout_is_the_same_clear_error_as_a_full_one(tmp_path, command):
     """Python sets ``sys.stdout`` to None for a standard output closed at the start, and click
     then drops what a command prints without a word: ``ledger show >&-`` exited 0 having
-    shown nothing (a hostile review).  It is now the same error as a full disk's."""
+    shown nothing (a hostile review).  It is now the same error as a full disk's, and, as
+    there, the lines about files written are let go."""
     proc = _with_stdout_closed(command, tmp_path)
     err = proc.stderr.decode()
-    assert proc.returncode == 1, err
-    assert "standard output could not be written (standard output is closed)" in err
     assert "Traceback" not in err
-    if command[0] != "example":
-        assert (tmp_path / command[-1]).exists()  # (written first, as the message says)
+    if command[0] == "example":
+        assert proc.returncode == 1, err
+        assert "standard output could not be written (standard output is closed)" in err
+    else:
+        assert proc.returncode == 0 and err == "", err
+        assert (tmp_path / command[-1]).exists()
 
 
 @pytest.mark.slow  # command-line processes
@@ -851,7 +863,8 @@ def test_a_reader_that_goes_away_ends_the_command_as_sigpipe_would(tmp_path, com
     proc.stdout.close()  # the reader goes away before anything is printed
     err = proc.stderr.read().decode()
     proc.stderr.close()
-    assert proc.wait(timeout=120) == 141, err
+    # (keygen's lines are about the key it has written: let go, as perturb's are)
+    assert proc.wait(timeout=120) == (0 if command[0] == "keygen" else 141), err
     assert err == ""
     if command[0] == "keygen":
         assert (tmp_path / "k.key").exists()

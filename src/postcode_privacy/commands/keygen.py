@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import cli
+from ..cli import cli, echo_status
 
 
 @cli.command("keygen")
@@ -37,5 +37,6 @@ def keygen_command(output: str) -> None:
     with signals_deferred():
         write_key_file(key, output)
         note_files_in_place()
-    click.echo(f"wrote a new key to {click.format_filename(output)}")
-    click.echo(f"fingerprint: {key.fingerprint}")
+    # (lines about a file already written: a closed stdout does not make the run a failure)
+    echo_status(f"wrote a new key to {click.format_filename(output)}")
+    echo_status(f"fingerprint: {key.fingerprint}")

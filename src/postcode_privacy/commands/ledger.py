@@ -11,7 +11,7 @@ import click
 
 from .._click_types import WholeNumbers
 from .._wording import counted, verb
-from ..cli import cli
+from ..cli import cli, echo_status
 from ..release.options import ReleaseOptions, click_options, pop_release_options
 from ._shared_options import (
     budget_option,
@@ -67,7 +67,7 @@ def init_command(location, secret) -> None:
     from ..ledger import Ledger, secret_path_for
 
     Ledger.create(location, secret)
-    click.echo(
+    echo_status(  # (done: a closed stdout does not make the run a failure)
         f"created ledger; its secret is in {click.format_filename(str(secret_path_for(location, secret)))}"
         " (mode 0600): keep it apart from releases and back it up"
     )
@@ -172,7 +172,7 @@ def settle_command(location, rid, secret, committed, abandoned, output, yes) -> 
                 abort=True,
             )
         done = settle_by_hand(ledger, rid, "committed" if committed else "abandoned", output=output)
-    click.echo(f"release #{rid} settled by hand as {done['outcome']} on {done['basis']}")
+    echo_status(f"release #{rid} settled by hand as {done['outcome']} on {done['basis']}")
 
 
 @ledger_group.command("check")
