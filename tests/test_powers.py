@@ -170,3 +170,13 @@ def test_small_epsilon_with_explicit_radius_works_and_default_is_refused_clearly
         Mechanism(Graph.from_edges(["A", "B", "C"], [("A", "B"), ("B", "C")]), "0.0001")
     with pytest.raises(InvalidParameterError, match="epsilon times radius"):
         powers(Decimal(100), 201)
+
+
+def test_an_epsilon_text_too_long_to_read_says_so():
+    """A 1,200-character epsilon (exactly 0.5) was refused as "not a plain decimal number",
+    which it is (a hostile review): it is refused unread, and the message says why."""
+    from postcode_privacy.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"too long \(1,201 characters; at most"):
+        parse_epsilon("0." + "5" + "0" * 1198)
+    assert parse_epsilon("0.5" + "0" * 997) == parse_epsilon("0.5")  # 1,000: read

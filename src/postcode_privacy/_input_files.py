@@ -70,7 +70,9 @@ def missing_file_message(what: str, path: str | os.PathLike) -> str:
     slip is running a command from another directory than the docs'.  The path is the user's
     own argument, never a cell of their data."""
     given = readable_name(path)  # (a byte that is not UTF-8 as \xNN, not Python's \udcNN)
-    message = f"{what} does not exist: {visible_text(given)}"
+    shown = visible_text(given)
+    # (a source file is named by its own name: "nope.csv does not exist", not twice)
+    message = f"{what} does not exist" + ("" if shown == what else f": {shown}")
     if not os.path.isabs(given):
         try:
             message += f" (looked for in {visible_text(readable_name(os.getcwd()))})"

@@ -121,7 +121,8 @@ def mechanism_options(command):
 @json_output_option("Print the machine-readable report.")
 @output_file_option(
     required=False,
-    help="Write the JSON report to FILE (atomically; an existing file needs --force).",
+    help="Write the JSON report to FILE (atomically; an existing file needs --force).  With "
+    "-q as well, the text summary is not printed.",
 )
 @force_file_option
 @progress_quiet_option

@@ -141,7 +141,12 @@ def decimal_from_text(value: object, name: str, example: str) -> Decimal:
     InvalidParameterError naming the option ``name`` with an ``example``.  Decimal() alone
     also takes "1_0" (= 10) and non-ASCII digits, and a typo must not silently multiply the
     privacy loss; text over ``MAX_TEXT`` characters is refused unread."""
-    text = value.strip() if isinstance(value, str) and len(value) <= MAX_TEXT else None
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise InvalidParameterError(
+            f"{name} is too long ({len(value):,} characters; at most {MAX_TEXT:,}): give a "
+            f"plain decimal number such as {example}"
+        )
+    text = value.strip() if isinstance(value, str) else None
     parts = None if text is None else _DECIMAL_TEXT.match(text)
     if parts is None:
         raise InvalidParameterError(f"{name} must be a plain decimal number such as {example}")
