@@ -821,14 +821,67 @@ def test_a_demo_that_does_not_finish_leaves_nothing_behind(setup, tmp_path, monk
             raise KeyboardInterrupt
 
         monkeypatch.setattr(release, "release_file", stop)
+    code = 130 if how == "stopped" else 3
     out_dir = tmp_path / "new" / "demo"
-    assert main(["demo", "-o", str(out_dir), "-q"]) == (130 if how == "stopped" else 3)
+    assert main(["demo", "-o", str(out_dir), "-q"]) == code
     assert not (tmp_path / "new").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "mine.txt").write_text("mine")
-    assert main(["demo", "-o", str(kept), "-q"]) == (130 if how == "stopped" else 3)
+    assert main(["demo", "-o", str(kept), "-q"]) == code
     assert only(kept, "mine.txt")
+    # "x/../empty": "empty" was there and stays, and "x", made on the way, goes (a review)
+    (tmp_path / "empty").mkdir()
+    assert main(["demo", "-o", str(tmp_path / "x" / ".." / "empty"), "-q"]) == code
+    assert (tmp_path / "empty").is_dir() and not (tmp_path / "x").exists()
+    # A user's own records.csv that --force replaced is the example now, and is not deleted.
+    (kept / "records.csv").write_text("person_id,postcode\n")
+    assert main(["demo", "-o", str(kept), "-q", "--force"]) == code
+    assert only(kept, "mine.txt", "records.csv")
+
+
+def test_a_demo_whose_directory_cannot_be_made_leaves_no_parent_behind(tmp_path, capsys):
+    """The parents made before a directory that could not be made stayed (a review)."""
+    assert main(["demo", "-o", str(tmp_path / "new" / ("n" * 300)), "-q"]) == 8
+    assert "cannot create the output directory" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_demo_stopped_after_its_release_is_in_place_keeps_it(tmp_path, monkeypatch):
+    """A stop after the release's renames ends the run (exit 130), but the release and the
+    example beside it are complete and stay."""
+    import postcode_privacy.graph.national as national
+    import postcode_privacy.release as release
+
+    real = release.release_file
+
+    def release_then_stop(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(national, "default_graph", lambda progress=True: _example_graph())
+    monkeypatch.setattr(release, "release_file", release_then_stop)
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "-o", str(out_dir), "-q"]) == 130
+    assert only(
+        out_dir,
+        "records.csv",
+        "records_dp.csv",
+        "records_dp.csv.manifest.json",
+        "records_dp.csv.audit.json",
+    )
+
+
+def _example_graph():
+    """A small graph of the example records' own postcodes, laid out on a grid."""
+    example = Path(__file__).resolve().parent.parent / "src/postcode_privacy/examples/records.csv"
+    from postcode_privacy.postcodes import try_normalise
+
+    written = pd.read_csv(example, dtype=str, keep_default_na=False)["postcode"]
+    codes = sorted({c for c in map(try_normalise, written) if c is not None})
+    east = [400000.0 + 100 * (i % 10) for i in range(len(codes))]
+    north = [400000.0 + 100 * (i // 10) for i in range(len(codes))]
+    return build_graph(codes, east, north)
 
 
 # -- found in review: headerless files, short rows, Parquet row groups, --force pairs ------------

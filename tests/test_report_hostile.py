@@ -511,6 +511,12 @@ def test_calibrate_shows_a_self_probability_rounded_up_and_a_median_exactly():
     assert measure_text(probability, Fraction(2967263, 10**7)) == "0.2968"
     assert measure_text(probability, Fraction(1, 40)) == "0.025"
     assert measure_text(probability, Fraction(1)) == "1"
+    # A figure that meets its target never reads as above it: more digits, still rounded up.
+    met, target = Fraction(2995891, 10**7), Fraction(29959, 10**5)
+    assert measure_text(probability, met) == "0.2996"
+    assert measure_text(probability, met, target) == "0.29959"
+    assert measure_text(probability, target, target) == "0.29959"
+    assert measure_text(probability, Fraction(29960, 10**5), target) == "0.2996"  # (not met)
     assert measure_text("median-displacement-km", Fraction(999, 1000)) == "0.999"
     assert measure_text("median-displacement-km", Fraction(2000, 1000)) == "2"
     assert significant_up(Fraction(1, 2 * 10**6)) == "5e-07"

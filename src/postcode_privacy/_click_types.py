@@ -15,7 +15,8 @@ import click
 __all__ = ["PlainDecimals", "WholeNumbers"]
 
 _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*\Z", re.ASCII)
-_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*\Z", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_LONGEST_DECIMAL = 1000  # characters, as for --epsilon (mechanism/epsilon.py, MAX_TEXT)
 
 
 class WholeNumbers(click.IntRange):
@@ -55,9 +56,27 @@ class PlainDecimals(click.FloatRange):
     nan or infinity (nan compares false with every bound; "1e400" was called "inf")."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not (len(value) <= 100 and _DECIMAL.match(value)):
-            self.fail(f"{value!r} is not a plain decimal number (such as 2.5).", param, ctx)
+        if isinstance(value, str):
+            if len(value) > _LONGEST_DECIMAL:  # (refused unread, and never echoed)
+                self.fail(
+                    f"it is too long ({len(value):,} characters; at most {_LONGEST_DECIMAL:,}).",
+                    param,
+                    ctx,
+                )
+            value = value.strip()  # (as --epsilon's: any white space around it)
+            if not _DECIMAL.fullmatch(value):
+                self.fail(f"{value!r} is not a plain decimal number (such as 2.5).", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is too large.", param, ctx)
+        if not math.isfinite(number):  # (as text: "1e400", not "inf")
+            self.fail(f"{value} is out of range: it must be {self._describe_range()}.", param, ctx)
         return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        """The range in words ("above 0 and at most 10,000"), where click says 0<x<=10000.0."""
+        low = (
+            None if self.min is None else f"{'above' if self.min_open else 'at least'} {self.min:g}"
+        )
+        high = (
+            None if self.max is None else f"{'below' if self.max_open else 'at most'} {self.max:,g}"
+        )
+        return " and ".join(part for part in (low, high) if part)

@@ -71,14 +71,28 @@ def _check_example_target(target: Path, *, force: bool) -> bool:
     return True
 
 
-def _directories_to_make(out_dir: Path) -> list[Path]:
-    """The directories ``mkdir(parents=True)`` will create for ``out_dir``, deepest first."""
+def _make_directories(out_dir: Path, made: list[Path]) -> None:
+    """Make ``out_dir`` and any missing parents, appending each directory made to ``made``
+    (deepest last), so that a demo that fails can remove exactly those, and never one that
+    was there (in "x/../b", b may exist and x not: a review)."""
+    from ..errors import InvalidParameterError
+
+    whole = Path(os.path.abspath(out_dir))
     missing = []
-    for directory in (out_dir, *out_dir.parents):
+    for directory in (whole, *whole.parents):
         if os.path.lexists(directory):
             break
         missing.append(directory)
-    return missing
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except OSError as exc:
+            raise InvalidParameterError(
+                f"cannot create the output directory: {exc.strerror or type(exc).__name__}"
+            ) from None
+        made.append(directory)
+    if not whole.is_dir():  # (a file, or a link to one, is there)
+        raise InvalidParameterError("cannot create the output directory: a file has its name")
 
 
 def _undo(copied_example: Path | None, made: list[Path]) -> None:
@@ -88,7 +102,7 @@ def _undo(copied_example: Path | None, made: list[Path]) -> None:
     if copied_example is not None:
         with contextlib.suppress(OSError):
             copied_example.unlink()
-    for directory in made:
+    for directory in reversed(made):
         try:
             directory.rmdir()  # only if empty: a release in place, or anyone's file, stays
         except OSError:
@@ -121,7 +135,10 @@ def _copy_example(target: Path) -> None:
         "audit file (created if needed)."
     ),
 )
-@force_option("Replace the release of an earlier demo run (never a key file).")
+@force_option(
+    "Replace an earlier demo run's release, and a records.csv in DIR that is not the example "
+    "(never a key file)."
+)
 @progress_quiet_option
 def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     """Release the shipped example records against the national graph at epsilon 1.
@@ -145,21 +162,17 @@ def demo_command(output_dir: str, force: bool, quiet: bool) -> None:
     source_date_epoch()  # the manifest's time: refused before the directory is made or filled
     if not output_dir:  # (Path("") is the current directory: "-o ''" filled it unasked)
         raise InvalidParameterError("the output directory's path is empty; give a directory")
-    out_dir = Path(output_dir)
-    made = _directories_to_make(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidParameterError(
-            f"cannot create the output directory: {exc.strerror or type(exc).__name__}"
-        ) from None
+    # (normalised: "x/../b" is the directory b, whether or not x exists, as it is undone)
+    out_dir = Path(os.path.normpath(output_dir))
     output = out_dir / "records_dp.csv"
     source = out_dir / "records.csv"
     options = ReleaseOptions(
         epsilon=parse_epsilon(DEMO_EPSILON), id_column="person_id", postcode_column="postcode"
     )
     copied = False
+    made: list[Path] = []  # the directories this run made, for _undo
     try:
+        _make_directories(out_dir, made)
         _refuse_an_earlier_release(output, force=force)
         copy_example = _check_example_target(source, force=force)
         with echo_warnings():

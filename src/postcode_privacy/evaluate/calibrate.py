@@ -153,17 +153,27 @@ class _Measures:
             }
         return self.cache[epsilon]
 
-    def text(self, epsilon: Decimal, name: str) -> str:
+    def text(self, epsilon: Decimal, name: str, target: Fraction | None = None) -> str:
         """The measure as shown: a self-probability rounded up, a median displacement exactly
         (a whole number of metres, in kilometres)."""
         self(epsilon)
-        return measure_text(name, self.exact[epsilon][name])
+        return measure_text(name, self.exact[epsilon][name], target)
 
 
-def measure_text(name: str, value: Fraction) -> str:
-    """A calibration measure as text, from its exact value (docs/choosing-epsilon.md)."""
+def measure_text(name: str, value: Fraction, target: Fraction | None = None) -> str:
+    """A calibration measure as text, from its exact value (docs/choosing-epsilon.md).  A
+    self-probability is rounded up to four significant digits, or to as many more as it
+    takes for one that meets ``target`` not to read as above it (0.29959 met a target of
+    0.29959, and showed as 0.2996: a review)."""
     if name == "max-self-probability":
-        return significant_up(value)
+        digits = 4
+        text = significant_up(value, digits)
+        while target is not None and value <= target and digits < 40:
+            if text.startswith("more than") or Fraction(text) <= target:
+                break
+            digits += 1
+            text = significant_up(value, digits)
+        return text
     metres = Decimal(value.numerator) * 1000 / value.denominator  # whole metres: exact
     return format(metres.scaleb(-3).normalize(), "f")
 
@@ -265,7 +275,11 @@ def calibrate(
         met=epsilon is not None,
         targets=exact_targets,
         achieved={k: achieved[k] for k in achieved},
-        achieved_text={k: measures.text(epsilon, k) for k in achieved} if epsilon else {},
+        achieved_text=(
+            {k: measures.text(epsilon, k, exact_targets.get(k)) for k in achieved}
+            if epsilon is not None
+            else {}
+        ),
         bounds=bounds,
         warnings=warnings,
         evaluations={canonical_text(e): v for e, v in sorted(measures.cache.items())},
