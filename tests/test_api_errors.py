@@ -129,3 +129,22 @@ def test_a_csv_files_failing_records_are_named_with_their_lines_in_pythons_messa
     assert "record 2 (line 4): " in message, message
     assert "QQ-secret-99" not in message  # the cell itself is never quoted
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_ledger_given_as_a_path_is_a_type_error_naming_the_argument(tmp_path):
+    """``release_file(..., ledger="ledger.db")`` failed with Python's AttributeError ("'str'
+    object has no attribute 'attach'"), and ``LedgerRecorder("ledger.db")`` only later (an API
+    review of round 36); both now refuse it up front, naming what is wanted."""
+    from postcode_privacy.ledger import LedgerRecorder
+    from postcode_privacy.release import release_file
+
+    src = tmp_path / "in.csv"
+    src.write_text(f"person,pc\n1,{CODES[0]}\n")
+    with pytest.raises(TypeError, match="ledger must be a postcode_privacy.ledger.LedgerRecorder"):
+        release_file(
+            src, tmp_path / "out.csv", key=KEY, id_column="person", postcode_column="pc",
+            graph=GRAPH, epsilon="1", ledger=str(tmp_path / "ledger.db"),
+        )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    with pytest.raises(TypeError, match="ledger must be an open postcode_privacy.ledger.Ledger"):
+        LedgerRecorder(str(tmp_path / "ledger.db"), budget=1)

@@ -4,7 +4,10 @@ from ..errors import PostcodePrivacyError
 
 
 class LedgerError(PostcodePrivacyError):
-    """The ledger is missing, belongs to another secret, or changed under a release."""
+    """The ledger cannot proceed safely: it is not a ledger, its records disagree, a budget
+    would be exceeded, or it changed under a release.  (A ledger path that does not exist is
+    an :class:`~postcode_privacy.errors.InvalidParameterError`, and a wrong or unreadable
+    secret a :class:`~postcode_privacy.errors.KeyFileError`, as on the command line.)"""
 
 
 class LedgerSurroundingsError(LedgerError):

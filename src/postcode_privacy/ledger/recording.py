@@ -105,6 +105,11 @@ class LedgerRecorder:
     """
 
     def __init__(self, ledger: Ledger, budget: object = None):
+        if not isinstance(ledger, Ledger):  # (a path, say: Ledger.open makes one)
+            raise TypeError(
+                "ledger must be an open postcode_privacy.ledger.Ledger (Ledger.open), not "
+                + type(ledger).__name__
+            )
         self.ledger = ledger
         self._budget = budget_from(budget)  # exact, or refused (never a float)
         self.records = 0

@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -83,6 +83,9 @@ from .records import (
     over_budget_error,
 )
 from .writers import open_writer, uncompressed_sha256, written_with
+
+if TYPE_CHECKING:  # (imported where used: the ledger imports the release)
+    from ..ledger import LedgerRecorder
 
 __all__ = [
     "release_file",
@@ -138,7 +141,7 @@ def release_file(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: bool = False,
     terminated_locations: pd.DataFrame | None = None,
-    ledger=None,
+    ledger: LedgerRecorder | None = None,
     **option_kwargs: Any,
 ) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
@@ -154,6 +157,13 @@ def release_file(
     screens records against a budget and records the release, atomically with its files
     (docs/ledger.md).
     """
+    from ..ledger import LedgerRecorder
+
+    if ledger is not None and not isinstance(ledger, LedgerRecorder):  # (a path, say)
+        raise TypeError(
+            "ledger must be a postcode_privacy.ledger.LedgerRecorder (made from an open "
+            "Ledger), not " + type(ledger).__name__
+        )
     options = ReleaseOptions.build(options, **option_kwargs)
     refusal = None if ledger is None else options.ledger_refusal()
     if refusal is not None:

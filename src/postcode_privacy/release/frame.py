@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -23,7 +24,7 @@ def perturb_frame(
     df: pd.DataFrame,
     *,
     key: Key,
-    graph: Graph | None = ...,
+    graph: Graph | Callable[[], Graph] | None = ...,
     options: ReleaseOptions | None = ...,
     row_offset: int = ...,
     progress: bool = ...,
@@ -38,7 +39,7 @@ def perturb_frame(
     df: pd.DataFrame,
     *,
     key: Key,
-    graph: Graph | None = ...,
+    graph: Graph | Callable[[], Graph] | None = ...,
     options: ReleaseOptions | None = ...,
     row_offset: int = ...,
     progress: bool = ...,
@@ -52,7 +53,7 @@ def perturb_frame(
     df: pd.DataFrame,
     *,
     key: Key,
-    graph: Graph | None = None,
+    graph: Graph | Callable[[], Graph] | None = None,
     options: ReleaseOptions | None = None,
     row_offset: int = 0,
     progress: bool = False,
