@@ -518,8 +518,26 @@ def test_a_teleport_bound_above_the_target_is_on_the_page(geo, report):
     with pytest.warns(TeleportWarning):
         short = build_report(geo, "0.9", radius=2, sample=None)
     assert short.data["teleport_above_target"] is True
-    page = render_html(short)
+    page = " ".join(render_html(short).split())
     assert 'id="teleport-above-target"' in page and "above the one-in-a-million target" in page
+    default = short.data["default_radius"]
+    assert f"that the default radius at this &epsilon; ({default} hops) meets" in page
+    # At an epsilon too small for any radius to meet it, the page does not claim one does.
+    with pytest.warns(TeleportWarning):
+        tiny = build_report(geo, "0.001", radius=100, sample=None)
+    assert tiny.data["default_radius"] is None and tiny.data["teleport_above_target"]
+    page = " ".join(render_html(tiny).split())
+    assert "no radius it supports meets it" in page and "hops) meets" not in page
+
+
+def test_a_bound_below_1_is_never_printed_as_1():
+    """A teleport bound of 0.9999974 (ε = 0.01, R = 1, an uneven prior) was "at most 1" (a
+    review): a bound below 1 gets the digits it takes to read below 1, still rounded up."""
+    from postcode_privacy.report._render import number_up
+
+    assert number_up(Fraction(99999742, 10**8)) == "0.999998"
+    assert number_up(Fraction(9996, 10**4)) == "0.9996"
+    assert number_up(Fraction(1, 3)) == "0.334" and number_up(Fraction(1)) == "1"
 
 
 @pytest.mark.slow  # a second report, on another graph
@@ -527,7 +545,7 @@ def test_beyond_the_radius_the_page_says_how_far_postcodes_are_weighted(geo, rep
     """The sentence "every postcode beyond R shares the same small weight" was false with a
     prior that is not uniform: each one's chance is in proportion to its prior (a review)."""
     assert report.data["prior"] != "uniform"
-    assert "in proportion to its\nprior" in render_html(report)
+    assert "in proportion to its prior" in " ".join(render_html(report).split())
     uniform, _ = postcode_graph(60, seed=4, prior_high=1)
-    page = render_html(build_report(uniform, "0.9", sample=None))
-    assert "so all of them are equally likely" in page and "in proportion to its\nprior" not in page
+    page = " ".join(render_html(build_report(uniform, "0.9", sample=None)).split())
+    assert "so all of them are equally likely" in page and "in proportion to its prior" not in page

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -196,9 +197,15 @@ def test_a_manifest_that_contradicts_itself_is_refused(geo, tmp_path):
     for edit in (
         {"epsilon": "0.6", "teleport_bound": genuine["teleport_bound"]},  # epsilon edited alone
         {"radius": 12, "teleport_bound": genuine["teleport_bound"]},
+        {"radius": 2, "teleport_bound": genuine["teleport_bound"]},  # (a radius that warns)
         {"teleport_bound": {"exact": "1/2"}},
     ):
-        with pytest.raises(InvalidParameterError, match="the manifest contradicts itself"):
+        with (
+            pytest.raises(InvalidParameterError, match="the manifest contradicts itself"),
+            warnings.catch_warnings(),
+        ):
+            # refused before any warning about the radius the edit gives (a review)
+            warnings.simplefilter("error")
             build_report(geo, release=read_manifest(_manifest(geo, tmp_path, **edit)), sample=None)
     # The genuine one is described, and so is one whose prior is named as an earlier version
     # named a constant prior ("custom"; now "uniform"): the graph's sha256 fixes the prior.
@@ -217,6 +224,9 @@ def test_manifest_fields_shown_on_the_page_must_have_a_release_s_form(geo, tmp_p
         ({"library_version": "0.1\u202e"}, "library_version is not a version"),
         ({"output": {**output, "path": ""}}, "output.path does not name a file"),
         ({"output": {**output, "path": "dir/"}}, "output.path does not name a file"),
+        ({"output": {**output, "path": "a/b/.."}}, "output.path does not name a file"),
+        ({"output": {**output, "path": "."}}, "output.path does not name a file"),
+        ({"output": {**output, "path": "\t"}}, "output.path does not name a file"),
         ({"created": "2026-01-01"}, "created is not a date and time with its offset"),
         ({"created": "2026-12-08T00:45:43"}, "created is not a date and time with its offset"),
         ({"teleport_bound": {"exact": "0.5"}}, "teleport_bound.exact is not a fraction"),

@@ -13,6 +13,7 @@ import datetime as _dt
 import importlib.metadata
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, localcontext
@@ -25,7 +26,7 @@ from .._environment import source_date_epoch
 from .._exact_numbers import float_above
 from .._input_files import visible_text
 from .._limits import DEFAULT_HOPS, MAX_HOPS, MAX_RELEASES, REPORT_SAMPLE
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, warn_at_caller
 from ..evaluate.adversary import summarise
 from ..evaluate.exact import ExactMechanism, OutputDistribution
 from ..evaluate.run import (
@@ -55,7 +56,7 @@ FORMAT = "postcode-privacy-report"
 # 7: risks as text rounded up from their exact fractions (unchanged_rate_text,
 #    median_/max_self_probability_text, the truncation rows' identification_rate_text); with
 #    --manifest, the release's on_error and terminated policies; chosen_postcode_given
-# 8: teleport_above_target
+# 8: teleport_above_target, default_radius
 FORMAT_VERSION = 8
 
 CONDITIONS = (
@@ -263,9 +264,13 @@ def build_report(
     releases = check_count("releases", releases, MAX_RELEASES)
     adversary_hops = check_count("adversary_hops", adversary_hops, MAX_HOPS)
     seed = check_seed(seed)  # (before any work, as the command line refuses it)
-    mechanism = Mechanism(graph, epsilon, radius)
-    if release is not None:
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        mechanism = Mechanism(graph, epsilon, radius)
+    if release is not None:  # (refused before a warning about the radius it gives)
         release.check_against(mechanism.teleport_bound)
+    for warning in said:
+        warn_at_caller(str(warning.message), warning.category)
     exact = ExactMechanism(mechanism)
     places = [dict(e) for e in example_postcodes(graph)]
     if postcode is not None:
@@ -319,6 +324,7 @@ def build_report(
         "figures_drawn_with": {"matplotlib": importlib.metadata.version("matplotlib")},
         **identify_mechanism(mechanism),
         "radius_is_default": mechanism.radius == mechanism.default_radius,
+        "default_radius": mechanism.default_radius,  # (None: no radius meets the target)
         "prior": prior_kind(graph),
         "release": None if release is None else release.to_json(),
         "teleport_bound": fraction_json(mechanism.teleport_bound, upper_bound=True),

@@ -147,10 +147,11 @@ def _version_field(data: dict, *path: str) -> str:
 
 def _output_name(data: dict) -> str:
     """The released file's name (the last part of output.path), which the page's heading names."""
-    name = os.path.basename(_field(data, "output", "path", kind=str))
-    if not name.strip():
+    shown = _field(data, "output", "path", kind=str)
+    written = os.path.basename(data["output"]["path"])  # (before hidden characters are shown)
+    if not written.strip() or written in (".", ".."):
         raise InvalidParameterError("the manifest field output.path does not name a file")
-    return name
+    return os.path.basename(shown)
 
 
 def _refuse_kept_source_postcodes(data: dict) -> None:

@@ -23,7 +23,8 @@ from ._numbers import exact_value, number, percent, risk_percent
 def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
     """A positive bound as readable text, rounded *up* to ``digits`` significant digits in
     exact arithmetic, so that "at most" stays true of the printed figure (``None``: a bound
-    past 10^307, ``_data._exp_upper``)."""
+    past 10^307, ``_data._exp_upper``); a bound below 1 gets the digits it takes not to print
+    as 1 (a teleport bound of 0.9999974 was "at most 1": a review)."""
     if value is None:
         return Markup("more than 10<sup>307</sup>")
     x = exact_value(value)
@@ -33,6 +34,8 @@ def number_up(value: Fraction | dict | None, digits: int = 3) -> Markup:
         return Markup(f"{-(-x.numerator // x.denominator):,}")
     mantissa, exponent = round_up(x, digits)
     rounded = Fraction(mantissa) / Fraction(10) ** (digits - 1 - exponent)
+    if x < 1 <= rounded and digits < 30:  # a probability below 1 never reads as certain
+        return number_up(value, digits + 1)
     if exponent >= 6 or exponent < -3:
         text = f"{mantissa}"
         mantissa_text = text[0] + ("." + text[1:] if digits > 1 else "")
