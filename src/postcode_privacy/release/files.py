@@ -37,7 +37,7 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
@@ -84,8 +84,22 @@ from .records import (
 )
 from .writers import open_writer, uncompressed_sha256, written_with
 
-if TYPE_CHECKING:  # (imported where used: the ledger imports the release)
-    from ..ledger import LedgerRecorder
+
+@runtime_checkable
+class LedgerHooks(Protocol):
+    """What a release asks of the ledger that records it: a
+    :class:`~postcode_privacy.ledger.LedgerRecorder`.  (Named here, as a protocol: the
+    ledger is a later layer, which imports the release, never the reverse.)"""
+
+    @property
+    def budget(self) -> Any: ...
+
+    def attach(self, plan: ReleasePlan) -> object: ...
+    def spent_meanwhile(self) -> Exception: ...
+    def prepare(self, output_path: str | os.PathLike, output_sha256: str) -> None: ...
+    def commit(self) -> None: ...
+    def finish(self, *, wait: bool = True) -> None: ...
+
 
 __all__ = [
     "release_file",
@@ -141,7 +155,7 @@ def release_file(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: bool = False,
     terminated_locations: pd.DataFrame | None = None,
-    ledger: LedgerRecorder | None = None,
+    ledger: LedgerHooks | None = None,
     **option_kwargs: Any,
 ) -> dict:
     """Release ``input_path`` to ``output_path`` and write ``OUTPUT.manifest.json``; return the
@@ -157,9 +171,7 @@ def release_file(
     screens records against a budget and records the release, atomically with its files
     (docs/ledger.md).
     """
-    from ..ledger import LedgerRecorder
-
-    if ledger is not None and not isinstance(ledger, LedgerRecorder):  # (a path, say)
+    if ledger is not None and not isinstance(ledger, LedgerHooks):  # (a path, say)
         raise TypeError(
             "ledger must be a postcode_privacy.ledger.LedgerRecorder (made from an open "
             "Ledger), not " + type(ledger).__name__
