@@ -92,6 +92,11 @@ def perturb(setup, src, out, *extra, key=True):
     return main(args + list(extra))
 
 
+# What a demo leaves in its directory.
+DEMO_FILES = ("records.csv", "records_dp.csv", "records_dp.csv.manifest.json",
+              "records_dp.csv.audit.json")  # fmt: skip
+
+
 def only(directory: Path, *names):
     return sorted(p.name for p in directory.iterdir()) == sorted(names)
 
@@ -751,13 +756,7 @@ def test_demo_runs_the_whole_flow_on_the_national_graph(tmp_path, capsys, nation
     assert records["person_id"].duplicated().sum() >= 3
     # Keys are throwaway: the output directory holds only the example input (left beside its
     # release for comparison), the release, its manifest and audit file.
-    assert only(
-        out_dir,
-        "records.csv",
-        "records_dp.csv",
-        "records_dp.csv.manifest.json",
-        "records_dp.csv.audit.json",
-    )
+    assert only(out_dir, *DEMO_FILES)
     assert (out_dir / "records.csv").read_bytes() == example.read_bytes()
     # The terminal's median is the audit file's (10 m bins), not a second, different figure.
     median = audit["run"]["displacement_m"]["median"]
@@ -863,13 +862,7 @@ def test_a_demo_stopped_after_its_release_is_in_place_keeps_it(tmp_path, monkeyp
     monkeypatch.setattr(release, "release_file", release_then_stop)
     out_dir = tmp_path / "demo"
     assert main(["demo", "-o", str(out_dir), "-q"]) == 130
-    assert only(
-        out_dir,
-        "records.csv",
-        "records_dp.csv",
-        "records_dp.csv.manifest.json",
-        "records_dp.csv.audit.json",
-    )
+    assert only(out_dir, *DEMO_FILES)
 
 
 def _example_graph():
