@@ -14,6 +14,7 @@ import dataclasses
 import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from .._file_names import argument_text
@@ -56,7 +57,8 @@ class ReleaseOptions:
     :class:`~postcode_privacy.mechanism.epsilon.Epsilon` it denotes.
     """
 
-    epsilon: Epsilon = field(
+    # Given as an int, a float, a Decimal or text; held as the exact Epsilon (__post_init__).
+    epsilon: Epsilon | Decimal | float | str = field(
         metadata=_cli(
             "--epsilon",
             f"Privacy parameter per hop: a plain decimal from {MIN_EPSILON} to {MAX_EPSILON} "
@@ -230,7 +232,7 @@ class ReleaseOptions:
         """Plain values, epsilon as its canonical text (the manifest describes a release from
         its plan instead: ``manifest.describe``)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        values["epsilon"] = self.epsilon.text
+        values["epsilon"] = parse_epsilon(self.epsilon).text  # (an Epsilon already: exact)
         return values
 
 
