@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from .mechanism.radius import round_up
+
 __all__ = [
     "exact_value",
     "float_above",
@@ -141,16 +143,7 @@ def significant_up(x: Fraction, digits: int = 4) -> str:
     that would round up to 1 is "more than 0.9999", never "1"."""
     if x <= 0:
         return "0"
-    # the exponent e with 10^e <= x < 10^(e + 1), from the integers
-    e = len(str(x.numerator // x.denominator)) - 1
-    if x < 1:
-        e = -1
-        while x < Fraction(1, 10**-e):
-            e -= 1
-    scaled = x * Fraction(10) ** (digits - 1 - e)  # ``digits`` digits before the point
-    mantissa = -(-scaled.numerator // scaled.denominator)  # the ceiling
-    if mantissa == 10**digits:  # (rounding up carried into another digit)
-        mantissa, e = 10 ** (digits - 1), e + 1
+    mantissa, e = round_up(x, digits)  # (the bounds' own rounding, as ``bound_text``'s)
     if x < 1 and e >= 0:
         return "more than 0." + "9" * digits
     if e < -4:  # as Python's "g" format writes it: 2.544e-05

@@ -174,8 +174,8 @@ def measure_text(name: str, value: Fraction, target: Fraction | None = None) -> 
             digits += 1
             text = significant_up(value, digits)
         return text
-    metres = Decimal(value.numerator) * 1000 / value.denominator  # whole metres: exact
-    return format(metres.scaleb(-3).normalize(), "f")
+    metres = int(value * 1000)  # a whole number of metres
+    return format(Decimal(metres).scaleb(-3).normalize(), "f")
 
 
 def _search(ok, decreasing: bool) -> int | None:
