@@ -12,11 +12,12 @@ import re
 
 import click
 
+from .errors import InvalidParameterError
+from .mechanism.epsilon import decimal_from_text
+
 __all__ = ["PlainDecimals", "WholeNumbers"]
 
 _WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*\Z", re.ASCII)
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-_LONGEST_DECIMAL = 1000  # characters, as for --epsilon (mechanism/epsilon.py, MAX_TEXT)
 
 
 class WholeNumbers(click.IntRange):
@@ -52,23 +53,20 @@ def _number_text(n: float | None) -> str:
 
 
 class PlainDecimals(click.FloatRange):
-    """click's FloatRange, taking only plain ASCII decimal text ("2.5", "1e-3"), and never
-    nan or infinity (nan compares false with every bound; "1e400" was called "inf")."""
+    """click's FloatRange, taking only plain ASCII decimal text ("2.5", "1e-3"), read by the
+    rules of ``--epsilon`` (``decimal_from_text``), and never nan or infinity (nan compares
+    false with every bound; "1e400" was called "inf")."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str):
-            if len(value) > _LONGEST_DECIMAL:  # (refused unread, and never echoed)
-                self.fail(
-                    f"it is too long ({len(value):,} characters; at most {_LONGEST_DECIMAL:,}).",
-                    param,
-                    ctx,
-                )
-            value = value.strip()  # (as --epsilon's: any white space around it)
-            if not _DECIMAL.fullmatch(value):
-                self.fail(f"{value!r} is not a plain decimal number (such as 2.5).", param, ctx)
-        number = click.FLOAT.convert(value, param, ctx)
+        if not isinstance(value, str):  # (the default, a float already)
+            return super().convert(value, param, ctx)
+        try:
+            number = float(decimal_from_text(value, "it", "2.5"))
+        except InvalidParameterError as exc:
+            self.fail(f"{exc}.", param, ctx)
         if not math.isfinite(number):  # (as text: "1e400", not "inf")
-            self.fail(f"{value} is out of range: it must be {self._describe_range()}.", param, ctx)
+            self.fail(f"{value.strip()} is out of range: it must be {self._describe_range()}.",
+                      param, ctx)  # fmt: skip
         return super().convert(number, param, ctx)
 
     def _describe_range(self) -> str:
